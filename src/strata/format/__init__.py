@@ -1,0 +1,1 @@
+"""Byte layouts as pure functions and precompiled structs: no file I/O, no threads."""

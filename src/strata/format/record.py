@@ -1,0 +1,420 @@
+"""The commit-log message record and blank record: encode, decode, peek, validate.
+
+Layout (little-endian; see docs/format.md for the byte-by-byte description)::
+
+    0  u32 total_length      whole record, this field and the trailer included
+    4  u32 magic             MESSAGE_MAGIC, or BLANK_MAGIC for a blank record
+    8  u32 crc32c            CRC32C of bytes [12, total_length)
+   12  i32 queue_id
+   16  i32 flag
+   20  i64 queue_offset
+   28  i64 physical_offset   commit-log offset of byte 0 of this record
+   36  i32 sys_flag          bit 0x10: born host is IPv6, 0x20: store host is IPv6
+   40  i64 born_timestamp    ms
+   48  i64 store_timestamp   ms
+   56  i64 prepared_transaction_offset
+   64  i32 reconsume_times
+   68  u32 body_length
+   72  u16 topic_length
+   74  u16 properties_length
+   76  born host   (4 or 16 address bytes, u16 port)
+    .  store host  (4 or 16 address bytes, u16 port)
+    .  topic       (UTF-8)
+    .  properties  (entries: u16 name length, name, u16 value length, value; UTF-8)
+    .  body
+    .  u32 total_length      trailer, equal to the first field
+
+Pure functions only: no file I/O, no threads.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from crc32c import crc32c
+
+from strata.errors import (CorruptRecordError, InvalidInputError, InvalidTopicError,
+                           MessageTooLargeError)
+
+MESSAGE_MAGIC = 0x5354_4D31  # "STM1" read as a little-endian u32 spells "1MTS"; any fixed value works
+BLANK_MAGIC = 0x5354_4B30
+
+HEADER = struct.Struct("<IIIiiqqiqqqiIHH")
+HEADER_SIZE = HEADER.size  # 76
+TRAILER = struct.Struct("<I")
+TRAILER_SIZE = 4
+U32 = struct.Struct("<I")
+CRC_START = 12  # the CRC covers every byte after the CRC field
+
+# Peekable field positions (bytes from the start of a record).
+POS_TOTAL_LENGTH = 0
+POS_MAGIC = 4
+POS_CRC = 8
+POS_QUEUE_ID = 12
+POS_FLAG = 16
+POS_QUEUE_OFFSET = 20
+POS_PHYSICAL_OFFSET = 28
+POS_SYS_FLAG = 36
+POS_BORN_TIMESTAMP = 40
+POS_STORE_TIMESTAMP = 48
+POS_BODY_LENGTH = 68
+POS_TOPIC_LENGTH = 72
+POS_PROPERTIES_LENGTH = 74
+POS_HOSTS = HEADER_SIZE
+
+I32_AT = struct.Struct("<i")
+I64_AT = struct.Struct("<q")
+U16_AT = struct.Struct("<H")
+PEEK = struct.Struct("<IIIiiqqiqq")  # first 56 bytes: up to and including store_timestamp
+
+SYSFLAG_BORN_HOST_V6 = 0x10
+SYSFLAG_STORE_HOST_V6 = 0x20
+
+# A blank record is [u32 length][u32 BLANK_MAGIC] zero bytes ... [u32 length].
+BLANK_MIN_SIZE = 12
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+
+PROP_KEYS = "KEYS"
+PROP_TAGS = "TAGS"
+PROP_UNIQ_KEY = "UNIQ_KEY"
+RESERVED_PROPERTIES = frozenset({PROP_KEYS, PROP_TAGS})
+
+_ENTRY_LEN = struct.Struct("<H")
+
+
+# --------------------------------------------------------------------------- hosts
+
+Host = tuple[str, int]
+
+
+def encode_host(host: Host) -> tuple[bytes, bool]:
+    """Encode ``(address, port)`` as address bytes + u16 port; returns (bytes, is_ipv6)."""
+    try:
+        addr_text, port = host
+        addr = ipaddress.ip_address(addr_text)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"host must be (ip address, port), got {host!r}") from exc
+    if not isinstance(port, int) or not 0 <= port <= 0xFFFF:
+        raise InvalidInputError(f"host port must be an int in 0..65535, got {port!r}")
+    return addr.packed + _ENTRY_LEN.pack(port), addr.version == 6
+
+
+def decode_host(buf, pos: int, ipv6: bool) -> tuple[Host, int]:
+    """Decode a host at ``pos``; returns ((address, port), next position)."""
+    n = 16 if ipv6 else 4
+    raw = bytes(buf[pos:pos + n])
+    addr = ipaddress.IPv6Address(raw) if ipv6 else ipaddress.IPv4Address(raw)
+    (port,) = U16_AT.unpack_from(buf, pos + n)
+    return (str(addr), port), pos + n + 2
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def encode_properties(keys: Iterable[str], tags: str | None,
+                      properties: Mapping[str, str] | None) -> bytes:
+    """Encode keys, tags and user properties into the properties section."""
+    out = bytearray()
+
+    def entry(name: str, value: str) -> None:
+        if not isinstance(value, str):
+            raise InvalidInputError(f"property {name!r} must be a str, got {type(value).__name__}")
+        nb = name.encode("utf-8")
+        vb = value.encode("utf-8")
+        if len(nb) > 0xFFFF or len(vb) > 0xFFFF:
+            raise MessageTooLargeError(f"property {name!r} is longer than 65535 encoded bytes")
+        out += _ENTRY_LEN.pack(len(nb))
+        out += nb
+        out += _ENTRY_LEN.pack(len(vb))
+        out += vb
+
+    for k in keys:
+        if not isinstance(k, str) or not k:
+            raise InvalidInputError(f"message keys must be non-empty strings, got {k!r}")
+        entry(PROP_KEYS, k)
+    if tags is not None:
+        if not isinstance(tags, str) or not tags:
+            raise InvalidInputError(f"tags must be a non-empty string, got {tags!r}")
+        entry(PROP_TAGS, tags)
+    if properties:
+        for name, value in properties.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidInputError(f"property names must be non-empty strings, got {name!r}")
+            if name in RESERVED_PROPERTIES:
+                raise InvalidInputError(
+                    f"property name {name!r} is reserved; pass keys=/tags= instead")
+            entry(name, value)
+    if len(out) > MAX_PROPERTIES_BYTES:
+        raise MessageTooLargeError(
+            f"properties take {len(out)} encoded bytes; the limit is {MAX_PROPERTIES_BYTES}")
+    return bytes(out)
+
+
+def decode_properties(buf) -> tuple[tuple[str, ...], str | None, dict[str, str]]:
+    """Decode a properties section into (keys, tags, user properties)."""
+    keys: list[str] = []
+    tags: str | None = None
+    props: dict[str, str] = {}
+    pos, end = 0, len(buf)
+    while pos < end:
+        (nl,) = _ENTRY_LEN.unpack_from(buf, pos)
+        name = bytes(buf[pos + 2:pos + 2 + nl]).decode("utf-8")
+        pos += 2 + nl
+        (vl,) = _ENTRY_LEN.unpack_from(buf, pos)
+        value = bytes(buf[pos + 2:pos + 2 + vl]).decode("utf-8")
+        pos += 2 + vl
+        if name == PROP_KEYS:
+            keys.append(value)
+        elif name == PROP_TAGS:
+            tags = value
+        else:
+            props[name] = value
+    if pos != end:
+        raise CorruptRecordError("properties section overruns its length")
+    return tuple(keys), tags, props
+
+
+def find_property(buf, wanted: str) -> list[str]:
+    """Every value of property ``wanted`` (e.g. KEYS) without decoding the others."""
+    target = wanted.encode("utf-8")
+    found: list[str] = []
+    pos, end = 0, len(buf)
+    while pos < end:
+        (nl,) = _ENTRY_LEN.unpack_from(buf, pos)
+        name = buf[pos + 2:pos + 2 + nl]
+        pos += 2 + nl
+        (vl,) = _ENTRY_LEN.unpack_from(buf, pos)
+        if name == target:
+            found.append(bytes(buf[pos + 2:pos + 2 + vl]).decode("utf-8"))
+        pos += 2 + vl
+    return found
+
+
+# --------------------------------------------------------------------------- topics
+
+
+def encode_topic(topic: str) -> bytes:
+    """Validate a topic name (``^[%|a-zA-Z0-9_-]{1,127}$``) and return its bytes."""
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"topic must be a str, got {type(topic).__name__}")
+    if not topic or len(topic) > MAX_TOPIC_BYTES or not _TOPIC_CHARS.issuperset(topic):
+        shown = topic if len(topic) <= 40 else topic[:37] + "..."
+        raise InvalidTopicError(
+            f"invalid topic name {shown!r} (length {len(topic)}): a topic is 1-127 characters "
+            "from [%|a-zA-Z0-9_-]")
+    return topic.encode("ascii")
+
+
+_TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+# --------------------------------------------------------------------------- records
+
+
+def record_size(host_bytes: int, topic_len: int, props_len: int, body_len: int) -> int:
+    """Total size of a message record with the given variable parts."""
+    return HEADER_SIZE + host_bytes + topic_len + props_len + body_len + TRAILER_SIZE
+
+
+def write_record(buf, pos: int, total: int, queue_id: int, flag: int, queue_offset: int,
+                 physical_offset: int, sys_flag: int, born_ts: int, store_ts: int,
+                 tx_offset: int, reconsume: int, body_len: int, topic_len: int,
+                 props_len: int, tail: bytes) -> None:
+    """Write one whole record at ``pos`` of ``buf`` (an mmap or bytearray), CRC last.
+
+    ``tail`` is born host + store host + topic + properties + body, already encoded.
+    """
+    HEADER.pack_into(buf, pos, total, MESSAGE_MAGIC, 0, queue_id, flag, queue_offset,
+                     physical_offset, sys_flag, born_ts, store_ts, tx_offset, reconsume,
+                     body_len, topic_len, props_len)
+    start = pos + HEADER_SIZE
+    end = pos + total - TRAILER_SIZE
+    buf[start:end] = tail
+    TRAILER.pack_into(buf, end, total)
+    with memoryview(buf) as mv:
+        U32.pack_into(buf, pos + CRC_START - 4, crc32c(mv[pos + CRC_START:pos + total]))
+
+
+def write_blank(buf, pos: int, length: int) -> None:
+    """Close the rest of a segment: a blank record of ``length`` bytes at ``pos``."""
+    if length < BLANK_MIN_SIZE:
+        raise ValueError(f"a blank record needs at least {BLANK_MIN_SIZE} bytes, got {length}")
+    U32.pack_into(buf, pos, length)
+    U32.pack_into(buf, pos + 4, BLANK_MAGIC)
+    U32.pack_into(buf, pos + length - TRAILER_SIZE, length)
+
+
+def encode_record(*, queue_id: int, flag: int, queue_offset: int, physical_offset: int,
+                  sys_flag: int, born_ts: int, store_ts: int, tx_offset: int,
+                  reconsume: int, born_host: Host, store_host: Host, topic: str,
+                  keys: Iterable[str] = (), tags: str | None = None,
+                  properties: Mapping[str, str] | None = None, body: bytes = b"") -> bytes:
+    """Encode a whole record into new bytes (convenient and slow: tests, tools)."""
+    bh, b6 = encode_host(born_host)
+    sh, s6 = encode_host(store_host)
+    sys_flag &= ~(SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6)
+    sys_flag |= (SYSFLAG_BORN_HOST_V6 if b6 else 0) | (SYSFLAG_STORE_HOST_V6 if s6 else 0)
+    tb = encode_topic(topic)
+    pb = encode_properties(keys, tags, properties)
+    body = bytes(body)
+    total = record_size(len(bh) + len(sh), len(tb), len(pb), len(body))
+    buf = bytearray(total)
+    write_record(buf, 0, total, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                 born_ts, store_ts, tx_offset, reconsume, len(body), len(tb), len(pb),
+                 bh + sh + tb + pb + body)
+    return bytes(buf)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as stored in the commit log, decoded."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_id: str
+    body: bytes
+    keys: tuple[str, ...]
+    tags: str | None
+    properties: dict[str, str] = field(hash=False)
+    born_timestamp: int
+    store_timestamp: int
+    born_host: Host
+    store_host: Host
+    reconsume_times: int
+    flag: int
+    sys_flag: int
+    prepared_transaction_offset: int = 0
+    size: int = 0
+
+
+class RecordKind:
+    """What ``check_record`` found at a position."""
+
+    MESSAGE = 1
+    BLANK = 2
+
+
+def check_record(buf, pos: int, limit: int, *, verify_crc: bool = True) -> tuple[int, int]:
+    """Validate the record at ``pos`` within ``buf[:limit]``.
+
+    Returns ``(kind, size)``. Raises CorruptRecordError naming the problem when the bytes
+    at ``pos`` are not a whole, intact record (zeroed tail, torn write, bit flip).
+    """
+    remaining = limit - pos
+    if remaining < 8:
+        raise CorruptRecordError(f"only {remaining} bytes left, too few for a record", pos)
+    total, magic = struct.unpack_from("<II", buf, pos)
+    if magic == BLANK_MAGIC:
+        if total < BLANK_MIN_SIZE or total > remaining:
+            raise CorruptRecordError(f"blank record length {total} is impossible here", pos)
+        (trailer,) = U32.unpack_from(buf, pos + total - TRAILER_SIZE)
+        if trailer != total:
+            raise CorruptRecordError("blank record trailer does not match its length", pos)
+        return RecordKind.BLANK, total
+    if magic != MESSAGE_MAGIC:
+        if total == 0 and magic == 0:
+            raise CorruptRecordError("zero bytes where a record should start (end of data)", pos)
+        raise CorruptRecordError(f"bad magic 0x{magic:08x}", pos)
+    if total < HEADER_SIZE + 12 + TRAILER_SIZE or total > remaining:
+        raise CorruptRecordError(f"record length {total} is impossible here "
+                                 f"({remaining} bytes remain)", pos)
+    (trailer,) = U32.unpack_from(buf, pos + total - TRAILER_SIZE)
+    if trailer != total:
+        raise CorruptRecordError(f"trailer length {trailer} does not match header length {total}"
+                                 " (torn write)", pos)
+    sys_flag = I32_AT.unpack_from(buf, pos + POS_SYS_FLAG)[0]
+    body_len, topic_len, props_len = struct.unpack_from("<IHH", buf, pos + POS_BODY_LENGTH)
+    hosts = (18 if sys_flag & SYSFLAG_BORN_HOST_V6 else 6) + \
+        (18 if sys_flag & SYSFLAG_STORE_HOST_V6 else 6)
+    if record_size(hosts, topic_len, props_len, body_len) != total:
+        raise CorruptRecordError("field lengths do not add up to the record length", pos)
+    if verify_crc:
+        (stored,) = U32.unpack_from(buf, pos + POS_CRC)
+        with memoryview(buf) as mv:
+            actual = crc32c(mv[pos + CRC_START:pos + total])
+        if actual != stored:
+            raise CorruptRecordError(
+                f"CRC32C mismatch (stored 0x{stored:08x}, computed 0x{actual:08x})", pos)
+    return RecordKind.MESSAGE, total
+
+
+def decode_record(buf, pos: int = 0, *, msg_id_of=None) -> StoredMessage:
+    """Decode the message record at ``pos`` (already validated by ``check_record``)."""
+    (total, _magic, _crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, store_ts,
+     tx_offset, reconsume, body_len, topic_len, props_len) = HEADER.unpack_from(buf, pos)
+    p = pos + HEADER_SIZE
+    born_host, p = decode_host(buf, p, bool(sys_flag & SYSFLAG_BORN_HOST_V6))
+    store_host, p = decode_host(buf, p, bool(sys_flag & SYSFLAG_STORE_HOST_V6))
+    topic = bytes(buf[p:p + topic_len]).decode("utf-8")
+    p += topic_len
+    keys, tags, props = decode_properties(memoryview(buf)[p:p + props_len])
+    p += props_len
+    body = bytes(buf[p:p + body_len])
+    msg_id = make_msg_id(store_host, phys)
+    return StoredMessage(topic=topic, queue_id=queue_id, queue_offset=queue_offset,
+                         commitlog_offset=phys, msg_id=msg_id, body=body, keys=keys,
+                         tags=tags, properties=props, born_timestamp=born_ts,
+                         store_timestamp=store_ts, born_host=born_host,
+                         store_host=store_host, reconsume_times=reconsume, flag=flag,
+                         sys_flag=sys_flag, prepared_transaction_offset=tx_offset,
+                         size=total)
+
+
+def peek(buf, pos: int = 0) -> tuple[int, int, int, int, int, int]:
+    """(size, queue_id, queue_offset, physical_offset, sys_flag, store_timestamp) at ``pos``."""
+    (total, _m, _c, queue_id, _f, queue_offset, phys, sys_flag, _b, store_ts) = \
+        PEEK.unpack_from(buf, pos)
+    return total, queue_id, queue_offset, phys, sys_flag, store_ts
+
+
+def topic_span(buf, pos: int) -> tuple[int, int]:
+    """(start, length) of the topic bytes of the record at ``pos``; no body decoding."""
+    sys_flag = I32_AT.unpack_from(buf, pos + POS_SYS_FLAG)[0]
+    (topic_len,) = U16_AT.unpack_from(buf, pos + POS_TOPIC_LENGTH)
+    hosts = (18 if sys_flag & SYSFLAG_BORN_HOST_V6 else 6) + \
+        (18 if sys_flag & SYSFLAG_STORE_HOST_V6 else 6)
+    return pos + HEADER_SIZE + hosts, topic_len
+
+
+def properties_span(buf, pos: int) -> tuple[int, int]:
+    """(start, length) of the properties section of the record at ``pos``."""
+    start, topic_len = topic_span(buf, pos)
+    (props_len,) = U16_AT.unpack_from(buf, pos + POS_PROPERTIES_LENGTH)
+    return start + topic_len, props_len
+
+
+# --------------------------------------------------------------------------- message ids
+
+_MSGID_V4 = struct.Struct(">4sIq")
+_MSGID_V6 = struct.Struct(">16sIq")
+
+
+def make_msg_id(store_host: Host, commitlog_offset: int) -> str:
+    """RocketMQ-style offset message id: hex of store address, port (i32) and offset (i64)."""
+    addr = ipaddress.ip_address(store_host[0])
+    packer = _MSGID_V6 if addr.version == 6 else _MSGID_V4
+    return packer.pack(addr.packed, store_host[1], commitlog_offset).hex().upper()
+
+
+def msg_id_prefix(store_host: Host) -> str:
+    """The constant part (address + port) of every message id of a store host, in hex."""
+    return make_msg_id(store_host, 0)[:-16]
+
+
+def parse_msg_id(msg_id: str) -> tuple[Host, int]:
+    """Split a message id into (store host, commit-log offset); InvalidInputError if malformed."""
+    if not isinstance(msg_id, str) or len(msg_id) not in (32, 56):
+        raise InvalidInputError(f"a message id is 32 or 56 hex characters, got {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as exc:
+        raise InvalidInputError(f"message id {msg_id!r} is not hexadecimal") from exc
+    packer = _MSGID_V6 if len(raw) == 28 else _MSGID_V4
+    addr, port, offset = packer.unpack(raw)
+    return (str(ipaddress.ip_address(addr)), port), offset
