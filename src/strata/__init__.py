@@ -1,2 +1,26 @@
-"""strata: a durable message store and broker."""
+"""strata: a durable message store and broker.
+
+    import strata
+    with strata.open("./data") as store:
+        store.put(strata.Message("orders", b"hello", keys=["o-1"], tags="new"))
+"""
+
+from __future__ import annotations
+
+import os
+
+from strata import errors
+from strata.format.record import StoredMessage
+from strata.store.config import StoreConfig
+from strata.store.message import Message, PutResult, PutStatus
+from strata.store.message_store import MessageStore
+
 __version__ = "0.1.0"
+__all__ = ["open", "StoreConfig", "Message", "PutResult", "PutStatus", "StoredMessage",
+           "MessageStore", "errors"]
+
+
+def open(path: str | os.PathLike, config: StoreConfig | None = None, *,  # noqa: A001
+         readonly: bool = False) -> MessageStore:
+    """Open (or create) the store in directory ``path``; use it as a context manager."""
+    return MessageStore(path, config, readonly=readonly)

@@ -16,7 +16,7 @@ from crc32c import crc32c
 CHECKPOINT_MAGIC = b"STRATACP"
 STATE_MAGIC = b"STRATAST"
 
-_CHECKPOINT = struct.Struct("<8sIIqqqqqq")
+_CHECKPOINT = struct.Struct("<8sIIqqqqqqqqq")
 _CRC = struct.Struct("<I")
 CHECKPOINT_BYTES = _CHECKPOINT.size + _CRC.size
 
@@ -43,12 +43,17 @@ class Checkpoint:
     dispatched_offset: int = 0
     index_timestamp: int = 0
     min_offset: int = 0
+    active_record_count: int = 0
+    active_min_timestamp: int = 0
+    active_max_timestamp: int = 0
     version: int = 1
 
     def encode(self) -> bytes:
         raw = _CHECKPOINT.pack(CHECKPOINT_MAGIC, self.version, 0, self.flushed_offset,
                                self.clean_end_offset, self.physic_timestamp,
-                               self.dispatched_offset, self.index_timestamp, self.min_offset)
+                               self.dispatched_offset, self.index_timestamp, self.min_offset,
+                               self.active_record_count, self.active_min_timestamp,
+                               self.active_max_timestamp)
         return raw + _CRC.pack(crc32c(raw))
 
     @classmethod
@@ -58,8 +63,9 @@ class Checkpoint:
         (crc,) = _CRC.unpack_from(raw, _CHECKPOINT.size)
         if crc != crc32c(raw[:_CHECKPOINT.size]):
             raise ValueError("checkpoint checksum mismatch")
-        _m, version, _r, flushed, clean_end, pts, disp, its, mino = _CHECKPOINT.unpack_from(raw)
-        return cls(flushed, clean_end, pts, disp, its, mino, version)
+        (_m, version, _r, flushed, clean_end, pts, disp, its, mino, count, tmin,
+         tmax) = _CHECKPOINT.unpack_from(raw)
+        return cls(flushed, clean_end, pts, disp, its, mino, count, tmin, tmax, version)
 
 
 def encode_state(pid: int, confirmed: int, dispatched: int, min_offset: int) -> bytes:

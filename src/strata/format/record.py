@@ -127,10 +127,10 @@ def encode_properties(keys: Iterable[str], tags: str | None,
         vb = value.encode("utf-8")
         if len(nb) > 0xFFFF or len(vb) > 0xFFFF:
             raise MessageTooLargeError(f"property {name!r} is longer than 65535 encoded bytes")
-        out += _ENTRY_LEN.pack(len(nb))
-        out += nb
-        out += _ENTRY_LEN.pack(len(vb))
-        out += vb
+        out.extend(_ENTRY_LEN.pack(len(nb)))
+        out.extend(nb)
+        out.extend(_ENTRY_LEN.pack(len(vb)))
+        out.extend(vb)
 
     for k in keys:
         if not isinstance(k, str) or not k:

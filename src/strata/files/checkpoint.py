@@ -1,0 +1,119 @@
+"""The checkpoint file, the abort marker and the live state page of a store directory."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from pathlib import Path
+
+from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.format.checkpoint import (STATE_OFFSET, STATE_POS_CONFIRMED, STATE_POS_DISPATCHED,
+                                      STATE_POS_MIN, Checkpoint, decode_state, encode_state)
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_NAME = "checkpoint"
+ABORT_NAME = "abort"
+STATE_NAME = "state"
+STATE_SIZE = 4096
+
+
+class CheckpointFile:
+    """``<dir>/checkpoint``, replaced atomically; a torn or missing one reads as empty."""
+
+    def __init__(self, directory: Path, file_ops: FileOps = DEFAULT_FILE_OPS) -> None:
+        self.path = Path(directory) / CHECKPOINT_NAME
+        self.file_ops = file_ops
+        self.last_written: Checkpoint | None = None
+
+    def load(self) -> Checkpoint | None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return Checkpoint.decode(raw)
+        except ValueError as exc:
+            log.warning("ignoring unreadable checkpoint %s: %s", self.path, exc)
+            return None
+
+    def store(self, cp: Checkpoint) -> None:
+        if cp == self.last_written:
+            return
+        self.file_ops.write_atomic(self.path, cp.encode())
+        self.last_written = cp
+
+
+class AbortMarker:
+    """``<dir>/abort`` exists while a writer has the store open: present at start = unclean stop."""
+
+    def __init__(self, directory: Path, file_ops: FileOps = DEFAULT_FILE_OPS) -> None:
+        self.path = Path(directory) / ABORT_NAME
+        self.file_ops = file_ops
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def create(self) -> None:
+        self.file_ops.write_atomic(self.path, f"{os.getpid()}\n".encode())
+
+    def remove(self) -> None:
+        self.file_ops.remove(self.path)
+        self.file_ops.fsync_dir(self.path.parent)
+
+
+class StatePage:
+    """``<dir>/state``: offsets the writer publishes to read-only openers in other processes.
+
+    Not a durability record (it is never fsynced on the put path); aligned 8-byte stores are
+    atomic, so a reader sees an old or a new value, never a torn one.
+    """
+
+    def __init__(self, directory: Path, *, readonly: bool) -> None:
+        self.path = Path(directory) / STATE_NAME
+        self.readonly = readonly
+        self.mm: mmap.mmap | None = None
+        self._fd: int | None = None
+
+    def open(self, confirmed: int = 0, dispatched: int = 0, min_offset: int = 0) -> bool:
+        """Map the page; the writer (re)initialises it. False if a reader finds none."""
+        if self.readonly:
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+            if os.fstat(fd).st_size < STATE_SIZE:
+                os.close(fd)
+                return False
+            self._fd = fd
+            self.mm = mmap.mmap(fd, STATE_SIZE, access=mmap.ACCESS_READ)
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.ftruncate(fd, STATE_SIZE)
+        self._fd = fd
+        self.mm = mmap.mmap(fd, STATE_SIZE)
+        raw = encode_state(os.getpid(), confirmed, dispatched, min_offset)
+        self.mm[:len(raw)] = raw
+        return True
+
+    def set_confirmed(self, offset: int) -> None:
+        STATE_OFFSET.pack_into(self.mm, STATE_POS_CONFIRMED, offset)
+
+    def set_dispatched(self, offset: int) -> None:
+        STATE_OFFSET.pack_into(self.mm, STATE_POS_DISPATCHED, offset)
+
+    def set_min(self, offset: int) -> None:
+        STATE_OFFSET.pack_into(self.mm, STATE_POS_MIN, offset)
+
+    def read(self) -> tuple[int, int, int, int]:
+        """(writer pid, confirmed offset, dispatched offset, min offset)."""
+        return decode_state(self.mm)
+
+    def close(self) -> None:
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,144 @@
+"""A fault-injecting file layer for tests, in the spirit of LevelDB's FaultInjectionTestEnv.
+
+``FaultInjectingFileOps`` records which byte ranges of which files were made durable; after the
+store is abandoned (an in-process crash), ``power_loss()`` zeroes every byte that was never
+synced, which is what a preallocated file looks like after the page cache is lost. It can also
+refuse allocations to simulate a full disk. The module-level helpers edit files offline: flip a
+bit, tear a write, zero a tail.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+from pathlib import Path
+
+from strata.errors import DiskFullError
+from strata.files.io import PAGE, FileOps
+
+
+class FaultInjectingFileOps(FileOps):
+    """FileOps that remembers synced ranges and can lose the rest, or run out of space."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.synced: dict[Path, list[tuple[int, int]]] = {}
+        self.space_left: int | None = None  # None = unlimited
+        self.syncs = 0
+
+    # ------------------------------------------------------------------ recording
+
+    def allocate(self, fd: int, size: int, path: Path) -> None:
+        with self._lock:
+            if self.space_left is not None:
+                if size > self.space_left:
+                    raise DiskFullError(errno.ENOSPC,
+                                        f"no space left to create {path} ({size} bytes)")
+                self.space_left -= size
+        super().allocate(fd, size, path)
+        with self._lock:
+            self.synced[Path(path)] = []
+
+    def msync(self, path: Path, mm: mmap.mmap, start: int, length: int) -> None:
+        super().msync(path, mm, start, length)
+        with self._lock:
+            self.syncs += 1
+            self.synced.setdefault(Path(path), []).append((start, start + length))
+
+    def rename(self, src: Path, dst: Path) -> None:
+        super().rename(src, dst)
+        with self._lock:
+            if Path(src) in self.synced:
+                self.synced[Path(dst)] = self.synced.pop(Path(src))
+
+    def remove(self, path: Path) -> None:
+        super().remove(path)
+        with self._lock:
+            self.synced.pop(Path(path), None)
+
+    # ------------------------------------------------------------------ faults
+
+    def fill_disk(self, bytes_left: int = 0) -> None:
+        """From now on, allocations beyond ``bytes_left`` fail with ENOSPC."""
+        self.space_left = bytes_left
+
+    def free_disk(self) -> None:
+        self.space_left = None
+
+    def power_loss(self) -> dict[Path, int]:
+        """Zero every never-synced byte of every tracked file; returns bytes lost per file.
+
+        Call only after the store has been abandoned (its mappings closed).
+        """
+        lost: dict[Path, int] = {}
+        with self._lock:
+            tracked = dict(self.synced)
+        for path, ranges in tracked.items():
+            if not path.exists():
+                continue
+            size = path.stat().st_size
+            keep = _merge(ranges, size)
+            with open(path, "r+b") as f:
+                pos = 0
+                n = 0
+                for a, b in keep + [(size, size)]:
+                    if a > pos:
+                        n += _zero_range(f, pos, a)
+                    pos = max(pos, b)
+            if n:
+                lost[path] = n
+        return lost
+
+
+def _merge(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted((max(0, a), min(size, b)) for a, b in ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _zero_range(f, start: int, end: int) -> int:
+    """Zero [start, end) of an open file, returning how many bytes were non-zero."""
+    changed = 0
+    pos = start
+    while pos < end:
+        n = min(1 << 20, end - pos)
+        f.seek(pos)
+        data = f.read(n)
+        if data.count(0) != len(data):
+            changed += len(data) - data.count(0)
+            f.seek(pos)
+            f.write(bytes(len(data)))
+        pos += n
+    return changed
+
+
+# ---------------------------------------------------------------------- offline edits
+
+
+def flip_bit(path: Path, file_offset: int, bit: int = 0) -> None:
+    """Invert one bit of a file in place."""
+    with open(path, "r+b") as f:
+        f.seek(file_offset)
+        b = f.read(1)
+        f.seek(file_offset)
+        f.write(bytes([b[0] ^ (1 << bit)]))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def zero_range(path: Path, start: int, end: int) -> None:
+    """Overwrite [start, end) of a file with zeros (a zeroed tail, a torn write)."""
+    with open(path, "r+b") as f:
+        _zero_range(f, start, end)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def page_of(offset: int) -> int:
+    return offset - offset % PAGE

@@ -1,0 +1,198 @@
+"""One fixed-size, mmapped segment file: header page, data area, footer page.
+
+A segment knows its path, its bytes and three positions in its data area:
+``wrote`` (bytes appended), ``committed`` (bytes readers may see: whole records only) and
+``flushed`` (bytes made durable). It does not know which log or queue it serves.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+from crc32c import crc32c
+
+from strata.errors import CorruptStoreError
+from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.format.segment import (FOOTER_AREA, HEADER_AREA, KIND_NAMES, SegmentFooter,
+                                   SegmentHeader, file_size)
+
+
+class MappedSegment:
+    """A segment file mapped into memory. Data byte ``i`` lives at ``mm[HEADER_AREA + i]``."""
+
+    def __init__(self, path: Path, header: SegmentHeader, fd: int, mm: mmap.mmap,
+                 readonly: bool, file_ops: FileOps) -> None:
+        self.path = path
+        self.kind = header.kind
+        self.base_offset = header.base_offset
+        self.data_size = header.data_size
+        self.fd = fd
+        self.mm = mm
+        self.readonly = readonly
+        self.file_ops = file_ops
+        self.wrote = 0
+        self.committed = 0
+        self.flushed = 0
+        self.record_count = 0
+        self.min_store_timestamp = 0
+        self.max_store_timestamp = 0
+        self.footer: SegmentFooter | None = None
+        self.closed = False
+
+    # ------------------------------------------------------------------ creation / opening
+
+    @classmethod
+    def create(cls, path: Path, kind: int, base_offset: int, data_size: int,
+               file_ops: FileOps = DEFAULT_FILE_OPS, prefault: bool = False) -> "MappedSegment":
+        """Create a new zero-filled segment with its header written and synced."""
+        size = file_size(data_size)
+        fd = file_ops.create_preallocated(path, size)
+        try:
+            mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            file_ops.remove(path)
+            raise
+        header = SegmentHeader(kind=kind, base_offset=base_offset, data_size=data_size)
+        raw = header.encode()
+        mm[:len(raw)] = raw
+        file_ops.msync(path, mm, 0, len(raw))
+        seg = cls(path, header, fd, mm, False, file_ops)
+        if prefault:
+            seg.prefault(0, data_size)
+        return seg
+
+    @classmethod
+    def open(cls, path: Path, kind: int, *, readonly: bool = False,
+             file_ops: FileOps = DEFAULT_FILE_OPS) -> "MappedSegment":
+        """Open an existing segment, checking its header and size; the footer is read too."""
+        fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            head = os.pread(fd, HEADER_AREA, 0)
+            try:
+                header = SegmentHeader.decode(head)
+            except ValueError as exc:
+                raise CorruptStoreError(f"{path}: {exc}") from None
+            if header.kind != kind:
+                raise CorruptStoreError(
+                    f"{path}: is a {KIND_NAMES.get(header.kind, header.kind)} segment, expected "
+                    f"a {KIND_NAMES.get(kind, kind)} segment")
+            if path.name.isdigit() and int(path.name) != header.base_offset:
+                raise CorruptStoreError(
+                    f"{path}: header says base offset {header.base_offset}, name disagrees")
+            expected = file_size(header.data_size)
+            if actual != expected:
+                raise CorruptStoreError(
+                    f"{path}: file is {actual} bytes, its header implies {expected}")
+            mm = mmap.mmap(fd, actual, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        seg = cls(path, header, fd, mm, readonly, file_ops)
+        seg.footer = SegmentFooter.decode(mm[HEADER_AREA + header.data_size:
+                                             HEADER_AREA + header.data_size + FOOTER_AREA])
+        return seg
+
+    # ------------------------------------------------------------------ positions
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.data_size
+
+    @property
+    def sealed(self) -> bool:
+        return self.footer is not None
+
+    def remaining(self) -> int:
+        return self.data_size - self.wrote
+
+    def set_positions(self, position: int) -> None:
+        """Set wrote = committed = flushed = ``position`` (after recovery or truncation)."""
+        self.wrote = self.committed = self.flushed = position
+
+    def view(self, start: int = 0, end: int | None = None) -> memoryview:
+        """A zero-copy view of data bytes [start, end); release it before closing."""
+        if end is None:
+            end = self.data_size
+        return memoryview(self.mm)[HEADER_AREA + start:HEADER_AREA + end]
+
+    # ------------------------------------------------------------------ durability
+
+    def flush(self, upto: int | None = None) -> int:
+        """Make data [flushed, upto or committed) durable; returns the new flushed position."""
+        target = self.committed if upto is None else min(upto, self.wrote)
+        if target > self.flushed and not self.closed:
+            self.file_ops.msync(self.path, self.mm, HEADER_AREA + self.flushed,
+                                target - self.flushed)
+            self.flushed = target
+        return self.flushed
+
+    def prefault(self, start: int, end: int) -> None:
+        self.file_ops.prefault(self.mm, HEADER_AREA + start, HEADER_AREA + end)
+
+    def data_crc(self, length: int) -> int:
+        with self.view(0, length) as mv:
+            return crc32c(mv)
+
+    def seal(self) -> SegmentFooter:
+        """Write the footer (count, length, store-time range, data CRC) and sync everything."""
+        footer = SegmentFooter(record_count=self.record_count, data_length=self.wrote,
+                               min_store_timestamp=self.min_store_timestamp,
+                               max_store_timestamp=self.max_store_timestamp,
+                               data_crc=self.data_crc(self.wrote))
+        self.flush(self.wrote)
+        raw = footer.encode()
+        pos = HEADER_AREA + self.data_size
+        self.mm[pos:pos + len(raw)] = raw
+        self.file_ops.msync(self.path, self.mm, pos, len(raw))
+        self.footer = footer
+        return footer
+
+    def clear_footer(self) -> None:
+        """Forget the footer (the segment is being truncated and reopened for appends)."""
+        pos = HEADER_AREA + self.data_size
+        self.mm[pos:pos + FOOTER_AREA] = bytes(FOOTER_AREA)
+        self.file_ops.msync(self.path, self.mm, pos, FOOTER_AREA)
+        self.footer = None
+
+    def zero(self, start: int, end: int) -> int:
+        """Zero data bytes [start, end), skipping chunks that already are; returns bytes zeroed."""
+        chunk = 1 << 20
+        zeros = bytes(chunk)
+        done = 0
+        pos = start
+        while pos < end:
+            n = min(chunk, end - pos)
+            a = HEADER_AREA + pos
+            if self.mm[a:a + n] != zeros[:n]:
+                self.mm[a:a + n] = zeros[:n]
+                done += n
+            pos += n
+        if done:
+            self.file_ops.msync(self.path, self.mm, HEADER_AREA + start, end - start)
+        return done
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.mm.close()
+        except BufferError:
+            # A reader still holds a view; the mapping goes when the last view does.
+            pass
+        os.close(self.fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        self.file_ops.remove(self.path)
+
+    def __repr__(self) -> str:
+        return (f"MappedSegment({self.path.name}, wrote={self.wrote}, "
+                f"committed={self.committed}, flushed={self.flushed}, sealed={self.sealed})")

@@ -1,0 +1,228 @@
+"""An ordered run of segment files named by their 20-digit base offsets, plus pre-allocation."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from pathlib import Path
+
+from strata.errors import CorruptStoreError
+from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.segment import MappedSegment
+from strata.format.segment import file_name
+
+log = logging.getLogger(__name__)
+
+ALLOC_SUFFIX = ".alloc"
+
+
+class SegmentAllocator:
+    """Creates the next segment in the background so that a roll does not stall a put.
+
+    A segment is prepared under a temporary name (``<base>.alloc``), pre-allocated on disk and
+    pre-faulted in memory, then renamed into place when the writer takes it.
+    """
+
+    def __init__(self, directory: Path, kind: int, data_size: int, file_ops: FileOps,
+                 prefault: bool = True) -> None:
+        self.directory = directory
+        self.kind = kind
+        self.data_size = data_size
+        self.file_ops = file_ops
+        self.prefault = prefault
+        self._lock = threading.Lock()
+        self._pending_base: int | None = None
+        self._pending: MappedSegment | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def _prepare(self, base: int) -> MappedSegment:
+        tmp = self.directory / (file_name(base) + ALLOC_SUFFIX)
+        self.file_ops.remove(tmp)
+        return MappedSegment.create(tmp, self.kind, base, self.data_size, self.file_ops,
+                                    prefault=self.prefault)
+
+    def request(self, base: int) -> None:
+        """Start preparing the segment at ``base`` in a background thread."""
+        with self._lock:
+            if self._pending_base is not None:
+                return
+            self._pending_base = base
+            self._pending = None
+            self._error = None
+
+            def work() -> None:
+                try:
+                    seg = self._prepare(base)
+                except BaseException as exc:  # reported to the writer at take()
+                    self._error = exc
+                    return
+                self._pending = seg
+
+            self._thread = threading.Thread(target=work, name="strata-allocate", daemon=True)
+            self._thread.start()
+
+    def take(self, base: int) -> MappedSegment:
+        """The segment at ``base``, renamed into place; prepared now if it was not ready."""
+        with self._lock:
+            thread, pending_base = self._thread, self._pending_base
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            seg = self._pending if pending_base == base else None
+            stale = self._pending if pending_base != base else None
+            self._pending_base = self._pending = self._thread = None
+            self._error = None
+        if stale is not None:
+            stale.destroy()
+        if seg is None:
+            seg = self._prepare(base)
+        final = self.directory / file_name(base)
+        self.file_ops.rename(seg.path, final)
+        seg.path = final
+        return seg
+
+    def cancel(self) -> None:
+        """Drop a prepared segment that will not be used (close, truncate)."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            if self._pending is not None:
+                self._pending.destroy()
+            self._pending_base = self._pending = self._thread = None
+
+
+class SegmentQueue:
+    """Segments of one log in offset order; lookup by offset, roll, truncate, delete."""
+
+    def __init__(self, directory: Path, kind: int, data_size: int, *, readonly: bool = False,
+                 file_ops: FileOps = DEFAULT_FILE_OPS, preallocate: bool = True,
+                 prefault: bool = True) -> None:
+        self.directory = Path(directory)
+        self.kind = kind
+        self.data_size = data_size
+        self.readonly = readonly
+        self.file_ops = file_ops
+        self.segments: list[MappedSegment] = []
+        self._bases: list[int] = []
+        self.allocator = None if readonly else SegmentAllocator(
+            self.directory, kind, data_size, file_ops, prefault)
+        self.preallocate = preallocate and not readonly
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        """Open every segment file of the directory (read-only openers create nothing)."""
+        if not self.directory.is_dir():
+            if self.readonly:
+                return
+            self.directory.mkdir(parents=True, exist_ok=True)
+        names = []
+        for p in self.directory.iterdir():
+            if p.name.endswith(ALLOC_SUFFIX) or p.name.endswith(".tmp"):
+                if not self.readonly:
+                    self.file_ops.remove(p)
+                continue
+            if len(p.name) == 20 and p.name.isdigit():
+                names.append(p.name)
+        for name in sorted(names):
+            self._append(MappedSegment.open(self.directory / name, self.kind,
+                                            readonly=self.readonly, file_ops=self.file_ops))
+        self.check_continuity()
+
+    def refresh(self) -> None:
+        """Read-only openers: pick up segments the writer created since ``load``."""
+        if not self.directory.is_dir():
+            return
+        known = set(self._bases)
+        for p in sorted(self.directory.iterdir()):
+            if len(p.name) == 20 and p.name.isdigit() and int(p.name) not in known:
+                if self._bases and int(p.name) < self._bases[-1]:
+                    continue
+                try:
+                    self._append(MappedSegment.open(p, self.kind, readonly=True,
+                                                    file_ops=self.file_ops))
+                except (CorruptStoreError, FileNotFoundError):
+                    break  # being created or deleted right now; look again next time
+        # Segments deleted by the writer's retention
+        while self.segments and not self.segments[0].path.exists():
+            self.segments.pop(0).close()
+            self._bases.pop(0)
+
+    def check_continuity(self) -> None:
+        for a, b in zip(self.segments, self.segments[1:]):
+            if a.base_offset + a.data_size != b.base_offset:
+                raise CorruptStoreError(
+                    f"{self.directory}: segment {b.path.name} does not follow {a.path.name} "
+                    f"(expected base {a.base_offset + a.data_size}); a file is missing")
+
+    def _append(self, seg: MappedSegment) -> None:
+        self.segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    # ------------------------------------------------------------------ lookup
+
+    def find(self, offset: int) -> MappedSegment | None:
+        """The segment whose data range holds ``offset``, or None."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0:
+            return None
+        seg = self.segments[i]
+        return seg if offset < seg.end_offset else None
+
+    def index_of(self, seg: MappedSegment) -> int:
+        return bisect.bisect_left(self._bases, seg.base_offset)
+
+    def last(self) -> MappedSegment | None:
+        return self.segments[-1] if self.segments else None
+
+    def first(self) -> MappedSegment | None:
+        return self.segments[0] if self.segments else None
+
+    def min_offset(self) -> int:
+        return self.segments[0].base_offset if self.segments else 0
+
+    def max_offset(self) -> int:
+        """Offset just past the last committed byte."""
+        last = self.last()
+        return last.base_offset + last.committed if last else 0
+
+    # ------------------------------------------------------------------ changes
+
+    def new_segment(self, base: int) -> MappedSegment:
+        """Append a new segment at ``base`` (pre-allocated in the background when possible)."""
+        assert self.allocator is not None, "read-only segment queue"
+        seg = self.allocator.take(base)
+        self._append(seg)
+        if self.preallocate:
+            self.allocator.request(base + self.data_size)
+        return seg
+
+    def truncate(self, offset: int) -> list[Path]:
+        """Drop data at and after ``offset``: later segments are deleted; returns their paths."""
+        dropped = []
+        while self.segments and self.segments[-1].base_offset > offset:
+            seg = self.segments.pop()
+            self._bases.pop()
+            dropped.append(seg.path)
+            seg.destroy()
+        if self.allocator is not None:
+            self.allocator.cancel()
+        return dropped
+
+    def delete_first(self) -> MappedSegment:
+        seg = self.segments.pop(0)
+        self._bases.pop(0)
+        seg.destroy()
+        return seg
+
+    def close(self) -> None:
+        if self.allocator is not None:
+            self.allocator.cancel()
+        for seg in self.segments:
+            seg.close()
+        self.segments.clear()
+        self._bases.clear()

@@ -1,0 +1,258 @@
+"""The commit log: every message of every topic, appended to one run of segment files.
+
+Appends happen under the store's put lock (the log does not lock for appends itself); reads may
+come from any thread and see only committed bytes (whole records). A record that does not fit
+the rest of a segment is preceded by a blank record that closes the segment; the closed segment
+is sealed (footer written) by the flush thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from strata.errors import CorruptRecordError
+from strata.files.io import DEFAULT_FILE_OPS, PAGE, FileOps
+from strata.files.segment import MappedSegment
+from strata.files.segment_queue import SegmentQueue
+from strata.format import record as rec
+from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
+
+log = logging.getLogger(__name__)
+
+BLANK_MIN = rec.BLANK_MIN_SIZE
+
+# A prepared record, built by the store before it takes the put lock (queue offset filled in
+# under the lock):
+# (total, queue_id, flag, queue_offset, sys_flag, born_ts, tx_offset, reconsume,
+#  body_len, topic_len, props_len, tail)
+PreparedRecord = tuple
+
+
+class CommitLog:
+    """One log of fixed-size segments; physical offsets are absolute byte positions."""
+
+    def __init__(self, directory: Path, segment_size: int, *, readonly: bool = False,
+                 file_ops: FileOps = DEFAULT_FILE_OPS, prefault: bool = True,
+                 preallocate: bool = True) -> None:
+        self.directory = Path(directory)
+        self.segment_size = segment_size
+        self.readonly = readonly
+        self.file_ops = file_ops
+        self.segments = SegmentQueue(self.directory, KIND_COMMIT_LOG, segment_size,
+                                     readonly=readonly, file_ops=file_ops,
+                                     preallocate=preallocate, prefault=prefault)
+        self._flush_lock = threading.RLock()
+        self._to_seal: list[MappedSegment] = []
+        self.last_store_timestamp = 0
+
+    def load(self) -> None:
+        self.segments.load()
+
+    # ------------------------------------------------------------------ positions
+
+    def min_offset(self) -> int:
+        return self.segments.min_offset()
+
+    def max_offset(self) -> int:
+        """End of the committed data (whole records only)."""
+        return self.segments.max_offset()
+
+    def flushed_offset(self) -> int:
+        """Everything before this offset is durable."""
+        segs = self.segments.segments
+        for seg in segs:
+            if seg.flushed < seg.committed or seg.flushed < seg.data_size:
+                return seg.base_offset + seg.flushed
+        return segs[-1].end_offset if segs else 0
+
+    def max_record_size(self) -> int:
+        return self.segment_size - BLANK_MIN
+
+    # ------------------------------------------------------------------ append
+
+    def _next_segment(self, after: MappedSegment | None) -> MappedSegment:
+        base = 0 if after is None else after.end_offset
+        if after is None and self.segments.segments:
+            base = self.segments.last().end_offset
+        return self.segments.new_segment(base)
+
+    def append_batch(self, records: Sequence[PreparedRecord], store_ts: int) -> list[int]:
+        """Append records (caller holds the put lock); returns their physical offsets.
+
+        All or nothing: if a new segment cannot be created (disk full), the bytes this batch
+        wrote are zeroed again and the error propagates, so the log is as before.
+        """
+        seg = self.segments.last()
+        if seg is None or seg.wrote + BLANK_MIN > seg.data_size or seg.sealed:
+            seg = self._next_segment(seg)
+        start_seg, start_pos, start_count = seg, seg.wrote, seg.record_count
+        start_min_ts = seg.min_store_timestamp
+        batch_start = seg.base_offset + seg.wrote
+        write = rec.write_record
+        offsets: list[int] = []
+        append = offsets.append
+        mm = seg.mm
+        base = seg.base_offset
+        pos = seg.wrote
+        limit = seg.data_size - BLANK_MIN
+        count = 0
+        first_pos = pos
+        rolled: list[MappedSegment] = []
+        try:
+            for r in records:
+                total = r[0]
+                if pos + total > limit:
+                    rec.write_blank(mm, HEADER_AREA + pos, seg.data_size - pos)
+                    self._close_segment(seg, first_pos, count, store_ts)
+                    rolled.append(seg)
+                    seg = self._next_segment(seg)
+                    mm, base, pos, count = seg.mm, seg.base_offset, 0, 0
+                    first_pos = 0
+                    limit = seg.data_size - BLANK_MIN
+                    if total > limit:
+                        raise ValueError(f"record of {total} bytes exceeds segment capacity")
+                phys = base + pos
+                write(mm, HEADER_AREA + pos, total, r[1], r[2], r[3], phys, r[4], r[5], store_ts,
+                      r[6], r[7], r[8], r[9], r[10], r[11])
+                append(phys)
+                pos += total
+                count += 1
+        except BaseException:
+            self._undo(start_seg, start_pos, start_count, start_min_ts, rolled, batch_start)
+            raise
+        if count:
+            if seg.record_count == 0:
+                seg.min_store_timestamp = store_ts
+            seg.record_count += count
+            seg.max_store_timestamp = store_ts
+        seg.wrote = pos
+        seg.committed = pos
+        for s in rolled:
+            self._to_seal.append(s)
+        self.last_store_timestamp = store_ts
+        return offsets
+
+    def _close_segment(self, seg: MappedSegment, first_pos: int, count: int, store_ts: int) -> None:
+        if count:
+            if seg.record_count == 0:
+                seg.min_store_timestamp = store_ts
+            seg.record_count += count
+            seg.max_store_timestamp = store_ts
+        seg.wrote = seg.data_size
+        seg.committed = seg.data_size
+
+    def _undo(self, seg: MappedSegment, pos: int, count: int, min_ts: int,
+              rolled: list[MappedSegment], batch_start: int) -> None:
+        """Forget a half-written batch: zero its bytes and restore positions."""
+        self.segments.truncate(batch_start)
+        seg.zero(pos, seg.data_size)
+        seg.wrote = seg.committed = pos
+        seg.record_count = count
+        seg.min_store_timestamp = min_ts
+        if seg.flushed > pos:
+            seg.flushed = pos
+
+    # ------------------------------------------------------------------ read
+
+    def locate(self, offset: int) -> tuple[MappedSegment, int] | None:
+        seg = self.segments.find(offset)
+        if seg is None:
+            return None
+        return seg, offset - seg.base_offset
+
+    def check_at(self, offset: int, limit: int, *, verify_crc: bool = False) -> tuple[MappedSegment, int, int] | None:
+        """(segment, position, size) of the message record at ``offset`` if it is whole and
+        lies below ``limit``; None otherwise (not a record start, blank, beyond the end)."""
+        if offset < 0 or offset >= limit:
+            return None
+        loc = self.locate(offset)
+        if loc is None:
+            return None
+        seg, pos = loc
+        end = min(seg.committed, limit - seg.base_offset)
+        try:
+            with seg.view(0, end) as mv:
+                kind, size = rec.check_record(mv, pos, end, verify_crc=verify_crc)
+                if kind != rec.RecordKind.MESSAGE:
+                    return None
+                if rec.I64_AT.unpack_from(mv, pos + rec.POS_PHYSICAL_OFFSET)[0] != offset:
+                    return None
+        except (CorruptRecordError, ValueError):
+            return None
+        return seg, pos, size
+
+    def read(self, offset: int, limit: int, *, verify_crc: bool = False) -> rec.StoredMessage | None:
+        """Decode the message at ``offset`` (None if there is no whole record there)."""
+        found = self.check_at(offset, limit, verify_crc=verify_crc)
+        if found is None:
+            return None
+        seg, pos, _size = found
+        return rec.decode_record(seg.mm, HEADER_AREA + pos)
+
+    def iter_records(self, from_offset: int, limit: int, *, verify_crc: bool = False,
+                     strict: bool = False) -> Iterator[tuple[MappedSegment, int, int]]:
+        """Yield (segment, position, size) of each message record in [from_offset, limit).
+
+        Blank records move on to the next segment. With ``strict`` a bad record raises
+        CorruptRecordError; otherwise iteration stops there.
+        """
+        offset = max(from_offset, self.min_offset())
+        while offset < limit:
+            loc = self.locate(offset)
+            if loc is None:
+                return
+            seg, pos = loc
+            end = min(seg.committed, limit - seg.base_offset)
+            with seg.view(0, seg.data_size) as mv:
+                while pos < end:
+                    try:
+                        kind, size = rec.check_record(mv, pos, end, verify_crc=verify_crc)
+                    except CorruptRecordError as exc:
+                        if strict:
+                            raise CorruptRecordError(
+                                f"commit log offset {seg.base_offset + pos}: {exc}",
+                                seg.base_offset + pos) from None
+                        return
+                    if kind == rec.RecordKind.BLANK:
+                        pos = seg.data_size
+                        break
+                    yield seg, pos, size
+                    pos += size
+            if pos < seg.data_size:
+                return  # reached limit inside this segment
+            offset = seg.end_offset
+
+    # ------------------------------------------------------------------ durability
+
+    def flush(self, least_pages: int = 0) -> int:
+        """msync committed-but-unflushed bytes, seal closed segments; returns flushed offset."""
+        with self._flush_lock:
+            segs = list(self.segments.segments)
+            for seg in segs:
+                if seg.closed or seg.flushed >= seg.committed:
+                    continue
+                if least_pages and seg is segs[-1]:
+                    dirty = seg.committed // PAGE - seg.flushed // PAGE
+                    if dirty < least_pages:
+                        continue
+                try:
+                    seg.flush()
+                except ValueError:  # mapping closed under us by retention
+                    continue
+            self.seal_pending()
+            return self.flushed_offset()
+
+    def seal_pending(self) -> None:
+        with self._flush_lock:
+            while self._to_seal:
+                seg = self._to_seal[0]
+                if not seg.closed and not seg.sealed:
+                    seg.seal()
+                self._to_seal.pop(0)
+
+    def close(self) -> None:
+        with self._flush_lock:
+            self.segments.close()

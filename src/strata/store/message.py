@@ -1,0 +1,85 @@
+"""The embedded API's value types: what you put, what a put returns."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from strata.format.record import Host, StoredMessage  # noqa: F401  (re-exported)
+
+
+class PutStatus(enum.Enum):
+    OK = "OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to append. ``keys`` are indexed for ``query``; ``tags`` filter ``get``."""
+
+    topic: str
+    body: bytes
+    keys: Sequence[str] = ()
+    tags: str | None = None
+    properties: Mapping[str, str] | None = None
+    queue_id: int | None = None
+    shard_key: str | None = None
+    born_timestamp: int | None = None
+    flag: int = 0
+    born_host: Host | None = None
+    reconsume_times: int = 0
+    sys_flag: int = 0
+    prepared_transaction_offset: int = 0
+
+    def __init__(self, topic: str, body: bytes, *, keys: Sequence[str] = (),
+                 tags: str | None = None, properties: Mapping[str, str] | None = None,
+                 queue_id: int | None = None, shard_key: str | None = None,
+                 born_timestamp: int | None = None, flag: int = 0,
+                 born_host: Host | None = None, reconsume_times: int = 0,
+                 sys_flag: int = 0, prepared_transaction_offset: int = 0) -> None:
+        self.topic = topic
+        self.body = body
+        self.keys = (keys,) if isinstance(keys, str) else keys
+        self.tags = tags
+        self.properties = properties
+        self.queue_id = queue_id
+        self.shard_key = shard_key
+        self.born_timestamp = born_timestamp
+        self.flag = flag
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.sys_flag = sys_flag
+        self.prepared_transaction_offset = prepared_transaction_offset
+
+
+class PutResult:
+    """Outcome of one put. ``msg_id`` is 32 hex chars: store host + commit-log offset."""
+
+    __slots__ = ("status", "commitlog_offset", "size", "store_timestamp", "topic", "queue_id",
+                 "queue_offset", "_prefix")
+
+    def __init__(self, status: PutStatus, commitlog_offset: int, size: int, store_timestamp: int,
+                 topic: str, queue_id: int, queue_offset: int, prefix: str) -> None:
+        self.status = status
+        self.commitlog_offset = commitlog_offset
+        self.size = size
+        self.store_timestamp = store_timestamp
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self._prefix = prefix
+
+    @property
+    def msg_id(self) -> str:
+        return f"{self._prefix}{self.commitlog_offset:016X}"
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.OK
+
+    def __repr__(self) -> str:
+        return (f"PutResult({self.status.name}, msg_id={self.msg_id}, topic={self.topic!r}, "
+                f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+                f"commitlog_offset={self.commitlog_offset}, size={self.size})")
