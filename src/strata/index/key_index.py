@@ -1,0 +1,567 @@
+"""The key index: find the commit-log offsets of messages by ``topic#key``.
+
+A directory of fixed-size, mmapped index files (layout in ``strata.format.key_index``), each
+named by the commit-log offset of its first entry. An entry is appended for every key of every
+message, in commit-log order; it becomes the head of its hash slot and links to the previous
+head, so a slot's chain runs newest to oldest. A query walks the chain of the key's slot in each
+file, newest file first, and yields every offset whose 32-bit hash and coarse time match. It
+never compares keys: the caller reads each candidate record and checks the real topic, key and
+timestamp (two keys with the same hash must never return each other's messages).
+
+One writer per directory (the store's dispatch thread); any number of read-only views, in this
+or other processes, see a batch once its header counters are written.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from strata.errors import (CorruptStoreError, DiskFullError, InvalidConfigError,
+                           InvalidInputError, ReadOnlyStoreError, StoreClosedError)
+from strata.format import key_index as fmt
+
+DEFAULT_SLOTS = 5_000_000
+DEFAULT_ENTRIES = 20_000_000
+
+_ENTRY = fmt.ENTRY
+_SLOT = fmt.SLOT
+_HASH_MASK = fmt.HASH_MASK
+_DELTA_MIN = fmt.DELTA_MIN
+_DELTA_MAX = fmt.DELTA_MAX
+_NOT_MONO = fmt.FLAG_TIMES_NOT_MONOTONE
+_SEALED = fmt.FLAG_SEALED
+_TMP_SUFFIX = ".tmp"
+_SLOTS_AT = fmt.HEADER_BYTES
+assert fmt.ENTRY_BYTES == 20 and fmt.SLOT_BYTES == 4   # hard-coded in the hot loops
+
+
+class _IndexFile:
+    """One mapped index file: its immutable geometry plus the writer's copy of the counters."""
+
+    __slots__ = ("path", "name", "order", "inode", "mm", "slots", "capacity", "entries_pos",
+                 "begin_offset", "base_ts", "flags", "end_offset", "count", "used", "min_d",
+                 "max_d", "last_d", "dirty")
+
+    def __init__(self, path: Path, mm: mmap.mmap, header: fmt.KeyIndexHeader,
+                 order: tuple[int, int], inode: int) -> None:
+        self.path = path
+        self.name = path.name
+        self.order = order
+        self.inode = inode
+        self.mm = mm
+        self.slots = header.slots
+        self.capacity = header.entries
+        self.entries_pos = fmt.entries_position(header.slots)
+        self.begin_offset = header.begin_offset
+        self.base_ts = header.base_timestamp
+        self.dirty = False
+        self.load_counters()
+
+    def load_counters(self) -> None:
+        (self.flags, self.end_offset, self.count, self.used, self.min_d,
+         self.max_d) = fmt.peek_counters(self.mm)
+        self.last_d = (_ENTRY.unpack_from(self.mm, self.entries_pos + (self.count - 1) * 20)[2]
+                       if self.count > 1 else 0)
+
+    def store_counters(self) -> None:
+        fmt.write_counters(self.mm, self.flags, self.end_offset, self.count, self.used,
+                           self.min_d, self.max_d)
+
+    def entries_view(self, count: int | None = None) -> np.ndarray:
+        """numpy view of entries [0, count) (the writer's count by default)."""
+        n = self.count if count is None else count
+        return np.frombuffer(self.mm, dtype=fmt.ENTRY_DTYPE, count=n, offset=self.entries_pos)
+
+    def slots_view(self) -> np.ndarray:
+        return np.frombuffer(self.mm, dtype="<u4", count=self.slots, offset=fmt.HEADER_BYTES)
+
+    def info(self) -> dict:
+        flags, end, count, used, min_d, max_d = fmt.peek_counters(self.mm)
+        lo, hi = fmt.time_range(self.base_ts, min_d, max_d)
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "entries": count - 1,
+            "capacity": self.capacity - 1,
+            "slots": self.slots,
+            "used_slots": used,
+            "begin_timestamp": lo if count > 1 else None,
+            "end_timestamp": hi if count > 1 else None,
+            "begin_offset": self.begin_offset,
+            "end_offset": end if count > 1 else None,
+            "sealed": bool(flags & _SEALED),
+            "size": len(self.mm),
+        }
+
+
+def _validate_geometry(slots: object, entries: object) -> None:
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= fmt.MAX_SLOTS:
+        raise InvalidConfigError(f"key index slots must be an int in 1..{fmt.MAX_SLOTS}, "
+                                 f"got {slots!r}")
+    if (not isinstance(entries, int) or isinstance(entries, bool)
+            or not 2 <= entries <= fmt.MAX_ENTRIES):
+        raise InvalidConfigError(f"key index entries must be an int in 2..{fmt.MAX_ENTRIES} "
+                                 f"(entry 0 is never used), got {entries!r}")
+
+
+@dataclass(frozen=True)
+class _Repair:
+    """What opening found wrong with an unsealed file and fixed (kept for tests and logs)."""
+
+    name: str
+    entries_before: int
+    entries_after: int
+
+
+class KeyIndex:
+    """Hash-slot key index over the commit log: ``topic#key`` → candidate physical offsets."""
+
+    def __init__(self, directory: str | Path, *, slots: int = DEFAULT_SLOTS,
+                 entries: int = DEFAULT_ENTRIES, hash_fn: Callable[[str], int] | None = None,
+                 readonly: bool = False) -> None:
+        _validate_geometry(slots, entries)
+        if hash_fn is not None and not callable(hash_fn):
+            raise InvalidConfigError(f"hash_fn must be callable, got {hash_fn!r}")
+        self.directory = Path(directory)
+        self.slots = slots
+        self.entries = entries
+        self.readonly = readonly
+        self._hash = hash_fn if hash_fn is not None else fmt.key_hash
+        self._lock = threading.Lock()
+        self._files: list[_IndexFile] = []
+        self._closed = False
+        self.repairs: list[_Repair] = []
+        if readonly:
+            self._rescan()
+        else:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._open_for_writing()
+
+    # ------------------------------------------------------------------ opening
+
+    def _map(self, path: Path, order: tuple[int, int]) -> _IndexFile:
+        """Map and validate one file; CorruptStoreError naming it if its header is bad."""
+        flags = os.O_RDONLY if self.readonly else os.O_RDWR
+        fd = os.open(path, flags)
+        try:
+            st = os.fstat(fd)
+            length = st.st_size
+            try:
+                if length < fmt.HEADER_BYTES:
+                    raise ValueError(f"file is {length} bytes, shorter than a key index header")
+                header = fmt.KeyIndexHeader.decode(os.pread(fd, fmt.HEADER_BYTES, 0))
+                header.validate(length)
+            except ValueError as exc:
+                raise CorruptStoreError(f"key index file {path}: {exc}") from None
+            if order[0] != header.begin_offset:
+                raise CorruptStoreError(
+                    f"key index file {path}: its name says offset {order[0]} but its header "
+                    f"says {header.begin_offset}")
+            access = mmap.ACCESS_READ if self.readonly else mmap.ACCESS_WRITE
+            mm = mmap.mmap(fd, length, access=access)
+        finally:
+            os.close(fd)
+        return _IndexFile(path, mm, header, order, st.st_ino)
+
+    def _listing(self) -> list[tuple[tuple[int, int], str, int]]:
+        """(order, name, inode) of every index file in the directory, oldest first."""
+        found = []
+        try:
+            with os.scandir(self.directory) as it:
+                for e in it:
+                    order = fmt.parse_file_name(e.name)
+                    if order is not None:
+                        found.append((order, e.name, e.inode()))
+        except FileNotFoundError:
+            return []
+        found.sort()
+        return found
+
+    def _open_for_writing(self) -> None:
+        for e in os.scandir(self.directory):
+            if e.name.endswith(_TMP_SUFFIX) and fmt.parse_file_name(e.name[:-4]) is not None:
+                os.unlink(e.path)        # a creation interrupted before its rename
+        for order, name, _ino in self._listing():
+            self._files.append(self._map(self.directory / name, order))
+        # A file whose first batch never reached its header holds nothing: drop it.
+        while self._files and self._files[-1].count == 1:
+            self._delete(self._files.pop())
+        for f in self._files:
+            if not f.flags & _SEALED:
+                self._check_and_repair(f)
+
+    def _rescan(self) -> None:
+        """Readonly: follow the writer's files (new, deleted, replaced) without locks."""
+        current = {(f.name, f.inode): f for f in self._files}
+        files = []
+        for order, name, ino in self._listing():
+            f = current.get((name, ino))
+            if f is None:
+                try:
+                    f = self._map(self.directory / name, order)
+                except FileNotFoundError:
+                    continue                    # deleted by the writer meanwhile
+            files.append(f)
+        self._files = files                     # dropped maps unmap when no walk holds them
+
+    def _check_and_repair(self, f: _IndexFile) -> None:
+        """Make an unsealed file consistent after a crash.
+
+        A batch writes entries, then slot heads, then the header counters. A crash in between
+        leaves slot heads pointing at entries the header does not count; a power loss can also
+        leave counted entries unwritten. Entries are checked (offsets non-decreasing, links
+        pointing backwards); the file is cut at the first bad one and its slots rebuilt from the
+        entries that remain. The caller replays the log from ``indexed_end()`` afterwards.
+        """
+        ents = f.entries_view()[1:]
+        n = len(ents)
+        good = n
+        if n:
+            offsets = ents["offset"]
+            prev = ents["prev"]
+            numbers = np.arange(1, n + 1, dtype=np.int64)
+            bad = (prev < 0) | (prev >= numbers) | (offsets < f.begin_offset)
+            bad[1:] |= offsets[1:] < offsets[:-1]
+            hits = np.flatnonzero(bad)
+            if hits.size:
+                good = int(hits[0])
+        heads = f.slots_view()
+        if (good == n and n and ents["offset"][-1] == f.end_offset
+                and int(heads.max(initial=0)) < f.count
+                and int(np.count_nonzero(heads)) == f.used):
+            return
+        if good == n and n == 0 and not heads.any():
+            return
+        before = f.count - 1
+        high = min(max(f.count, int(heads.max(initial=0)) + 1), f.capacity)
+        self._rebuild(f, good + 1, high)
+        self.repairs.append(_Repair(f.name, before, good))
+
+    def _rebuild(self, f: _IndexFile, count: int, high: int) -> None:
+        """Keep entries [1, count): rebuild slots and counters from them, zero the rest."""
+        heads = f.slots_view()
+        ents = f.entries_view(max(high, count))
+        kept = ents[1:count]
+        heads_new = np.zeros(f.slots, dtype="<u4")
+        if len(kept):
+            slot_of = kept["hash"].astype(np.int64) % f.slots
+            uniq, first_from_end = np.unique(slot_of[::-1], return_index=True)
+            heads_new[uniq] = (len(kept) - first_from_end).astype("<u4")
+        heads[:] = heads_new
+        tail = f.mm
+        start = f.entries_pos + count * fmt.ENTRY_BYTES
+        stop = f.entries_pos + max(high, count) * fmt.ENTRY_BYTES
+        if stop > start:
+            tail[start:stop] = bytes(stop - start)
+        self._recount(f, count, int(np.count_nonzero(heads_new)))
+
+    def _recount(self, f: _IndexFile, count: int, used: int) -> None:
+        """Set a file's counters to describe entries [1, count) and write them."""
+        kept = f.entries_view(count)[1:]
+        f.count = count
+        f.used = used
+        if len(kept):
+            d = kept["delta"]
+            f.end_offset = int(kept["offset"][-1])
+            f.min_d, f.max_d, f.last_d = int(d.min()), int(d.max()), int(d[-1])
+            f.flags = _NOT_MONO if len(d) > 1 and bool((d[1:] < d[:-1]).any()) else 0
+        else:
+            f.end_offset, f.min_d, f.max_d, f.last_d, f.flags = -1, 0, 0, 0, 0
+        f.store_counters()
+        f.dirty = True
+
+    # ------------------------------------------------------------------ writing
+
+    def _create(self, begin_offset: int, base_ts: int) -> _IndexFile:
+        """Create, reserve and map the next file; DiskFullError leaves nothing behind."""
+        seq = 0
+        if self._files and self._files[-1].begin_offset == begin_offset:
+            seq = self._files[-1].order[1] + 1
+        name = fmt.file_name(begin_offset, seq)
+        path = self.directory / name
+        tmp = self.directory / (name + _TMP_SUFFIX)
+        size = fmt.file_size(self.slots, self.entries)
+        header = fmt.KeyIndexHeader(slots=self.slots, entries=self.entries,
+                                    begin_offset=begin_offset, base_timestamp=base_ts)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFullError(
+                        f"no space left to create key index file {path} ({size:,} bytes); "
+                        "existing index files are intact") from exc
+                raise
+            os.pwrite(fd, header.encode(), 0)
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+            os.rename(tmp, path)
+            ino = os.fstat(fd).st_ino
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        os.close(fd)
+        f = _IndexFile(path, mm, header, (begin_offset, seq), ino)
+        f.dirty = True
+        self._files.append(f)
+        return f
+
+    def put_batch(self, items: Sequence[tuple[str, int, int]]) -> None:
+        """Index ``(key, physical_offset, store_timestamp_ms)`` items in commit-log order.
+
+        Items below ``indexed_end()`` are skipped (replay is harmless); all keys of one message
+        must come in the same batch. A batch is all or nothing: if a new file cannot be created
+        (disk full) the batch's entries are undone before DiskFullError is raised.
+        """
+        self._writable()
+        with self._lock:
+            start_end = self._end_locked()
+            try:
+                self._put_locked(items, start_end)
+            except BaseException:
+                self._truncate_locked(start_end)
+                raise
+
+    def _put_locked(self, items: Sequence[tuple[str, int, int]], start_end: int) -> None:
+        hash_fn = self._hash
+        pack_entry = _ENTRY.pack_into
+        pack_slot = _SLOT.pack_into
+        read_slot = _SLOT.unpack_from
+        f = self._files[-1] if self._files else None
+        if f is not None:
+            mm, slots, epos, cap, base = f.mm, f.slots, f.entries_pos, f.capacity, f.base_ts
+            count, used, min_d, max_d, last_d = f.count, f.used, f.min_d, f.max_d, f.last_d
+            not_mono = f.flags & _NOT_MONO
+        else:
+            count = cap = 0                     # forces a file on the first item
+        last = start_end - 1
+        try:
+            for key, phys, ts in items:
+                if phys < start_end:
+                    continue
+                if phys < last:
+                    raise InvalidInputError(
+                        f"key index items must come in commit-log order: offset {phys} "
+                        f"follows {last}")
+                if count >= cap:
+                    if f is not None:
+                        f.count, f.used, f.min_d, f.max_d, f.last_d = count, used, min_d, \
+                            max_d, last_d
+                        f.flags = (f.flags & ~_NOT_MONO) | not_mono
+                        f.end_offset = last
+                        f.store_counters()
+                    f = self._create(phys, ts)
+                    mm, slots, epos, cap, base = f.mm, f.slots, f.entries_pos, f.capacity, \
+                        f.base_ts
+                    count, used, min_d, max_d, last_d, not_mono = 1, 0, 0, 0, 0, 0
+                h = hash_fn(key) & _HASH_MASK
+                spos = _SLOTS_AT + (h % slots) * 4
+                head = read_slot(mm, spos)[0]
+                d = (ts - base) // 1000
+                if not _DELTA_MIN <= d <= _DELTA_MAX:
+                    d = _DELTA_MAX if d > 0 else _DELTA_MIN
+                pack_entry(mm, epos + count * 20, h, phys, d, head)
+                pack_slot(mm, spos, count)
+                if not head:
+                    used += 1
+                if d < last_d:
+                    not_mono = _NOT_MONO
+                    if d < min_d:
+                        min_d = d
+                elif d > max_d:
+                    max_d = d
+                last_d = d
+                count += 1
+                last = phys
+        finally:
+            if f is not None and count:
+                f.count, f.used, f.min_d, f.max_d, f.last_d = count, used, min_d, max_d, last_d
+                f.flags = (f.flags & ~_NOT_MONO) | not_mono
+                if count > 1:
+                    f.end_offset = _ENTRY.unpack_from(mm, epos + (count - 1) * 20)[1]
+                f.store_counters()
+                f.dirty = True
+
+    # ------------------------------------------------------------------ reading
+
+    def indexed_end(self) -> int:
+        """One past the largest physical offset indexed (0 when nothing is)."""
+        self._open()
+        if self.readonly:
+            self._rescan()
+        with self._lock:
+            return self._end_locked()
+
+    def _end_locked(self) -> int:
+        for f in reversed(self._files):
+            _flags, end, count, _u, _a, _b = fmt.peek_counters(f.mm)
+            if count > 1:
+                return end + 1
+        return 0
+
+    def candidates(self, key: str, begin_ms: int, end_ms: int) -> Iterator[int]:
+        """Physical offsets whose entry hash equals ``hash(key)`` and whose second overlaps
+        ``[begin_ms, end_ms]``, newest first, without duplicates.
+
+        Raw candidates: a different key with the same hash is included. The caller reads each
+        record and keeps it only if its topic, key and exact store time match.
+        """
+        self._open()
+        if self.readonly:
+            self._rescan()
+        h = self._hash(key) & _HASH_MASK
+        files = list(self._files)
+        return self._walk(files, h, begin_ms, end_ms)
+
+    def _walk(self, files: list[_IndexFile], h: int, begin_ms: int,
+              end_ms: int) -> Iterator[int]:
+        unpack_entry = _ENTRY.unpack_from
+        seen: set[int] = set()
+        for f in reversed(files):
+            mm = f.mm
+            if mm.closed:
+                raise StoreClosedError("the key index was closed during a query")
+            flags, _end, count, _used, min_d, max_d = fmt.peek_counters(mm)
+            if count <= 1:
+                continue
+            lo, hi = fmt.delta_bounds(begin_ms, end_ms, f.base_ts)
+            if max_d < lo or min_d > hi:
+                continue
+            mono = not flags & _NOT_MONO
+            epos = f.entries_pos
+            n = _SLOT.unpack_from(mm, _SLOTS_AT + (h % f.slots) * 4)[0]
+            if n >= f.capacity:                # a damaged head; never follow it out of the file
+                continue
+            while n:
+                eh, phys, d, prev = unpack_entry(mm, epos + n * 20)
+                if n < count:                  # entries past the counters are not yet visible
+                    if d < lo:
+                        if mono:
+                            break
+                    elif eh == h and d <= hi and phys not in seen:
+                        seen.add(phys)
+                        yield phys
+                if prev >= n:                  # links always point backwards; stop on damage
+                    break
+                n = prev
+
+    def files(self) -> list[dict]:
+        """Per file, oldest first: name, path, entries used, capacity, slots, used slots,
+        coarse begin/end store time (ms), begin/end physical offset, sealed."""
+        self._open()
+        if self.readonly:
+            self._rescan()
+        return [f.info() for f in list(self._files)]
+
+    # ------------------------------------------------------------------ recovery, retention
+
+    def truncate(self, physical_offset: int) -> None:
+        """Forget every entry at ``physical_offset`` or beyond (recovery after the log was cut).
+
+        Undoing entries newest first (slot := entry.prev) restores exactly the state the index
+        had before they were added; files that begin at or beyond the offset are deleted.
+        """
+        self._writable()
+        with self._lock:
+            self._truncate_locked(physical_offset)
+
+    def _truncate_locked(self, physical_offset: int) -> None:
+        while self._files and self._files[-1].begin_offset >= physical_offset:
+            self._delete(self._files.pop())
+        if not self._files:
+            return
+        f = self._files[-1]
+        ents = f.entries_view()
+        offsets = ents["offset"][1:]
+        cut = 1 + int(np.searchsorted(offsets, physical_offset, side="left"))
+        if cut >= f.count:
+            return
+        removed = ents[cut:f.count]
+        slot_of = removed["hash"].astype(np.int64) % f.slots
+        uniq, first = np.unique(slot_of, return_index=True)
+        restored = removed["prev"][first]
+        heads = f.slots_view()
+        heads[uniq] = restored.astype("<u4")
+        used = f.used - int(np.count_nonzero(restored == 0))
+        start = f.entries_pos + cut * fmt.ENTRY_BYTES
+        stop = f.entries_pos + f.count * fmt.ENTRY_BYTES
+        f.mm[start:stop] = bytes(stop - start)
+        del ents, offsets, removed
+        self._recount(f, cut, used)
+
+    def delete_files_below(self, min_physical_offset: int) -> int:
+        """Retention: delete files whose newest entry is below ``min_physical_offset``, never
+        the newest file; returns how many were deleted."""
+        self._writable()
+        with self._lock:
+            doomed = [f for f in self._files[:-1] if f.end_offset < min_physical_offset]
+            for f in doomed:
+                self._files.remove(f)
+                self._delete(f)
+            return len(doomed)
+
+    def _delete(self, f: _IndexFile) -> None:
+        """Unlink a file. Its map is left to the garbage collector so a walk in another thread
+        that still holds it finishes safely; readers in other processes keep their own maps."""
+        try:
+            os.unlink(f.path)
+        except FileNotFoundError:
+            pass
+
+    # ------------------------------------------------------------------ durability, life cycle
+
+    def flush(self) -> None:
+        """msync every file written since the last flush; a full file is then marked sealed."""
+        if self.readonly or self._closed:
+            return
+        with self._lock:
+            for f in self._files:
+                if not f.dirty:
+                    continue
+                f.dirty = False
+                f.mm.flush()
+                if f.count >= f.capacity and not f.flags & _SEALED and f is not self._files[-1]:
+                    f.flags |= _SEALED
+                    f.store_counters()
+                    f.mm.flush(0, min(mmap.PAGESIZE, len(f.mm)))
+
+    def close(self) -> None:
+        """Flush (writer) and unmap everything; further calls raise StoreClosedError."""
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            self._closed = True
+            for f in self._files:
+                try:
+                    f.mm.close()
+                except BufferError:
+                    pass                        # a numpy view still alive; GC unmaps it later
+            self._files = []
+
+    def __enter__(self) -> "KeyIndex":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the key index is closed")
+
+    def _writable(self) -> None:
+        self._open()
+        if self.readonly:
+            raise ReadOnlyStoreError(f"key index {self.directory} is open read-only")
