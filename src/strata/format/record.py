@@ -123,8 +123,12 @@ def encode_properties(keys: Iterable[str], tags: str | None,
     def entry(name: str, value: str) -> None:
         if not isinstance(value, str):
             raise InvalidInputError(f"property {name!r} must be a str, got {type(value).__name__}")
-        nb = name.encode("utf-8")
-        vb = value.encode("utf-8")
+        try:
+            nb = name.encode("utf-8")
+            vb = value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(
+                f"property {name!r} cannot be encoded as UTF-8 ({exc.reason})") from None
         if len(nb) > 0xFFFF or len(vb) > 0xFFFF:
             raise MessageTooLargeError(f"property {name!r} is longer than 65535 encoded bytes")
         out.extend(_ENTRY_LEN.pack(len(nb)))
@@ -418,3 +422,29 @@ def parse_msg_id(msg_id: str) -> tuple[Host, int]:
     packer = _MSGID_V6 if len(raw) == 28 else _MSGID_V4
     addr, port, offset = packer.unpack(raw)
     return (str(ipaddress.ip_address(addr)), port), offset
+
+
+_KEYS_B = PROP_KEYS.encode()
+_TAGS_B = PROP_TAGS.encode()
+_UNIQ_B = PROP_UNIQ_KEY.encode()
+
+
+def dispatch_properties(buf) -> tuple[list[str], str | None, str | None]:
+    """(keys, tags, unique key) from a properties section in one pass (dispatch path)."""
+    keys: list[str] = []
+    tags = uniq = None
+    pos, end = 0, len(buf)
+    unpack = _ENTRY_LEN.unpack_from
+    while pos < end:
+        (nl,) = unpack(buf, pos)
+        name = bytes(buf[pos + 2:pos + 2 + nl])
+        pos += 2 + nl
+        (vl,) = unpack(buf, pos)
+        if name == _KEYS_B:
+            keys.append(bytes(buf[pos + 2:pos + 2 + vl]).decode("utf-8"))
+        elif name == _TAGS_B:
+            tags = bytes(buf[pos + 2:pos + 2 + vl]).decode("utf-8")
+        elif name == _UNIQ_B:
+            uniq = bytes(buf[pos + 2:pos + 2 + vl]).decode("utf-8")
+        pos += 2 + vl
+    return keys, tags, uniq
