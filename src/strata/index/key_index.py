@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
+from crc32c import crc32c
 
 from strata.errors import (CorruptStoreError, DiskFullError, InvalidConfigError,
                            InvalidInputError, ReadOnlyStoreError, StoreClosedError)
@@ -110,6 +111,15 @@ def _validate_geometry(slots: object, entries: object) -> None:
             or not 2 <= entries <= fmt.MAX_ENTRIES):
         raise InvalidConfigError(f"key index entries must be an int in 2..{fmt.MAX_ENTRIES} "
                                  f"(entry 0 is never used), got {entries!r}")
+
+
+def _zero(mm: mmap.mmap, start: int, stop: int) -> None:
+    """Zero bytes [start, stop) of a map in bounded chunks."""
+    chunk = bytes(min(max(stop - start, 0), 1 << 22))
+    while start < stop:
+        n = min(len(chunk), stop - start)
+        mm[start:start + n] = chunk[:n] if n < len(chunk) else chunk
+        start += n
 
 
 @dataclass(frozen=True)
@@ -256,11 +266,8 @@ class KeyIndex:
             uniq, first_from_end = np.unique(slot_of[::-1], return_index=True)
             heads_new[uniq] = (len(kept) - first_from_end).astype("<u4")
         heads[:] = heads_new
-        tail = f.mm
-        start = f.entries_pos + count * fmt.ENTRY_BYTES
-        stop = f.entries_pos + max(high, count) * fmt.ENTRY_BYTES
-        if stop > start:
-            tail[start:stop] = bytes(stop - start)
+        _zero(f.mm, f.entries_pos + count * fmt.ENTRY_BYTES,
+              f.entries_pos + max(high, count) * fmt.ENTRY_BYTES)
         self._recount(f, count, int(np.count_nonzero(heads_new)))
 
     def _recount(self, f: _IndexFile, count: int, used: int) -> None:
@@ -336,9 +343,12 @@ class KeyIndex:
 
     def _put_locked(self, items: Sequence[tuple[str, int, int]], start_end: int) -> None:
         hash_fn = self._hash
+        inline_crc = hash_fn is fmt.key_hash      # the default, inlined: saves a call per key
+        crc = crc32c
         pack_entry = _ENTRY.pack_into
         pack_slot = _SLOT.pack_into
         read_slot = _SLOT.unpack_from
+        mask, dmin, dmax, slots_at = _HASH_MASK, _DELTA_MIN, _DELTA_MAX, _SLOTS_AT
         f = self._files[-1] if self._files else None
         if f is not None:
             mm, slots, epos, cap, base = f.mm, f.slots, f.entries_pos, f.capacity, f.base_ts
@@ -366,23 +376,24 @@ class KeyIndex:
                     mm, slots, epos, cap, base = f.mm, f.slots, f.entries_pos, f.capacity, \
                         f.base_ts
                     count, used, min_d, max_d, last_d, not_mono = 1, 0, 0, 0, 0, 0
-                h = hash_fn(key) & _HASH_MASK
-                spos = _SLOTS_AT + (h % slots) * 4
+                h = (crc(key.encode()) if inline_crc else hash_fn(key)) & mask
+                spos = slots_at + (h % slots) * 4
                 head = read_slot(mm, spos)[0]
                 d = (ts - base) // 1000
-                if not _DELTA_MIN <= d <= _DELTA_MAX:
-                    d = _DELTA_MAX if d > 0 else _DELTA_MIN
+                if d != last_d:                 # most keys share their predecessor's second
+                    if not dmin <= d <= dmax:
+                        d = dmax if d > 0 else dmin
+                    if d < last_d:
+                        not_mono = _NOT_MONO
+                        if d < min_d:
+                            min_d = d
+                    elif d > max_d:
+                        max_d = d
+                    last_d = d
                 pack_entry(mm, epos + count * 20, h, phys, d, head)
                 pack_slot(mm, spos, count)
                 if not head:
                     used += 1
-                if d < last_d:
-                    not_mono = _NOT_MONO
-                    if d < min_d:
-                        min_d = d
-                elif d > max_d:
-                    max_d = d
-                last_d = d
                 count += 1
                 last = phys
         finally:
@@ -495,9 +506,8 @@ class KeyIndex:
         heads = f.slots_view()
         heads[uniq] = restored.astype("<u4")
         used = f.used - int(np.count_nonzero(restored == 0))
-        start = f.entries_pos + cut * fmt.ENTRY_BYTES
-        stop = f.entries_pos + f.count * fmt.ENTRY_BYTES
-        f.mm[start:stop] = bytes(stop - start)
+        _zero(f.mm, f.entries_pos + cut * fmt.ENTRY_BYTES,
+              f.entries_pos + f.count * fmt.ENTRY_BYTES)
         del ents, offsets, removed
         self._recount(f, cut, used)
 

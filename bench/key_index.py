@@ -1,0 +1,87 @@
+"""Key index benchmark: put throughput and candidate-walk latency on N keys; prints JSON.
+
+    python bench/key_index.py [N] [DIR]
+
+N keys (default 1,000,000) go into one file of N/4 slots (the default 1:4 ratio) in batches of
+1,000, each key ``topic#key-i`` on its own message; then random present and absent keys are
+queried over the whole time range. DIR defaults to a fresh temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from strata.index.key_index import KeyIndex
+
+BATCH = 1000
+QUERIES = 20_000
+T0 = 1_700_000_000_000
+
+
+def pct(xs: list[float], p: float) -> float:
+    return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1e6, 2)
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    root = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp(prefix="ki-bench-"))
+    directory = root / "index"
+    slots = max(1, n // 4)
+    items = [(f"TopicA#key-{i}", i * 300, T0 + i // 10) for i in range(n)]
+    try:
+        ki = KeyIndex(directory, slots=slots, entries=n + 1)
+        t = time.perf_counter()
+        for j in range(0, n, BATCH):
+            ki.put_batch(items[j:j + BATCH])
+        put_s = time.perf_counter() - t
+        t = time.perf_counter()
+        ki.put_batch(items[-BATCH:])                       # replay: all skipped
+        replay_s = time.perf_counter() - t
+
+        rng = random.Random(1)
+        hit, miss = [], []
+        for _ in range(QUERIES):
+            i = rng.randrange(n)
+            key = items[i][0]
+            t = time.perf_counter()
+            got = list(ki.candidates(key, 0, 1 << 62))
+            hit.append(time.perf_counter() - t)
+            assert i * 300 in got
+            t = time.perf_counter()
+            list(ki.candidates(f"TopicB#absent-{i}", 0, 1 << 62))
+            miss.append(time.perf_counter() - t)
+        hit.sort(), miss.sort()
+        t = time.perf_counter()
+        ki.flush()
+        flush_s = time.perf_counter() - t
+        ki.close()
+        t = time.perf_counter()
+        KeyIndex(directory, slots=slots, entries=n + 1).close()   # includes the crash check
+        reopen_s = time.perf_counter() - t
+        info = {
+            "keys": n,
+            "slots": slots,
+            "file_bytes": sum(p.stat().st_size for p in directory.iterdir()),
+            "puts_per_s": round(n / put_s),
+            "replay_batch_us": round(replay_s * 1e6, 1),
+            "query_hit_p50_us": pct(hit, 0.50),
+            "query_hit_p99_us": pct(hit, 0.99),
+            "query_miss_p50_us": pct(miss, 0.50),
+            "query_miss_p99_us": pct(miss, 0.99),
+            "flush_s": round(flush_s, 3),
+            "reopen_s": round(reopen_s, 3),
+        }
+        print(json.dumps(info, indent=2))
+    finally:
+        if len(sys.argv) <= 2:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
