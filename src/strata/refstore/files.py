@@ -1,0 +1,175 @@
+"""Data-file I/O: the directory lock, the current file's buffered writer, pread of old files."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+
+from strata.errors import DiskFullError, StoreLockedError
+from strata.format import refstore_record as rec
+
+from . import layout
+
+
+class DirectoryLock:
+    """An exclusive ``flock`` on the store's lock file: one owner per directory."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, layout.LOCK_NAME)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise StoreLockedError(
+                f"ref store {directory!r} is already open for writing by another owner") from None
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _write_all(fd: int, data, pos: int) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.pwrite(fd, view, pos)
+            view = view[n:]
+            pos += n
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise DiskFullError(errno.ENOSPC, "no space left for ref-store data") from exc
+        raise
+    finally:
+        view.release()
+
+
+class CurrentFile:
+    """The file new records are appended to, with a write buffer in front of it.
+
+    ``size`` counts buffered bytes too; ``flushed`` is how far the OS has the bytes. Only the
+    store's server thread appends; readers copy from the buffer under the store lock.
+    """
+
+    def __init__(self, directory: str, number: int, size: int, buffer_limit: int) -> None:
+        self.number = number
+        self.path = layout.data_path(directory, number)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self.fd).st_size != size:
+            os.ftruncate(self.fd, size)
+        self.size = size
+        self.flushed = size
+        self.synced = size
+        self.buffer = bytearray()
+        self.buffer_limit = buffer_limit
+
+    def append(self, msg_id: bytes, body: bytes) -> tuple[int, int]:
+        """Buffer one record; returns (offset, total size)."""
+        offset = self.size
+        total = rec.append(self.buffer, msg_id, body)
+        self.size = offset + total
+        return offset, total
+
+    def buffer_full(self) -> bool:
+        return len(self.buffer) >= self.buffer_limit
+
+    def flush(self) -> None:
+        """Hand the buffer to the OS."""
+        if self.buffer:
+            _write_all(self.fd, self.buffer, self.flushed)
+            self.flushed = self.size
+            self.buffer = bytearray()
+
+    def sync(self) -> None:
+        """Make everything flushed durable (fdatasync)."""
+        if self.synced != self.flushed:
+            target = self.flushed
+            os.fdatasync(self.fd)
+            self.synced = target
+
+    def read_buffered(self, offset: int, total: int) -> bytes | None:
+        """The bytes of a record still in the buffer, or None if the OS already has it."""
+        if offset < self.flushed:
+            return None
+        start = offset - self.flushed
+        return bytes(self.buffer[start:start + total])
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.flush()
+            self.sync()
+            os.close(self.fd)
+            self.fd = -1
+
+
+class FileReaders:
+    """One shared read descriptor per data file; ``pread`` is safe from many threads."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._fds: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def pread(self, number: int, offset: int, length: int) -> bytes:
+        fd = self._fds.get(number)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(number)
+                if fd is None:
+                    fd = os.open(layout.data_path(self.directory, number), os.O_RDONLY)
+                    self._fds[number] = fd
+        data = os.pread(fd, length, offset)
+        if len(data) < length:
+            more = [data]
+            got = len(data)
+            while got < length:
+                chunk = os.pread(fd, length - got, offset + got)
+                if not chunk:
+                    break
+                more.append(chunk)
+                got += len(chunk)
+            data = b"".join(more)
+        return data
+
+    def close(self, number: int) -> None:
+        with self._lock:
+            fd = self._fds.pop(number, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close_all(self) -> None:
+        with self._lock:
+            fds = list(self._fds.values())
+            self._fds.clear()
+        for fd in fds:
+            os.close(fd)
+
+
+def read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def append_and_sync(path: str, data, at: int | None = None) -> int:
+    """Write ``data`` at ``at`` (default: the end) of ``path`` and fsync; returns the new size."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        pos = os.fstat(fd).st_size if at is None else at
+        _write_all(fd, data, pos)
+        os.fsync(fd)
+        return pos + len(data)
+    finally:
+        os.close(fd)
+
+
+def truncate_and_sync(path: str, size: int) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

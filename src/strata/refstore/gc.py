@@ -1,0 +1,293 @@
+"""The garbage collector: deletes emptied files and combines pairs of files (≤3.12 design).
+
+Combining (left, right), both locked so no reader, remove or contains touches them:
+
+1. read both files; a record is live if the index points at exactly its (file, offset) with a
+   ref count above 0; index entries at ref 0 that point into the pair are dropped;
+2. keep the left file's contiguous live prefix where it is;
+3. copy the left file's scattered live records to ``<left>.rst`` (fsynced), truncate the left
+   file at the end of the prefix, append the copies, delete the temp file;
+4. append the right file's live records to the left file (fsynced);
+5. point the index at the new offsets, fold the right file's summary row into the left's, and
+   unlock; then delete the right file.
+
+Every byte of live data exists in at least one whole copy at every step, so a crash anywhere
+loses nothing: start-up folds a leftover temp file back into its file and the dirty scan claims
+the first copy of each referenced message. Messages only ever move to older files or lower
+offsets, so a message nobody removes sinks to the bottom of the oldest file and stays there.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from strata.errors import StrataError
+from strata.format import refstore_record as rec
+
+from . import layout
+from .files import append_and_sync, read_file, truncate_and_sync
+from .index import FILE, OFFSET, REF
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store import RefStore
+
+log = logging.getLogger(__name__)
+
+COMBINE_STEPS = ("combine_locked", "temp_written", "left_truncated", "temp_appended",
+                 "temp_deleted", "right_appended", "index_updated", "right_deleted")
+DELETE_STEPS = ("delete_locked", "delete_index_updated", "delete_unlinked")
+
+
+class GarbageCollector:
+    """The GC thread and its job queues (deletes first, then at most one combine)."""
+
+    def __init__(self, store: "RefStore") -> None:
+        self.store = store
+        self.deletes: collections.deque[int] = collections.deque()
+        self.combines: collections.deque[tuple[int, int]] = collections.deque()
+        self.combine_pending = False
+        self.forced = False
+        self.running: tuple | None = None
+        self.combined = 0
+        self.deleted = 0
+        self.bytes_moved = 0
+        self.error: BaseException | None = None
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="refstore-gc", daemon=True)
+
+    # ------------------------------------------------------------------ thread control
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, join_timeout: float | None = None) -> None:
+        """Finish the job in progress, then unlock the files of jobs never started."""
+        st = self.store
+        with st._lock:
+            self._stop = True
+            st._changed.notify_all()
+        self._thread.join(join_timeout)
+        with st._lock:
+            files = st._summary.files
+            for left, right in self.combines:
+                for n in (left, right):
+                    if n in files:
+                        files[n].locked = False
+            for n in self.deletes:
+                if n in files:
+                    files[n].locked = False
+                    files[n].pending_delete = False
+            self.combines.clear()
+            self.deletes.clear()
+            self.combine_pending = False
+            st._changed.notify_all()
+
+    def _busy(self) -> bool:
+        return bool(self.deletes or self.combines or self.running)
+
+    def _wait(self, deadline: float | None) -> None:
+        st = self.store
+        if self.error is not None:
+            raise StrataError(f"ref store GC failed: {self.error!r}")
+        if st._crashed or st._closed:
+            raise StrataError("ref store closed while waiting for the GC")
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise TimeoutError("the ref store GC did not finish in time")
+        st._changed.wait(0.25 if left is None else min(0.25, left))
+
+    def run_until_idle(self, timeout: float | None = None):
+        """Schedule work regardless of ``auto_gc`` and wait until nothing more is due."""
+        st = self.store
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with st._lock:
+            self.forced = True
+            try:
+                st._maybe_gc(True, force=True)
+                while self._busy():
+                    self._wait(deadline)
+            finally:
+                self.forced = False
+        return st.stats()
+
+    def wait_idle(self, timeout: float | None = None):
+        st = self.store
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with st._lock:
+            while self._busy():
+                self._wait(deadline)
+        return st.stats()
+
+    def _loop(self) -> None:
+        st = self.store
+        lock = st._lock
+        while True:
+            with lock:
+                while not (self.deletes or self.combines) and not self._stop and \
+                        not st._crashed:
+                    st._changed.wait()
+                if self._stop or st._crashed:
+                    return
+                job = (("delete", self.deletes.popleft()) if self.deletes
+                       else ("combine",) + self.combines.popleft())
+                self.running = job
+            try:
+                if job[0] == "delete":
+                    self._delete(job[1])
+                else:
+                    self._combine(job[1], job[2])
+            except BaseException as exc:
+                if not st._crashed:
+                    log.error("ref store %s: GC %s failed: %r", st.directory, job, exc)
+                with lock:
+                    self.error = exc
+                    if st.failure is None:
+                        st.failure = exc
+                    self.running = None
+                    st._changed.notify_all()
+                return
+            with lock:
+                self.running = None
+                if job[0] == "combine":
+                    self.combine_pending = False
+                st._maybe_gc(True)
+                st._changed.notify_all()
+
+    def _wait_no_readers(self, *numbers: int) -> None:
+        st = self.store
+        with st._lock:
+            while any(st._summary.files[n].readers for n in numbers):
+                if st._crashed:
+                    raise StrataError("ref store crashed")
+                st._changed.wait(0.25)
+
+    # ------------------------------------------------------------------ jobs
+
+    def _delete(self, number: int) -> None:
+        """Drop an emptied file: vacuum its ref-0 index entries, its summary row, the file."""
+        st = self.store
+        st._fault("delete_locked", file=number)
+        self._wait_no_readers(number)
+        path = layout.data_path(st.directory, number)
+        found = [(off, m) for off, _total, m in rec.scan(read_file(path))]
+        with st._lock:
+            index = st._index
+            for off, m in found:
+                e = index.get(m)
+                if e is not None and e[FILE] == number and e[OFFSET] == off and e[REF] > 0:
+                    log.error("ref store %s: file %d looked empty but message %s in it has "
+                              "%d references; the file is kept", st.directory, number,
+                              m.hex(), e[REF])
+                    info = st._summary.files[number]
+                    info.locked = info.pending_delete = False
+                    st._release_parked({number})
+                    st._changed.notify_all()
+                    return
+            for off, m in found:
+                index.delete_if_at(m, number, off)
+            st._summary.remove(number)
+            st._release_parked({number})
+            st._changed.notify_all()
+        st._fault("delete_index_updated", file=number)
+        st._readers.close(number)
+        os.unlink(path)
+        layout.fsync_dir(st.directory)
+        self.deleted += 1
+        st._fault("delete_unlinked", file=number)
+
+    def _live(self, number: int, data: bytes) -> list[tuple[int, int, bytes]]:
+        """Records of ``data`` that the index says are live there (lock held); ref-0 entries
+        pointing into the file are dropped on the way."""
+        index = self.store._index
+        live = []
+        for off, total, m in rec.scan(data):
+            e = index.get(m)
+            if e is not None and e[FILE] == number and e[OFFSET] == off:
+                if e[REF] > 0:
+                    live.append((off, total, m))
+                else:
+                    index.delete(m)
+        return live
+
+    def _combine(self, left: int, right: int) -> None:
+        st = self.store
+        d = st.directory
+        st._fault("combine_locked", left=left, right=right)
+        self._wait_no_readers(left, right)
+        lpath = layout.data_path(d, left)
+        rpath = layout.data_path(d, right)
+        ldata = read_file(lpath)
+        rdata = read_file(rpath)
+        with st._lock:
+            live_l = self._live(left, ldata)
+            live_r = self._live(right, rdata)
+
+        prefix_end = 0
+        k = 0
+        for off, total, _m in live_l:
+            if off != prefix_end:
+                break
+            prefix_end += total
+            k += 1
+        scattered = live_l[k:]
+
+        # left's scattered live records go through a temp file, then on top of the prefix
+        end = prefix_end
+        if scattered or len(ldata) != prefix_end:
+            tpath = layout.temp_path(d, left)
+            moved = b"".join(ldata[off:off + total] for off, total, _m in scattered)
+            if scattered:
+                append_and_sync(tpath, moved, at=0)
+                layout.fsync_dir(d)
+                st._fault("temp_written", left=left, right=right, temp=tpath)
+            truncate_and_sync(lpath, prefix_end)
+            st._fault("left_truncated", left=left, right=right)
+            if scattered:
+                end = append_and_sync(lpath, moved, at=prefix_end)
+                st._fault("temp_appended", left=left, right=right)
+                os.unlink(tpath)
+                layout.fsync_dir(d)
+                st._fault("temp_deleted", left=left, right=right)
+        # then the right file's live records
+        right_at = end
+        if live_r:
+            end = append_and_sync(
+                lpath, b"".join(rdata[off:off + total] for off, total, _m in live_r),
+                at=right_at)
+        st._fault("right_appended", left=left, right=right)
+
+        with st._lock:
+            index = st._index
+            pos = prefix_end
+            for off, total, m in scattered:
+                e = index.get(m)
+                if e is not None and e[FILE] == left and e[OFFSET] == off:
+                    e[OFFSET] = pos
+                pos += total
+            for off, total, m in live_r:
+                e = index.get(m)
+                if e is not None and e[FILE] == right and e[OFFSET] == off:
+                    e[FILE] = left
+                    e[OFFSET] = pos
+                pos += total
+            s = st._summary
+            linfo = s.files[left]
+            s.remove(right)
+            s.sum_valid += end - linfo.valid
+            s.sum_size += end - linfo.size
+            linfo.valid = linfo.size = end
+            linfo.locked = False
+            st._release_parked({left, right})
+            self.combined += 1
+            self.bytes_moved += (end - prefix_end)
+            st._changed.notify_all()
+        st._fault("index_updated", left=left, right=right)
+        st._readers.close(right)
+        os.unlink(rpath)
+        layout.fsync_dir(d)
+        st._fault("right_deleted", left=left, right=right)
