@@ -449,3 +449,13 @@ def test_model(spec, slots, entries, cut, window):
         ref.flush()
         assert snapshot(Path(d) / "a") == snapshot(Path(d) / "b")
         ki.close(), ref.close()
+
+
+def test_unencodable_key_is_refused_and_batch_undone(tmp_path):
+    ki = build(tmp_path, [("T#a", 0, T0)], slots=4, entries=11)
+    with pytest.raises(InvalidInputError, match="UTF-8"):
+        ki.put_batch([("T#b", 10, T0), ("T#\ud800", 20, T0)])
+    assert ki.indexed_end() == 1 and cands(ki, "T#b") == []
+    with pytest.raises(InvalidInputError, match="UTF-8"):
+        cands(ki, "T#\ud800")
+    ki.close()

@@ -337,6 +337,9 @@ class KeyIndex:
             start_end = self._end_locked()
             try:
                 self._put_locked(items, start_end)
+            except UnicodeEncodeError as exc:
+                self._truncate_locked(start_end)
+                raise InvalidInputError(f"key index key is not encodable as UTF-8: {exc}") from None
             except BaseException:
                 self._truncate_locked(start_end)
                 raise
@@ -432,7 +435,10 @@ class KeyIndex:
         self._open()
         if self.readonly:
             self._rescan()
-        h = self._hash(key) & _HASH_MASK
+        try:
+            h = self._hash(key) & _HASH_MASK
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(f"key index key is not encodable as UTF-8: {exc}") from None
         files = list(self._files)
         return self._walk(files, h, begin_ms, end_ms)
 
