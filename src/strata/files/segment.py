@@ -30,6 +30,7 @@ class MappedSegment:
         self.data_size = header.data_size
         self.fd = fd
         self.mm = mm
+        self.mv = memoryview(mm)  # whole-file view for zero-copy slices; released at close
         self.readonly = readonly
         self.file_ops = file_ops
         self.wrote = 0
@@ -117,7 +118,7 @@ class MappedSegment:
         """A zero-copy view of data bytes [start, end); release it before closing."""
         if end is None:
             end = self.data_size
-        return memoryview(self.mm)[HEADER_AREA + start:HEADER_AREA + end]
+        return self.mv[HEADER_AREA + start:HEADER_AREA + end]
 
     # ------------------------------------------------------------------ durability
 
@@ -181,6 +182,7 @@ class MappedSegment:
         if self.closed:
             return
         self.closed = True
+        self.mv.release()
         try:
             self.mm.close()
         except BufferError:

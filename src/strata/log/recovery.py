@@ -37,6 +37,8 @@ class RecoveryReport:
     zeroed_bytes: int = 0
     dropped_segments: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    redispatched_records: int = 0          # replayed into consume queues and key index
+    consume_queue_units_dropped: int = 0   # units past the replay point, rebuilt by replay
 
     @property
     def lost_anything(self) -> bool:

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from strata.errors import InvalidInputError
 from strata.format.record import Host, StoredMessage  # noqa: F401  (re-exported)
 
 
@@ -39,6 +40,22 @@ class Message:
                  born_timestamp: int | None = None, flag: int = 0,
                  born_host: Host | None = None, reconsume_times: int = 0,
                  sys_flag: int = 0, prepared_transaction_offset: int = 0) -> None:
+        if flag or reconsume_times or sys_flag or prepared_transaction_offset:
+            for name, v, lo, hi in (("flag", flag, -2**31, 2**31),
+                                    ("reconsume_times", reconsume_times, 0, 2**31),
+                                    ("sys_flag", sys_flag, 0, 2**31),
+                                    ("prepared_transaction_offset", prepared_transaction_offset,
+                                     0, 2**63)):
+                if not isinstance(v, int) or isinstance(v, bool) or not lo <= v < hi:
+                    raise InvalidInputError(f"{name} must be an int in [{lo}, {hi}), got {v!r}")
+        if born_timestamp is not None and (not isinstance(born_timestamp, int)
+                                           or isinstance(born_timestamp, bool)
+                                           or not 0 <= born_timestamp < 2**63):
+            raise InvalidInputError(
+                f"born_timestamp must be ms since the epoch (int >= 0), got {born_timestamp!r}")
+        if queue_id is not None and (not isinstance(queue_id, int) or isinstance(queue_id, bool)
+                                     or not 0 <= queue_id < 2**31):
+            raise InvalidInputError(f"queue_id must be a non-negative int, got {queue_id!r}")
         self.topic = topic
         self.body = body
         self.keys = (keys,) if isinstance(keys, str) else keys
@@ -83,3 +100,31 @@ class PutResult:
         return (f"PutResult({self.status.name}, msg_id={self.msg_id}, topic={self.topic!r}, "
                 f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
                 f"commitlog_offset={self.commitlog_offset}, size={self.size})")
+
+
+class GetStatus(enum.Enum):
+    """Outcome of ``store.get``; RocketMQ's statuses and next-offset rules."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+
+
+@dataclass
+class GetResult:
+    """Messages of one queue from an offset; ``next_offset`` is where to continue."""
+
+    status: GetStatus
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+    @property
+    def found(self) -> bool:
+        return self.status is GetStatus.FOUND

@@ -24,12 +24,21 @@ from strata.format.checkpoint import Checkpoint
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport, recover
 from strata.store.config import StoreConfig
-from strata.store.message import Message, PutResult, PutStatus
+from strata.format.consume_queue import BLANK_SIZE, tag_hash
+from strata.format.segment import HEADER_AREA
+from strata.index.dispatch import ReputService
+from strata.index.key_index import KeyIndex
+from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher
+from strata.store.message import GetResult, GetStatus, Message, PutResult, PutStatus
+from strata.store.retention import RetentionService
 from strata.store.topics import TopicTable
 
 log = logging.getLogger(__name__)
 
 COMMITLOG_DIR = "commitlog"
+CONSUMEQUEUE_DIR = "consumequeue"
+INDEX_DIR = "index"
+MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
 
 
 def now_ms() -> int:
@@ -93,10 +102,16 @@ class MessageStore:
                 p.name not in (LOCK_NAME,) for p in self.path.iterdir()) and readonly:
             raise StoreNotFoundError(f"{self.path} is not a strata store (no {COMMITLOG_DIR}/)")
 
-        self.topics = TopicTable(self.path, readonly=readonly, file_ops=self.file_ops)
+        self.topic_table = TopicTable(self.path, readonly=readonly, file_ops=self.file_ops)
         self.log = CommitLog(self.path / COMMITLOG_DIR, self.config.segment_size,
                              readonly=readonly, file_ops=self.file_ops,
                              prefault=self.config.prefault, preallocate=self.config.preallocate)
+        self.queues = ConsumeQueueSet(self.path / CONSUMEQUEUE_DIR, self.config.consume_queue_units,
+                                      readonly=readonly, file_ops=self.file_ops)
+        self.key_index = KeyIndex(self.path / INDEX_DIR, slots=self.config.index_slots,
+                                  entries=self.config.index_entries, readonly=readonly)
+        self._reput: ReputService | None = None
+        self.retention: RetentionService | None = None
         self.checkpoint = CheckpointFile(self.path, self.file_ops)
         self.abort_marker = AbortMarker(self.path, self.file_ops)
         self.state = StatePage(self.path, readonly=readonly)
@@ -113,17 +128,17 @@ class MessageStore:
         try:
             clean = not self.abort_marker.exists()
             cp = self.checkpoint.load()
-            self.topics.load()
+            self.topic_table.load()
             self.log.load()
             self.recovery_report = recover(self.log, cp, clean)
             self._after_log_recovered(cp)
             end = self.log.max_offset()
             # From here on a crash is unclean: the marker says so, the checkpoint loses its end.
-            self.checkpoint.store(Checkpoint(flushed_offset=end, clean_end_offset=-1,
-                                             physic_timestamp=self.log.last_store_timestamp,
-                                             min_offset=self.log.min_offset()))
+            self._write_checkpoint(clean_end=-1)
             self.abort_marker.create()
             self.state.open(confirmed=end, dispatched=end, min_offset=self.log.min_offset())
+            if self.log.segments.last() is None and self.config.preallocate:
+                self.log.segments.allocator.request(0)  # the first segment, in the background
             self._start_services()
         except BaseException:
             self.log.close()
@@ -131,24 +146,32 @@ class MessageStore:
             raise
 
     def _after_log_recovered(self, cp: Checkpoint | None) -> None:
-        """Rebuild what is derived from the log (queue offsets)."""
-        self._rebuild_queue_offsets()
+        """Bring consume queues and key index in line with the recovered log, then replay."""
+        end = self.log.max_offset()
+        start = cp.dispatched_offset if cp is not None else 0
+        start = max(self.log.min_offset(), min(start, end))
+        self.queues.load()
+        dropped = self.queues.truncate_by_phys(start)
+        self.key_index.truncate(start)
+        self.queues.correct_min_offsets(self.log.min_offset())
+        self._reput = ReputService(self.log, self.confirmed_offset,
+                                   [_TopicGate(self, self.queues),
+                                    KeyIndexDispatcher(self.key_index)],
+                                   start, on_advance=self._on_dispatched)
+        replayed = self._reput.catch_up(end)
+        if self.recovery_report is not None:
+            self.recovery_report.redispatched_records = replayed
+            self.recovery_report.consume_queue_units_dropped = dropped
+        self._queue_next = {k: cq.max_offset() for k, cq in self.queues.queues.items()}
 
-    def _rebuild_queue_offsets(self) -> None:
-        nxt: dict[tuple[str, int], int] = {}
-        limit = self.log.max_offset()
-        for seg, pos, _size in self.log.iter_records(self.log.min_offset(), limit):
-            mm = seg.mm
-            base = pos + 4096
-            _t, qid, qoff, _p, _s, _ts = rec.peek(mm, base)
-            start, n = rec.topic_span(mm, base)
-            topic = mm[start:start + n].decode("utf-8")
-            nxt[(topic, qid)] = qoff + 1
-        self._queue_next = nxt
+    def _on_dispatched(self, offset: int) -> None:
+        if self.state.mm is not None:
+            self.state.set_dispatched(offset)
 
     def _open_readonly(self) -> None:
-        self.topics.load()
+        self.topic_table.load()
         self.log.load()
+        self.queues.load()
         self._live_writer = writer_alive(self.path) and self.state.open()
         if not self._live_writer:
             cp = self.checkpoint.load()
@@ -168,7 +191,7 @@ class MessageStore:
         for seg in self.log.segments.segments:
             seg.committed = max(0, min(seg.data_size, confirmed - seg.base_offset))
         self._readonly_limit = confirmed
-        self.topics.reload()
+        self.topic_table.reload()
 
     def _start_services(self) -> None:
         cfg = self.config
@@ -182,19 +205,36 @@ class MessageStore:
                                           least_pages=cfg.flush_least_pages,
                                           thorough_ms=cfg.flush_thorough_interval_ms)
         self._flusher.start()
+        self._reput.start()
+        self.retention = RetentionService(self)
+        self.retention.start()
 
     def _background_flush(self, least_pages: int) -> int:
         flushed = self.log.flush(least_pages)
         now = time.monotonic()
         if now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000.0:
             self._last_checkpoint = now
-            self.checkpoint.store(Checkpoint(flushed_offset=flushed, clean_end_offset=-1,
-                                             physic_timestamp=self.log.last_store_timestamp,
-                                             min_offset=self.log.min_offset()))
+            self._write_checkpoint(clean_end=-1)
         return flushed
+
+    def _write_checkpoint(self, clean_end: int) -> None:
+        """Flush queues and index, then record how far they are durable."""
+        dispatched = self._reput.reput_offset if self._reput is not None else 0
+        self.queues.flush()
+        self.key_index.flush()
+        last = self.log.segments.last()
+        self.checkpoint.store(Checkpoint(
+            flushed_offset=self.log.flushed_offset(), clean_end_offset=clean_end,
+            physic_timestamp=self.log.last_store_timestamp,
+            dispatched_offset=dispatched, min_offset=self.log.min_offset(),
+            active_record_count=last.record_count if last else 0,
+            active_min_timestamp=last.min_store_timestamp if last else 0,
+            active_max_timestamp=last.max_store_timestamp if last else 0))
 
     def _after_sync_flush(self) -> None:
         self.state.set_confirmed(self._group_commit.flushed)
+        if self._reput is not None:
+            self._reput.wakeup()
 
     # ------------------------------------------------------------------ state
 
@@ -234,56 +274,70 @@ class MessageStore:
             self._topic_bytes[topic] = tb
         return tb
 
-    def _prepare(self, m: Message) -> list:
-        """Validate and encode one message outside the put lock. Raises before any change."""
-        if not isinstance(m, Message):
-            raise InvalidInputError(f"expected a strata.Message, got {type(m).__name__}")
-        tb = self._topic_encoded(m.topic)
-        body = m.body
-        if not isinstance(body, (bytes, bytearray, memoryview)):
-            if isinstance(body, str):
-                raise InvalidInputError("message body must be bytes; encode the str first "
-                                        "(e.g. body.encode())")
-            raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
-        if len(body) > self.config.max_body_size:
-            raise MessageTooLargeError(
-                f"message body of {len(body)} bytes exceeds max_body_size "
-                f"{self.config.max_body_size}")
-        if m.keys or m.tags is not None or m.properties:
-            pb = rec.encode_properties(m.keys, m.tags, m.properties)
-        else:
-            pb = b""
-        sys_flag = m.sys_flag & ~(rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6)
-        if m.born_host is None:
-            bh, b6 = self._store_host_bytes, self._store_host_v6
-        else:
-            cached = self._host_cache.get(m.born_host)
-            if cached is None:
-                cached = rec.encode_host(m.born_host)
-                self._host_cache[m.born_host] = cached
-            bh, b6 = cached
-        if b6:
-            sys_flag |= rec.SYSFLAG_BORN_HOST_V6
-        if self._store_host_v6:
-            sys_flag |= rec.SYSFLAG_STORE_HOST_V6
-        for name, v in (("flag", m.flag), ("reconsume_times", m.reconsume_times)):
-            if not isinstance(v, int) or not -2**31 <= v < 2**31:
-                raise InvalidInputError(f"{name} must be a 32-bit int, got {v!r}")
-        born = m.born_timestamp
-        if born is None:
-            born = 0
-        elif not isinstance(born, int) or born < 0:
-            raise InvalidInputError(f"born_timestamp must be ms since the epoch, got {born!r}")
-        qid = m.queue_id
-        if qid is not None and (not isinstance(qid, int) or isinstance(qid, bool) or qid < 0):
-            raise InvalidInputError(f"queue_id must be a non-negative int, got {qid!r}")
-        tail = b"".join((bh, self._store_host_bytes, tb, pb, body))
-        total = rec.HEADER_SIZE + len(tail) + rec.TRAILER_SIZE
-        if total > self.log.max_record_size():
-            raise MessageTooLargeError(f"record of {total} bytes cannot fit a segment of "
-                                       f"{self.config.segment_size} bytes")
-        return [total, qid, m.flag, 0, sys_flag, born, m.prepared_transaction_offset,
-                m.reconsume_times, len(body), len(tb), len(pb), tail]
+    def _prepare_batch(self, msgs: Sequence[Message]) -> list[list]:
+        """Validate and encode messages outside the put lock; raises before any change.
+
+        Each entry is [total, queue_id, flag, queue_offset, sys_flag, born_ts, tx_offset,
+        reconsume, body_len, topic_len, props_len, tail]; tail = hosts + topic + properties +
+        body + trailer. Queue id and offset are filled in under the lock.
+        """
+        out = []
+        append = out.append
+        topic_bytes = self._topic_bytes
+        max_body = self.config.max_body_size
+        max_record = self.log.max_record_size()
+        store_host = self._store_host_bytes
+        host_sys = rec.SYSFLAG_STORE_HOST_V6 if self._store_host_v6 else 0
+        default_born = store_host
+        default_sys = host_sys | (rec.SYSFLAG_BORN_HOST_V6 if self._store_host_v6 else 0)
+        fixed = rec.HEADER_SIZE + rec.TRAILER_SIZE
+        pack_trailer = rec.TRAILER.pack
+        join = b"".join
+        for m in msgs:
+            if m.__class__ is not Message:
+                raise InvalidInputError(f"expected a strata.Message, got {type(m).__name__}")
+            tb = topic_bytes.get(m.topic)
+            if tb is None:
+                tb = self._topic_encoded(m.topic)
+            body = m.body
+            if body.__class__ is not bytes:
+                body = self._check_body(body)
+            blen = len(body)
+            if blen > max_body:
+                raise MessageTooLargeError(
+                    f"message body of {blen} bytes exceeds max_body_size {max_body}")
+            if m.keys or m.tags is not None or m.properties:
+                pb = rec.encode_properties(m.keys, m.tags, m.properties)
+            else:
+                pb = b""
+            if m.born_host is None:
+                bh, sys_flag = default_born, default_sys
+            else:
+                cached = self._host_cache.get(m.born_host)
+                if cached is None:
+                    cached = rec.encode_host(m.born_host)
+                    self._host_cache[m.born_host] = cached
+                bh = cached[0]
+                sys_flag = host_sys | (rec.SYSFLAG_BORN_HOST_V6 if cached[1] else 0)
+            if m.sys_flag:
+                sys_flag |= m.sys_flag & ~(rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6)
+            total = fixed + len(bh) + len(store_host) + len(tb) + len(pb) + blen
+            if total > max_record:
+                raise MessageTooLargeError(f"record of {total} bytes cannot fit a segment of "
+                                           f"{self.config.segment_size} bytes")
+            append([total, m.queue_id, m.flag, 0, sys_flag, m.born_timestamp or 0,
+                    m.prepared_transaction_offset, m.reconsume_times, blen, len(tb), len(pb),
+                    join((bh, store_host, tb, pb, body, pack_trailer(total)))])
+        return out
+
+    @staticmethod
+    def _check_body(body) -> bytes:
+        if isinstance(body, (bytearray, memoryview)):
+            return bytes(body)
+        if isinstance(body, str):
+            raise InvalidInputError("message body must be bytes; encode the str first "
+                                    "(e.g. body.encode())")
+        raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
 
     def _choose_queue(self, m: Message, n_queues: int) -> int:
         if m.queue_id is not None:
@@ -310,7 +364,7 @@ class MessageStore:
         self._check_writable()
         if isinstance(msgs, Message):
             msgs = (msgs,)
-        prepared = [self._prepare(m) for m in msgs]
+        prepared = self._prepare_batch(msgs)
         if not prepared:
             return []
         with self._put_lock:
@@ -320,16 +374,23 @@ class MessageStore:
                     f"store {self.path}: disk usage is above the warning ratio "
                     f"{self.config.disk_warning_ratio:.0%}; puts are refused until space is "
                     "freed (stored data is safe)")
-            topics = self.topics.queues
+            topics = self.topic_table.queues
             default_q = self.config.default_queues
             queue_next = self._queue_next
+            rr = self._round_robin
             updates: dict[tuple[str, int], int] = {}
             for m, p in zip(msgs, prepared):
-                n_q = topics.get(m.topic)
+                topic = m.topic
+                n_q = topics.get(topic)
                 if n_q is None:
-                    n_q = self.topics.ensure(m.topic, default_q)
-                qid = self._choose_queue(m, n_q)
-                key = (m.topic, qid)
+                    n_q = self.topic_table.ensure(topic, default_q, since=self.log.max_offset())
+                if p[1] is None and m.shard_key is None:
+                    i = rr.get(topic, 0)
+                    rr[topic] = i + 1
+                    qid = i % n_q
+                else:
+                    qid = self._choose_queue(m, n_q)
+                key = (topic, qid)
                 nxt = updates.get(key)
                 if nxt is None:
                     nxt = queue_next.get(key, 0)
@@ -342,6 +403,7 @@ class MessageStore:
             end = self.log.max_offset()
             if self._group_commit is None:
                 self.state.set_confirmed(end)
+                self._reput.wakeup()
         status = PutStatus.OK
         if self._group_commit is not None:
             if not self._group_commit.wait_for(end):
@@ -381,6 +443,254 @@ class MessageStore:
                                                       strict=verify_crc):
             yield rec.decode_record(seg.mm, 4096 + pos)
 
+    # ------------------------------------------------------------------ topics and queues
+
+    def create_topic(self, topic: str, queues: int | None = None) -> bool:
+        """Create ``topic`` with ``queues`` queues (default ``config.default_queues``).
+
+        Returns False if it exists already (its queue count is not changed).
+        """
+        self._check_writable()
+        with self._put_lock:
+            return self.topic_table.create(topic, self.config.default_queues if queues is None
+                                      else queues, since=self.log.max_offset())
+
+    def delete_topic(self, topic: str) -> bool:
+        """Forget a topic: its queues go at once; its records age out with the log."""
+        self._check_writable()
+        rec.encode_topic(topic)
+        with self._put_lock:
+            if topic not in self.topic_table.queues:
+                return False
+            self.wait_dispatched()
+            self.topic_table.delete(topic)
+            self.queues.delete_topic(topic)
+            for key in [k for k in self._queue_next if k[0] == topic]:
+                del self._queue_next[key]
+            self._round_robin.pop(topic, None)
+            return True
+
+    def topics(self) -> list[str]:
+        """Names of all topics, sorted."""
+        self._check_open()
+        if self.readonly:
+            self.topic_table.reload()
+        return sorted(self.topic_table.queues)
+
+    def queue_count(self, topic: str) -> int:
+        """Number of queues of ``topic`` (0 if there is no such topic)."""
+        self._check_open()
+        if self.readonly:
+            self.topic_table.reload()
+        return self.topic_table.queues.get(topic, 0)
+
+    def _queue(self, topic: str, queue_id: int):
+        if not isinstance(queue_id, int) or isinstance(queue_id, bool):
+            raise InvalidInputError(f"queue_id must be an int, got {queue_id!r}")
+        rec.encode_topic(topic)
+        if self.readonly:
+            self.topic_table.reload()
+        n = self.topic_table.queues.get(topic)
+        if n is None or not 0 <= queue_id < n:
+            return None, False
+        return self.queues.get(topic, queue_id), True
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The smallest queue offset still stored (0 for an unknown or empty queue)."""
+        self._check_open()
+        cq, _ = self._queue(topic, queue_id)
+        return cq.min_offset() if cq is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset (= number of messages ever dispatched to the queue)."""
+        self._check_open()
+        cq, _ = self._queue(topic, queue_id)
+        return cq.max_offset() if cq is not None else 0
+
+    def _store_time_at(self, phys: int) -> int:
+        loc = self.log.locate(phys)
+        if loc is None:
+            return -1
+        seg, pos = loc
+        try:
+            return rec.I64_AT.unpack_from(seg.mm, HEADER_AREA + pos + rec.POS_STORE_TIMESTAMP)[0]
+        except ValueError:
+            return -1
+
+    def earliest_time(self, topic: str, queue_id: int) -> int:
+        """Store time (ms) of the oldest message still in the queue; -1 if none."""
+        self._check_open()
+        cq, _ = self._queue(topic, queue_id)
+        if cq is None or cq.max_offset() <= cq.min_offset():
+            return -1
+        off, _size, _t = cq.unit(cq.min_offset())
+        return self._store_time_at(off)
+
+    def wait_dispatched(self, timeout: float = 30.0) -> bool:
+        """Block until queues and index cover everything confirmed so far."""
+        self._check_open()
+        if self.readonly or self._reput is None:
+            return True
+        target = self.confirmed_offset()
+        deadline = time.monotonic() + timeout
+        while self._reput.reput_offset < target:
+            self._reput.wakeup()
+            if self._reput.error is not None:
+                raise self._reput.error
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def dispatch_behind_bytes(self) -> int:
+        if self.readonly:
+            _pid, confirmed, dispatched, _m = self.state.read() if self._live_writer \
+                else (0, 0, 0, 0)
+            return max(0, confirmed - dispatched)
+        return self._reput.behind_bytes() if self._reput is not None else 0
+
+    @staticmethod
+    def _parse_tags(tags) -> frozenset[str] | None:
+        if tags is None:
+            return None
+        if isinstance(tags, str):
+            parts = [t.strip() for t in tags.split("||")]
+        elif isinstance(tags, (list, tuple, set, frozenset)):
+            parts = [t.strip() if isinstance(t, str) else t for t in tags]
+        else:
+            raise InvalidInputError(f"tags must be a str or a list of str, got {tags!r}")
+        if any(not isinstance(t, str) for t in parts):
+            raise InvalidInputError(f"tags must be strings, got {tags!r}")
+        parts = [t for t in parts if t]
+        if not parts or "*" in parts:
+            return None
+        return frozenset(parts)
+
+    def get(self, topic: str, queue_id: int, offset: int, max_messages: int = 32, *,
+            tags=None) -> GetResult:
+        """Up to ``max_messages`` messages of a queue from ``offset``, optionally by tag."""
+        self._check_open()
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidInputError(f"offset must be an int, got {offset!r}")
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidInputError(f"max_messages must be a positive int, got {max_messages!r}")
+        wanted = self._parse_tags(tags)
+        cq, exists = self._queue(topic, queue_id)
+        if cq is None:
+            status = GetStatus.NO_MESSAGE_IN_QUEUE if exists else GetStatus.NO_MATCHED_LOGIC_QUEUE
+            return GetResult(status, [], 0, 0, 0)
+        mn, mx = cq.min_offset(), cq.max_offset()
+        if mx == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, mn, mx)
+        if offset < mn:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], mn, mn, mx)
+        if offset == mx:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, mn, mx)
+        if offset > mx:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], mx, mn, mx)
+        units = cq.read_units(offset, max(max_messages, MAX_SCAN_UNITS) if wanted
+                              else max_messages)
+        if len(units) == 0:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.file_end_unit(offset), mn, mx)
+        limit = self.confirmed_offset()
+        hashes = {tag_hash(t) for t in wanted} if wanted is not None else None
+        read = self.log.read
+        verify = self.config.verify_crc_on_read
+        out: list[rec.StoredMessage] = []
+        nxt = offset + len(units)
+        for i, (off, size, th) in enumerate(units.tolist()):
+            if size == BLANK_SIZE:
+                continue
+            if hashes is not None and th not in hashes:
+                continue
+            try:
+                m = read(off, limit, verify_crc=verify)
+            except ValueError:  # its segment was deleted while we read
+                m = None
+            if m is None or (wanted is not None and m.tags not in wanted):
+                continue
+            out.append(m)
+            if len(out) >= max_messages:
+                nxt = offset + i + 1
+                break
+        status = GetStatus.FOUND if out else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, out, nxt, mn, mx)
+
+    def query(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
+              max_results: int = 64) -> list[rec.StoredMessage]:
+        """Messages of ``topic`` with key (or unique key) ``key`` stored in [begin, end] ms,
+        newest first. Only exact topic and key matches are returned."""
+        self._check_open()
+        rec.encode_topic(topic)
+        if not isinstance(key, str) or not key:
+            raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
+        if end_ms is None:
+            end_ms = 2**62
+        if not isinstance(max_results, int) or max_results < 1:
+            raise InvalidInputError(f"max_results must be a positive int, got {max_results!r}")
+        if self.readonly:
+            self.topic_table.reload()
+        if topic not in self.topic_table.queues:
+            return []
+        since = self.topic_table.since.get(topic, 0)
+        limit = self.confirmed_offset()
+        out: list[rec.StoredMessage] = []
+        seen: set[int] = set()
+        for phys in self.key_index.candidates(f"{topic}#{key}", begin_ms, end_ms):
+            if phys in seen or phys < since:
+                continue
+            seen.add(phys)
+            try:
+                m = self.log.read(phys, limit)
+            except ValueError:
+                m = None
+            if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
+                continue
+            if key not in m.keys and m.properties.get(rec.PROP_UNIQ_KEY) != key:
+                continue
+            out.append(m)
+            if len(out) >= max_results:
+                break
+        return out
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int,
+                        boundary: str = "lower") -> int:
+        """Queue offset of a store time: ``lower`` = first message at or after it, ``upper`` =
+        last message at or before it (binary search over store time)."""
+        self._check_open()
+        if boundary not in ("lower", "upper"):
+            raise InvalidInputError(f'boundary must be "lower" or "upper", got {boundary!r}')
+        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+            raise InvalidInputError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
+        cq, _ = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset(), cq.max_offset()
+        if lo >= hi:
+            return lo
+        first = lo
+        ts_of = self._store_time_at
+        if boundary == "lower":   # first unit with time >= ts
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ts_of(cq.unit(mid)[0]) < timestamp_ms:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
+        while lo < hi:            # first unit with time > ts, minus one
+            mid = (lo + hi) // 2
+            if ts_of(cq.unit(mid)[0]) <= timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1 if lo > first else first  # before the first message: the first offset
+
+    def clean_expired(self, now_ms: int | None = None) -> int:
+        """Run one retention pass now (as if at a deletion hour); returns files deleted."""
+        self._check_writable()
+        return self.retention.run_once(now_ms, manual=True)
+
     # ------------------------------------------------------------------ durability / lifetime
 
     def flush(self) -> int:
@@ -394,6 +704,11 @@ class MessageStore:
         return flushed
 
     def _stop_services(self) -> None:
+        if self.retention is not None:
+            self.retention.stop()
+            self.retention = None
+        if self._reput is not None:
+            self._reput.stop()
         if self._flusher is not None:
             self._flusher.stop()
             self._flusher = None
@@ -407,6 +722,8 @@ class MessageStore:
             return
         if self.readonly:
             self._closed = True
+            self.queues.close()
+            self.key_index.close()
             self.log.close()
             self.state.close()
             return
@@ -414,18 +731,15 @@ class MessageStore:
             self._closed = True
         try:
             self._stop_services()
-            flushed = self.log.flush(0)
+            self.log.flush(0)
+            if self._reput is not None:
+                self._reput.catch_up(self.log.max_offset())
             end = self.log.max_offset()
-            last = self.log.segments.last()
-            self.checkpoint.store(Checkpoint(
-                flushed_offset=flushed, clean_end_offset=end,
-                physic_timestamp=self.log.last_store_timestamp,
-                min_offset=self.log.min_offset(),
-                active_record_count=last.record_count if last else 0,
-                active_min_timestamp=last.min_store_timestamp if last else 0,
-                active_max_timestamp=last.max_store_timestamp if last else 0))
+            self._write_checkpoint(clean_end=end)
             self.abort_marker.remove()
         finally:
+            self.queues.close()
+            self.key_index.close()
             self.log.close()
             self.state.close()
             self._lock.release()
@@ -444,6 +758,13 @@ class MessageStore:
         if self._group_commit is not None:
             self._group_commit.stop()
             self._group_commit = None
+        if self.retention is not None:
+            self.retention.stop()
+            self.retention = None
+        if self._reput is not None:
+            self._reput.stop()
+        self.queues.close()
+        self.key_index.close()
         self.log.close()
         self.state.close()
         self._lock.release()
@@ -477,3 +798,20 @@ def iter_batches(items: Iterable, n: int) -> Iterator[list]:
             batch = []
     if batch:
         yield batch
+
+
+class _TopicGate:
+    """Consume-queue dispatcher that ignores records of deleted (or re-created) topics."""
+
+    def __init__(self, store: MessageStore, queues: ConsumeQueueSet) -> None:
+        self.store = store
+        self.queues = queues
+
+    def dispatch(self, requests) -> None:
+        table = self.store.topic_table
+        since = table.since
+        known = table.queues
+        kept = [r for r in requests
+                if r.topic in known and r.commitlog_offset >= since.get(r.topic, 0)]
+        if kept:
+            self.queues.dispatch(kept)

@@ -22,6 +22,7 @@ class TopicTable:
         self.readonly = readonly
         self.file_ops = file_ops
         self.queues: dict[str, int] = {}
+        self.since: dict[str, int] = {}   # commit-log offset at which the topic was created
 
     def load(self) -> None:
         try:
@@ -31,6 +32,7 @@ class TopicTable:
         try:
             data = json.loads(raw)
             self.queues = {str(t): int(v["queues"]) for t, v in data["topics"].items()}
+            self.since = {str(t): int(v.get("since", 0)) for t, v in data["topics"].items()}
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptStoreError(f"{self.path}: unreadable topic table ({exc})") from None
 
@@ -41,10 +43,11 @@ class TopicTable:
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"version": 1, "topics": {t: {"queues": n} for t, n in sorted(self.queues.items())}}
+        data = {"version": 1, "topics": {t: {"queues": n, "since": self.since.get(t, 0)}
+                                         for t, n in sorted(self.queues.items())}}
         self.file_ops.write_atomic(self.path, json.dumps(data, indent=1).encode())
 
-    def create(self, topic: str, queues: int) -> bool:
+    def create(self, topic: str, queues: int, since: int = 0) -> bool:
         """Create ``topic`` with ``queues`` queues; False if it already exists (unchanged)."""
         encode_topic(topic)
         if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= MAX_QUEUES:
@@ -52,14 +55,16 @@ class TopicTable:
         if topic in self.queues:
             return False
         self.queues[topic] = queues
+        self.since[topic] = since
         self.save()
         return True
 
-    def ensure(self, topic: str, queues: int, *, at_least: int = 0) -> int:
+    def ensure(self, topic: str, queues: int, *, at_least: int = 0, since: int = 0) -> int:
         """The queue count of ``topic``, creating it (or widening it to ``at_least``)."""
         n = self.queues.get(topic)
         if n is None:
             self.queues[topic] = max(queues, at_least)
+            self.since[topic] = since
             self.save()
         elif n < at_least:
             self.queues[topic] = at_least
@@ -69,5 +74,6 @@ class TopicTable:
     def delete(self, topic: str) -> bool:
         if self.queues.pop(topic, None) is None:
             return False
+        self.since.pop(topic, None)
         self.save()
         return True

@@ -1,0 +1,253 @@
+"""One consume queue: fixed 20-byte units of one (topic, queue), in files of N units.
+
+Files are segments (``strata.files``) named by the 20-digit logical byte offset of their first
+unit. Units are appended by the dispatch pipeline; ``put`` is idempotent so a replay after a
+crash changes nothing that is already there.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.segment import MappedSegment
+from strata.files.segment_queue import SegmentQueue
+from strata.format.consume_queue import BLANK_SIZE, BLANK_UNIT, UNIT, UNIT_DTYPE, UNIT_SIZE
+from strata.format.segment import HEADER_AREA, KIND_CONSUME_QUEUE
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeQueue:
+    """Units of one queue; offsets here are unit numbers (queue offsets)."""
+
+    def __init__(self, directory: Path, topic: str, queue_id: int, units_per_file: int, *,
+                 readonly: bool = False, file_ops: FileOps = DEFAULT_FILE_OPS) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.units_per_file = units_per_file
+        self.file_bytes = units_per_file * UNIT_SIZE
+        self.segments = SegmentQueue(Path(directory), KIND_CONSUME_QUEUE, self.file_bytes,
+                                     readonly=readonly, file_ops=file_ops, preallocate=False,
+                                     prefault=False)
+        self.readonly = readonly
+        self.min_unit = 0
+        self.max_phys_end = 0   # commit-log offset just past the newest unit's record
+
+    # ------------------------------------------------------------------ load / recover
+
+    def load(self) -> None:
+        self.segments.load()
+        segs = self.segments.segments
+        for seg in segs[:-1]:
+            seg.set_positions(seg.data_size)
+        if segs:
+            last = segs[-1]
+            last.set_positions(self._written_units(last) * UNIT_SIZE)
+        self._reset_min()
+        self._update_phys_end()
+
+    def refresh(self) -> None:
+        """Read-only openers: see units the writer appended since."""
+        self.segments.refresh()
+        segs = self.segments.segments
+        for seg in segs[:-1]:
+            seg.committed = seg.wrote = seg.data_size
+        if segs:
+            last = segs[-1]
+            n = self._written_units(last) * UNIT_SIZE
+            last.committed = last.wrote = n
+        self._reset_min()
+
+    def _written_units(self, seg: MappedSegment) -> int:
+        """Units written in ``seg``: binary search for the first unit of size 0."""
+        lo, hi = 0, self.units_per_file
+        mm = seg.mm
+        while lo < hi:
+            mid = (lo + hi) // 2
+            size = UNIT.unpack_from(mm, HEADER_AREA + mid * UNIT_SIZE)[1]
+            if size == 0:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _reset_min(self) -> None:
+        first = self.segments.first()
+        if first is None:
+            self.min_unit = 0
+            return
+        base_unit = first.base_offset // UNIT_SIZE
+        n = first.committed // UNIT_SIZE
+        i = 0
+        mm = first.mm
+        while i < n and UNIT.unpack_from(mm, HEADER_AREA + i * UNIT_SIZE)[1] == BLANK_SIZE:
+            i += 1
+        self.min_unit = max(self.min_unit, base_unit + i) if self.min_unit else base_unit + i
+
+    def _update_phys_end(self) -> None:
+        n = self.max_offset()
+        if n > self.min_offset():
+            off, size, _t = self.unit(n - 1)
+            self.max_phys_end = off + size
+        else:
+            self.max_phys_end = 0
+
+    # ------------------------------------------------------------------ offsets
+
+    def min_offset(self) -> int:
+        return self.min_unit
+
+    def max_offset(self) -> int:
+        """The next queue offset to be written."""
+        last = self.segments.last()
+        if last is None:
+            return self.min_unit
+        return last.base_offset // UNIT_SIZE + last.committed // UNIT_SIZE
+
+    def unit(self, n: int) -> tuple[int, int, int]:
+        seg = self.segments.find(n * UNIT_SIZE)
+        return UNIT.unpack_from(seg.mm, HEADER_AREA + n * UNIT_SIZE - seg.base_offset)
+
+    def file_end_unit(self, n: int) -> int:
+        """First unit after the file that holds unit ``n``."""
+        return (n // self.units_per_file + 1) * self.units_per_file
+
+    def read_units(self, start: int, max_units: int) -> np.ndarray:
+        """Up to ``max_units`` units from ``start``, within one file (a copy, as numpy)."""
+        seg = self.segments.find(start * UNIT_SIZE)
+        if seg is None:
+            return np.empty(0, UNIT_DTYPE)
+        first = start - seg.base_offset // UNIT_SIZE
+        avail = seg.committed // UNIT_SIZE - first
+        n = max(0, min(max_units, avail))
+        return np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE).copy()
+
+    # ------------------------------------------------------------------ writes
+
+    def _segment_for_append(self, n: int) -> MappedSegment:
+        byte = n * UNIT_SIZE
+        last = self.segments.last()
+        if last is not None and last.base_offset <= byte < last.end_offset:
+            return last
+        base = byte - byte % self.file_bytes
+        if last is not None and base != last.end_offset:
+            log.warning("consume queue %s/%d: jumping from %d to unit %d", self.topic,
+                        self.queue_id, self.max_offset(), n)
+        seg = self.segments.new_segment(base)
+        if last is None and self.max_offset() < n:
+            self.min_unit = n
+        return seg
+
+    def put_batch(self, units: list[tuple[int, int, int, int]]) -> int:
+        """Append ``(queue_offset, commitlog_offset, size, tag_hash)`` units in order.
+
+        Units already present (queue offset below max) are skipped; a gap before the first unit
+        of a new file is filled with blank units. Returns how many were written.
+        """
+        written = 0
+        pack = UNIT.pack_into
+        expected = self.max_offset()
+        seg = None
+        for qoff, phys, size, tag in units:
+            if qoff < expected:
+                continue
+            if seg is None or not (seg.base_offset <= qoff * UNIT_SIZE < seg.end_offset):
+                if seg is not None:
+                    seg.committed = seg.wrote
+                seg = self._segment_for_append(qoff)
+            if qoff > expected:
+                self._fill_blank(seg, expected, qoff)
+            pos = qoff * UNIT_SIZE - seg.base_offset
+            pack(seg.mm, HEADER_AREA + pos, phys, size, tag)
+            seg.wrote = pos + UNIT_SIZE
+            expected = qoff + 1
+            self.max_phys_end = phys + size
+            written += 1
+        if seg is not None:
+            seg.committed = seg.wrote
+        return written
+
+    def _fill_blank(self, seg: MappedSegment, frm: int, to: int) -> None:
+        """Blank units for queue offsets [frm, to) that fall in ``seg``."""
+        start = max(frm * UNIT_SIZE, seg.base_offset) - seg.base_offset
+        end = to * UNIT_SIZE - seg.base_offset
+        seg.mm[HEADER_AREA + start:HEADER_AREA + end] = BLANK_UNIT * ((end - start) // UNIT_SIZE)
+        seg.wrote = end
+
+    def truncate_by_phys(self, phys_end: int) -> int:
+        """Drop every unit whose record starts at or after ``phys_end``; returns units dropped."""
+        before = self.max_offset()
+        lo, hi = self.min_unit, before
+        while lo < hi:  # first unit with offset >= phys_end (units are in log order)
+            mid = (lo + hi) // 2
+            off, size, _t = self.unit(mid)
+            if size == 0 or (size != BLANK_SIZE and off >= phys_end):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo >= before:
+            return 0
+        byte = lo * UNIT_SIZE
+        self.segments.truncate(byte)
+        seg = self.segments.find(byte) or self.segments.last()
+        if seg is not None and seg.base_offset <= byte <= seg.end_offset:
+            pos = byte - seg.base_offset
+            seg.zero(pos, seg.data_size)
+            seg.set_positions(pos)
+        if not self.segments.segments or self.max_offset() < self.min_unit:
+            self.min_unit = min(self.min_unit, lo)
+        self._update_phys_end()
+        return before - lo
+
+    def correct_min_offset(self, min_phys: int) -> None:
+        """After the commit log lost its head: the first unit whose record still exists."""
+        lo, hi = self.min_unit, self.max_offset()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            off, size, _t = self.unit(mid)
+            if size != BLANK_SIZE and off >= min_phys:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.min_unit = lo
+
+    def delete_files_below(self, min_phys: int) -> int:
+        """Delete files whose last unit points below ``min_phys`` (never the newest)."""
+        n = 0
+        segs = self.segments.segments
+        while len(segs) > 1:
+            seg = segs[0]
+            last_unit = seg.committed // UNIT_SIZE - 1
+            if last_unit < 0:
+                break
+            off, size, _t = UNIT.unpack_from(seg.mm, HEADER_AREA + last_unit * UNIT_SIZE)
+            if off + size > min_phys and size != BLANK_SIZE:
+                break
+            self.segments.delete_first()
+            n += 1
+        self.correct_min_offset(min_phys)
+        return n
+
+    def flush(self) -> None:
+        for seg in self.segments.segments:
+            if seg.flushed < seg.committed:
+                try:
+                    seg.flush()
+                except ValueError:
+                    pass
+
+    def disk_bytes(self) -> int:
+        return sum(s.path.stat().st_size for s in self.segments.segments if s.path.exists())
+
+    def close(self) -> None:
+        self.segments.close()
+
+    def destroy(self) -> None:
+        for seg in list(self.segments.segments):
+            seg.destroy()
+        self.segments.segments.clear()
+        self.segments._bases.clear()

@@ -1,0 +1,160 @@
+"""The dispatch pipeline: a reput service follows the commit log up to the confirmed offset
+and hands each batch of records to a chain of dispatchers (consume queues, key index, ...).
+
+Every dispatcher must be idempotent: after a crash the pipeline replays from the last
+checkpointed offset, so a record may be dispatched twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from strata.format import record as rec
+from strata.format.consume_queue import tag_hash
+from strata.format.segment import HEADER_AREA
+from strata.log.commit_log import CommitLog
+
+log = logging.getLogger(__name__)
+
+TX_TYPE_MASK = 0xC
+TX_PREPARED = 0x4
+TX_ROLLBACK = 0xC
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """What dispatchers learn about one record, without its body."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    tag_hash: int
+    store_timestamp: int
+    keys: list[str]
+    uniq_key: str | None
+    sys_flag: int
+
+
+class Dispatcher(Protocol):
+    def dispatch(self, requests: Sequence[DispatchRequest]) -> None: ...
+
+
+def read_requests(clog: CommitLog, start: int, limit: int, max_records: int,
+                  topic_cache: dict[bytes, str]) -> tuple[list[DispatchRequest], int]:
+    """Parse up to ``max_records`` records in [start, limit); returns (requests, next offset)."""
+    out: list[DispatchRequest] = []
+    nxt = start
+    peek = rec.peek
+    u16 = rec.U16_AT.unpack_from
+    for seg, pos, size in clog.iter_records(start, limit):
+        mm = seg.mm
+        p = HEADER_AREA + pos
+        total, qid, qoff, phys, sys_flag, store_ts = peek(mm, p)
+        hosts = (18 if sys_flag & rec.SYSFLAG_BORN_HOST_V6 else 6) + \
+            (18 if sys_flag & rec.SYSFLAG_STORE_HOST_V6 else 6)
+        ts = p + rec.HEADER_SIZE + hosts
+        tlen = u16(mm, p + rec.POS_TOPIC_LENGTH)[0]
+        tb = mm[ts:ts + tlen]
+        topic = topic_cache.get(tb)
+        if topic is None:
+            topic = tb.decode("utf-8")
+            topic_cache[tb] = topic
+        plen = u16(mm, p + rec.POS_PROPERTIES_LENGTH)[0]
+        if plen:
+            keys, tags, uniq = rec.dispatch_properties(mm[ts + tlen:ts + tlen + plen])
+            th = tag_hash(tags)
+        else:
+            keys, uniq, th = [], None, 0
+        out.append(DispatchRequest(topic, qid, qoff, phys, total, th, store_ts, keys, uniq,
+                                   sys_flag))
+        nxt = phys + total
+        if len(out) >= max_records:
+            return out, nxt
+    return out, limit
+
+
+class ReputService:
+    """Follows the commit log and feeds the dispatcher chain, in a background thread."""
+
+    def __init__(self, clog: CommitLog, confirmed: Callable[[], int],
+                 dispatchers: list[Dispatcher], start_offset: int, *,
+                 batch_records: int = 4096,
+                 on_advance: Callable[[int], None] | None = None) -> None:
+        self.log = clog
+        self.confirmed = confirmed
+        self.dispatchers = dispatchers
+        self.reput_offset = start_offset
+        self.batch_records = batch_records
+        self.on_advance = on_advance
+        self.dispatched_records = 0
+        self._topic_cache: dict[bytes, str] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def behind_bytes(self) -> int:
+        return max(0, self.confirmed() - self.reput_offset)
+
+    def dispatch_once(self, limit: int | None = None) -> int:
+        """Dispatch one batch; returns the number of records dispatched."""
+        with self._lock:
+            end = self.confirmed() if limit is None else limit
+            start = max(self.reput_offset, self.log.min_offset())
+            if start >= end:
+                if start > self.reput_offset:
+                    self.reput_offset = start
+                return 0
+            reqs, nxt = read_requests(self.log, start, end, self.batch_records,
+                                      self._topic_cache)
+            if reqs:
+                for d in self.dispatchers:
+                    d.dispatch(reqs)
+            self.reput_offset = nxt
+            self.dispatched_records += len(reqs)
+        if self.on_advance is not None:
+            self.on_advance(nxt)
+        return len(reqs)
+
+    def catch_up(self, limit: int | None = None) -> int:
+        """Dispatch synchronously until the confirmed offset (or ``limit``) is reached."""
+        n = 0
+        target = self.confirmed() if limit is None else limit
+        while self.reput_offset < target:
+            got = self.dispatch_once(target)
+            n += got
+            if got == 0 and self.reput_offset < target:
+                break
+        return n
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="strata-reput", daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                n = self.dispatch_once()
+            except BaseException as exc:
+                self.error = exc
+                log.exception("dispatch failed at offset %d", self.reput_offset)
+                self._stop.wait(0.1)
+                continue
+            if n == 0:
+                self._wake.wait(0.01)
+                self._wake.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join()

@@ -1,0 +1,125 @@
+"""All consume queues of a store (``consumequeue/<topic>/<queue id>/``) and the two standard
+dispatchers: consume-queue units and key-index entries."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.index.consume_queue import ConsumeQueue
+from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, DispatchRequest
+from strata.index.key_index import KeyIndex
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeQueueSet:
+    """The consume queues of every (topic, queue), created on first dispatch."""
+
+    def __init__(self, root: Path, units_per_file: int, *, readonly: bool = False,
+                 file_ops: FileOps = DEFAULT_FILE_OPS) -> None:
+        self.root = Path(root)
+        self.units_per_file = units_per_file
+        self.readonly = readonly
+        self.file_ops = file_ops
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def _make(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(self.root / topic / str(queue_id), topic, queue_id,
+                            self.units_per_file, readonly=self.readonly, file_ops=self.file_ops)
+
+    def load(self) -> None:
+        if not self.root.is_dir():
+            return
+        for tdir in sorted(self.root.iterdir()):
+            if not tdir.is_dir():
+                continue
+            for qdir in sorted(tdir.iterdir()):
+                if qdir.is_dir() and qdir.name.isdigit():
+                    cq = self._make(tdir.name, int(qdir.name))
+                    cq.load()
+                    self.queues[(tdir.name, int(qdir.name))] = cq
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None and self.readonly:
+            qdir = self.root / topic / str(queue_id)
+            if qdir.is_dir():
+                cq = self._make(topic, queue_id)
+                cq.load()
+                self.queues[(topic, queue_id)] = cq
+        elif cq is not None and self.readonly:
+            cq.refresh()
+        return cq
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            cq = self._make(topic, queue_id)
+            cq.load()
+            self.queues[(topic, queue_id)] = cq
+        return cq
+
+    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
+        grouped: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        for r in requests:
+            tx = r.sys_flag & TX_TYPE_MASK
+            if tx == TX_PREPARED or tx == TX_ROLLBACK:
+                continue
+            key = (r.topic, r.queue_id)
+            units = grouped.get(key)
+            if units is None:
+                units = grouped[key] = []
+            units.append((r.queue_offset, r.commitlog_offset, r.size, r.tag_hash))
+        for key, units in grouped.items():
+            self.get_or_create(*key).put_batch(units)
+
+    def truncate_by_phys(self, phys_end: int) -> int:
+        return sum(cq.truncate_by_phys(phys_end) for cq in self.queues.values())
+
+    def correct_min_offsets(self, min_phys: int) -> None:
+        for cq in self.queues.values():
+            cq.correct_min_offset(min_phys)
+
+    def delete_files_below(self, min_phys: int) -> int:
+        return sum(cq.delete_files_below(min_phys) for cq in self.queues.values())
+
+    def flush(self) -> None:
+        for cq in list(self.queues.values()):
+            cq.flush()
+
+    def delete_topic(self, topic: str) -> None:
+        for key in [k for k in self.queues if k[0] == topic]:
+            self.queues.pop(key).destroy()
+        shutil.rmtree(self.root / topic, ignore_errors=True)
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()
+        self.queues.clear()
+
+
+class KeyIndexDispatcher:
+    """Indexes ``topic#key`` for every key and the unique key of each record."""
+
+    def __init__(self, index: KeyIndex) -> None:
+        self.index = index
+
+    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
+        items = []
+        append = items.append
+        for r in requests:
+            if not r.keys and r.uniq_key is None:
+                continue
+            if r.sys_flag & TX_TYPE_MASK == TX_ROLLBACK:
+                continue
+            prefix = r.topic + "#"
+            for k in r.keys:
+                append((prefix + k, r.commitlog_offset, r.store_timestamp))
+            if r.uniq_key is not None:
+                append((prefix + r.uniq_key, r.commitlog_offset, r.store_timestamp))
+        if items:
+            self.index.put_batch(items)

@@ -1,0 +1,117 @@
+"""Retention: keep the disk bounded by deleting the oldest commit-log segments.
+
+Files older than ``retention_hours`` (by their newest *stored* time, not mtime) are deleted,
+oldest first, at most ``max_files_deleted_per_run`` per pass, never the active segment and never
+one the dispatch pipeline has not finished. Passes run at the configured hours, or at any hour
+when disk usage is above ``disk_max_used_ratio``; above ``disk_clean_forcibly_ratio`` the oldest
+files go regardless of age; above ``disk_warning_ratio`` puts are refused until space is back.
+Consume-queue and key-index files follow the log's new minimum.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from strata.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+def disk_used_ratio(path) -> float:
+    u = shutil.disk_usage(path)
+    return u.used / u.total if u.total else 0.0
+
+
+class RetentionService:
+    """Runs retention passes in the background; ``run_once`` is also called on demand."""
+
+    def __init__(self, store: "MessageStore") -> None:
+        self.store = store
+        cfg = store.config
+        self.interval = cfg.retention_check_interval_ms / 1000.0
+        # Tests replace these two to simulate disk usage and the clock.
+        self.disk_usage: Callable[[], float] = lambda: disk_used_ratio(store.path)
+        self.clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="strata-retention", daemon=True)
+        self.deleted_total = 0
+        self.last_usage = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("retention pass failed")
+
+    def run_once(self, now_ms: int | None = None, *, manual: bool = False) -> int:
+        """One pass; returns the number of commit-log files deleted."""
+        with self._lock:
+            return self._pass(self.clock_ms() if now_ms is None else now_ms, manual)
+
+    def _pass(self, now_ms: int, manual: bool) -> int:
+        store = self.store
+        cfg = store.config
+        usage = self.disk_usage()
+        self.last_usage = usage
+        force = False
+        if usage > cfg.disk_warning_ratio:
+            if not store._disk_full:
+                log.warning("disk usage %.0f%% is above %.0f%%: refusing puts until space is "
+                            "freed", usage * 100, cfg.disk_warning_ratio * 100)
+            store._disk_full = True
+            force = True
+        else:
+            if store._disk_full:
+                log.info("disk usage %.0f%%: accepting puts again", usage * 100)
+            store._disk_full = False
+            force = usage > cfg.disk_clean_forcibly_ratio
+        hour = time.localtime(now_ms / 1000).tm_hour
+        time_up = manual or hour in cfg.delete_hours or usage > cfg.disk_max_used_ratio
+        if not (time_up or force):
+            return 0
+        expire_ms = int(cfg.retention_hours * 3600 * 1000)
+        deleted = 0
+        clog = store.log
+        reput = store._reput
+        while deleted < cfg.max_files_deleted_per_run:
+            segs = clog.segments.segments
+            if len(segs) < 2:
+                break
+            seg = segs[0]
+            if reput is not None and seg.end_offset > reput.reput_offset:
+                break  # not dispatched yet
+            expired = seg.max_store_timestamp + expire_ms <= now_ms
+            if not (expired or force):
+                break
+            with clog._flush_lock:
+                clog.segments.delete_first()
+            deleted += 1
+            log.info("retention deleted commit-log segment %s (%s)", seg.path.name,
+                     "expired" if expired else f"disk {usage:.0%}")
+        if deleted:
+            min_phys = clog.min_offset()
+            with store._put_lock:
+                store.queues.delete_files_below(min_phys)
+            store.key_index.delete_files_below(min_phys)
+            store.state.set_min(min_phys)
+            self.deleted_total += deleted
+            if force and store._disk_full:
+                usage = self.disk_usage()
+                if usage <= cfg.disk_warning_ratio:
+                    store._disk_full = False
+        return deleted
