@@ -459,3 +459,36 @@ def test_unencodable_key_is_refused_and_batch_undone(tmp_path):
     with pytest.raises(InvalidInputError, match="UTF-8"):
         cands(ki, "T#\ud800")
     ki.close()
+
+
+def test_lost_entries_in_an_older_file_drop_the_later_files(tmp_path):
+    """Replay starts at indexed_end(), so a hole in an older unsealed file must not be left
+    behind newer files."""
+    items = stream(25)
+    ki = build(tmp_path, items, slots=4, entries=11)          # three files
+    ki.close()
+    with open(tmp_path / fmt.file_name(0), "r+b") as fh:
+        raw = bytearray(fh.read(fmt.HEADER_BYTES))
+        counters = list(fmt.peek_counters(raw))
+        counters[0] &= ~fmt.FLAG_SEALED                       # the power went before the flush
+        fmt.write_counters(raw, *counters)
+        fh.seek(0)
+        fh.write(raw)
+        fh.seek(fmt.entry_position(4, 6))
+        fh.write(bytes(20 * 5))
+    ki = KeyIndex(tmp_path, slots=4, entries=11)
+    assert [i["name"] for i in ki.files()] == [fmt.file_name(0)]
+    assert ki.indexed_end() == 401
+    ki.put_batch(items)
+    assert cands(ki, "T#k7") == [700] and cands(ki, "T#k24") == [2400]
+    ki.close()
+
+
+def test_sealed_files_are_not_checked(tmp_path):
+    ki = build(tmp_path, stream(25), slots=4, entries=11)
+    ki.flush()                                                # seals the two full files
+    assert [i["sealed"] for i in ki.files()] == [True, True, False]
+    ki.close()
+    ki = KeyIndex(tmp_path, slots=4, entries=11)
+    assert ki.repairs == [] and ki.indexed_end() == 2401
+    ki.close()

@@ -204,9 +204,16 @@ class KeyIndex:
         # A file whose first batch never reached its header holds nothing: drop it.
         while self._files and self._files[-1].count == 1:
             self._delete(self._files.pop())
-        for f in self._files:
-            if not f.flags & _SEALED:
-                self._check_and_repair(f)
+        for i, f in enumerate(self._files):
+            if f.flags & _SEALED or not self._check_and_repair(f):
+                continue
+            # Entries were lost (power loss before a flush): later files would leave a hole that
+            # replay from indexed_end() cannot fill, so they go, and so does an emptied file.
+            keep = i + 1 if f.count > 1 else i
+            for later in self._files[keep:]:
+                self._delete(later)
+            del self._files[keep:]
+            break
 
     def _rescan(self) -> None:
         """Readonly: follow the writer's files (new, deleted, replaced) without locks."""
@@ -222,7 +229,7 @@ class KeyIndex:
             files.append(f)
         self._files = files                     # dropped maps unmap when no walk holds them
 
-    def _check_and_repair(self, f: _IndexFile) -> None:
+    def _check_and_repair(self, f: _IndexFile) -> bool:
         """Make an unsealed file consistent after a crash.
 
         A batch writes entries, then slot heads, then the header counters. A crash in between
@@ -247,13 +254,14 @@ class KeyIndex:
         if (good == n and n and ents["offset"][-1] == f.end_offset
                 and int(heads.max(initial=0)) < f.count
                 and int(np.count_nonzero(heads)) == f.used):
-            return
+            return False
         if good == n and n == 0 and not heads.any():
-            return
+            return False
         before = f.count - 1
         high = min(max(f.count, int(heads.max(initial=0)) + 1), f.capacity)
         self._rebuild(f, good + 1, high)
         self.repairs.append(_Repair(f.name, before, good))
+        return good < before
 
     def _rebuild(self, f: _IndexFile, count: int, high: int) -> None:
         """Keep entries [1, count): rebuild slots and counters from them, zero the rest."""
