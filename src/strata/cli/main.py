@@ -1,0 +1,316 @@
+"""The ``strata`` command: inspect, verify and use a store from the shell."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
+                           TimeRemainingColumn, TransferSpeedColumn)
+from rich.table import Table
+
+from strata.errors import CorruptRecordError, StrataError, StoreNotFoundError
+from strata.store.config import StoreConfig
+from strata.store.message import Message
+from strata.store.message_store import COMMITLOG_DIR, MessageStore
+
+console = Console(stderr=False)
+err = Console(stderr=True)
+
+
+def _progress(transient: bool = True) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                    TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+                    transient=transient, disable=not err.is_terminal)
+
+
+def open_readonly(directory: str) -> MessageStore:
+    """Open a store read-only for inspection; a clear error if there is none."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise click.ClickException(f"no such directory: {directory}")
+    if not (path / COMMITLOG_DIR).is_dir():
+        raise click.ClickException(f"{directory} is not a strata store (no {COMMITLOG_DIR}/ inside)")
+    try:
+        return MessageStore(path, readonly=True)
+    except StrataError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _message_dict(m) -> dict:
+    body = m.body
+    try:
+        shown = body.decode("utf-8")
+    except UnicodeDecodeError:
+        shown = body.hex()
+    return {"msg_id": m.msg_id, "topic": m.topic, "queue_id": m.queue_id,
+            "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
+            "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
+            "keys": list(m.keys), "tags": m.tags, "properties": m.properties,
+            "size": m.size, "body": shown}
+
+
+class StrataGroup(click.Group):
+    """Turns strata's own errors into one-line messages and exit code 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StrataError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+
+
+@click.group(cls=StrataGroup)
+@click.version_option(package_name="strata")
+def cli() -> None:
+    """strata: a durable message store. DIR is a store directory."""
+
+
+# ---------------------------------------------------------------------- commit log
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def info(directory: str, as_json: bool) -> None:
+    """Segments, offsets and flush state of the commit log."""
+    store = open_readonly(directory)
+    with store:
+        segs = store.log.segments.segments
+        rows = [{"file": s.path.name, "base_offset": s.base_offset, "data_size": s.data_size,
+                 "used": s.committed, "sealed": s.sealed,
+                 "records": s.footer.record_count if s.footer else None}
+                for s in segs]
+        cp = store.checkpoint.load()
+        data = {"directory": str(store.path), "segments": rows,
+                "min_offset": store.log.min_offset(), "confirmed_offset": store.confirmed_offset(),
+                "flushed_offset_checkpoint": cp.flushed_offset if cp else None,
+                "clean_shutdown": not store.abort_marker.exists(),
+                "writer_running": store._live_writer,
+                "topics": len(store.topics())}
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
+        return
+    t = Table(title=f"commit log of {directory}")
+    for c in ("file", "base offset", "used bytes", "sealed", "records"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["file"], str(r["base_offset"]), f"{r['used']}/{r['data_size']}",
+                  "yes" if r["sealed"] else "no", "" if r["records"] is None else str(r["records"]))
+    console.print(t)
+    console.print(f"min offset {data['min_offset']}, confirmed offset {data['confirmed_offset']}, "
+                  f"checkpoint flushed offset {data['flushed_offset_checkpoint']}, "
+                  f"{'writer running' if data['writer_running'] else 'no writer'}, last shutdown "
+                  f"{'clean' if data['clean_shutdown'] else 'UNCLEAN (abort marker present)'}")
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR")
+@click.option("--from-offset", default=0, show_default=True, help="Commit-log offset to start at.")
+@click.option("--limit", default=0, help="Stop after this many records (0 = all).")
+@click.option("--topic", default=None, help="Only records of this topic.")
+def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> None:
+    """Print records in log order, one JSON object per line."""
+    store = open_readonly(directory)
+    n = 0
+    with store:
+        for m in store.scan(from_offset):
+            if topic is not None and m.topic != topic:
+                continue
+            click.echo(json.dumps(_message_dict(m)))
+            n += 1
+            if limit and n >= limit:
+                break
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR")
+def verify(directory: str) -> None:
+    """Check every record's CRC and lengths; exit 1 and list offsets if any is corrupt."""
+    store = open_readonly(directory)
+    problems = []
+    records = 0
+    with store:
+        segs = list(store.log.segments.segments)
+        total = sum(s.committed for s in segs)
+        with _progress() as prog:
+            task = prog.add_task("verifying", total=total)
+            for seg in segs:
+                limit = min(seg.committed, store.confirmed_offset() - seg.base_offset)
+                try:
+                    for _s, pos, size in store.log.iter_records(
+                            seg.base_offset, seg.base_offset + limit, verify_crc=True, strict=True):
+                        records += 1
+                        prog.update(task, completed=seg.base_offset - segs[0].base_offset + pos + size)
+                        if _s is not seg:
+                            break
+                except CorruptRecordError as exc:
+                    problems.append({"offset": exc.offset, "segment": seg.path.name,
+                                     "problem": str(exc)})
+                if seg.footer is not None and seg.committed == seg.data_size:
+                    crc = seg.data_crc(seg.footer.data_length)
+                    if crc != seg.footer.data_crc:
+                        problems.append({"offset": seg.base_offset, "segment": seg.path.name,
+                                         "problem": "segment data checksum does not match its footer"})
+                prog.update(task, completed=seg.base_offset - segs[0].base_offset + seg.committed)
+    for p in problems:
+        err.print(f"[red]CORRUPT[/red] segment {p['segment']} offset {p['offset']}: {p['problem']}")
+    click.echo(json.dumps({"records": records, "segments": len(segs), "problems": len(problems)}))
+    if problems:
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------------- topics and queues
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR")
+def topics(directory: str) -> None:
+    """List topics with their queue counts and message counts."""
+    store = open_readonly(directory)
+    with store:
+        t = Table(title="topics")
+        for c in ("topic", "queues", "messages"):
+            t.add_column(c)
+        for name in store.topics():
+            n = store.queue_count(name)
+            msgs = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(n))
+            t.add_row(name, str(n), str(msgs))
+        console.print(t)
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR")
+@click.argument("topic")
+@click.argument("queue", type=int)
+@click.argument("offset", type=int)
+@click.option("-n", "--max-messages", default=32, show_default=True)
+@click.option("--tags", default=None, help='Tag filter, e.g. "a||b".')
+def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
+        tags: str | None) -> None:
+    """Read messages of one queue from OFFSET (JSON lines; status on stderr)."""
+    store = open_readonly(directory)
+    with store:
+        r = store.get(topic, queue, offset, max_messages, tags=tags)
+        for m in r.messages:
+            click.echo(json.dumps(_message_dict(m)))
+        err.print(f"status {r.status.name}, next offset {r.next_offset}, "
+                  f"min {r.min_offset}, max {r.max_offset}")
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR")
+@click.argument("topic")
+@click.argument("key")
+@click.option("--begin-ms", default=0, show_default=True)
+@click.option("--end-ms", default=None, type=int)
+@click.option("-n", "--max-results", default=64, show_default=True)
+def query(directory: str, topic: str, key: str, begin_ms: int, end_ms: int | None,
+          max_results: int) -> None:
+    """Messages of TOPIC with KEY, newest first (JSON lines)."""
+    store = open_readonly(directory)
+    with store:
+        found = store.query(topic, key, begin_ms=begin_ms, end_ms=end_ms, max_results=max_results)
+        for m in found:
+            click.echo(json.dumps(_message_dict(m)))
+        err.print(f"{len(found)} message(s)")
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR")
+@click.option("--json", "as_json", is_flag=True)
+def stat(directory: str, as_json: bool) -> None:
+    """Per-queue min/max offsets, dispatch lag and disk use."""
+    store = open_readonly(directory)
+    with store:
+        queues = []
+        for name in store.topics():
+            for q in range(store.queue_count(name)):
+                queues.append({"topic": name, "queue": q, "min": store.min_offset(name, q),
+                               "max": store.max_offset(name, q),
+                               "earliest_ms": store.earliest_time(name, q)})
+        data = {"queues": queues, "dispatch_lag_bytes": store.dispatch_behind_bytes(),
+                "disk_bytes": {d: _dir_bytes(store.path / d)
+                               for d in ("commitlog", "consumequeue", "index")},
+                "commitlog": {"min": store.log.min_offset(), "confirmed": store.confirmed_offset()}}
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
+        return
+    t = Table(title=f"queues of {directory}")
+    for c in ("topic", "queue", "min offset", "max offset", "messages"):
+        t.add_column(c)
+    for r in queues:
+        t.add_row(r["topic"], str(r["queue"]), str(r["min"]), str(r["max"]), str(r["max"] - r["min"]))
+    console.print(t)
+    console.print(f"dispatch lag {data['dispatch_lag_bytes']} bytes; disk: " + ", ".join(
+        f"{k} {v / 1e6:.1f} MB" for k, v in data["disk_bytes"].items()))
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR")
+@click.argument("topic")
+@click.option("--body", default=None, help="Message body (default: read stdin).")
+@click.option("--key", "keys", multiple=True, help="A message key (repeatable).")
+@click.option("--tags", default=None)
+@click.option("--property", "props", multiple=True, help="NAME=VALUE (repeatable).")
+@click.option("--queue", "queue_id", type=int, default=None)
+@click.option("--sync", is_flag=True, help="Open with flush=sync (fsync before returning).")
+def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tags: str | None,
+        props: tuple[str, ...], queue_id: int | None, sync: bool) -> None:
+    """Append one message (body from --body or stdin); prints its PutResult as JSON."""
+    data = body.encode("utf-8") if body is not None else sys.stdin.buffer.read()
+    properties = {}
+    for p in props:
+        if "=" not in p:
+            raise click.BadParameter(f"{p!r} is not NAME=VALUE", param_hint="--property")
+        k, v = p.split("=", 1)
+        properties[k] = v
+    cfg = StoreConfig(flush="sync" if sync else "async")
+    with MessageStore(directory, cfg) as store:
+        r = store.put(Message(topic, data, keys=keys, tags=tags, properties=properties or None,
+                              queue_id=queue_id))
+    click.echo(json.dumps({"status": r.status.name, "msg_id": r.msg_id, "topic": r.topic,
+                           "queue_id": r.queue_id, "queue_offset": r.queue_offset,
+                           "commitlog_offset": r.commitlog_offset, "size": r.size}))
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR", default="./data")
+@click.option("--messages", default=200_000, show_default=True)
+@click.option("--batch", default=512, show_default=True)
+def demo(directory: str, messages: int, batch: int) -> None:
+    """The main job: append a sample workload to DIR, read it back, verify, summarise."""
+    from strata.cli.demo import run_demo
+    ok = run_demo(directory, messages, batch, console)
+    if not ok:
+        sys.exit(1)
+
+
+def _wire_optional_groups() -> None:
+    try:
+        from strata.cli.refstore_cmd import refstore_group
+    except ImportError:  # pragma: no cover - the ref store ships with strata
+        return
+    cli.add_command(refstore_group, "refstore")
+
+
+_wire_optional_groups()
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except StoreNotFoundError as exc:
+        err.print(f"error: {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
