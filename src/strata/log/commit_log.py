@@ -91,7 +91,7 @@ class CommitLog:
         if seg is None or seg.wrote + BLANK_MIN > seg.data_size or seg.sealed:
             seg = self._next_segment(seg)
         start_seg, start_pos, start_count = seg, seg.wrote, seg.record_count
-        start_min_ts = seg.min_store_timestamp
+        start_min_ts, start_max_ts = seg.min_store_timestamp, seg.max_store_timestamp
         batch_start = seg.base_offset + seg.wrote
         pack_header = rec.HEADER.pack_into
         pack_u32 = rec.U32.pack_into
@@ -126,7 +126,8 @@ class CommitLog:
                 pos += total
                 count += 1
         except BaseException:
-            self._undo(start_seg, start_pos, start_count, start_min_ts, rolled, batch_start)
+            self._undo(start_seg, start_pos, start_count, start_min_ts, start_max_ts, rolled,
+                       batch_start)
             raise
         if count:
             if seg.record_count == 0:
@@ -149,7 +150,7 @@ class CommitLog:
         seg.wrote = seg.data_size
         seg.committed = seg.data_size
 
-    def _undo(self, seg: MappedSegment, pos: int, count: int, min_ts: int,
+    def _undo(self, seg: MappedSegment, pos: int, count: int, min_ts: int, max_ts: int,
               rolled: list[MappedSegment], batch_start: int) -> None:
         """Forget a half-written batch: zero its bytes and restore positions."""
         self.segments.truncate(batch_start)
@@ -157,6 +158,7 @@ class CommitLog:
         seg.wrote = seg.committed = pos
         seg.record_count = count
         seg.min_store_timestamp = min_ts
+        seg.max_store_timestamp = max_ts
         if seg.flushed > pos:
             seg.flushed = pos
 
