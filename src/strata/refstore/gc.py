@@ -90,10 +90,13 @@ class GarbageCollector:
     def _busy(self) -> bool:
         return bool(self.deletes or self.combines or self.running)
 
+    def _raise_error(self) -> None:
+        if self.error is not None:
+            raise StrataError(f"ref store GC failed: {self.error!r}") from self.error
+
     def _wait(self, deadline: float | None) -> None:
         st = self.store
-        if self.error is not None:
-            raise StrataError(f"ref store GC failed: {self.error!r}")
+        self._raise_error()
         if st._crashed or st._closed:
             raise StrataError("ref store closed while waiting for the GC")
         left = None if deadline is None else deadline - time.monotonic()
@@ -111,6 +114,7 @@ class GarbageCollector:
                 st._maybe_gc(True, force=True)
                 while self._busy():
                     self._wait(deadline)
+                self._raise_error()
             finally:
                 self.forced = False
         return st.stats()
@@ -121,6 +125,7 @@ class GarbageCollector:
         with st._lock:
             while self._busy():
                 self._wait(deadline)
+            self._raise_error()
         return st.stats()
 
     def _loop(self) -> None:
