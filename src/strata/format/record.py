@@ -103,47 +103,66 @@ def encode_host(host: Host) -> tuple[bytes, bool]:
     return addr.packed + _ENTRY_LEN.pack(port), addr.version == 6
 
 
+_HOST_CACHE: dict[bytes, Host] = {}
+
+
 def decode_host(buf, pos: int, ipv6: bool) -> tuple[Host, int]:
     """Decode a host at ``pos``; returns ((address, port), next position)."""
-    n = 16 if ipv6 else 4
+    n = 18 if ipv6 else 6
     raw = bytes(buf[pos:pos + n])
-    addr = ipaddress.IPv6Address(raw) if ipv6 else ipaddress.IPv4Address(raw)
-    (port,) = U16_AT.unpack_from(buf, pos + n)
-    return (str(addr), port), pos + n + 2
+    host = _HOST_CACHE.get(raw)
+    if host is None:
+        addr = ipaddress.IPv6Address(raw[:16]) if ipv6 else ipaddress.IPv4Address(raw[:4])
+        (port,) = U16_AT.unpack_from(raw, n - 2)
+        host = (str(addr), port)
+        if len(_HOST_CACHE) < 4096:
+            _HOST_CACHE[raw] = host
+    return host, pos + n
 
 
 # --------------------------------------------------------------------------- properties
 
 
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{what} {text!r} cannot be encoded as UTF-8: {exc.reason}") from None
+
+
+def _entry_header(name: str) -> bytes:
+    nb = name.encode("utf-8")
+    return _ENTRY_LEN.pack(len(nb)) + nb
+
+
+_KEYS_HEADER = _entry_header(PROP_KEYS)
+_TAGS_HEADER = _entry_header(PROP_TAGS)
+
+
 def encode_properties(keys: Iterable[str], tags: str | None,
                       properties: Mapping[str, str] | None) -> bytes:
     """Encode keys, tags and user properties into the properties section."""
-    out = bytearray()
-
-    def entry(name: str, value: str) -> None:
-        if not isinstance(value, str):
-            raise InvalidInputError(f"property {name!r} must be a str, got {type(value).__name__}")
-        try:
-            nb = name.encode("utf-8")
-            vb = value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidInputError(
-                f"property {name!r} cannot be encoded as UTF-8 ({exc.reason})") from None
-        if len(nb) > 0xFFFF or len(vb) > 0xFFFF:
-            raise MessageTooLargeError(f"property {name!r} is longer than 65535 encoded bytes")
-        out.extend(_ENTRY_LEN.pack(len(nb)))
-        out.extend(nb)
-        out.extend(_ENTRY_LEN.pack(len(vb)))
-        out.extend(vb)
-
+    parts: list[bytes] = []
+    add = parts.append
+    pack = _ENTRY_LEN.pack
     for k in keys:
         if not isinstance(k, str) or not k:
             raise InvalidInputError(f"message keys must be non-empty strings, got {k!r}")
-        entry(PROP_KEYS, k)
+        kb = _utf8(k, "message key")
+        if len(kb) > 0xFFFF:
+            raise MessageTooLargeError("a message key is longer than 65535 encoded bytes")
+        add(_KEYS_HEADER)
+        add(pack(len(kb)))
+        add(kb)
     if tags is not None:
         if not isinstance(tags, str) or not tags:
             raise InvalidInputError(f"tags must be a non-empty string, got {tags!r}")
-        entry(PROP_TAGS, tags)
+        tb = _utf8(tags, "tags")
+        if len(tb) > 0xFFFF:
+            raise MessageTooLargeError("tags are longer than 65535 encoded bytes")
+        add(_TAGS_HEADER)
+        add(pack(len(tb)))
+        add(tb)
     if properties:
         for name, value in properties.items():
             if not isinstance(name, str) or not name:
@@ -151,11 +170,22 @@ def encode_properties(keys: Iterable[str], tags: str | None,
             if name in RESERVED_PROPERTIES:
                 raise InvalidInputError(
                     f"property name {name!r} is reserved; pass keys=/tags= instead")
-            entry(name, value)
+            if not isinstance(value, str):
+                raise InvalidInputError(
+                    f"property {name!r} must be a str, got {type(value).__name__}")
+            nb = _utf8(name, "property name")
+            vb = _utf8(value, f"property {name!r} value")
+            if len(nb) > 0xFFFF or len(vb) > 0xFFFF:
+                raise MessageTooLargeError(f"property {name!r} is longer than 65535 encoded bytes")
+            add(pack(len(nb)))
+            add(nb)
+            add(pack(len(vb)))
+            add(vb)
+    out = b"".join(parts)
     if len(out) > MAX_PROPERTIES_BYTES:
         raise MessageTooLargeError(
             f"properties take {len(out)} encoded bytes; the limit is {MAX_PROPERTIES_BYTES}")
-    return bytes(out)
+    return out
 
 
 def decode_properties(buf) -> tuple[tuple[str, ...], str | None, dict[str, str]]:
@@ -163,13 +193,15 @@ def decode_properties(buf) -> tuple[tuple[str, ...], str | None, dict[str, str]]
     keys: list[str] = []
     tags: str | None = None
     props: dict[str, str] = {}
-    pos, end = 0, len(buf)
+    raw = bytes(buf)
+    pos, end = 0, len(raw)
+    unpack = _ENTRY_LEN.unpack_from
     while pos < end:
-        (nl,) = _ENTRY_LEN.unpack_from(buf, pos)
-        name = bytes(buf[pos + 2:pos + 2 + nl]).decode("utf-8")
+        (nl,) = unpack(raw, pos)
+        name = raw[pos + 2:pos + 2 + nl].decode("utf-8")
         pos += 2 + nl
-        (vl,) = _ENTRY_LEN.unpack_from(buf, pos)
-        value = bytes(buf[pos + 2:pos + 2 + vl]).decode("utf-8")
+        (vl,) = unpack(raw, pos)
+        value = raw[pos + 2:pos + 2 + vl].decode("utf-8")
         pos += 2 + vl
         if name == PROP_KEYS:
             keys.append(value)
@@ -399,11 +431,19 @@ _MSGID_V4 = struct.Struct(">4sIq")
 _MSGID_V6 = struct.Struct(">16sIq")
 
 
+_PREFIX_CACHE: dict[Host, str] = {}
+
+
 def make_msg_id(store_host: Host, commitlog_offset: int) -> str:
     """RocketMQ-style offset message id: hex of store address, port (i32) and offset (i64)."""
-    addr = ipaddress.ip_address(store_host[0])
-    packer = _MSGID_V6 if addr.version == 6 else _MSGID_V4
-    return packer.pack(addr.packed, store_host[1], commitlog_offset).hex().upper()
+    prefix = _PREFIX_CACHE.get(store_host)
+    if prefix is None:
+        addr = ipaddress.ip_address(store_host[0])
+        packer = _MSGID_V6 if addr.version == 6 else _MSGID_V4
+        prefix = packer.pack(addr.packed, store_host[1], 0).hex().upper()[:-16]
+        if len(_PREFIX_CACHE) < 4096:
+            _PREFIX_CACHE[store_host] = prefix
+    return f"{prefix}{commitlog_offset & 0xFFFF_FFFF_FFFF_FFFF:016X}"
 
 
 def msg_id_prefix(store_host: Host) -> str:
