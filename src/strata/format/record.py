@@ -145,6 +145,15 @@ def encode_properties(keys: Iterable[str], tags: str | None,
     parts: list[bytes] = []
     add = parts.append
     pack = _ENTRY_LEN.pack
+    if keys is None:
+        keys = ()
+    elif keys.__class__ is not tuple and keys.__class__ is not list and (
+            isinstance(keys, (bytes, bytearray, memoryview)) or not isinstance(keys, Iterable)):
+        raise InvalidInputError(f"message keys must be a sequence of strings, got {keys!r}")
+    if properties is not None and properties.__class__ is not dict and \
+            not isinstance(properties, Mapping):
+        raise InvalidInputError(
+            f"properties must be a mapping of str to str, got {type(properties).__name__}")
     for k in keys:
         if not isinstance(k, str) or not k:
             raise InvalidInputError(f"message keys must be non-empty strings, got {k!r}")
