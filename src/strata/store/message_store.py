@@ -92,15 +92,23 @@ class MessageStore:
         self._live_writer = False
         self.recovery_report: RecoveryReport | None = None
 
+        store_markers = (COMMITLOG_DIR, "checkpoint", "config", LOCK_NAME)
         if not self.path.is_dir():
+            if self.path.exists():
+                raise StoreNotFoundError(f"{self.path} exists and is not a directory")
             if readonly or not create:
                 raise StoreNotFoundError(f"no strata store at {self.path}")
             self.path.mkdir(parents=True)
-        elif readonly and not (self.path / COMMITLOG_DIR).is_dir() and not any(self.path.iterdir()):
-            raise StoreNotFoundError(f"{self.path} is empty: no strata store there")
-        elif not (self.path / COMMITLOG_DIR).is_dir() and any(
-                p.name not in (LOCK_NAME,) for p in self.path.iterdir()) and readonly:
-            raise StoreNotFoundError(f"{self.path} is not a strata store (no {COMMITLOG_DIR}/)")
+        elif not (self.path / COMMITLOG_DIR).is_dir():
+            if readonly:
+                raise StoreNotFoundError(
+                    f"{self.path} is not a strata store (no {COMMITLOG_DIR}/ inside)")
+            foreign = [p.name for p in self.path.iterdir() if p.name not in store_markers]
+            if foreign:
+                raise StoreNotFoundError(
+                    f"{self.path} is not empty and is not a strata store (it holds "
+                    f"{', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); "
+                    "give an empty or new directory")
 
         self.topic_table = TopicTable(self.path, readonly=readonly, file_ops=self.file_ops)
         self.log = CommitLog(self.path / COMMITLOG_DIR, self.config.segment_size,
@@ -588,8 +596,11 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, mn, mx)
         if offset > mx:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], mx, mn, mx)
-        units = cq.read_units(offset, max(max_messages, MAX_SCAN_UNITS) if wanted
-                              else max_messages)
+        try:
+            units = cq.read_units(offset, max(max_messages, MAX_SCAN_UNITS) if wanted
+                                  else max_messages)
+        except ValueError:  # retention deleted that file just now: answer from the new state
+            return self.get(topic, queue_id, offset, max_messages, tags=tags)
         if len(units) == 0:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.file_end_unit(offset), mn, mx)
         limit = self.confirmed_offset()
