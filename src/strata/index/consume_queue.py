@@ -206,6 +206,9 @@ class ConsumeQueue:
     def correct_min_offset(self, min_phys: int) -> None:
         """After the commit log lost its head: the first unit whose record still exists."""
         lo, hi = self.min_unit, self.max_offset()
+        first = self.segments.first()
+        if first is not None:   # files may have been deleted below the old minimum
+            lo = max(lo, first.base_offset // UNIT_SIZE)
         while lo < hi:
             mid = (lo + hi) // 2
             off, size, _t = self.unit(mid)
