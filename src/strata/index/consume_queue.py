@@ -41,6 +41,7 @@ class ConsumeQueue:
 
     def load(self) -> None:
         self.segments.load()
+        self._adopt_file_geometry()
         segs = self.segments.segments
         for seg in segs[:-1]:
             seg.set_positions(seg.data_size)
@@ -53,6 +54,7 @@ class ConsumeQueue:
     def refresh(self) -> None:
         """Read-only openers: see units the writer appended since."""
         self.segments.refresh()
+        self._adopt_file_geometry()
         segs = self.segments.segments
         for seg in segs[:-1]:
             seg.committed = seg.wrote = seg.data_size
@@ -61,6 +63,22 @@ class ConsumeQueue:
             n = self._written_units(last) * UNIT_SIZE
             last.committed = last.wrote = n
         self._reset_min()
+
+    def _adopt_file_geometry(self) -> None:
+        """Existing files fix the units per file, whatever the config says (a reader opened
+        with default settings, or a writer whose ``consume_queue_units`` changed)."""
+        first = self.segments.first()
+        if first is None or first.data_size == self.file_bytes:
+            return
+        if self.file_bytes and not self.readonly:
+            log.warning("consume queue %s/%d: files hold %d units each, not %d; keeping %d",
+                        self.topic, self.queue_id, first.data_size // UNIT_SIZE,
+                        self.units_per_file, first.data_size // UNIT_SIZE)
+        self.file_bytes = first.data_size
+        self.units_per_file = first.data_size // UNIT_SIZE
+        self.segments.data_size = first.data_size
+        if self.segments.allocator is not None:
+            self.segments.allocator.data_size = first.data_size
 
     def _written_units(self, seg: MappedSegment) -> int:
         """Units written in ``seg``: binary search for the first unit of size 0."""
