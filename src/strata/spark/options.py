@@ -1,0 +1,193 @@
+"""Option parsing for the strata Spark data source: plain Python, no Spark, errors name the option.
+
+Spark hands options over as strings in a case-insensitive dict; everything is parsed and checked
+here at planning time so a bad option fails before any task runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+EARLIEST = -2  # Kafka's JSON codes inside startingOffsets / endingOffsets
+LATEST = -1
+DEFAULT_MAX_RECORDS_PER_BATCH = 65536
+
+# Kafka options strata does not implement yet: refuse them instead of silently ignoring them.
+NOT_YET_SUPPORTED = ("startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp",
+                     "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy")
+
+
+class OptionError(ValueError):
+    """A data source option is missing, malformed or contradicts another; names the option."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        self.option = option
+        super().__init__(f"strata data source option '{option}': {problem}")
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): v for k, v in options.items()}
+
+
+def _bool(opts: dict, name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    v = str(raw).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise OptionError(name, f"must be true or false, got {raw!r}")
+
+
+def _positive_int(opts: dict, name: str, default: int | None) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(name, f"must be a positive integer, got {raw!r}") from None
+    if v < 1:
+        raise OptionError(name, f"must be a positive integer, got {raw!r}")
+    return v
+
+
+def _path(opts: dict) -> str:
+    path = opts.get("path")
+    if not path:
+        raise OptionError("path", "is required: the store directory "
+                                  "(.option('path', DIR) or .load(DIR) / .save(DIR))")
+    return str(path)
+
+
+OffsetSpec = str | dict  # "earliest" | "latest" | {topic: {queue_id: offset}}
+
+
+def _offsets(opts: dict, name: str, default: str, *, allow_earliest: bool,
+             allow_latest: bool) -> OffsetSpec:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    text = str(raw).strip()
+    if text.lower() in ("earliest", "latest"):
+        word = text.lower()
+        if (word == "earliest" and not allow_earliest) or (word == "latest" and not allow_latest):
+            raise OptionError(name, f"{word!r} is not allowed here")
+        return word
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        raise OptionError(name, 'must be "earliest", "latest" or JSON like '
+                                f'{{"topic": {{"0": 23, "1": -2}}}}, got {text!r}') from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(name, f"JSON must be a non-empty object of topics, got {text!r}")
+    out: dict[str, dict[int, int]] = {}
+    for topic, queues in parsed.items():
+        if not isinstance(queues, dict):
+            raise OptionError(name, f"topic {topic!r} must map queue ids to offsets, got {queues!r}")
+        per: dict[int, int] = {}
+        for q, off in queues.items():
+            try:
+                qid = int(q)
+            except (TypeError, ValueError):
+                raise OptionError(name, f"queue id {q!r} of topic {topic!r} is not an integer") \
+                    from None
+            if qid < 0:
+                raise OptionError(name, f"queue id {q!r} of topic {topic!r} is negative")
+            if not isinstance(off, int) or isinstance(off, bool) or off < EARLIEST:
+                raise OptionError(name, f"offset {off!r} of {topic}/{qid} must be an integer "
+                                        ">= 0, -2 (earliest) or -1 (latest)")
+            if off == EARLIEST and not allow_earliest:
+                raise OptionError(name, f"-2 (earliest) is not allowed ({topic}/{qid})")
+            if off == LATEST and not allow_latest:
+                raise OptionError(name, f"-1 (latest) is not allowed ({topic}/{qid})")
+            per[qid] = off
+        out[str(topic)] = per
+    return out
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    path: str
+    subscribe: tuple[str, ...] | None
+    subscribe_pattern: str | None
+    assign: dict[str, tuple[int, ...]] | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    min_partitions: int | None
+    max_records_per_batch: int
+    include_metadata: bool
+    include_headers: bool
+    fail_on_data_loss: bool
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    opts = _lower(options)
+    for name in NOT_YET_SUPPORTED:
+        if name.lower() in opts:
+            raise OptionError(name, "is not supported yet by the strata source "
+                                    "(use startingOffsets / endingOffsets)")
+    path = _path(opts)
+    given = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in opts]
+    if len(given) != 1:
+        raise OptionError("subscribe", "exactly one of 'subscribe', 'subscribePattern' or "
+                                       f"'assign' must be given, got {given or 'none'}")
+    subscribe = pattern = assign = None
+    if given[0] == "subscribe":
+        subscribe = tuple(t.strip() for t in str(opts["subscribe"]).split(",") if t.strip())
+        if not subscribe:
+            raise OptionError("subscribe", "must list at least one topic (comma separated)")
+    elif given[0] == "subscribePattern":
+        pattern = str(opts["subscribepattern"])
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise OptionError("subscribePattern", f"is not a valid Python regex: {e}") from None
+    else:
+        text = str(opts["assign"])
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            raise OptionError("assign", f'must be JSON like {{"topic": [0, 1]}}, got {text!r}') \
+                from None
+        if not isinstance(parsed, dict) or not parsed or not all(
+                isinstance(v, list) and all(isinstance(q, int) and not isinstance(q, bool)
+                                            and q >= 0 for q in v) for v in parsed.values()):
+            raise OptionError("assign", f'must be JSON like {{"topic": [0, 1]}}, got {text!r}')
+        assign = {str(t): tuple(sorted(set(qs))) for t, qs in parsed.items()}
+    starting = _offsets(opts, "startingOffsets", "earliest", allow_earliest=True,
+                        allow_latest=True)
+    ending = _offsets(opts, "endingOffsets", "latest", allow_earliest=False, allow_latest=True)
+    return ReadOptions(
+        path=path, subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
+        starting=starting, ending=ending,
+        min_partitions=_positive_int(opts, "minPartitions", None),
+        max_records_per_batch=_positive_int(opts, "maxRecordsPerBatch",
+                                            DEFAULT_MAX_RECORDS_PER_BATCH),
+        include_metadata=_bool(opts, "includeMetadata", False),
+        include_headers=_bool(opts, "includeHeaders", False),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+    )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    path: str
+    topic: str | None
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    opts = _lower(options)
+    topic = opts.get("topic")
+    if topic is not None:
+        from strata.format.record import encode_topic
+        try:
+            encode_topic(str(topic))
+        except ValueError as e:
+            raise OptionError("topic", str(e)) from None
+    return WriteOptions(path=_path(opts), topic=None if topic is None else str(topic))

@@ -1,0 +1,115 @@
+"""Resolve options against a store into per-queue offset ranges, and split them (no Spark)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from strata.spark.options import EARLIEST, LATEST, OptionError, ReadOptions
+
+
+@dataclass(frozen=True)
+class QueueRange:
+    topic: str
+    queue_id: int
+    start: int  # first queue offset to read
+    end: int    # one past the last
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def selected_queues(store, o: ReadOptions) -> list[tuple[str, int]]:
+    topics = store.topics()
+    if o.subscribe is not None:
+        missing = [t for t in o.subscribe if t not in topics]
+        if missing:
+            raise OptionError("subscribe", f"no topic {missing[0]!r} in the store at {o.path} "
+                                           f"(topics: {', '.join(topics) or 'none'})")
+        chosen = list(dict.fromkeys(o.subscribe))
+        return [(t, q) for t in chosen for q in range(store.queue_count(t))]
+    if o.subscribe_pattern is not None:
+        rx = re.compile(o.subscribe_pattern)
+        return [(t, q) for t in topics if rx.fullmatch(t) for q in range(store.queue_count(t))]
+    out = []
+    for t, qs in o.assign.items():
+        n = store.queue_count(t)
+        if n == 0:
+            raise OptionError("assign", f"no topic {t!r} in the store at {o.path}")
+        for q in qs:
+            if q >= n:
+                raise OptionError("assign", f"topic {t!r} has {n} queues; there is no queue {q}")
+            out.append((t, q))
+    return out
+
+
+def _check_json_queues(spec, name: str, queues: set[tuple[str, int]]) -> None:
+    if isinstance(spec, dict):
+        for t, per in spec.items():
+            for q in per:
+                if (t, q) not in queues:
+                    raise OptionError(name, f"{t}/{q} is not one of the queues read "
+                                            "(check subscribe/assign)")
+
+
+def resolve_ranges(store, o: ReadOptions) -> list[QueueRange]:
+    """Start/end offsets per selected queue, checked against the queues' current bounds."""
+    queues = selected_queues(store, o)
+    qset = set(queues)
+    _check_json_queues(o.starting, "startingOffsets", qset)
+    _check_json_queues(o.ending, "endingOffsets", qset)
+    out = []
+    for t, q in queues:
+        mn, mx = store.min_offset(t, q), store.max_offset(t, q)
+        s = o.starting if isinstance(o.starting, str) else o.starting.get(t, {}).get(q, EARLIEST)
+        e = o.ending if isinstance(o.ending, str) else o.ending.get(t, {}).get(q, LATEST)
+        start = mn if s in ("earliest", EARLIEST) else mx if s in ("latest", LATEST) else s
+        end = mx if e in ("latest", LATEST) else e
+        if start < mn:
+            if o.fail_on_data_loss:
+                raise OptionError("startingOffsets",
+                                  f"{t}/{q} offset {start} is below the queue's earliest offset "
+                                  f"{mn}: offsets {start}..{mn - 1} are no longer stored (set "
+                                  "failOnDataLoss=false to start at the earliest)")
+            start = mn
+        if end > mx:
+            raise OptionError("endingOffsets", f"{t}/{q} offset {end} is beyond the queue's "
+                                               f"latest offset {mx}")
+        if start > end:
+            raise OptionError("startingOffsets", f"{t}/{q} starting offset {start} is after the "
+                                                 f"ending offset {end}")
+        out.append(QueueRange(t, q, start, end))
+    return out
+
+
+def split_ranges(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRange]:
+    """Drop empty ranges; split the rest so there are at least ``min_partitions`` (Kafka-like:
+    each range gets a share proportional to its size, never an empty piece)."""
+    ranges = [r for r in ranges if r.size > 0]
+    if not min_partitions or min_partitions <= len(ranges):
+        return ranges
+    total = sum(r.size for r in ranges)
+    # shares proportional to size (largest remainder), at least 1 and at most size per range
+    shares = [r.size * min_partitions / total for r in ranges]
+    counts = [max(1, min(r.size, int(sh))) for r, sh in zip(ranges, shares)]
+    order = sorted(range(len(ranges)), key=lambda i: counts[i] - shares[i])
+    while sum(counts) < min_partitions:
+        grown = False
+        for i in order:
+            if sum(counts) >= min_partitions:
+                break
+            if counts[i] < ranges[i].size:
+                counts[i] += 1
+                grown = True
+        if not grown:  # every range is already split into single offsets
+            break
+    out = []
+    for r, parts in zip(ranges, counts):
+        step, extra = divmod(r.size, parts)
+        s = r.start
+        for i in range(parts):
+            e = s + step + (1 if i < extra else 0)
+            out.append(QueueRange(r.topic, r.queue_id, s, e))
+            s = e
+    return out

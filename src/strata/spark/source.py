@@ -1,0 +1,118 @@
+"""The strata Python data source: ``spark.read.format("strata")`` and ``df.write.format("strata")``.
+
+Only small, picklable values live on these objects (options, strings, ints); stores are opened
+inside the methods that use them: read-only on planners and executors, for writing only in the
+driver-side write commit (see write.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from strata.spark.options import OptionError, parse_read_options, parse_write_options
+from strata.spark.planning import QueueRange, resolve_ranges, split_ranges
+from strata.spark.schema import ALL_COLUMNS, arrow_schema, read_schema
+
+FORMAT_NAME = "strata"
+
+
+class StrataDataSource(DataSource):
+    """Reads topics of a strata store as Kafka-like rows; appends DataFrames to topics."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self):
+        o = parse_read_options(self.options)
+        return read_schema(o.include_metadata, o.include_headers)
+
+    def reader(self, schema: StructType) -> "StrataBatchReader":
+        o = parse_read_options(self.options)
+        unknown = [f.name for f in schema.fields if f.name not in ALL_COLUMNS]
+        if unknown:
+            raise OptionError("schema", f"the strata source has no column {unknown[0]!r}; "
+                                        f"columns: {', '.join(sorted(ALL_COLUMNS))}")
+        return StrataBatchReader(o, schema)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from strata.spark.write import StrataWriter
+        return StrataWriter(parse_write_options(self.options), schema, overwrite)
+
+
+@dataclass
+class QueuePartition(InputPartition):
+    """One Spark task: offsets [start, end) of one queue."""
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+
+    def __init__(self, topic: str, queue_id: int, start: int, end: int) -> None:
+        self.topic, self.queue_id, self.start, self.end = topic, queue_id, start, end
+        self.value = (topic, queue_id, start, end)
+
+
+class StrataBatchReader(DataSourceReader):
+    def __init__(self, options, schema: StructType) -> None:
+        self.o = options
+        self.schema = schema
+
+    def partitions(self) -> list[InputPartition]:
+        from strata.spark.geometry import open_readonly
+        store = open_readonly(self.o.path)
+        try:
+            ranges = resolve_ranges(store, self.o)
+        finally:
+            store.close()
+        return [QueuePartition(r.topic, r.queue_id, r.start, r.end)
+                for r in split_ranges(ranges, self.o.min_partitions)]
+
+    def read(self, partition) -> Iterator:
+        if not isinstance(partition, QueuePartition):  # Spark's stand-in for "no partitions"
+            return iter(())
+        return read_range(self.o.path, QueueRange(partition.topic, partition.queue_id,
+                                                  partition.start, partition.end),
+                          arrow_schema(self.schema), self.o.max_records_per_batch,
+                          self.o.fail_on_data_loss)
+
+
+def read_range(path: str, r: QueueRange, schema, batch_rows: int,
+               fail_on_data_loss: bool = True) -> Iterator:
+    """Yield pyarrow RecordBatches of the messages at queue offsets [r.start, r.end)."""
+    import numpy as np
+
+    from strata.errors import CorruptStoreError
+    from strata.format.consume_queue import BLANK_SIZE
+    from strata.spark.decode import build_batch, chunks_for
+    from strata.spark.geometry import open_readonly
+
+    store = open_readonly(path)
+    try:
+        cq = store.queues.get(r.topic, r.queue_id)
+        segments = store.log.segments.segments
+        off = max(r.start, cq.min_offset()) if not fail_on_data_loss else r.start
+        if off < cq.min_offset():
+            raise CorruptStoreError(
+                f"{r.topic}/{r.queue_id}: offsets {off}..{cq.min_offset() - 1} were deleted "
+                "(retention) after the read was planned; failOnDataLoss=false skips them")
+        while off < r.end:
+            units = cq.read_units(off, min(batch_rows, r.end - off))
+            if len(units) == 0:
+                raise CorruptStoreError(f"{r.topic}/{r.queue_id}: no consume-queue file holds "
+                                        f"offset {off}")
+            off += len(units)
+            units = units[units["size"] != BLANK_SIZE]
+            if len(units) == 0:
+                continue
+            phys = units["offset"].astype(np.int64)
+            chunks = chunks_for(segments, phys)
+            batch = build_batch(chunks, r.topic, r.queue_id, schema)
+            del chunks  # numpy views pin the segment maps; drop them before the store closes
+            yield batch
+    finally:
+        store.close()

@@ -1,0 +1,143 @@
+"""Batch writes through df.write.format("strata"): staged by tasks, appended by the commit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import strata
+from strata.spark.geometry import open_readonly
+
+pytestmark = pytest.mark.spark
+
+
+def all_messages(path, topic):
+    with open_readonly(path) as store:
+        out = []
+        for q in range(store.queue_count(topic)):
+            off = store.min_offset(topic, q)
+            while off < store.max_offset(topic, q):
+                got = store.get(topic, q, off, max_messages=256)
+                out += got.messages
+                off = got.next_offset
+        return out
+
+
+def write(df, path, **opts):
+    w = df.write.format("strata").mode("append").option("path", str(path))
+    for k, v in opts.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def test_write_then_read_back_equals_written_rows(spark, tmp_path):
+    path = tmp_path / "store"
+    rows = [(f"v{i}".encode(), f"k{i}" if i % 3 else None, "w1" if i % 2 else "w2",
+             f"tag{i % 4}" if i % 5 else None,
+             [("h", f"x{i}".encode())] if i % 7 == 0 else None) for i in range(500)]
+    df = spark.createDataFrame(
+        rows, "value binary, key string, topic string, tags string, "
+              "headers array<struct<key: string, value: binary>>").repartition(3)
+    write(df, path)
+    assert not (path / "spark-staging").exists()
+    written = {r[0]: r for r in rows}
+    got = all_messages(path, "w1") + all_messages(path, "w2")
+    assert len(got) == 500
+    for m in got:
+        v, k, t, tg, h = written[m.body]
+        assert m.topic == t and m.tags == tg
+        assert m.keys == ((k,) if k else ())
+        assert m.properties == {hk: hv.decode() for hk, hv in (h or [])}
+    back = (spark.read.format("strata").option("path", str(path)).option("subscribe", "w1,w2")
+            .option("includeMetadata", "true").option("includeHeaders", "true").load())
+    seen = {(bytes(r.value), bytes(r.key).decode() if r.key is not None else None, r.topic,
+             r.tags, tuple((h.key, bytes(h.value)) for h in r.headers) or None)
+            for r in back.collect()}
+    assert seen == {(v, k, t, tg, tuple(h) if h else None) for v, k, t, tg, h in rows}
+
+
+def test_topic_option_queue_id_column_and_string_values(spark, tmp_path):
+    path = tmp_path / "store"
+    df = spark.createDataFrame([(f"s{i}", i % 2) for i in range(40)], "value string, queue_id int")
+    write(df, path, topic="opt")
+    write(df, path, topic="opt")  # a second job appends after the first
+    with open_readonly(path) as store:
+        assert store.topics() == ["opt"]
+        for q in (0, 1):
+            assert store.max_offset("opt", q) == 40
+            got = store.get("opt", q, 0, max_messages=100).messages
+            assert [m.body for m in got] == [f"s{i}".encode() for i in range(40) if i % 2 == q] * 2
+            assert [m.queue_offset for m in got] == list(range(40))
+
+
+def test_write_into_existing_store_keeps_its_geometry(spark, tmp_path, store_dir):
+    import shutil
+    path = tmp_path / "copy"
+    shutil.copytree(store_dir, path)
+    df = spark.createDataFrame([(b"new",)], "value binary")
+    write(df, path, topic="audit")
+    assert [m.body for m in all_messages(path, "audit")].count(b"new") == 1
+    assert len(all_messages(path, "audit")) == 701
+    assert len(all_messages(path, "orders")) == 3000
+
+
+@pytest.mark.parametrize("ddl, rows, opts, match", [
+    ("key string", [("a",)], {"topic": "t"}, "'value' column"),
+    ("value int", [(1,)], {"topic": "t"}, "column 'value' must be binary or string"),
+    ("value binary", [(b"x",)], {}, "option 'topic'"),
+    ("value binary, queue_id string", [(b"x", "a")], {"topic": "t"}, "column 'queue_id'"),
+    ("value binary, headers array<string>", [(b"x", ["a"])], {"topic": "t"}, "column 'headers'"),
+    ("value binary", [(b"x",)], {"topic": "../x"}, "option 'topic'"),
+])
+def test_bad_schema_or_options_give_clear_errors(spark, tmp_path, ddl, rows, opts, match):
+    path = tmp_path / "store"
+    with pytest.raises(Exception, match=match):
+        write(spark.createDataFrame(rows, ddl), path, **opts)
+    assert not (path / "commitlog").exists() or not all_messages(path, "t")
+
+
+def test_failed_job_appends_nothing(spark, tmp_path):
+    path = tmp_path / "store"
+    write(spark.createDataFrame([(b"first",)], "value binary"), path, topic="t")
+    # one row has a null value: its task fails, the other partitions' staged rows are dropped
+    df = spark.createDataFrame([(b"a",), (b"b",), (None,), (b"c",)], "value binary").repartition(2)
+    with pytest.raises(Exception, match="column 'value' has a null"):
+        write(df, path, topic="t")
+    # a queue id the topic does not have fails in the commit, after every task staged its rows
+    bad = spark.createDataFrame([(b"a", 0), (b"b", 99)], "value binary, queue_id int")
+    with pytest.raises(Exception, match="column 'queue_id' is 99"):
+        write(bad, path, topic="t")
+    assert [m.body for m in all_messages(path, "t")] == [b"first"]
+    assert not (path / "spark-staging").exists()
+
+
+def test_overwrite_mode_is_refused(spark, tmp_path):
+    df = spark.createDataFrame([(b"x",)], "value binary")
+    with pytest.raises(Exception, match="mode"):
+        (df.write.format("strata").mode("overwrite").option("path", str(tmp_path / "s"))
+         .option("topic", "t").save())
+
+
+def test_store_open_for_writing_elsewhere_is_refused(spark, tmp_path):
+    path = tmp_path / "store"
+    strata.open(path).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, strata
+            s = strata.open({str(path)!r})
+            print("open", flush=True)
+            sys.stdin.read()
+            s.close()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        df = spark.createDataFrame([(b"x",)], "value binary")
+        with pytest.raises(Exception, match="open for writing in another process"):
+            write(df, path, topic="t")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert all_messages(path, "t") == []
