@@ -1,0 +1,497 @@
+"""The embedded API's contract: bad input is refused with a clear error and changes nothing;
+one writer per directory; read-only openers (other processes too) see only confirmed data;
+lifetime (context manager, use after close); sync flush timeout and group commit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import strata
+from strata.errors import (InvalidConfigError, ReadOnlyStoreError, StoreClosedError,
+                           StoreLockedError, StoreNotFoundError, StrataError)
+from strata.files.faults import FaultInjectingFileOps
+from strata.files.io import FileOps
+from strata.store.message_store import MessageStore
+
+from conftest import body_for, make_message, small_store_config
+
+TESTS_DIR = Path(__file__).resolve().parents[1]
+M = strata.Message
+# what small_store_config() sets, for read-only openers in other processes
+SMALL = dict(segment_size=64 * 1024, prefault=False, consume_queue_units=4096,
+             index_slots=1024, index_entries=8192)
+
+
+def snapshot(store_dir: Path) -> dict[str, bytes]:
+    """The bytes of every commit-log segment and of the store's configuration files (not of
+    the next segment being prepared in the background)."""
+    out = {}
+    for sub in ("commitlog", "config"):
+        d = store_dir / sub
+        if d.is_dir():
+            for p in sorted(d.rglob("*")):
+                if p.is_file() and not p.name.endswith((".alloc", ".tmp")):
+                    out[str(p.relative_to(store_dir))] = p.read_bytes()
+    return out
+
+
+# --------------------------------------------------------------------------- bad input
+
+BAD_PUTS = {
+    # topic names
+    "topic ../x": (lambda: M("../x", b"x"), "topic"),
+    "topic a/b": (lambda: M("a/b", b"x"), "topic"),
+    "topic empty": (lambda: M("", b"x"), "topic"),
+    "topic 128 chars": (lambda: M("a" * 128, b"x"), "128"),
+    "topic 200 chars": (lambda: M("b" * 200, b"x"), "200"),
+    "topic with space": (lambda: M("a b", b"x"), "topic"),
+    "topic None": (lambda: M(None, b"x"), "topic must be a str"),
+    "topic bytes": (lambda: M(b"orders", b"x"), "topic must be a str"),
+    "topic int": (lambda: M(7, b"x"), "topic must be a str"),
+    # bodies
+    "body above max_body_size": (lambda: M("t", bytes(1001)), "max_body_size"),
+    "bytearray body above max": (lambda: M("t", bytearray(1001)), "max_body_size"),
+    "body str": (lambda: M("t", "text"), "bytes"),
+    "body None": (lambda: M("t", None), "bytes"),
+    "body int": (lambda: M("t", 5), "bytes"),
+    # properties, keys, tags
+    "properties too large": (lambda: M("t", b"x", properties={"p": "v" * 40_000}), "32767"),
+    "many properties too large": (
+        lambda: M("t", b"x", properties={f"p{i}": "v" * 100 for i in range(400)}), "32767"),
+    "reserved property KEYS": (lambda: M("t", b"x", properties={"KEYS": "k"}), "reserved"),
+    "reserved property TAGS": (lambda: M("t", b"x", properties={"TAGS": "t"}), "reserved"),
+    "property value not str": (lambda: M("t", b"x", properties={"a": 1}), "'a'"),
+    "property name empty": (lambda: M("t", b"x", properties={"": "v"}), "property name"),
+    "properties not a mapping": (lambda: M("t", b"x", properties=[("a", "b")]), "mapping"),
+    "key empty": (lambda: M("t", b"x", keys=[""]), "keys"),
+    "keys not iterable": (lambda: M("t", b"x", keys=5), "keys"),
+    "key lone surrogate": (lambda: M("t", b"x", keys=["\ud800"]), "UTF-8"),
+    "tags not str": (lambda: M("t", b"x", tags=5), "tags"),
+    # queue ids
+    "queue_id negative": (lambda: M("t", b"x", queue_id=-1), "queue_id"),
+    "queue_id str": (lambda: M("t", b"x", queue_id="1"), "queue_id"),
+    "queue_id float": (lambda: M("t", b"x", queue_id=1.5), "queue_id"),
+    "queue_id bool": (lambda: M("t", b"x", queue_id=True), "queue_id"),
+    "queue_id beyond queues": (lambda: M("t", b"x", queue_id=8), "queue_id 8"),
+    "queue_id beyond queues, new topic": (lambda: M("fresh", b"x", queue_id=99), "queue_id 99"),
+    # other fields
+    "flag beyond i32": (lambda: M("t", b"x", flag=2 ** 40), "flag"),
+    "born_timestamp negative": (lambda: M("t", b"x", born_timestamp=-5), "born_timestamp"),
+    "born_timestamp str": (lambda: M("t", b"x", born_timestamp="now"), "born_timestamp"),
+    "born_host not an ip": (lambda: M("t", b"x", born_host=("nope", 1)), "host"),
+    "born_host port": (lambda: M("t", b"x", born_host=("10.0.0.1", 70000)), "port"),
+    "born_host str": (lambda: M("t", b"x", born_host="10.0.0.1"), "host"),
+    "born_host list": (lambda: M("t", b"x", born_host=["10.0.0.1", 5]), "host"),
+    "not a Message": (lambda: "hello", "Message"),
+}
+
+
+@pytest.fixture
+def api_store(tmp_store_dir):
+    """A writer with one message in topic ``t`` (8 queues) and max_body_size 1000."""
+    store = strata.open(tmp_store_dir, small_store_config(max_body_size=1000))
+    store.put(make_message(0, size=10))
+    store.flush()
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize("case", list(BAD_PUTS))
+def test_bad_input_refused_and_changes_nothing(api_store, tmp_store_dir, case):
+    make, words = BAD_PUTS[case]
+    before = snapshot(tmp_store_dir)
+    end = api_store.max_commitlog_offset()
+    for how in ("put", "put_batch"):
+        with pytest.raises(StrataError) as ei:
+            msg = make()
+            if how == "put":
+                api_store.put(msg)
+            else:  # valid messages before the bad one are not written either
+                api_store.put_batch([make_message(1, topic="other"), make_message(2), msg])
+        assert isinstance(ei.value, ValueError), repr(ei.value)
+        assert words in str(ei.value), str(ei.value)
+        assert api_store.max_commitlog_offset() == end
+    api_store.flush()
+    assert snapshot(tmp_store_dir) == before
+    # the store still works
+    r = api_store.put(make_message(3))
+    assert r.ok and api_store.read_at(r.commitlog_offset).body == body_for(3)
+    assert [m.body for m in api_store.scan()] == [body_for(0, 10), body_for(3)]
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(flush="fast"), "flush"),
+    (dict(flush=None), "flush"),
+    (dict(segment_size=1000), "segment_size"),
+    (dict(segment_size=65536 + 100), "segment_size"),
+    (dict(segment_size="1G"), "segment_size"),
+    (dict(segment_size=True), "segment_size"),
+    (dict(max_body_size=-1), "max_body_size"),
+    (dict(flush_interval_ms=0), "flush_interval_ms"),
+    (dict(sync_flush_timeout_ms=-5), "sync_flush_timeout_ms"),
+    (dict(flush_least_pages=-1), "flush_least_pages"),
+    (dict(prefault="yes"), "prefault"),
+    (dict(default_queues=0), "default_queues"),
+    (dict(store_host="localhost"), "store_host"),
+])
+def test_bad_config_refused(kw, field):
+    with pytest.raises(InvalidConfigError) as ei:
+        strata.StoreConfig(**kw)
+    assert isinstance(ei.value, ValueError) and isinstance(ei.value, StrataError)
+    assert field in str(ei.value)
+
+
+def test_bad_config_object_refused_before_touching_disk(tmp_store_dir):
+    with pytest.raises(StrataError) as ei:
+        strata.open(tmp_store_dir, {"flush": "sync"})
+    assert isinstance(ei.value, ValueError) and "StoreConfig" in str(ei.value)
+    cfg = small_store_config()
+    cfg.flush = "fast"  # changed after construction: still caught at open
+    with pytest.raises(InvalidConfigError, match="flush"):
+        strata.open(tmp_store_dir, cfg)
+    assert not tmp_store_dir.exists()
+
+
+# --------------------------------------------------------------------------- other processes
+
+READER_SRC = r'''
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import strata
+from conftest import body_for
+
+store = strata.open(sys.argv[1], strata.StoreConfig(**json.loads(sys.argv[3])), readonly=True)
+for line in sys.stdin:
+    cmd = line.split()
+    try:
+        if cmd[0] == "scan":
+            offs, bad = [], []
+            for m in store.scan(verify_crc=True):
+                offs.append(m.commitlog_offset)
+                seq = int(m.keys[0][1:])
+                if m.body != body_for(seq, len(m.body)) or len(m.body) == 0:
+                    bad.append(m.commitlog_offset)
+            out = {"offsets": offs, "bad": bad}
+        elif cmd[0] == "read":
+            m = store.read_at(int(cmd[1]))
+            out = {"body": None if m is None else m.body.hex()}
+        elif cmd[0] == "put":
+            try:
+                store.put(strata.Message("t", b"x"))
+                out = {"error": None}
+            except Exception as e:
+                out = {"error": type(e).__name__}
+        elif cmd[0] == "exit":
+            break
+    except Exception as e:
+        out = {"exception": f"{type(e).__name__}: {e}"}
+    print(json.dumps(out), flush=True)
+store.close()
+'''
+
+
+class Reader:
+    """A read-only store opened in another process, driven line by line."""
+
+    def __init__(self, tmp_path: Path, store_dir: Path, config: dict | None = None) -> None:
+        script = tmp_path / "reader.py"
+        script.write_text(READER_SRC)
+        self.proc = subprocess.Popen([sys.executable, str(script), str(store_dir),
+                                      str(TESTS_DIR), json.dumps(config or SMALL)],
+                                     stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ask(self, *cmd) -> dict:
+        self.proc.stdin.write(" ".join(map(str, cmd)) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read()
+        out = json.loads(line)
+        assert "exception" not in out, out["exception"]
+        return out
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("exit\n")
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+def test_second_writer_in_another_process_gets_store_locked(tmp_store_dir, tmp_path):
+    code = ("import json, sys, strata\n"
+            "try:\n"
+            "    strata.open(sys.argv[1], strata.StoreConfig(**json.loads(sys.argv[2])))\n"
+            "    print('OPENED')\n"
+            "except strata.errors.StoreLockedError as e:\n"
+            "    print('LOCKED', e)\n")
+    with strata.open(tmp_store_dir, small_store_config()) as store:
+        store.put(make_message(0))
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_store_dir),
+                              json.dumps(SMALL)], capture_output=True, text=True, timeout=60)
+        assert out.stdout.startswith("LOCKED"), out.stdout + out.stderr
+        assert str(tmp_store_dir) in out.stdout and "readonly=True" in out.stdout
+        # the refused opener changed nothing
+        assert store.put(make_message(1)).ok
+    # once the writer has closed, the directory is free
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_store_dir), json.dumps(SMALL)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("OPENED"), out.stdout + out.stderr
+
+
+def test_second_writer_in_same_process_gets_store_locked(tmp_store_dir):
+    with strata.open(tmp_store_dir, small_store_config()):
+        with pytest.raises(StoreLockedError, match="another process|readonly"):
+            strata.open(tmp_store_dir, small_store_config())
+
+
+class GateFileOps(FileOps):
+    """Commit-log msyncs wait while the gate is closed: data sits written but not durable."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Event()
+
+    def msync(self, path, mm, start, length):
+        if not self.gate.is_set() and "commitlog" in Path(path).parts:
+            self.waiting.set()
+            self.gate.wait()
+        super().msync(path, mm, start, length)
+
+
+def test_readonly_process_sees_nothing_beyond_flushed_offset_in_sync_mode(tmp_store_dir,
+                                                                           tmp_path):
+    fops = GateFileOps()
+    store = MessageStore(tmp_store_dir, small_store_config(flush="sync"), file_ops=fops)
+    reader = None
+    try:
+        results = [store.put(make_message(i)) for i in range(10)]
+        assert all(r.ok for r in results)
+        reader = Reader(tmp_path, tmp_store_dir)
+        assert reader.ask("scan") == {"offsets": [r.commitlog_offset for r in results], "bad": []}
+
+        fops.gate.clear()
+        pending = store.max_commitlog_offset()
+        done = []
+        t = threading.Thread(target=lambda: done.append(store.put(make_message(10))))
+        t.start()
+        assert fops.waiting.wait(30)  # the record is in the page cache, its fsync stalled
+        assert store.max_commitlog_offset() > pending
+        assert store.flushed_offset() <= pending
+        # neither the writer's readers nor another process see it before it is durable
+        assert store.read_at(pending) is None
+        assert reader.ask("read", pending) == {"body": None}
+        assert reader.ask("scan")["offsets"] == [r.commitlog_offset for r in results]
+
+        fops.gate.set()
+        t.join(30)
+        assert done and done[0].ok and done[0].commitlog_offset == pending
+        assert reader.ask("read", pending) == {"body": body_for(10).hex()}
+        assert reader.ask("scan")["offsets"][-1] == pending
+        assert reader.ask("put") == {"error": "ReadOnlyStoreError"}
+    finally:
+        fops.gate.set()
+        if reader is not None:
+            reader.close()
+        store.close()
+
+
+def test_readonly_process_never_sees_a_torn_record(tmp_store_dir, tmp_path):
+    """A reader in another process scans (CRC-verified) while the writer appends and rolls
+    segments: every record it sees is whole, and what it saw once it sees again."""
+    store = strata.open(tmp_store_dir, small_store_config())
+    store.put(make_message(0))
+    reader = Reader(tmp_path, tmp_store_dir)
+    stop = threading.Event()
+    written = [1]
+
+    def write():
+        seq = 1
+        while not stop.is_set() and seq < 5000:
+            n = 1 + seq % 17
+            store.put_batch([make_message(s, size=50 + (s * 37) % 1500)
+                             for s in range(seq, seq + n)])
+            seq += n
+            written[0] = seq
+
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        last: list[int] = []
+        for _ in range(15):
+            got = reader.ask("scan")
+            assert got["bad"] == []
+            assert got["offsets"][:len(last)] == last
+            last = got["offsets"]
+    finally:
+        stop.set()
+        t.join()
+    assert written[0] > 1
+    final = reader.ask("scan")
+    assert len(final["offsets"]) == written[0] and final["bad"] == []
+    reader.close()
+    store.close()
+
+
+def test_readonly_open_in_process(tmp_store_dir):
+    cfg = small_store_config()
+    with pytest.raises(StoreNotFoundError):
+        strata.open(tmp_store_dir, cfg, readonly=True)
+    assert not tmp_store_dir.exists()  # a reader creates nothing
+
+    with strata.open(tmp_store_dir, small_store_config()) as writer:
+        r = writer.put(make_message(0))
+        with strata.open(tmp_store_dir, cfg, readonly=True) as ro:
+            assert ro.read_at(r.commitlog_offset).body == body_for(0)
+            with pytest.raises(ReadOnlyStoreError):
+                ro.put(make_message(1))
+            with pytest.raises(ReadOnlyStoreError):
+                ro.put_batch([make_message(1)])
+            r2 = writer.put(make_message(2))
+            assert ro.read_at(r2.commitlog_offset).body == body_for(2)  # follows the writer
+    before = snapshot(tmp_store_dir)
+    with strata.open(tmp_store_dir, cfg, readonly=True) as ro:  # no writer: reads the files
+        assert [m.body for m in ro.scan()] == [body_for(0), body_for(2)]
+        with pytest.raises(ReadOnlyStoreError):
+            ro.put(make_message(3))
+    assert snapshot(tmp_store_dir) == before
+
+
+def test_readonly_open_with_default_config(tmp_store_dir):
+    """Tools (CLI, Spark) open a store read-only without knowing the writer's config: file
+    sizes must come from the files, not from the opener's config."""
+    with strata.open(tmp_store_dir, small_store_config()) as writer:
+        results = writer.put_batch([make_message(i, size=900) for i in range(200)])
+    with strata.open(tmp_store_dir, readonly=True) as ro:
+        assert [m.body for m in ro.scan(verify_crc=True)] == \
+            [body_for(i, 900) for i in range(200)]
+        assert ro.get_by_id(results[150].msg_id).body == body_for(150, 900)
+
+
+# --------------------------------------------------------------------------- lifetime
+
+
+def test_context_manager_closes_cleanly(tmp_store_dir):
+    with strata.open(tmp_store_dir, small_store_config()) as store:
+        r = store.put(make_message(0))
+        assert not store.closed
+    assert store.closed
+    with pytest.raises(RuntimeError):
+        with strata.open(tmp_store_dir, small_store_config()) as store:
+            store.put(make_message(1))
+            raise RuntimeError("boom")
+    assert store.closed
+    with strata.open(tmp_store_dir, small_store_config()) as store:  # lock was released
+        assert store.recovery_report.clean
+        assert [m.body for m in store.scan()] == [body_for(0), body_for(1)]
+        assert store.get_by_id(r.msg_id).body == body_for(0)
+
+
+def test_use_after_close_raises(tmp_store_dir):
+    store = strata.open(tmp_store_dir, small_store_config())
+    r = store.put(make_message(0))
+    store.close()
+    store.close()  # idempotent
+    for call in (lambda: store.put(make_message(1)),
+                 lambda: store.put_batch([make_message(1)]),
+                 lambda: store.read_at(r.commitlog_offset),
+                 lambda: store.get_by_id(r.msg_id),
+                 lambda: list(store.scan()),
+                 lambda: store.flush()):
+        with pytest.raises(StoreClosedError, match="closed"):
+            call()
+
+
+def test_empty_batch_is_a_no_op(tmp_store_dir):
+    with strata.open(tmp_store_dir, small_store_config()) as store:
+        assert store.put_batch([]) == []
+        assert store.max_commitlog_offset() == 0
+
+
+# --------------------------------------------------------------------------- sync flush
+
+
+class SlowSyncFileOps(FaultInjectingFileOps):
+    """Commit-log msyncs take ``delay`` seconds (a slow or overloaded disk)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__()
+        self.delay = delay
+        self.log_syncs = 0
+
+    def msync(self, path, mm, start, length):
+        if "commitlog" in Path(path).parts:
+            with self._lock:
+                self.log_syncs += 1
+            if self.delay:
+                time.sleep(self.delay)
+        super().msync(path, mm, start, length)
+
+
+def test_sync_put_past_timeout_reports_flush_disk_timeout(tmp_store_dir):
+    fops = SlowSyncFileOps()
+    cfg = small_store_config(flush="sync", sync_flush_timeout_ms=1)
+    store = MessageStore(tmp_store_dir, cfg, file_ops=fops)
+    try:
+        fops.delay = 0.3  # far beyond the 1 ms the put may wait
+        r = store.put(make_message(0))
+        assert r.status is strata.PutStatus.FLUSH_DISK_TIMEOUT and not r.ok
+        rs = store.put_batch([make_message(1), make_message(2)])
+        assert [x.status for x in rs] == [strata.PutStatus.FLUSH_DISK_TIMEOUT] * 2
+        # the data was stored all the same, and becomes durable when the disk catches up
+        assert store.read_at(r.commitlog_offset) is None or \
+            store.read_at(r.commitlog_offset).body == body_for(0)
+        fops.delay = 0
+        store.flush()
+        assert store.flushed_offset() == store.max_commitlog_offset()
+        assert [m.body for m in store.scan()] == [body_for(i) for i in range(3)]
+        assert store.put(make_message(3)).ok
+    finally:
+        fops.delay = 0
+        store.close()
+    with strata.open(tmp_store_dir, small_store_config()) as store:
+        assert [m.body for m in store.scan()] == [body_for(i) for i in range(4)]
+
+
+def test_group_commit_shares_fsyncs_between_threads(tmp_store_dir):
+    fops = SlowSyncFileOps(delay=0.002)
+    cfg = small_store_config(flush="sync", segment_size=1 << 20)
+    store = MessageStore(tmp_store_dir, cfg, file_ops=fops)
+    threads, per_thread = 16, 25
+    results: list = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads)
+
+    def producer(t):
+        start.wait()
+        for i in range(per_thread):
+            r = store.put(make_message(t * 1000 + i))
+            with lock:
+                results.append((t * 1000 + i, r))
+    try:
+        before = fops.log_syncs
+        ts = [threading.Thread(target=producer, args=(t,)) for t in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        syncs = fops.log_syncs - before
+        puts = threads * per_thread
+        assert len(results) == puts and all(r.ok for _, r in results)
+        assert 0 < syncs < puts
+        for seq, r in results:
+            assert store.flushed_offset() >= r.commitlog_offset + r.size
+            assert store.read_at(r.commitlog_offset).body == body_for(seq)
+    finally:
+        store.close()
