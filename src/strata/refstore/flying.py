@@ -17,68 +17,64 @@ _LOW = WRITE - 1
 
 
 class FlyingTable:
-    """Shared by every client of a store and its server thread."""
+    """Shared by every client of a store and its server thread (one inner dict per client)."""
 
     def __init__(self) -> None:
-        self._t: dict[tuple[str, bytes], int] = {}
+        self._t: dict[str, dict[bytes, int]] = {}
         self._lock = threading.Lock()
 
     def client_write_many(self, cref: str, msg_ids) -> None:
-        t = self._t
         with self._lock:
+            t = self._t.get(cref)
+            if t is None:
+                t = self._t[cref] = {}
+            get = t.get
             for m in msg_ids:
-                k = (cref, m)
-                t[k] = t.get(k, 0) + WRITE
+                t[m] = get(m, 0) + WRITE
 
     def client_remove(self, cref: str, msg_id: bytes) -> bool:
         """True if this remove cancelled a write still in flight (so it must not be sent)."""
-        k = (cref, msg_id)
         with self._lock:
-            v = self._t.get(k)
+            t = self._t.get(cref)
+            v = None if t is None else t.get(msg_id)
             if v is not None and (v >> 32) > (v & _LOW):
-                self._t[k] = v + 1
+                t[msg_id] = v + 1
                 return True
         return False
 
-    def server_write(self, cref: str, msg_id: bytes) -> bool:
-        """Account for one processed write; True if it must be applied, False if cancelled."""
-        k = (cref, msg_id)
-        with self._lock:
-            v = self._t[k]
-            if v & _LOW:
-                v -= WRITE + 1
-                apply = False
-            else:
-                v -= WRITE
-                apply = True
-            if v:
-                self._t[k] = v
-            else:
-                del self._t[k]
-        return apply
+    def server_write_many(self, cref: str, msg_ids) -> list[bool] | None:
+        """Account for processed writes; per id True to apply it, False if it was cancelled.
 
-    def server_write_many(self, cref: str, msg_ids) -> list[bool]:
-        t = self._t
-        out = []
+        Returns None when none was cancelled (the common case), to save a list.
+        """
+        out = None
         with self._lock:
-            for m in msg_ids:
-                k = (cref, m)
-                v = t[k]
+            t = self._t[cref]
+            for k, m in enumerate(msg_ids):
+                v = t[m]
+                if v == WRITE:
+                    del t[m]
+                    continue
                 if v & _LOW:
                     v -= WRITE + 1
-                    out.append(False)
+                    if out is None:
+                        out = [True] * len(msg_ids)
+                    out[k] = False
                 else:
                     v -= WRITE
-                    out.append(True)
                 if v:
-                    t[k] = v
+                    t[m] = v
                 else:
-                    del t[k]
+                    del t[m]
+            if not t:
+                del self._t[cref]
         return out
 
     def __len__(self) -> int:
-        return len(self._t)
+        with self._lock:
+            return sum(len(t) for t in self._t.values())
 
     def entries(self) -> dict[tuple[str, bytes], tuple[int, int]]:
         with self._lock:
-            return {k: (v >> 32, v & _LOW) for k, v in self._t.items()}
+            return {(c, m): (v >> 32, v & _LOW)
+                    for c, t in self._t.items() for m, v in t.items()}

@@ -19,6 +19,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from crc32c import crc32c
+
 from strata.errors import InvalidConfigError, StoreClosedError, StrataError
 from strata.format import refstore_record as rec
 
@@ -108,6 +110,8 @@ class _Reply:
         return self.value
 
 
+_ALL_TRUE = object()   # marker: no write of the batch was cancelled
+
 # op codes on the server queue
 _W, _R, _C, _T, _DYING, _DEL, _SYNC = range(7)
 
@@ -196,6 +200,7 @@ class RefStore:
         self._confirms: dict[StoreClient, set] = {}
         self._confirm_due: float | None = None
         self._sync_waiters: list[_Reply] = []
+        self._unsynced: list[CurrentFile] = []
         self._in_flight = 0
         self._paused = False
         self._closing = False
@@ -412,17 +417,21 @@ class RefStore:
                         self._apply(self._ops.popleft(), after)
                         n += 1
                     stopping = self._stop_server and not self._ops
-                    sync = (stopping or bool(self._sync_waiters) or (
+                    sync = (stopping or bool(self._sync_waiters) or bool(self._unsynced) or (
                         self._confirm_due is not None and time.monotonic() >= self._confirm_due))
                     if sync:
                         self._cur.flush()
                         cur = self._cur
+                        rolled = self._unsynced
+                        self._unsynced = []
                         confirms = self._confirms
                         self._confirms = {}
                         self._confirm_due = None
                         waiters = self._sync_waiters
                         self._sync_waiters = []
                 if sync:
+                    for old in rolled:      # files rolled since the last sync, off the lock
+                        old.close()
                     cur.sync()
                     for client, ids in confirms.items():
                         if client.on_disk is not None and ids:
@@ -489,18 +498,28 @@ class RefStore:
         applies = self._flying.server_write_many(client.ref, ids)
         index = self._index
         index.prefetch(ids)
-        get = index.get
-        insert = index.insert
-        cache_done = self._cache.done
-        files = self._summary.files
-        summary = self._summary
         mark = client.dying_mark
         confirms = self._want_confirm(client)
+        if applies is None:
+            applies = _ALL_TRUE
+        cache = self._cache._d
+        cache_bytes = 0
+        files = self._summary.files
+        summary = self._summary
         limit = self.file_size_limit
         cur = self._cur
         cur_info = files[cur.number]
-        for m, b, ok in zip(ids, bodies, applies):
-            if not ok:
+        number = cur.number
+        buf = cur.buffer
+        d = index._d
+        get = index.get if index._base_left else d.get
+        pack_head = rec.HEADER.pack
+        pack_trailer = rec.TRAILER.pack
+        added = 0
+        k = -1
+        for m, b in zip(ids, bodies):
+            k += 1
+            if applies is not _ALL_TRUE and not applies[k]:
                 self.writes_eliminated += 1
             else:
                 e = get(m)
@@ -515,27 +534,49 @@ class RefStore:
                             e[REF] = 1
                             info.valid += e[SIZE]
                             summary.sum_valid += e[SIZE]
-                            cache_done(m)
-                            if confirms is not None:
-                                confirms.add(m)
-                            continue
-                        index.delete(m)          # its copy is being collected: write again
-                    total = len(b) + rec.OVERHEAD
-                    if cur.size + total > limit and cur.size > 0:
-                        self._roll()
-                        cur = self._cur
-                        cur_info = files[cur.number]
-                    off, total = cur.append(m, b)
-                    insert(m, 1, cur.number, off, total)
-                    cur_info.valid += total
-                    cur_info.size += total
-                    summary.sum_valid += total
-                    summary.sum_size += total
-                    if cur.buffer_full():
-                        cur.flush()
-            cache_done(m)
+                            e = True
+                        else:
+                            index.delete(m)      # its copy is being collected: write again
+                            e = None
+                    if e is None:
+                        n = len(b)
+                        total = n + 25
+                        off = cur.size
+                        if off + total > limit and off > 0:
+                            cur_info.valid += added
+                            cur_info.size += added
+                            summary.sum_valid += added
+                            summary.sum_size += added
+                            added = 0
+                            self._roll()
+                            cur = self._cur
+                            cur_info = files[cur.number]
+                            number = cur.number
+                            buf = cur.buffer
+                            off = 0
+                        head = pack_head(n + 16, m)
+                        buf += head
+                        buf += b
+                        buf += pack_trailer(crc32c(b, crc32c(head)), 0xFF)
+                        cur.size = off + total
+                        d[m] = [1, number, off, total]
+                        added += total
+                        if len(buf) >= cur.buffer_limit:
+                            cur.flush()
+                            buf = cur.buffer
+            ce = cache[m]
+            if ce[1] == 1:
+                del cache[m]
+                cache_bytes += len(ce[0])
+            else:
+                ce[1] -= 1
             if confirms is not None:
                 confirms.add(m)
+        cur_info.valid += added
+        cur_info.size += added
+        summary.sum_valid += added
+        summary.sum_size += added
+        self._cache.bytes -= cache_bytes
 
     def _apply_removes(self, client: StoreClient, ids: list) -> None:
         get = self._index.get
@@ -578,7 +619,8 @@ class RefStore:
     def _roll(self) -> None:
         """Close the current file and start the next one (lock held, server thread)."""
         old = self._cur
-        old.close()
+        old.flush()
+        self._unsynced.append(old)     # fsynced and closed by the next sync, off the lock
         number = old.number + 1
         self._summary.add(number)
         self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit)
@@ -752,11 +794,12 @@ class RefStore:
             self._changed.notify_all()
         self._gc.stop(join_timeout=10)
         self._server.join(10)
-        try:
-            os.close(self._cur.fd)         # the write buffer is dropped, as in a real crash
-        except OSError:
-            pass
-        self._cur.fd = -1
+        for f in self._unsynced + [self._cur]:
+            try:
+                os.close(f.fd)             # the write buffer is dropped, as in a real crash
+            except OSError:
+                pass
+            f.fd = -1
         self._readers.close_all()
         self._dirlock.release()
 

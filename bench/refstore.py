@@ -1,0 +1,215 @@
+"""Benchmark the ref store; prints one JSON object per line and never asserts a time.
+
+    python bench/refstore.py [--messages 200000] [--restart-messages 1000000] [--dir /tmp/x]
+
+Each figure is printed next to this machine's own limit measured in the same run: a plain
+``os.write`` + ``fdatasync`` of the same bytes (what any store must at least pay).
+Targets from issue 4 (reported, not enforced): >= 200,000 writes/s of 1 KiB bodies in
+batches; utilisation >= 50% once GC has run; clean restart of 1M messages >= 10x faster than
+an unclean one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+import strata.refstore as rs
+from strata.format.refstore_record import OVERHEAD
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def mid(i: int) -> bytes:
+    return i.to_bytes(16, "big")
+
+
+def disk_limit(directory: str, total_bytes: int, chunk: int = 1 << 20) -> float:
+    """Seconds for os.write of ``total_bytes`` in 1 MiB chunks plus one fdatasync."""
+    path = os.path.join(directory, "limit.bin")
+    buf = os.urandom(chunk)
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    left = total_bytes
+    while left > 0:
+        left -= os.write(fd, buf[:min(chunk, left)])
+    os.fdatasync(fd)
+    os.close(fd)
+    dt = time.perf_counter() - t0
+    os.unlink(path)
+    return dt
+
+
+def bench_throughput(base: str, n: int, batch: int, size: int) -> None:
+    d = os.path.join(base, "throughput")
+    body = os.urandom(size)
+    total = n * (size + OVERHEAD)
+    limit_s = disk_limit(base, total)
+    emit(bench="disk_limit", what="os.write 1 MiB chunks + fdatasync", bytes=total,
+         seconds=round(limit_s, 4), mb_per_s=round(total / limit_s / 1e6, 1),
+         msgs_per_s_equiv=round(n / limit_s))
+
+    s = rs.open(d, "transient")
+    c = s.client()
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        c.write_batch([(mid(i), body) for i in range(start, min(n, start + batch))])
+    s.sync()
+    dt = time.perf_counter() - t0
+    emit(bench="write", messages=n, body_bytes=size, batch=batch, seconds=round(dt, 4),
+         msgs_per_s=round(n / dt), mb_per_s=round(total / dt / 1e6, 1),
+         vs_disk_limit=round(limit_s / dt, 3), target_msgs_per_s=200_000)
+
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        c.write_batch([(mid(i), body) for i in range(start, min(n, start + batch))])
+    s.sync()
+    dt = time.perf_counter() - t0
+    emit(bench="write_fanout", messages=n, seconds=round(dt, 4), msgs_per_s=round(n / dt),
+         note="second reference to stored ids: count only, no bytes written")
+
+    order = list(range(n))
+    random.Random(1).shuffle(order)
+    t0 = time.perf_counter()
+    for i in order:
+        c.read(mid(i))
+    dt = time.perf_counter() - t0
+    emit(bench="read_random", messages=n, seconds=round(dt, 4), msgs_per_s=round(n / dt))
+
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        c.remove([mid(i) for i in range(start, min(n, start + batch))])
+        c.remove([mid(i) for i in range(start, min(n, start + batch))])
+    s.sync()
+    dt = time.perf_counter() - t0
+    emit(bench="remove", removes=2 * n, seconds=round(dt, 4), removes_per_s=round(2 * n / dt))
+    s.close()
+    shutil.rmtree(d)
+
+
+def bench_gc(base: str, n: int, size: int) -> None:
+    d = os.path.join(base, "gc")
+    limit = 4 * 1024 * 1024
+    s = rs.open(d, "transient", file_size_limit=limit, auto_gc=False)
+    c = s.client()
+    body = os.urandom(size)
+    rnd = random.Random(2)
+    for start in range(0, n, 1000):
+        c.write_batch([(mid(i), body) for i in range(start, min(n, start + 1000))])
+    s.sync()
+    c.remove([mid(i) for i in range(n) if rnd.random() < 0.6])
+    s.sync()
+    before = s.stats()
+    t0 = time.perf_counter()
+    after = s.compact()
+    dt = time.perf_counter() - t0
+    emit(bench="gc_compact", messages=n, removed_fraction=0.6, seconds=round(dt, 4),
+         combines=after.gc_combines, deletes=after.gc_deletes,
+         live_mb_moved=round(after.gc_bytes_moved / 1e6, 2),
+         moved_mb_per_s=round(after.gc_bytes_moved / dt / 1e6, 1),
+         utilisation_before=round(before.utilisation, 3),
+         utilisation_after=round(after.utilisation, 3),
+         files_before=len(before.files), files_after=len(after.files))
+    s.close()
+    shutil.rmtree(d)
+
+
+def bench_utilisation(base: str, rounds: int, per_round: int, size: int) -> None:
+    """A queue-like workload where half of what is outstanding is removed each round."""
+    d = os.path.join(base, "util")
+    limit = 1024 * 1024
+    s = rs.open(d, "transient", file_size_limit=limit)
+    c = s.client()
+    body = os.urandom(size)
+    rnd = random.Random(3)
+    outstanding: list[int] = []
+    nxt = 0
+    lowest_after_gc = 1.0
+    for r in range(rounds):
+        fresh = list(range(nxt, nxt + per_round))
+        nxt += per_round
+        c.write_batch([(mid(i), body) for i in fresh])
+        outstanding.extend(fresh)
+        rnd.shuffle(outstanding)
+        half = len(outstanding) // 2
+        c.remove([mid(i) for i in outstanding[:half]])
+        outstanding = outstanding[half:]
+        s.sync()
+        st = s.wait_gc_idle()
+        if st.gc_combines + st.gc_deletes > 0 and st.total_bytes > 2 * limit:
+            lowest_after_gc = min(lowest_after_gc, st.utilisation)
+        emit(bench="utilisation", round=r, files=len(st.files), total_mb=round(
+            st.total_bytes / 1e6, 2), live_mb=round(st.valid_bytes / 1e6, 2),
+            utilisation=round(st.utilisation, 3), combines=st.gc_combines,
+            deletes=st.gc_deletes)
+    emit(bench="utilisation_summary", lowest_after_gc=round(lowest_after_gc, 3), target=0.5)
+    s.close()
+    shutil.rmtree(d)
+
+
+def bench_restart(base: str, n: int, size: int) -> None:
+    d = os.path.join(base, "restart")
+    s = rs.open(d)
+    c = s.client("q")
+    body = os.urandom(size)
+    for start in range(0, n, 2000):
+        c.write_batch([(mid(i), body) for i in range(start, min(n, start + 2000))])
+    s.close()
+    t0 = time.perf_counter()
+    s = rs.open(d, client_refs=["q"])
+    clean_s = time.perf_counter() - t0
+    assert s.recovered_clean
+    c = s.client("q")
+    first = c.read(mid(n // 2)) == body
+    s.crash()  # leave it as a killed process would: no clean-shutdown files
+    t0 = time.perf_counter()
+    s = rs.open(d, recover_refs=((mid(i), 1) for i in range(n)))
+    dirty_s = time.perf_counter() - t0
+    ok = s.client().read(mid(n - 1)) == body
+    emit(bench="restart", messages=n, body_bytes=size, clean_seconds=round(clean_s, 4),
+         unclean_seconds=round(dirty_s, 4), speedup=round(dirty_s / clean_s, 1),
+         target_speedup=10, data_ok=bool(first and ok),
+         scanned_mb=round(s.recovery.scanned_bytes / 1e6, 1))
+    s.close()
+    shutil.rmtree(d)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--body", type=int, default=1024)
+    p.add_argument("--gc-messages", type=int, default=100_000)
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--restart-messages", type=int, default=1_000_000)
+    p.add_argument("--dir", default=None, help="scratch directory (default: a new temp dir)")
+    p.add_argument("--only", choices=["throughput", "gc", "utilisation", "restart"])
+    a = p.parse_args(argv)
+    base = a.dir or tempfile.mkdtemp(prefix="strata-refstore-bench-")
+    os.makedirs(base, exist_ok=True)
+    emit(bench="env", python=sys.version.split()[0], cpus=os.cpu_count(), dir=base)
+    try:
+        if a.only in (None, "throughput"):
+            bench_throughput(base, a.messages, a.batch, a.body)
+        if a.only in (None, "gc"):
+            bench_gc(base, a.gc_messages, a.body)
+        if a.only in (None, "utilisation"):
+            bench_utilisation(base, a.rounds, 5000, a.body)
+        if a.only in (None, "restart"):
+            bench_restart(base, a.restart_messages, a.body)
+    finally:
+        if a.dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
