@@ -192,9 +192,10 @@ class MessageStore:
         """Read-only openers: follow the writer's confirmed offset and new segments."""
         if not self._live_writer:
             return
-        _pid, confirmed, _disp, _min = self.state.read()
+        _pid, confirmed, _disp, min_offset = self.state.read()
         last = self.log.segments.last()
-        if last is None or confirmed > last.end_offset or confirmed > last.base_offset + last.committed:
+        if last is None or confirmed > last.end_offset or confirmed > last.base_offset + last.committed \
+                or min_offset > self.log.min_offset():   # retention deleted segments
             self.log.segments.refresh()
         for seg in self.log.segments.segments:
             seg.committed = max(0, min(seg.data_size, confirmed - seg.base_offset))
@@ -501,7 +502,18 @@ class MessageStore:
         n = self.topic_table.queues.get(topic)
         if n is None or not 0 <= queue_id < n:
             return None, False
-        return self.queues.get(topic, queue_id), True
+        cq = self.queues.get(topic, queue_id)
+        if self.readonly and cq is not None:
+            # The writer's retention moved the log's minimum: correct this view's min offset too.
+            cq.correct_min_offset(self._readonly_min_offset())
+        return cq, True
+
+    def _readonly_min_offset(self) -> int:
+        """Read-only openers: the log's minimum as the writer last published it."""
+        mn = self.log.min_offset()
+        if self._live_writer:
+            mn = max(mn, self.state.read()[3])
+        return mn
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The smallest queue offset still stored (0 for an unknown or empty queue)."""
