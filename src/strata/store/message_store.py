@@ -322,7 +322,12 @@ class MessageStore:
             if m.born_host is None:
                 bh, sys_flag = default_born, default_sys
             else:
-                cached = self._host_cache.get(m.born_host)
+                try:
+                    cached = self._host_cache.get(m.born_host)
+                except TypeError:  # a list or other unhashable value
+                    raise InvalidInputError(
+                        f"born_host must be an (ip address, port) tuple, got {m.born_host!r}"
+                    ) from None
                 if cached is None:
                     cached = rec.encode_host(m.born_host)
                     self._host_cache[m.born_host] = cached
@@ -347,19 +352,6 @@ class MessageStore:
             raise InvalidInputError("message body must be bytes; encode the str first "
                                     "(e.g. body.encode())")
         raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
-
-    def _choose_queue(self, m: Message, n_queues: int) -> int:
-        if m.queue_id is not None:
-            if m.queue_id >= n_queues:
-                raise InvalidInputError(
-                    f"queue_id {m.queue_id} does not exist: topic {m.topic!r} has "
-                    f"{n_queues} queues (0..{n_queues - 1})")
-            return m.queue_id
-        if m.shard_key is not None:
-            return crc32c(str(m.shard_key).encode("utf-8")) % n_queues
-        i = self._round_robin.get(m.topic, 0)
-        self._round_robin[m.topic] = i + 1
-        return i % n_queues
 
     def put(self, msg: Message) -> PutResult:
         """Append one message (the batch of one)."""
@@ -387,18 +379,29 @@ class MessageStore:
             default_q = self.config.default_queues
             queue_next = self._queue_next
             rr = self._round_robin
+            new_topics: dict[str, int] = {}
+            rr_local: dict[str, int] = {}
             updates: dict[tuple[str, int], int] = {}
+            # Nothing shared changes in this loop, so a refused message leaves no trace.
             for m, p in zip(msgs, prepared):
                 topic = m.topic
                 n_q = topics.get(topic)
                 if n_q is None:
-                    n_q = self.topic_table.ensure(topic, default_q, since=self.log.max_offset())
-                if p[1] is None and m.shard_key is None:
-                    i = rr.get(topic, 0)
-                    rr[topic] = i + 1
-                    qid = i % n_q
-                else:
-                    qid = self._choose_queue(m, n_q)
+                    n_q = new_topics.setdefault(topic, default_q)
+                qid = p[1]
+                if qid is None:
+                    if m.shard_key is None:
+                        i = rr_local.get(topic)
+                        if i is None:
+                            i = rr.get(topic, 0)
+                        rr_local[topic] = i + 1
+                        qid = i % n_q
+                    else:
+                        qid = crc32c(str(m.shard_key).encode("utf-8")) % n_q
+                elif qid >= n_q:
+                    raise InvalidInputError(
+                        f"queue_id {qid} does not exist: topic {topic!r} has {n_q} queues "
+                        f"(0..{n_q - 1})")
                 key = (topic, qid)
                 nxt = updates.get(key)
                 if nxt is None:
@@ -406,9 +409,12 @@ class MessageStore:
                 p[1] = qid
                 p[3] = nxt
                 updates[key] = nxt + 1
+            for topic, n_q in new_topics.items():
+                self.topic_table.ensure(topic, n_q, since=self.log.max_offset())
             store_ts = max(now_ms(), self.log.last_store_timestamp)
             offsets = self.log.append_batch(prepared, store_ts)
             queue_next.update(updates)
+            rr.update(rr_local)
             end = self.log.max_offset()
             if self._group_commit is None:
                 self.state.set_confirmed(end)
