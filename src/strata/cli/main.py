@@ -12,6 +12,7 @@ from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
                            TimeRemainingColumn, TransferSpeedColumn)
 from rich.table import Table
 
+from strata.cli.refstore_cmd import refstore_group
 from strata.errors import CorruptRecordError, StrataError, StoreNotFoundError
 from strata.store.config import StoreConfig
 from strata.store.message import Message
@@ -293,15 +294,7 @@ def demo(directory: str, messages: int, batch: int) -> None:
         sys.exit(1)
 
 
-def _wire_optional_groups() -> None:
-    try:
-        from strata.cli.refstore_cmd import refstore_group
-    except ImportError:  # pragma: no cover - the ref store ships with strata
-        return
-    cli.add_command(refstore_group, "refstore")
-
-
-_wire_optional_groups()
+cli.add_command(refstore_group, "refstore")
 
 
 def main() -> None:
