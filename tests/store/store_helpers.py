@@ -1,0 +1,44 @@
+"""Helpers shared by the store tests (tests/store): opening small stores, draining queues."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import strata
+from strata.store.message import GetStatus
+
+KiB = 1 << 10
+
+
+def config(**overrides) -> strata.StoreConfig:
+    """64 KiB segments, small queue/index files, no pre-faulting: rolls happen with few messages
+    and stores open fast. Background flush/checkpoint/retention stay out of the way."""
+    kw = dict(segment_size=64 * KiB, prefault=False, consume_queue_units=4096,
+              index_slots=1024, index_entries=8192, retention_check_interval_ms=3_600_000)
+    kw.update(overrides)
+    return strata.StoreConfig(**kw)
+
+
+def open_store(path: Path, cfg: strata.StoreConfig | None = None, **overrides):
+    return strata.open(path, cfg if cfg is not None else config(**overrides))
+
+
+def settle(store) -> None:
+    """Wait until queues and index cover everything appended so far."""
+    assert store.wait_dispatched(timeout=30.0)
+
+
+def drain(store, topic: str, queue_id: int, offset: int | None = None, *, batch: int = 32,
+          tags=None) -> list:
+    """Every message of a queue from ``offset`` (default: its minimum), via ``get``."""
+    off = store.min_offset(topic, queue_id) if offset is None else offset
+    out = []
+    while True:
+        r = store.get(topic, queue_id, off, batch, tags=tags)
+        if r.status in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
+            assert r.next_offset > off, r
+            out.extend(r.messages)
+            off = r.next_offset
+            continue
+        assert r.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE), r
+        return out
