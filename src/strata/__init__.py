@@ -12,11 +12,12 @@ import os
 from strata import errors
 from strata.format.record import StoredMessage
 from strata.store.config import StoreConfig
-from strata.store.message import Message, PutResult, PutStatus
+from strata.store.message import GetResult, GetStatus, Message, PutResult, PutStatus
 from strata.store.message_store import MessageStore
 
 __version__ = "0.1.0"
-__all__ = ["open", "StoreConfig", "Message", "PutResult", "PutStatus", "StoredMessage",
+__all__ = ["open", "StoreConfig", "Message", "PutResult", "PutStatus", "GetResult", "GetStatus",
+           "StoredMessage",
            "MessageStore", "errors"]
 
 

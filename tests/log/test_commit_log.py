@@ -14,7 +14,7 @@ from strata.errors import InvalidInputError, MessageTooLargeError
 from strata.format import record as rec
 from strata.format.segment import HEADER_AREA, SegmentFooter, SegmentHeader, file_name
 
-from conftest import SMALL_SEGMENT, body_for, make_message, small_store_config
+from support import SMALL_SEGMENT, body_for, make_message, small_store_config
 
 
 def segment_files(store_dir: Path) -> list[Path]:

@@ -15,7 +15,7 @@ from strata.files.faults import FaultInjectingFileOps, flip_bit, zero_range
 from strata.format.segment import HEADER_AREA, SegmentFooter, file_name
 from strata.store.message_store import MessageStore
 
-from conftest import SMALL_SEGMENT, body_for, make_message, small_store_config
+from support import SMALL_SEGMENT, body_for, make_message, small_store_config
 
 SIZE = 700  # body bytes of the messages these tests write
 

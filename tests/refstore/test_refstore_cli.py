@@ -8,7 +8,7 @@ import strata.refstore as rs
 from strata.cli.refstore_cmd import refstore_group
 from strata.refstore import layout
 
-from conftest import body, mid
+from refstore_support import body, mid
 
 
 def make_store(path, close=True):

@@ -12,7 +12,7 @@ from strata.errors import InvalidConfigError, InvalidInputError, MessageTooLarge
     StoreClosedError, StoreLockedError
 from strata.format.refstore_record import OVERHEAD
 
-from conftest import Confirms, body, mid
+from refstore_support import Confirms, body, mid
 
 
 def record_count(store) -> int:

@@ -12,7 +12,7 @@ import strata.refstore as rs
 from strata.format import refstore_record as rec
 from strata.format.refstore_record import OVERHEAD
 
-from conftest import body, mid
+from refstore_support import body, mid
 
 B = 100
 R = B + OVERHEAD

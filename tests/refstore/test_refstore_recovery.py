@@ -15,7 +15,7 @@ import strata.refstore as rs
 from strata.errors import CorruptRecordError, InvalidInputError
 from strata.refstore import layout
 
-from conftest import body, mid
+from refstore_support import body, mid
 from test_refstore_gc import R, build_diagram, dbody
 
 

@@ -20,7 +20,7 @@ from strata.files.faults import FaultInjectingFileOps
 from strata.files.io import FileOps
 from strata.store.message_store import MessageStore
 
-from conftest import body_for, make_message, small_store_config
+from support import body_for, make_message, small_store_config
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 M = strata.Message
@@ -165,7 +165,7 @@ READER_SRC = r'''
 import json, sys
 sys.path.insert(0, sys.argv[2])
 import strata
-from conftest import body_for
+from support import body_for
 
 store = strata.open(sys.argv[1], strata.StoreConfig(**json.loads(sys.argv[3])), readonly=True)
 for line in sys.stdin:
@@ -263,11 +263,11 @@ class GateFileOps(FileOps):
         self.gate.set()
         self.waiting = threading.Event()
 
-    def msync(self, path, mm, start, length):
+    def msync(self, path, mm, start, length, fd=None):
         if not self.gate.is_set() and "commitlog" in Path(path).parts:
             self.waiting.set()
             self.gate.wait()
-        super().msync(path, mm, start, length)
+        super().msync(path, mm, start, length, fd)
 
 
 def test_readonly_process_sees_nothing_beyond_flushed_offset_in_sync_mode(tmp_store_dir,
@@ -430,13 +430,13 @@ class SlowSyncFileOps(FaultInjectingFileOps):
         self.delay = delay
         self.log_syncs = 0
 
-    def msync(self, path, mm, start, length):
+    def msync(self, path, mm, start, length, fd=None):
         if "commitlog" in Path(path).parts:
             with self._lock:
                 self.log_syncs += 1
             if self.delay:
                 time.sleep(self.delay)
-        super().msync(path, mm, start, length)
+        super().msync(path, mm, start, length, fd)
 
 
 def test_sync_put_past_timeout_reports_flush_disk_timeout(tmp_store_dir):

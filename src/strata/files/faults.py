@@ -41,8 +41,9 @@ class FaultInjectingFileOps(FileOps):
         with self._lock:
             self.synced[Path(path)] = []
 
-    def msync(self, path: Path, mm: mmap.mmap, start: int, length: int) -> None:
-        super().msync(path, mm, start, length)
+    def msync(self, path: Path, mm: mmap.mmap, start: int, length: int,
+              fd: int | None = None) -> None:
+        super().msync(path, mm, start, length, fd)
         with self._lock:
             self.syncs += 1
             self.synced.setdefault(Path(path), []).append((start, start + length))

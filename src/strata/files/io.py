@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import time
 from pathlib import Path
 
 from strata.errors import DiskFullError
@@ -48,8 +49,16 @@ class FileOps:
                     exc.errno, f"no space left to create {path} ({size} bytes)") from exc
             raise
 
-    def msync(self, path: Path, mm: mmap.mmap, start: int, length: int) -> None:
-        """Make ``mm[start:start+length]`` durable (start is rounded down to a page)."""
+    def msync(self, path: Path, mm: mmap.mmap, start: int, length: int,
+              fd: int | None = None) -> None:
+        """Make ``mm[start:start+length]`` durable (start is rounded down to a page).
+
+        With the file's ``fd`` this is an ``fdatasync``, which on Linux writes back the dirty
+        pages of shared mappings too and, unlike ``mmap.flush``, releases the GIL while it waits.
+        """
+        if fd is not None:
+            os.fdatasync(fd)
+            return
         aligned = start - start % PAGE
         mm.flush(aligned, length + (start - aligned))
 
@@ -87,11 +96,19 @@ class FileOps:
 
     def prefault(self, mm: mmap.mmap, start: int, end: int) -> None:
         """Touch pages ahead of the writer so the put path does not pay first-touch faults."""
-        try:
-            mm.madvise(MADV_POPULATE_WRITE, start - start % PAGE, end - start + start % PAGE)
-        except (OSError, ValueError):
-            for off in range(start - start % PAGE, end, PAGE):
-                mm[off] = mm[off]
+        # madvise holds the GIL for its whole duration: work in small chunks and yield between
+        # them, so producers are not stalled while the next segment is being prepared.
+        chunk = 4 << 20
+        pos = start - start % PAGE
+        while pos < end:
+            n = min(chunk, end - pos)
+            try:
+                mm.madvise(MADV_POPULATE_WRITE, pos, n)
+            except (OSError, ValueError):
+                for off in range(pos, pos + n, PAGE):
+                    mm[off] = mm[off]
+            pos += n
+            time.sleep(0)
 
 
 DEFAULT_FILE_OPS = FileOps()

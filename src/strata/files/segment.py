@@ -127,7 +127,7 @@ class MappedSegment:
         target = self.committed if upto is None else min(upto, self.wrote)
         if target > self.flushed and not self.closed:
             self.file_ops.msync(self.path, self.mm, HEADER_AREA + self.flushed,
-                                target - self.flushed)
+                                target - self.flushed, self.fd)
             self.flushed = target
         return self.flushed
 
@@ -148,7 +148,7 @@ class MappedSegment:
         raw = footer.encode()
         pos = HEADER_AREA + self.data_size
         self.mm[pos:pos + len(raw)] = raw
-        self.file_ops.msync(self.path, self.mm, pos, len(raw))
+        self.file_ops.msync(self.path, self.mm, pos, len(raw), self.fd)
         self.footer = footer
         return footer
 
@@ -156,7 +156,7 @@ class MappedSegment:
         """Forget the footer (the segment is being truncated and reopened for appends)."""
         pos = HEADER_AREA + self.data_size
         self.mm[pos:pos + FOOTER_AREA] = bytes(FOOTER_AREA)
-        self.file_ops.msync(self.path, self.mm, pos, FOOTER_AREA)
+        self.file_ops.msync(self.path, self.mm, pos, FOOTER_AREA, self.fd)
         self.footer = None
 
     def zero(self, start: int, end: int) -> int:
@@ -173,7 +173,7 @@ class MappedSegment:
                 done += n
             pos += n
         if done:
-            self.file_ops.msync(self.path, self.mm, HEADER_AREA + start, end - start)
+            self.file_ops.msync(self.path, self.mm, HEADER_AREA + start, end - start, self.fd)
         return done
 
     # ------------------------------------------------------------------ lifetime
