@@ -110,7 +110,8 @@ class CommitLog:
                 total = r[0]
                 if pos + total > limit:
                     rec.write_blank(mm, HEADER_AREA + pos, seg.data_size - pos)
-                    self._close_segment(seg, count, store_ts)
+                    self._account(seg, count, store_ts)
+                    seg.wrote = seg.committed = seg.data_size
                     rolled.append(seg)
                     seg = self._next_segment(seg)
                     mm, mv, base, pos, count = seg.mm, seg.mv, seg.base_offset, 0, 0
@@ -129,11 +130,7 @@ class CommitLog:
             self._undo(start_seg, start_pos, start_count, start_min_ts, start_max_ts, rolled,
                        batch_start)
             raise
-        if count:
-            if seg.record_count == 0:
-                seg.min_store_timestamp = store_ts
-            seg.record_count += count
-            seg.max_store_timestamp = store_ts
+        self._account(seg, count, store_ts)
         seg.wrote = pos
         seg.committed = pos
         for s in rolled:
@@ -141,14 +138,14 @@ class CommitLog:
         self.last_store_timestamp = store_ts
         return offsets
 
-    def _close_segment(self, seg: MappedSegment, count: int, store_ts: int) -> None:
+    @staticmethod
+    def _account(seg: MappedSegment, count: int, store_ts: int) -> None:
+        """Add ``count`` records stored at ``store_ts`` to the segment's footer statistics."""
         if count:
             if seg.record_count == 0:
                 seg.min_store_timestamp = store_ts
             seg.record_count += count
             seg.max_store_timestamp = store_ts
-        seg.wrote = seg.data_size
-        seg.committed = seg.data_size
 
     def _undo(self, seg: MappedSegment, pos: int, count: int, min_ts: int, max_ts: int,
               rolled: list[MappedSegment], batch_start: int) -> None:

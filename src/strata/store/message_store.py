@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from crc32c import crc32c
 
@@ -751,10 +751,7 @@ class MessageStore:
             return
         if self.readonly:
             self._closed = True
-            self.queues.close()
-            self.key_index.close()
-            self.log.close()
-            self.state.close()
+            self._release_files()
             return
         with self._put_lock:
             self._closed = True
@@ -767,10 +764,15 @@ class MessageStore:
             self._write_checkpoint(clean_end=end)
             self.abort_marker.remove()
         finally:
-            self.queues.close()
-            self.key_index.close()
-            self.log.close()
-            self.state.close()
+            self._release_files()
+
+    def _release_files(self) -> None:
+        """Unmap and close every file; the writer also gives up the directory lock."""
+        self.queues.close()
+        self.key_index.close()
+        self.log.close()
+        self.state.close()
+        if self._lock.held:
             self._lock.release()
 
     def _abandon(self) -> None:
@@ -779,24 +781,8 @@ class MessageStore:
             return
         with self._put_lock:
             self._closed = True
-        if self._flusher is not None:
-            self._flusher._stop.set()
-            self._flusher._wake.set()
-            self._flusher._thread.join()
-            self._flusher = None
-        if self._group_commit is not None:
-            self._group_commit.stop()
-            self._group_commit = None
-        if self.retention is not None:
-            self.retention.stop()
-            self.retention = None
-        if self._reput is not None:
-            self._reput.stop()
-        self.queues.close()
-        self.key_index.close()
-        self.log.close()
-        self.state.close()
-        self._lock.release()
+        self._stop_services()  # stopping a service never flushes
+        self._release_files()
 
     @property
     def closed(self) -> bool:
@@ -811,22 +797,6 @@ class MessageStore:
     def __repr__(self) -> str:
         mode = "readonly" if self.readonly else "writer"
         return f"<MessageStore {self.path} {mode} {'closed' if self._closed else 'open'}>"
-
-
-def open_store(path: str | os.PathLike, config: StoreConfig | None = None, *,
-               readonly: bool = False, file_ops: FileOps | None = None) -> MessageStore:
-    return MessageStore(path, config, readonly=readonly, file_ops=file_ops)
-
-
-def iter_batches(items: Iterable, n: int) -> Iterator[list]:
-    batch = []
-    for it in items:
-        batch.append(it)
-        if len(batch) == n:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 class _TopicGate:
