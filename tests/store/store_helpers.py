@@ -4,10 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import strata
+import strata.store.message_store as ms_mod
 from strata.store.message import GetStatus
 
 KiB = 1 << 10
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Store times under test control: ``clock.t`` is what the next put is stamped with."""
+
+    class Clock:
+        t = T0
+
+    c = Clock()
+    monkeypatch.setattr(ms_mod, "now_ms", lambda: c.t)
+    return c
 
 
 def config(**overrides) -> strata.StoreConfig:

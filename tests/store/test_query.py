@@ -12,21 +12,10 @@ import strata
 import strata.store.message_store as ms_mod
 from strata.errors import InvalidInputError
 
-from store_helpers import config, open_store, settle
-
-T0 = 1_700_000_000_000
+from store_helpers import T0, clock, config, open_store, settle  # noqa: F401 (clock is a fixture)
 
 
-@pytest.fixture
-def clock(monkeypatch):
-    """Store times under test control: ``clock.t`` is what the next put is stamped with."""
 
-    class Clock:
-        t = T0
-
-    c = Clock()
-    monkeypatch.setattr(ms_mod, "now_ms", lambda: c.t)
-    return c
 
 
 def offsets(msgs):

@@ -14,21 +14,12 @@ import strata.store.message_store as ms_mod
 from strata.errors import DiskFullError
 from strata.store.message import GetStatus
 
-from store_helpers import config, drain, open_store, settle
+from store_helpers import T0, clock, config, drain, open_store, settle  # noqa: F401 (clock is a fixture)
 
 HOUR = 3_600_000
-T0 = 1_700_000_000_000
 RETENTION = 72 * HOUR
 
 
-@pytest.fixture
-def clock(monkeypatch):
-    class Clock:
-        t = T0
-
-    c = Clock()
-    monkeypatch.setattr(ms_mod, "now_ms", lambda: c.t)
-    return c
 
 
 def hour_of(ms: int) -> int:
