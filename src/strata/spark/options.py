@@ -191,3 +191,55 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         except ValueError as e:
             raise OptionError("topic", str(e)) from None
     return WriteOptions(path=_path(opts), topic=None if topic is None else str(topic))
+
+
+# ---------------------------------------------------------------- streaming read
+
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000   # Kafka's default for maxTriggerDelay: 15m
+_DURATION = re.compile(r"(\d+)\s*(ms|s|sec|m|min|h|d)?", re.IGNORECASE)
+_DURATION_UNIT_MS = {"": 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
+                     "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(opts: dict, name: str, default_ms: int) -> int:
+    """A duration like Spark's time strings: ``500ms``, ``10s``, ``15m``, ``1h``, ``2d``;
+    a bare number is milliseconds."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default_ms
+    m = _DURATION.fullmatch(str(raw).strip())
+    if m is None:
+        raise OptionError(name, f"must be a duration like 500ms, 30s, 15m, 1h or 2d "
+                                f"(a bare number is milliseconds), got {raw!r}")
+    return int(m.group(1)) * _DURATION_UNIT_MS[(m.group(2) or "").lower()]
+
+
+@dataclass(frozen=True)
+class StreamReadOptions:
+    """Options of ``spark.readStream.format("strata")``: the batch read options (with
+    ``startingOffsets`` defaulting to latest) plus the per-trigger limits."""
+    read: ReadOptions
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+
+
+def parse_stream_read_options(options: Mapping[str, str]) -> StreamReadOptions:
+    from dataclasses import replace
+
+    opts = _lower(options)
+    if "endingoffsets" in opts:
+        raise OptionError("endingOffsets", "is for batch reads only; a stream has no end "
+                                           "(use trigger(availableNow=True) to stop at the data "
+                                           "present when the query starts)")
+    read = parse_read_options(options)
+    if "startingoffsets" not in opts:
+        read = replace(read, starting="latest")   # Kafka: streams start at latest by default
+    max_rows = _positive_int(opts, "maxOffsetsPerTrigger", None)
+    min_rows = _positive_int(opts, "minOffsetsPerTrigger", None)
+    if max_rows is not None and min_rows is not None and min_rows > max_rows:
+        raise OptionError("minOffsetsPerTrigger", f"{min_rows} is larger than "
+                                                  f"maxOffsetsPerTrigger {max_rows}")
+    return StreamReadOptions(
+        read=read, max_offsets_per_trigger=max_rows, min_offsets_per_trigger=min_rows,
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS))

@@ -43,6 +43,11 @@ class StrataDataSource(DataSource):
         from strata.spark.write import StrataWriter
         return StrataWriter(parse_write_options(self.options), schema, overwrite)
 
+    def streamReader(self, schema: StructType):
+        from strata.spark.options import parse_stream_read_options
+        from strata.spark.stream_read import StrataStreamReader
+        return StrataStreamReader(parse_stream_read_options(self.options), schema)
+
 
 @dataclass
 class QueuePartition(InputPartition):
