@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from dataclasses import dataclass, field
+from functools import lru_cache
+from operator import itemgetter
 from typing import Iterable, Mapping
 
 from crc32c import crc32c
@@ -314,28 +315,87 @@ def encode_record(*, queue_id: int, flag: int, queue_offset: int, physical_offse
     return bytes(buf)
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A message as stored in the commit log, decoded."""
+class StoredMessage(tuple):
+    """A message as stored in the commit log: immutable, compared and hashed by value.
 
-    topic: str
-    queue_id: int
-    queue_offset: int
-    commitlog_offset: int
-    msg_id: str
-    body: bytes
-    keys: tuple[str, ...]
-    tags: str | None
-    properties: dict[str, str] = field(hash=False)
-    born_timestamp: int
-    store_timestamp: int
-    born_host: Host
-    store_host: Host
-    reconsume_times: int
-    flag: int
-    sys_flag: int
-    prepared_transaction_offset: int = 0
-    size: int = 0
+    Built cheaply from a record's bytes (one tuple, no decoding): the properties section and
+    the two hosts are kept raw, and ``keys``, ``tags``, ``properties``, ``born_host``,
+    ``store_host`` and ``msg_id`` are decoded from them when first asked for (cached per
+    distinct raw value, so repeated hosts or property sets decode once).
+    """
+
+    __slots__ = ()
+    FIELDS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "body",
+              "born_timestamp", "store_timestamp", "reconsume_times", "flag", "sys_flag",
+              "prepared_transaction_offset", "size", "properties_raw", "hosts_raw")
+
+    def __new__(cls, values: Iterable) -> "StoredMessage":
+        return tuple.__new__(cls, values)
+
+    def __getnewargs__(self):
+        return (tuple(self),)
+
+    topic = property(itemgetter(0))
+    queue_id = property(itemgetter(1))
+    queue_offset = property(itemgetter(2))
+    commitlog_offset = property(itemgetter(3))
+    body = property(itemgetter(4))
+    born_timestamp = property(itemgetter(5))
+    store_timestamp = property(itemgetter(6))
+    reconsume_times = property(itemgetter(7))
+    flag = property(itemgetter(8))
+    sys_flag = property(itemgetter(9))
+    prepared_transaction_offset = property(itemgetter(10))
+    size = property(itemgetter(11))
+    properties_raw = property(itemgetter(12), doc="the encoded properties section")
+    hosts_raw = property(itemgetter(13), doc="the encoded born and store hosts")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return _decoded_properties(self[12])[0]
+
+    @property
+    def tags(self) -> str | None:
+        return _decoded_properties(self[12])[1]
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """User properties (a new dict on each access)."""
+        return dict(_decoded_properties(self[12])[2])
+
+    @property
+    def born_host(self) -> Host:
+        return _decoded_hosts(self[13], self[9] & _HOST_V6_FLAGS)[0]
+
+    @property
+    def store_host(self) -> Host:
+        return _decoded_hosts(self[13], self[9] & _HOST_V6_FLAGS)[1]
+
+    @property
+    def msg_id(self) -> str:
+        return make_msg_id(self.store_host, self[3])
+
+    def __repr__(self) -> str:
+        return (f"StoredMessage(topic={self[0]!r}, queue_id={self[1]}, queue_offset={self[2]}, "
+                f"commitlog_offset={self[3]}, msg_id={self.msg_id}, keys={self.keys!r}, "
+                f"tags={self.tags!r}, properties={self.properties!r}, body={self[4][:32]!r}"
+                f"{'...' if len(self[4]) > 32 else ''}, size={self[11]})")
+
+
+_HOST_V6_FLAGS = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6
+
+
+@lru_cache(maxsize=4096)
+def _decoded_properties(raw: bytes) -> tuple[tuple[str, ...], str | None, tuple]:
+    keys, tags, props = decode_properties(raw)
+    return keys, tags, tuple(props.items())
+
+
+@lru_cache(maxsize=1024)
+def _decoded_hosts(raw: bytes, v6_flags: int) -> tuple[Host, Host]:
+    born, p = decode_host(raw, 0, bool(v6_flags & SYSFLAG_BORN_HOST_V6))
+    store, _ = decode_host(raw, p, bool(v6_flags & SYSFLAG_STORE_HOST_V6))
+    return born, store
 
 
 class RecordKind:
@@ -389,26 +449,21 @@ def check_record(buf, pos: int, limit: int, *, verify_crc: bool = True) -> tuple
     return RecordKind.MESSAGE, total
 
 
-def decode_record(buf, pos: int = 0, *, msg_id_of=None) -> StoredMessage:
-    """Decode the message record at ``pos`` (already validated by ``check_record``)."""
+def decode_record(buf, pos: int = 0) -> StoredMessage:
+    """The message record at ``pos`` (already validated by ``check_record``)."""
     (total, _magic, _crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, store_ts,
      tx_offset, reconsume, body_len, topic_len, props_len) = HEADER.unpack_from(buf, pos)
-    p = pos + HEADER_SIZE
-    born_host, p = decode_host(buf, p, bool(sys_flag & SYSFLAG_BORN_HOST_V6))
-    store_host, p = decode_host(buf, p, bool(sys_flag & SYSFLAG_STORE_HOST_V6))
+    hosts = pos + HEADER_SIZE
+    p = hosts + (18 if sys_flag & SYSFLAG_BORN_HOST_V6 else 6) + \
+        (18 if sys_flag & SYSFLAG_STORE_HOST_V6 else 6)
+    hosts_raw = bytes(buf[hosts:p])
     topic = bytes(buf[p:p + topic_len]).decode("utf-8")
     p += topic_len
-    keys, tags, props = decode_properties(memoryview(buf)[p:p + props_len])
+    props_raw = bytes(buf[p:p + props_len])
     p += props_len
     body = bytes(buf[p:p + body_len])
-    msg_id = make_msg_id(store_host, phys)
-    return StoredMessage(topic=topic, queue_id=queue_id, queue_offset=queue_offset,
-                         commitlog_offset=phys, msg_id=msg_id, body=body, keys=keys,
-                         tags=tags, properties=props, born_timestamp=born_ts,
-                         store_timestamp=store_ts, born_host=born_host,
-                         store_host=store_host, reconsume_times=reconsume, flag=flag,
-                         sys_flag=sys_flag, prepared_transaction_offset=tx_offset,
-                         size=total)
+    return StoredMessage((topic, queue_id, queue_offset, phys, body, born_ts, store_ts,
+                          reconsume, flag, sys_flag, tx_offset, total, props_raw, hosts_raw))
 
 
 def peek(buf, pos: int = 0) -> tuple[int, int, int, int, int, int]:

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
 from crc32c import crc32c
 
 from strata.errors import CorruptRecordError
@@ -20,6 +21,7 @@ from strata.files.io import DEFAULT_FILE_OPS, PAGE, FileOps
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format import record as rec
+from strata.format.record_batch import decode_at
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ class CommitLog:
         self._flush_lock = threading.RLock()
         self._to_seal: list[MappedSegment] = []
         self.last_store_timestamp = 0
+        self._topic_names: dict[bytes, str] = {}  # topic bytes -> name, for batch reads
 
     def load(self) -> None:
         self.segments.load()
@@ -195,6 +198,34 @@ class CommitLog:
             return None
         seg, pos, _size = found
         return rec.decode_record(seg.mm, HEADER_AREA + pos)
+
+    def read_batch(self, offsets: np.ndarray, limit: int, *,
+                   verify_crc: bool = False) -> list[rec.StoredMessage | None]:
+        """Decode the messages at commit-log ``offsets`` (ascending, e.g. one queue's units);
+        None where ``read`` would answer None. Each segment is located once per run of offsets."""
+        segs = list(self.segments.segments)
+        n = len(offsets)
+        if not segs or n == 0:
+            return [None] * n
+        offsets = np.asarray(offsets, dtype=np.int64)
+        bases = np.fromiter((s.base_offset for s in segs), np.int64, len(segs))
+        which = np.searchsorted(bases, offsets, side="right") - 1
+        out: list[rec.StoredMessage | None] = []
+        cuts = np.flatnonzero(np.diff(which)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
+            k = int(which[lo])
+            seg = segs[k] if k >= 0 else None
+            part = offsets[lo:hi]
+            if seg is None or seg.closed:
+                out.extend([None] * (hi - lo))
+                continue
+            end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
+            try:  # numpy views of the mapping pin it while decode_at reads
+                out.extend(decode_at(seg.mm, part - seg.base_offset + HEADER_AREA, part, end,
+                                     verify_crc=verify_crc, topics=self._topic_names))
+            except ValueError:  # closed by retention just now
+                out.extend([None] * (hi - lo))
+        return out
 
     def iter_records(self, from_offset: int, limit: int, *, verify_crc: bool = False,
                      strict: bool = False) -> Iterator[tuple[MappedSegment, int, int]]:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
 from crc32c import crc32c
 
 from strata.errors import (DiskFullError, InvalidInputError, MessageTooLargeError,
@@ -28,7 +29,7 @@ from strata.format.consume_queue import BLANK_SIZE, tag_hash
 from strata.format.segment import HEADER_AREA
 from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
-from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher
+from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.store.message import GetResult, GetStatus, Message, PutResult, PutStatus
 from strata.store.retention import RetentionService
 from strata.store.topics import TopicTable
@@ -163,7 +164,7 @@ class MessageStore:
         self.key_index.truncate(start)
         self.queues.correct_min_offsets(self.log.min_offset())
         self._reput = ReputService(self.log, self.confirmed_offset,
-                                   [_TopicGate(self, self.queues),
+                                   [TopicGate(self.topic_table, self.queues),
                                     KeyIndexDispatcher(self.key_index)],
                                    start, on_advance=self._on_dispatched)
         replayed = self._reput.catch_up(end)
@@ -622,26 +623,30 @@ class MessageStore:
         if len(units) == 0:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.file_end_unit(offset), mn, mx)
         limit = self.confirmed_offset()
-        hashes = {tag_hash(t) for t in wanted} if wanted is not None else None
-        read = self.log.read
         verify = self.config.verify_crc_on_read
-        out: list[rec.StoredMessage] = []
+        candidates = units["size"] != BLANK_SIZE
+        if wanted is not None:
+            candidates &= np.isin(units["tag"], [tag_hash(t) for t in wanted])
+        picked = np.flatnonzero(candidates)
+        phys = units["offset"]
+        read_batch = self.log.read_batch
         nxt = offset + len(units)
-        for i, (off, size, th) in enumerate(units.tolist()):
-            if size == BLANK_SIZE:
-                continue
-            if hashes is not None and th not in hashes:
-                continue
-            try:
-                m = read(off, limit, verify_crc=verify)
-            except ValueError:  # its segment was deleted while we read
-                m = None
-            if m is None or (wanted is not None and m.tags not in wanted):
-                continue
-            out.append(m)
-            if len(out) >= max_messages:
-                nxt = offset + i + 1
-                break
+        if wanted is None:  # at most max_messages units were read
+            out = [m for m in read_batch(phys[picked], limit, verify_crc=verify)
+                   if m is not None]
+        else:  # decode candidates a chunk at a time; the real tag decides (hashes collide)
+            out = []
+            step = max(max_messages, 64)
+            for lo in range(0, len(picked), step):
+                part = picked[lo:lo + step]
+                for i, m in zip(part.tolist(), read_batch(phys[part], limit, verify_crc=verify)):
+                    if m is not None and m.tags in wanted:
+                        out.append(m)
+                        if len(out) >= max_messages:
+                            nxt = offset + i + 1
+                            break
+                if len(out) >= max_messages:
+                    break
         status = GetStatus.FOUND if out else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, out, nxt, mn, mx)
 
@@ -797,20 +802,3 @@ class MessageStore:
     def __repr__(self) -> str:
         mode = "readonly" if self.readonly else "writer"
         return f"<MessageStore {self.path} {mode} {'closed' if self._closed else 'open'}>"
-
-
-class _TopicGate:
-    """Consume-queue dispatcher that ignores records of deleted (or re-created) topics."""
-
-    def __init__(self, store: MessageStore, queues: ConsumeQueueSet) -> None:
-        self.store = store
-        self.queues = queues
-
-    def dispatch(self, requests) -> None:
-        table = self.store.topic_table
-        since = table.since
-        known = table.queues
-        kept = [r for r in requests
-                if r.topic in known and r.commitlog_offset >= since.get(r.topic, 0)]
-        if kept:
-            self.queues.dispatch(kept)
