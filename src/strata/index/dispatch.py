@@ -44,37 +44,40 @@ class Dispatcher(Protocol):
     def dispatch(self, requests: Sequence[DispatchRequest]) -> None: ...
 
 
+def request_at(mm, p: int, topic_cache: dict[bytes, str]) -> DispatchRequest:
+    """What dispatchers need from the whole record at byte ``p`` of ``mm`` (already checked).
+
+    The one parser of dispatch fields: the reput service and the maintenance jobs (segment
+    scans for verify and rebuild-index) both use it, so they cannot disagree.
+    """
+    total, qid, qoff, phys, sys_flag, store_ts = rec.peek(mm, p)
+    hosts = (18 if sys_flag & rec.SYSFLAG_BORN_HOST_V6 else 6) + \
+        (18 if sys_flag & rec.SYSFLAG_STORE_HOST_V6 else 6)
+    ts = p + rec.HEADER_SIZE + hosts
+    tlen = rec.U16_AT.unpack_from(mm, p + rec.POS_TOPIC_LENGTH)[0]
+    tb = bytes(mm[ts:ts + tlen])   # no copy when mm is an mmap (its slices are bytes)
+    topic = topic_cache.get(tb)
+    if topic is None:
+        topic = tb.decode("utf-8")
+        topic_cache[tb] = topic
+    plen = rec.U16_AT.unpack_from(mm, p + rec.POS_PROPERTIES_LENGTH)[0]
+    if plen:
+        keys, tags, uniq = rec.dispatch_properties(mm[ts + tlen:ts + tlen + plen])
+        th = tag_hash(tags)
+    else:
+        keys, uniq, th = [], None, 0
+    return DispatchRequest(topic, qid, qoff, phys, total, th, store_ts, keys, uniq, sys_flag)
+
+
 def read_requests(clog: CommitLog, start: int, limit: int, max_records: int,
                   topic_cache: dict[bytes, str]) -> tuple[list[DispatchRequest], int]:
     """Parse up to ``max_records`` records in [start, limit); returns (requests, next offset)."""
     out: list[DispatchRequest] = []
-    nxt = start
-    peek = rec.peek
-    u16 = rec.U16_AT.unpack_from
     for seg, pos, size in clog.iter_records(start, limit):
-        mm = seg.mm
-        p = HEADER_AREA + pos
-        total, qid, qoff, phys, sys_flag, store_ts = peek(mm, p)
-        hosts = (18 if sys_flag & rec.SYSFLAG_BORN_HOST_V6 else 6) + \
-            (18 if sys_flag & rec.SYSFLAG_STORE_HOST_V6 else 6)
-        ts = p + rec.HEADER_SIZE + hosts
-        tlen = u16(mm, p + rec.POS_TOPIC_LENGTH)[0]
-        tb = mm[ts:ts + tlen]
-        topic = topic_cache.get(tb)
-        if topic is None:
-            topic = tb.decode("utf-8")
-            topic_cache[tb] = topic
-        plen = u16(mm, p + rec.POS_PROPERTIES_LENGTH)[0]
-        if plen:
-            keys, tags, uniq = rec.dispatch_properties(mm[ts + tlen:ts + tlen + plen])
-            th = tag_hash(tags)
-        else:
-            keys, uniq, th = [], None, 0
-        out.append(DispatchRequest(topic, qid, qoff, phys, total, th, store_ts, keys, uniq,
-                                   sys_flag))
-        nxt = phys + total
+        r = request_at(seg.mm, HEADER_AREA + pos, topic_cache)
+        out.append(r)
         if len(out) >= max_records:
-            return out, nxt
+            return out, r.commitlog_offset + r.size
     return out, limit
 
 

@@ -482,6 +482,29 @@ class KeyIndex:
                     break
                 n = prev
 
+    def entries_between(self, start: int, end: int) -> list[tuple[str, int, int, np.ndarray]]:
+        """Counted entries whose physical offset lies in ``[start, end)``, oldest file first,
+        as ``(file name, base timestamp, number of the first entry, entries)``; ``entries`` is
+        a copy with dtype ``ENTRY_DTYPE``. Used by verify to compare a stretch of the log with
+        its index entries (entries are appended in offset order, so a stretch is contiguous)."""
+        self._open()
+        if self.readonly:
+            self._rescan()
+        out = []
+        for f in list(self._files):
+            _flags, end_offset, count, _u, _a, _b = fmt.peek_counters(f.mm)
+            if count <= 1 or end_offset < start or f.begin_offset >= end:
+                continue
+            ents = np.frombuffer(f.mm, dtype=fmt.ENTRY_DTYPE, count=count,
+                                 offset=f.entries_pos)[1:]
+            offsets = ents["offset"]
+            lo = int(np.searchsorted(offsets, start, side="left"))
+            hi = int(np.searchsorted(offsets, end, side="left"))
+            if hi > lo:
+                out.append((f.name, f.base_ts, lo + 1, ents[lo:hi].copy()))
+            del ents, offsets
+        return out
+
     def files(self) -> list[dict]:
         """Per file, oldest first: name, path, entries used, capacity, slots, used slots,
         coarse begin/end store time (ms), begin/end physical offset, sealed."""

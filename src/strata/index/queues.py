@@ -102,6 +102,25 @@ class ConsumeQueueSet:
         self.queues.clear()
 
 
+class TopicGate:
+    """Consume-queue dispatcher in front of ``queues`` that drops records of deleted (or
+    re-created) topics: a record is dispatched only if its topic is in ``table.queues`` and it
+    lies at or after ``table.since[topic]``. ``table`` is read at every batch (the store's
+    topic table, or a snapshot of it for rebuild-index)."""
+
+    def __init__(self, table, queues: ConsumeQueueSet) -> None:
+        self.table = table
+        self.queues = queues
+
+    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
+        since = self.table.since
+        known = self.table.queues
+        kept = [r for r in requests
+                if r.topic in known and r.commitlog_offset >= since.get(r.topic, 0)]
+        if kept:
+            self.queues.dispatch(kept)
+
+
 class KeyIndexDispatcher:
     """Indexes ``topic#key`` for every key and the unique key of each record."""
 
