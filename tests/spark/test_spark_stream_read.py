@@ -15,15 +15,17 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
-from pyspark.sql.types import StructType
+from pyspark.sql.types import IntegerType, StructField, StructType
 
 import strata
+from strata.errors import InvalidInputError
 from strata.spark.options import (DEFAULT_MAX_TRIGGER_DELAY_MS, OptionError,
                                   parse_stream_read_options)
+from strata.spark.planning import QueueRange
 from strata.spark.schema import read_schema
 from strata.spark.stream_read import (DataLoss, DataLossError, StrataStreamReader,
                                       handle_losses, offsets_from_json, offsets_to_json,
-                                      reconcile, should_wait, split_limit)
+                                      pack_ranges, reconcile, should_wait, split_limit)
 
 from conftest import small_store_config
 
@@ -124,7 +126,7 @@ def test_offsets_json_is_sorted_and_round_trips():
     js = offsets_to_json(offs)
     assert json.dumps(js) == '{"a": {"0": 1}, "b": {"2": 7, "10": 5}}'
     assert offsets_from_json(json.loads(json.dumps(js))) == offs
-    with pytest.raises(DataLossError, match="not a strata stream offset"):
+    with pytest.raises(InvalidInputError, match="not a strata stream offset"):
         offsets_from_json({"a": {"0": "x"}})
 
 
@@ -256,12 +258,24 @@ def test_driver_available_now_stops_at_the_snapshot_and_ignores_min(tmp_path):
     assert cur == {"t": {"0": 10, "1": 10, "2": 10}}
 
 
+def test_pack_ranges_shares_tasks_between_small_ranges():
+    rs = [QueueRange("t", q, 0, n) for q, n in enumerate((70, 0, 30, 50, 200, 20, 25))]
+    groups = pack_ranges(rs, 100)
+    assert [[(r.queue_id, r.size) for r in g] for g in groups] == \
+        [[(4, 200)], [(0, 70), (2, 30)], [(3, 50), (6, 25), (5, 20)]]
+    assert pack_ranges([], 100) == []
+
+
 def test_driver_partitions_cover_the_range_once(tmp_path):
     path = tmp_path / "store"
     append(path, "t", 90)
+    start, end = {"t": {"0": 5, "1": 0}}, {"t": {"0": 30, "1": 30, "2": 30}}
+    packed = driver_reader(path, FakeClock(), subscribe="t").partitions(start, end)
+    assert [p.value for p in packed] == [(("t", 1, 0, 30), ("t", 2, 0, 30), ("t", 0, 5, 30))]
     r = driver_reader(path, FakeClock(), subscribe="t", minPartitions="5")
-    parts = r.partitions({"t": {"0": 5, "1": 0}}, {"t": {"0": 30, "1": 30, "2": 30}})
-    got = sorted((p.queue_id, p.start, p.end) for p in parts)
+    parts = r.partitions(start, end)
+    assert all(len(p.ranges) == 1 for p in parts)
+    got = sorted((p.ranges[0].queue_id, p.ranges[0].start, p.ranges[0].end) for p in parts)
     assert len(got) >= 5
     for q, lo in ((0, 5), (1, 0), (2, 0)):     # queue 2 is new: from its earliest offset
         mine = [(s, e) for qq, s, e in got if qq == q]
@@ -383,4 +397,4 @@ def test_stream_reader_refuses_unknown_columns(tmp_path):
     append(tmp_path / "store", "t", 3)
     options = parse_stream_read_options({"path": str(tmp_path / "store"), "subscribe": "t"})
     with pytest.raises(OptionError, match="no column 'nope'"):
-        StrataStreamReader(options, StructType.fromDDL("nope int"))
+        StrataStreamReader(options, StructType([StructField("nope", IntegerType())]))

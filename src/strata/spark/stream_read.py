@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMinRows, SupportsTriggerAvailableNow)
 from pyspark.sql.types import StructType
 
-from strata.errors import StrataError
+from strata.errors import InvalidInputError, StrataError
 from strata.spark.options import OptionError, StreamReadOptions
 from strata.spark.planning import QueueRange, resolve_ranges, selected_queues, split_ranges
 from strata.spark.schema import ALL_COLUMNS, arrow_schema
@@ -51,16 +51,17 @@ def offsets_to_json(offsets: Mapping[QueueKey, int]) -> dict[str, dict[str, int]
 def offsets_from_json(value) -> Offsets:
     """Parse an offset Spark hands back (from this reader or from a checkpoint)."""
     if not isinstance(value, dict):
-        raise DataLossError(f"not a strata stream offset: {value!r}")
+        raise InvalidInputError(f"not a strata stream offset: {value!r}")
     out: Offsets = {}
     for topic, queues in value.items():
         if not isinstance(queues, dict):
-            raise DataLossError(f"not a strata stream offset: topic {topic!r} maps to {queues!r}")
+            raise InvalidInputError(f"not a strata stream offset: topic {topic!r} maps to "
+                                    f"{queues!r}")
         for q, off in queues.items():
             try:
                 out[(str(topic), int(q))] = int(off)
             except (TypeError, ValueError):
-                raise DataLossError(f"not a strata stream offset: {topic}/{q} = {off!r}") \
+                raise InvalidInputError(f"not a strata stream offset: {topic}/{q} = {off!r}") \
                     from None
     return out
 
@@ -89,6 +90,30 @@ def split_limit(start: Mapping[QueueKey, int], available: Mapping[QueueKey, int]
     for k in by_remainder[:left]:
         share[k] += 1
     return {k: start.get(k, available[k]) + share[k] for k in keys}
+
+
+# A micro-batch of a trickle touches many queues with a few offsets each; one Spark task per
+# queue would cost more than the reading. Ranges below this many offsets share tasks.
+SHARED_TASK_ROWS = 65_536
+
+
+def pack_ranges(ranges: list[QueueRange], max_rows: int) -> list[list[QueueRange]]:
+    """Group queue ranges into tasks of at most ``max_rows`` offsets (first fit, largest range
+    first); a range that big or bigger is a task of its own. Empty ranges are dropped; every
+    range lands in exactly one task."""
+    groups: list[list[QueueRange]] = []
+    sizes: list[int] = []
+    for r in sorted((r for r in ranges if r.size > 0), key=lambda r: (-r.size, r.topic,
+                                                                      r.queue_id)):
+        for i, used in enumerate(sizes):
+            if used + r.size <= max_rows:
+                groups[i].append(r)
+                sizes[i] += r.size
+                break
+        else:
+            groups.append([r])
+            sizes.append(r.size)
+    return groups
 
 
 def should_wait(new_rows: int, min_rows: int, since_last_batch_ms: int,
@@ -175,15 +200,12 @@ def handle_losses(losses: list[DataLoss], fail_on_data_loss: bool) -> None:
 
 @dataclass
 class StreamPartition(InputPartition):
-    """One Spark task of a micro-batch: offsets [start, end) of one queue."""
-    topic: str
-    queue_id: int
-    start: int
-    end: int
+    """One Spark task of a micro-batch: offsets [start, end) of one or more queues."""
+    ranges: tuple[QueueRange, ...]
 
-    def __init__(self, topic: str, queue_id: int, start: int, end: int) -> None:
-        self.topic, self.queue_id, self.start, self.end = topic, queue_id, start, end
-        self.value = (topic, queue_id, start, end)
+    def __init__(self, ranges) -> None:
+        self.ranges = tuple(ranges)
+        self.value = tuple((r.topic, r.queue_id, r.start, r.end) for r in self.ranges)
 
 
 def check_columns(schema: StructType) -> None:
@@ -335,18 +357,21 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         handle_losses(losses, self.o.read.fail_on_data_loss)
         ranges = [QueueRange(t, q, effective[(t, q)], stop[(t, q)]) for t, q in sorted(stop)
                   if (t, q) in effective and stop[(t, q)] > effective[(t, q)]]
-        return [StreamPartition(r.topic, r.queue_id, r.start, r.end)
-                for r in split_ranges(ranges, self.o.read.min_partitions)]
+        if self.o.read.min_partitions:
+            groups = [[r] for r in split_ranges(ranges, self.o.read.min_partitions)]
+        else:
+            groups = pack_ranges(ranges, SHARED_TASK_ROWS)
+        return [StreamPartition(g) for g in groups]
 
     def read(self, partition) -> Iterator:
         from strata.spark.source import read_range
         if not isinstance(partition, StreamPartition):
             return iter(())
-        return read_range(self.o.read.path,
-                          QueueRange(partition.topic, partition.queue_id, partition.start,
-                                     partition.end),
-                          arrow_schema(self.schema), self.o.read.max_records_per_batch,
-                          self.o.read.fail_on_data_loss)
+        schema = arrow_schema(self.schema)
+        return (batch for r in partition.ranges
+                for batch in read_range(self.o.read.path, r, schema,
+                                        self.o.read.max_records_per_batch,
+                                        self.o.read.fail_on_data_loss))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: strata keeps no consumer state for Spark; the checkpoint is the truth."""
