@@ -398,3 +398,28 @@ def test_stream_reader_refuses_unknown_columns(tmp_path):
     options = parse_stream_read_options({"path": str(tmp_path / "store"), "subscribe": "t"})
     with pytest.raises(OptionError, match="no column 'nope'"):
         StrataStreamReader(options, StructType([StructField("nope", IntegerType())]))
+
+
+def test_task_read_after_retention_uses_the_logs_minimum(tmp_path):
+    """A consume-queue file can outlive the log segments its first units point to; a task must
+    judge lost offsets by the store's minimum, not by that file."""
+    from strata.spark.schema import arrow_schema
+    from strata.spark.source import read_range
+    path = tmp_path / "store"
+    append(path, "t", 2000, queues=1)
+    _expire_all_but_newest_segment(path)
+    (lo, hi), = bounds(path, "t").values()
+    assert 0 < lo < hi
+    schema = arrow_schema(read_schema())
+    with pytest.raises(strata.errors.CorruptStoreError, match=rf"t/0: offsets 5\.\.{lo - 1} "):
+        list(read_range(str(path), QueueRange("t", 0, 5, hi), schema, 1000, True))
+    got = list(read_range(str(path), QueueRange("t", 0, 5, hi), schema, 1000, False))
+    offsets = [o for b in got for o in b.column("queue_offset").to_pylist()]
+    assert offsets == list(range(lo, hi))
+
+
+def test_driver_starting_timestamp_applies_to_new_streams(tmp_path):
+    path = tmp_path / "store"
+    append(path, "t", 30)
+    r = driver_reader(path, FakeClock(), subscribe="t", startingTimestamp="0")
+    assert r.initialOffset() == {"t": {"0": 0, "1": 0, "2": 0}}   # not the default latest

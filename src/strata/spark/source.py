@@ -98,12 +98,15 @@ def read_range(path: str, r: QueueRange, schema, batch_rows: int,
 
     store = open_readonly(path)
     try:
+        # store.min_offset follows the log's minimum after retention; a queue file that still
+        # holds units of deleted log segments does not
+        low = store.min_offset(r.topic, r.queue_id)
         cq = store.queues.get(r.topic, r.queue_id)
         segments = store.log.segments.segments
-        off = max(r.start, cq.min_offset()) if not fail_on_data_loss else r.start
-        if off < cq.min_offset():
+        off = max(r.start, low) if not fail_on_data_loss else r.start
+        if off < low:
             raise CorruptStoreError(
-                f"{r.topic}/{r.queue_id}: offsets {off}..{cq.min_offset() - 1} were deleted "
+                f"{r.topic}/{r.queue_id}: offsets {off}..{low - 1} were deleted "
                 "(retention) after the read was planned; failOnDataLoss=false skips them")
         while off < r.end:
             units = cq.read_units(off, min(batch_rows, r.end - off))
