@@ -147,7 +147,7 @@ def test_user_schema_subset(spark, store_dir):
     ({"subscribe": "orders", "minPartitions": "0"}, "minPartitions"),
     ({"subscribe": "orders", "maxRecordsPerBatch": "many"}, "maxRecordsPerBatch"),
     ({"subscribe": "orders", "includeHeaders": "maybe"}, "includeHeaders"),
-    ({"subscribe": "orders", "startingTimestamp": "1000"}, "startingTimestamp"),
+    ({"subscribe": "orders", "startingTimestamp": "yesterday"}, "startingTimestamp"),
 ])
 def test_bad_options_name_the_option(spark, store_dir, opts, option):
     with pytest.raises(Exception, match=f"option '{option}'"):

@@ -15,9 +15,7 @@ EARLIEST = -2  # Kafka's JSON codes inside startingOffsets / endingOffsets
 LATEST = -1
 DEFAULT_MAX_RECORDS_PER_BATCH = 65536
 
-# Kafka options strata does not implement yet: refuse them instead of silently ignoring them.
-NOT_YET_SUPPORTED = ("startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp",
-                     "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy")
+TIMESTAMP_STRATEGIES = ("error", "latest")  # startingOffsetsByTimestampStrategy (Kafka's)
 
 
 class OptionError(ValueError):
@@ -111,6 +109,55 @@ def _offsets(opts: dict, name: str, default: str, *, allow_earliest: bool,
     return out
 
 
+def _timestamp(opts: dict, name: str) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise OptionError(name, f"must be a timestamp in milliseconds since the epoch "
+                                f"(an integer >= 0), got {raw!r}")
+    return v
+
+
+def _timestamps_json(opts: dict, name: str) -> dict[str, dict[int, int]] | None:
+    """``{"topic": {"0": 1700000000000}}``: a timestamp (ms) per queue."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(name, 'must be JSON like {"topic": {"0": 1700000000000}} (ms since '
+                                f"the epoch per queue), got {text!r}")
+    out: dict[str, dict[int, int]] = {}
+    for topic, queues in parsed.items():
+        if not isinstance(queues, dict) or not queues:
+            raise OptionError(name, f"topic {topic!r} must map queue ids to timestamps, "
+                                    f"got {queues!r}")
+        per: dict[int, int] = {}
+        for q, ts in queues.items():
+            try:
+                qid = int(q)
+            except (TypeError, ValueError):
+                qid = -1
+            if qid < 0:
+                raise OptionError(name, f"queue id {q!r} of topic {topic!r} is not an integer "
+                                        ">= 0")
+            if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+                raise OptionError(name, f"timestamp {ts!r} of {topic}/{qid} must be an integer "
+                                        ">= 0 (ms since the epoch)")
+            per[qid] = ts
+        out[str(topic)] = per
+    return out
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     path: str
@@ -124,14 +171,17 @@ class ReadOptions:
     include_metadata: bool
     include_headers: bool
     fail_on_data_loss: bool
+    # Kafka's timestamp options (ms); per queue they take precedence over the offset options
+    starting_timestamp: int | None = None
+    starting_by_timestamp: dict[str, dict[int, int]] | None = None
+    starting_timestamp_strategy: str = "error"
+    ending_timestamp: int | None = None
+    ending_by_timestamp: dict[str, dict[int, int]] | None = None
+    filter_pushdown: bool = True  # used when Spark's filter pushdown is on
 
 
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     opts = _lower(options)
-    for name in NOT_YET_SUPPORTED:
-        if name.lower() in opts:
-            raise OptionError(name, "is not supported yet by the strata source "
-                                    "(use startingOffsets / endingOffsets)")
     path = _path(opts)
     given = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in opts]
     if len(given) != 1:
@@ -172,7 +222,24 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         include_metadata=_bool(opts, "includeMetadata", False),
         include_headers=_bool(opts, "includeHeaders", False),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        starting_timestamp=_timestamp(opts, "startingTimestamp"),
+        starting_by_timestamp=_timestamps_json(opts, "startingOffsetsByTimestamp"),
+        starting_timestamp_strategy=_strategy(opts),
+        ending_timestamp=_timestamp(opts, "endingTimestamp"),
+        ending_by_timestamp=_timestamps_json(opts, "endingOffsetsByTimestamp"),
+        filter_pushdown=_bool(opts, "filterPushdown", True),
     )
+
+
+def _strategy(opts: dict) -> str:
+    raw = opts.get("startingoffsetsbytimestampstrategy")
+    if raw is None:
+        return "error"
+    v = str(raw).strip().lower()
+    if v not in TIMESTAMP_STRATEGIES:
+        raise OptionError("startingOffsetsByTimestampStrategy",
+                          f"must be 'error' or 'latest', got {raw!r}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -228,10 +295,11 @@ def parse_stream_read_options(options: Mapping[str, str]) -> StreamReadOptions:
     from dataclasses import replace
 
     opts = _lower(options)
-    if "endingoffsets" in opts:
-        raise OptionError("endingOffsets", "is for batch reads only; a stream has no end "
-                                           "(use trigger(availableNow=True) to stop at the data "
-                                           "present when the query starts)")
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        if name.lower() in opts:
+            raise OptionError(name, "is for batch reads only; a stream has no end "
+                                    "(use trigger(availableNow=True) to stop at the data "
+                                    "present when the query starts)")
     read = parse_read_options(options)
     if "startingoffsets" not in opts:
         read = replace(read, starting="latest")   # Kafka: streams start at latest by default

@@ -53,12 +53,33 @@ def _check_json_queues(spec, name: str, queues: set[tuple[str, int]]) -> None:
                                             "(check subscribe/assign)")
 
 
-def resolve_ranges(store, o: ReadOptions) -> list[QueueRange]:
-    """Start/end offsets per selected queue, checked against the queues' current bounds."""
+def _time_spec(o: ReadOptions, t: str, q: int, starting: bool) -> tuple[str, int] | None:
+    """(option name, timestamp ms) that decides this queue's start (or end), if any: Kafka's
+    precedence — the one timestamp, then the per-queue JSON, then the offset options."""
+    one = o.starting_timestamp if starting else o.ending_timestamp
+    if one is not None:
+        return ("startingTimestamp" if starting else "endingTimestamp"), one
+    per = o.starting_by_timestamp if starting else o.ending_by_timestamp
+    if per is not None and q in per.get(t, {}):
+        return ("startingOffsetsByTimestamp" if starting else "endingOffsetsByTimestamp"), \
+            per[t][q]
+    return None
+
+
+def resolve_ranges(store, o: ReadOptions, pushed=None) -> list[QueueRange]:
+    """Start/end offsets per selected queue, checked against the queues' current bounds.
+
+    Timestamps resolve per queue to the first offset whose store time is >= the timestamp
+    (Kafka's rule; for an end, the offset is exclusive). ``pushed`` (a pushdown.PushedFilters)
+    drops queues and cuts ranges after the options have been resolved and checked."""
     queues = selected_queues(store, o)
     qset = set(queues)
     _check_json_queues(o.starting, "startingOffsets", qset)
     _check_json_queues(o.ending, "endingOffsets", qset)
+    _check_json_queues(o.starting_by_timestamp, "startingOffsetsByTimestamp", qset)
+    _check_json_queues(o.ending_by_timestamp, "endingOffsetsByTimestamp", qset)
+    if pushed is not None:
+        queues = [(t, q) for t, q in queues if pushed.keeps(t, q)]
     out = []
     for t, q in queues:
         mn, mx = store.min_offset(t, q), store.max_offset(t, q)
@@ -66,6 +87,21 @@ def resolve_ranges(store, o: ReadOptions) -> list[QueueRange]:
         e = o.ending if isinstance(o.ending, str) else o.ending.get(t, {}).get(q, LATEST)
         start = mn if s in ("earliest", EARLIEST) else mx if s in ("latest", LATEST) else s
         end = mx if e in ("latest", LATEST) else e
+        start_name = "startingOffsets"
+        by_time = _time_spec(o, t, q, starting=True)
+        if by_time is not None:
+            start_name, ts = by_time
+            start = store.offset_for_time(t, q, ts, "lower")
+            if start >= mx:  # no message stored at or after ts
+                if o.starting_timestamp_strategy == "error":
+                    raise OptionError(start_name, f"{t}/{q} has no message stored at or after "
+                                                  f"{ts} ms (set startingOffsetsByTimestamp"
+                                                  "Strategy=latest to start at the latest "
+                                                  "offset instead)")
+                start = mx
+        by_time = _time_spec(o, t, q, starting=False)
+        if by_time is not None:  # no message at or after ts: the end is the latest offset
+            end = min(mx, store.offset_for_time(t, q, by_time[1], "lower"))
         if start < mn:
             if o.fail_on_data_loss:
                 raise OptionError("startingOffsets",
@@ -77,9 +113,10 @@ def resolve_ranges(store, o: ReadOptions) -> list[QueueRange]:
             raise OptionError("endingOffsets", f"{t}/{q} offset {end} is beyond the queue's "
                                                f"latest offset {mx}")
         if start > end:
-            raise OptionError("startingOffsets", f"{t}/{q} starting offset {start} is after the "
-                                                 f"ending offset {end}")
-        out.append(QueueRange(t, q, start, end))
+            raise OptionError(start_name, f"{t}/{q} starting offset {start} is after the "
+                                          f"ending offset {end}")
+        r = QueueRange(t, q, start, end)
+        out.append(r if pushed is None else pushed.narrow(store, r))
     return out
 
 

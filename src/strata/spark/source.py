@@ -15,6 +15,7 @@ from pyspark.sql.types import StructType
 
 from strata.spark.options import OptionError, parse_read_options, parse_write_options
 from strata.spark.planning import QueueRange, resolve_ranges, split_ranges
+from strata.spark.pushdown import PushFiltersHook
 from strata.spark.schema import ALL_COLUMNS, arrow_schema, read_schema
 
 FORMAT_NAME = "strata"
@@ -43,6 +44,10 @@ class StrataDataSource(DataSource):
         from strata.spark.write import StrataWriter
         return StrataWriter(parse_write_options(self.options), schema, overwrite)
 
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        from strata.spark.stream_write import StrataStreamWriter
+        return StrataStreamWriter(self.options, schema, overwrite)
+
     def streamReader(self, schema: StructType):
         from strata.spark.options import parse_stream_read_options
         from strata.spark.stream_read import StrataStreamReader
@@ -63,15 +68,27 @@ class QueuePartition(InputPartition):
 
 
 class StrataBatchReader(DataSourceReader):
+    # Spark calls this only with spark.sql.python.filterPushdown.enabled=true (pushdown.py)
+    pushFilters = PushFiltersHook()
+
     def __init__(self, options, schema: StructType) -> None:
         self.o = options
         self.schema = schema
+        self.pushed = None  # pushdown.PushedFilters once Spark pushed filters
+
+    def push_filters(self, filters: list) -> list:
+        """Narrow the read by Spark's filters; return those Spark must still evaluate."""
+        from strata.spark.pushdown import push_filters
+        if not self.o.filter_pushdown:
+            return filters
+        self.pushed, rest = push_filters(filters)
+        return rest
 
     def partitions(self) -> list[InputPartition]:
         from strata.spark.geometry import open_readonly
         store = open_readonly(self.o.path)
         try:
-            ranges = resolve_ranges(store, self.o)
+            ranges = resolve_ranges(store, self.o, self.pushed)
         finally:
             store.close()
         return [QueuePartition(r.topic, r.queue_id, r.start, r.end)
@@ -83,12 +100,15 @@ class StrataBatchReader(DataSourceReader):
         return read_range(self.o.path, QueueRange(partition.topic, partition.queue_id,
                                                   partition.start, partition.end),
                           arrow_schema(self.schema), self.o.max_records_per_batch,
-                          self.o.fail_on_data_loss)
+                          self.o.fail_on_data_loss,
+                          tag_hashes=self.pushed.tag_hashes if self.pushed else None)
 
 
 def read_range(path: str, r: QueueRange, schema, batch_rows: int,
-               fail_on_data_loss: bool = True) -> Iterator:
-    """Yield pyarrow RecordBatches of the messages at queue offsets [r.start, r.end)."""
+               fail_on_data_loss: bool = True, *, tag_hashes=None) -> Iterator:
+    """Yield pyarrow RecordBatches of the messages at queue offsets [r.start, r.end); with
+    ``tag_hashes``, only those whose consume-queue tag hash is one of them (the others'
+    records are never read)."""
     import numpy as np
 
     from strata.errors import CorruptStoreError
@@ -115,6 +135,8 @@ def read_range(path: str, r: QueueRange, schema, batch_rows: int,
                                         f"offset {off}")
             off += len(units)
             units = units[units["size"] != BLANK_SIZE]
+            if tag_hashes is not None:
+                units = units[np.isin(units["tag"], np.array(sorted(tag_hashes), np.int64))]
             if len(units) == 0:
                 continue
             phys = units["offset"].astype(np.int64)

@@ -1,17 +1,21 @@
-"""Batch write: tasks stage Arrow files under the store; the driver-side commit appends them all.
+"""Writes (batch and streaming): tasks stage Arrow files under the store; a driver-side commit
+appends them.
 
-    <store>/spark-staging/<job id>/part-<partition>-<attempt>-<uuid>.arrow
+    <store>/spark-staging/<job>/part-<partition>-<attempt>-<uuid>.arrow
 
-Tasks never open the store (one process owns it for writing). ``commit`` — run once, driver-side,
-after every task succeeded — opens the store for writing (taking its writer lock), validates every
-staged row, appends them in one ``put_batch`` (which checks the whole batch before writing a
-byte), flushes, and deletes the staging directory. ``abort`` deletes the staging directory, so a
-failed job leaves no data in any topic.
+Tasks never open the store (one process owns it for writing). The commit — run once,
+driver-side, after every task succeeded — opens the store for writing (taking its writer lock),
+validates every staged row, appends them in one ``put_batch`` (which checks the whole batch
+before writing a byte), flushes, and deletes the staging files. ``abort`` deletes them, so a
+failed job leaves no data in any topic. The batch writer lives here; the streaming writer
+(stream_write.py) uses the same staging (``stage_batches``) and append (``append_messages``)
+code and adds its exactly-once ledger.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +28,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Sho
 from strata.spark.options import OptionError, WriteOptions
 
 STAGING_DIR = "spark-staging"
+LOCK_WAIT_S = 5.0  # a commit waits this long for another commit's writer lock
 _TEXT = (BinaryType, StringType)
 _INTS = (IntegerType, LongType, ShortType)
 
@@ -68,71 +73,6 @@ def validate_write_schema(schema: StructType, topic_option: str | None) -> list[
     return used
 
 
-@dataclass
-class StagedFile(WriterCommitMessage):
-    path: str
-    rows: int
-
-
-class StrataWriter(DataSourceArrowWriter):
-    def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool) -> None:
-        from strata.store.message_store import writer_alive
-        if overwrite:
-            raise OptionError("mode", "the strata sink only appends: use .mode('append')")
-        self.o = options
-        self.columns = validate_write_schema(schema, options.topic)
-        root = Path(options.path)
-        if (root / "commitlog").is_dir() and writer_alive(root):
-            raise StoreBusyError(root)
-        if not (root / "commitlog").is_dir():  # create it now: staging files go inside it
-            import strata
-            strata.open(root, strata.StoreConfig(prefault=False, preallocate=False)).close()
-        self.job = uuid.uuid4().hex
-        self.staging = str(root / STAGING_DIR / self.job)
-
-    def write(self, iterator: Iterator) -> StagedFile:
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        tag = f"{ctx.partitionId()}-{ctx.attemptNumber()}" if ctx is not None else "x"
-        staging = Path(self.staging)
-        staging.mkdir(parents=True, exist_ok=True)
-        final = staging / f"part-{tag}-{uuid.uuid4().hex[:8]}.arrow"
-        tmp = final.with_suffix(".tmp")
-        rows = 0
-        writer = None
-        try:
-            for batch in iterator:
-                batch = batch.select(self.columns)
-                _check_batch(batch, self.o.topic)
-                if writer is None:
-                    writer = pa.ipc.new_file(str(tmp), batch.schema)
-                writer.write_batch(batch)
-                rows += batch.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is None:
-            return StagedFile("", 0)
-        tmp.rename(final)
-        return StagedFile(str(final), rows)
-
-    def commit(self, messages) -> None:
-        try:
-            if any(m is None for m in messages):  # a task failed: never publish part of a job
-                raise RuntimeError("strata sink: a write task failed; nothing was appended")
-            files = [m.path for m in messages if m.path]
-            append_staged(self.o.path, files, self.o.topic)
-        finally:
-            shutil.rmtree(self.staging, ignore_errors=True)
-            _remove_if_empty(Path(self.o.path) / STAGING_DIR)
-
-    def abort(self, messages) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
-        _remove_if_empty(Path(self.o.path) / STAGING_DIR)
-
-
 class StoreBusyError(RuntimeError):
     def __init__(self, root: Path) -> None:
         super().__init__(f"strata sink: the store at {root} is open for writing in another "
@@ -140,11 +80,107 @@ class StoreBusyError(RuntimeError):
                          "Spark appends from its own driver-side process")
 
 
-def _remove_if_empty(p: Path) -> None:
+def prepare_store(root: Path, wait_s: float = 0.0) -> None:
+    """Planning-time check shared by both writers: refuse a store another process is writing
+    (after waiting up to ``wait_s`` for it to let go); create a missing store now (staging
+    files go inside it)."""
+    from strata.store.message_store import writer_alive
+    deadline = time.monotonic() + wait_s
+    while (root / "commitlog").is_dir() and writer_alive(root):
+        if time.monotonic() >= deadline:
+            raise StoreBusyError(root)
+        time.sleep(0.05)
+    if not (root / "commitlog").is_dir():
+        import strata
+        strata.open(root, strata.StoreConfig(prefault=False, preallocate=False)).close()
+
+
+@dataclass
+class StagedFile(WriterCommitMessage):
+    path: str  # "" when the task had no rows
+    rows: int
+
+
+def stage_batches(iterator: Iterator, staging: Path, columns: list[str],
+                  topic_option: str | None) -> StagedFile:
+    """A task's rows -> one Arrow IPC file in ``staging`` (renamed into place when whole; a
+    failing task removes its partial file)."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    tag = f"{ctx.partitionId()}-{ctx.attemptNumber()}" if ctx is not None else "x"
+    staging.mkdir(parents=True, exist_ok=True)
+    final = staging / f"part-{tag}-{uuid.uuid4().hex[:8]}.arrow"
+    tmp = final.with_suffix(".tmp")
+    rows = 0
+    writer = None
     try:
-        p.rmdir()
+        for batch in iterator:
+            batch = batch.select(columns)
+            _check_batch(batch, topic_option)
+            if writer is None:
+                writer = pa.ipc.new_file(str(tmp), batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+        if writer is not None:
+            writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    if writer is None:
+        return StagedFile("", 0)
+    tmp.rename(final)
+    return StagedFile(str(final), rows)
+
+
+class StrataWriter(DataSourceArrowWriter):
+    """``df.write.format("strata")``: all or nothing per job."""
+
+    def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise OptionError("mode", "the strata sink only appends: use .mode('append')")
+        self.o = options
+        self.columns = validate_write_schema(schema, options.topic)
+        root = Path(options.path)
+        prepare_store(root)
+        self.job = uuid.uuid4().hex
+        self.staging = str(root / STAGING_DIR / self.job)
+
+    def write(self, iterator: Iterator) -> StagedFile:
+        return stage_batches(iterator, Path(self.staging), self.columns, self.o.topic)
+
+    def commit(self, messages) -> None:
+        try:
+            if any(m is None for m in messages):  # a task failed: never publish part of a job
+                raise RuntimeError("strata sink: a write task failed; nothing was appended")
+            files = [m.path for m in messages if m.path]
+            msgs = staged_messages(files, self.o.topic, born_timestamp=_now_ms())
+            if msgs:
+                store = open_for_commit(self.o.path)
+                try:
+                    append_messages(store, msgs)
+                finally:
+                    store.close()
+        finally:
+            remove_staging(self.o.path, self.staging)
+
+    def abort(self, messages) -> None:
+        remove_staging(self.o.path, self.staging)
+
+
+def remove_staging(path: str, staging: str) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        (Path(path) / STAGING_DIR).rmdir()  # only if empty
     except OSError:
         pass
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _check_batch(batch, topic_option: str | None) -> None:
@@ -165,15 +201,17 @@ def _text(v, col: str) -> str:
     return v
 
 
-def staged_messages(files: list[str], topic_option: str | None) -> list:
-    """Every staged row as a strata.Message, in file order then row order."""
+def staged_messages(files: list, topic_option: str | None, *,
+                    born_timestamp: int | None = None) -> list:
+    """Every staged row as a strata.Message, in file order then row order. ``born_timestamp``
+    (ms) is the producer time every message carries: the commit's time."""
     import pyarrow as pa
 
     import strata
 
     out = []
     for f in files:
-        with pa.memory_map(f) as src:
+        with pa.memory_map(str(f)) as src:
             table = pa.ipc.open_file(src).read_all()
         cols = {n: table.column(n).to_pylist() for n in table.column_names}
         n = table.num_rows
@@ -187,36 +225,52 @@ def staged_messages(files: list[str], topic_option: str | None) -> list:
             body = v.encode("utf-8") if isinstance(v, str) else v
             props = {e["key"]: _text(e["value"], "headers") for e in h} if h else None
             out.append(strata.Message(t, body, keys=(_text(k, "key"),) if k else (),
-                                      tags=tg or None, properties=props, queue_id=q))
+                                      tags=tg or None, properties=props, queue_id=q,
+                                      born_timestamp=born_timestamp))
     return out
 
 
-def append_staged(path: str, files: list[str], topic_option: str | None) -> int:
-    """Append the staged rows to the store under its writer lock, all or nothing."""
+def open_for_commit(path: str, wait_s: float = LOCK_WAIT_S):
+    """Open the store for writing; another commit holding the lock is waited for briefly,
+    anything longer is a StoreBusyError."""
     import strata
     from strata.errors import StoreLockedError
     from strata.spark.geometry import store_config
 
-    msgs = staged_messages(files, topic_option)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return strata.open(path, store_config(path, for_writing=True))
+        except StoreLockedError:
+            if time.monotonic() >= deadline:
+                raise StoreBusyError(Path(path)) from None
+            time.sleep(0.05)
+
+
+def check_messages(store, msgs: list) -> None:
+    """Refuse rows the store would refuse, before anything is appended or recorded."""
+    counts: dict[str, int] = {}
+    for m in msgs:
+        n = counts.get(m.topic)
+        if n is None:
+            n = counts[m.topic] = store.queue_count(m.topic) or store.config.default_queues
+        if m.queue_id is not None and m.queue_id >= n:
+            raise SchemaError(f"strata sink: column 'queue_id' is {m.queue_id} but topic "
+                              f"{m.topic!r} has {n} queues")
+
+
+def append_messages(store, msgs: list) -> None:
+    """Append ``msgs`` with one put_batch (all or nothing), make them durable and dispatched.
+    Missing topics are created with the store's default queue count."""
     if not msgs:
-        return 0
-    try:
-        store = strata.open(path, store_config(path, for_writing=True))
-    except StoreLockedError:
-        raise StoreBusyError(Path(path)) from None
-    try:
-        for t in sorted({m.topic for m in msgs}):
-            store.create_topic(t) if store.queue_count(t) == 0 else None
-        for m in msgs:
-            if m.queue_id is not None and m.queue_id >= store.queue_count(m.topic):
-                raise SchemaError(f"strata sink: column 'queue_id' is {m.queue_id} but topic "
-                                  f"{m.topic!r} has {store.queue_count(m.topic)} queues")
-        results = store.put_batch(msgs)  # validates the whole batch before writing anything
-        bad = [r for r in results if r.status.name != "OK"]
-        if bad:
-            raise RuntimeError(f"strata sink: {len(bad)} appends reported {bad[0].status.name}")
-        store.flush()
-        store.wait_dispatched()
-    finally:
-        store.close()
-    return len(msgs)
+        return
+    check_messages(store, msgs)
+    for t in sorted({m.topic for m in msgs}):
+        if store.queue_count(t) == 0:
+            store.create_topic(t)
+    results = store.put_batch(msgs)  # validates the whole batch before writing anything
+    bad = [r for r in results if r.status.name != "OK"]
+    if bad:
+        raise RuntimeError(f"strata sink: {len(bad)} appends reported {bad[0].status.name}")
+    store.flush()
+    store.wait_dispatched()
