@@ -202,11 +202,11 @@ class ConsumeQueue:
         lo, hi = self.min_unit, before
         while lo < hi:  # first unit with offset >= phys_end (units are in log order)
             mid = (lo + hi) // 2
-            off, size, _t = self.unit(mid)
-            if size == 0 or (size != BLANK_SIZE and off >= phys_end):
+            m, unit = self._next_real(mid, hi)
+            if unit is None or unit[1] == 0 or unit[0] >= phys_end:
                 hi = mid
             else:
-                lo = mid + 1
+                lo = m + 1
         if lo >= before:
             return 0
         byte = lo * UNIT_SIZE
@@ -227,14 +227,34 @@ class ConsumeQueue:
         first = self.segments.first()
         if first is not None:   # files may have been deleted below the old minimum
             lo = max(lo, first.base_offset // UNIT_SIZE)
+        end = hi
         while lo < hi:
             mid = (lo + hi) // 2
-            off, size, _t = self.unit(mid)
-            if size != BLANK_SIZE and off >= min_phys:
+            m, unit = self._next_real(mid, hi)
+            if unit is None or unit[0] >= min_phys:
                 hi = mid
             else:
-                lo = mid + 1
-        self.min_unit = lo
+                lo = m + 1
+        self.min_unit = self._next_real(lo, end)[0]   # a queue starts at a real unit
+
+    def _next_real(self, n: int, hi: int) -> tuple[int, tuple[int, int, int] | None]:
+        """The first unit at or after ``n`` and below ``hi`` that is not a blank unit, as
+        (number, unit); (hi, None) if there is none.
+
+        Blank units stand at a queue's start (retention) and at the offsets of prepared or
+        rolled-back transactional records, so they can sit between real units: a binary search
+        over units must judge a blank by the real unit after it, or it is not monotone.
+        """
+        while n < hi:
+            units = self.read_units(n, min(hi - n, 4096))
+            if len(units) == 0:
+                return hi, None
+            real = np.flatnonzero(units["size"] != BLANK_SIZE)
+            if len(real):
+                i = int(real[0])
+                return n + i, tuple(int(x) for x in units[i].tolist())
+            n += len(units)
+        return hi, None
 
     def delete_files_below(self, min_phys: int) -> int:
         """Delete files whose last unit points below ``min_phys`` (never the newest)."""
