@@ -258,3 +258,15 @@ def test_sink_id_follows_the_checkpoint_and_its_query_id(tmp_path):
     assert sink_id(f"file://{ckpt}")[1] == qid
     (ckpt / "metadata").write_text('{"id":"99999999-1111-2222-3333-444455556666"}\n')
     assert sink_id(str(ckpt))[0] != first  # checkpoint deleted and recreated: a new sink
+
+
+def test_commit_into_a_store_open_for_writing_elsewhere_is_refused(tmp_path):
+    from strata.spark.write import StoreBusyError
+    store = tmp_path / "store"
+    new_store(store)
+    files = [stage(tmp_path / "st", "p.arrow", ["a", "b"])]
+    with strata.open(store, store_config(store, for_writing=True)):  # holds the writer lock
+        with pytest.raises(StoreBusyError, match="open for writing in another process"):
+            commit_batch(str(store), "b" * 32, 0, files, "t", lock_wait_s=0.2)
+    assert SinkLedger(store / SINKS_DIR / ("b" * 32)).find(0) == (None, None)  # nothing recorded
+    assert commit_batch(str(store), "b" * 32, 0, files, "t") == 2  # the staged rows are intact

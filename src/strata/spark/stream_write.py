@@ -185,7 +185,8 @@ class ReusedCheckpointError(RuntimeError):
 
 
 def commit_batch(path: str, sink: str, batch_id: int, files: list[str],
-                 topic_option: str | None, about: dict | None = None) -> int:
+                 topic_option: str | None, about: dict | None = None,
+                 lock_wait_s: float = LOCK_WAIT_S) -> int:
     """Append micro-batch ``batch_id`` of ``sink`` unless the log already has it (see the
     module docstring); returns the number of rows appended now."""
     ledger = SinkLedger(Path(path) / SINKS_DIR / sink)
@@ -203,7 +204,7 @@ def commit_batch(path: str, sink: str, batch_id: int, files: list[str],
         return 0  # an empty micro-batch: nothing to append or remember
     if entry is not None and not wal.exists():
         return 0  # appended and made durable by an earlier attempt
-    store = open_for_commit(path)
+    store = open_for_commit(path, lock_wait_s)
     try:
         if entry is None:
             _write_wal(wal, files, topic_option)
