@@ -75,7 +75,7 @@ class StrataStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
         if overwrite:
             raise OptionError("outputMode", "the strata sink only appends: use outputMode "
-                                            "'append' or 'update'")
+                                            "'append'")
         self.o = parse_write_options(options)
         self.columns = validate_write_schema(schema, self.o.topic)
         ckpt = {str(k).lower(): v for k, v in options.items()}.get("checkpointlocation")
