@@ -99,6 +99,12 @@ class IndexRebuild:
 
     # ------------------------------------------------------------------ build
 
+    def work_dir(self) -> Path:
+        """A scratch directory inside ``rebuild.tmp`` (e.g. for extracted record columns)."""
+        d = self.path / NEW_DIR / "extract"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
     def build(self, batches: Iterable[Sequence[DispatchRequest]],
               on_batch: Callable[[int], None] | None = None) -> int:
         """Dispatch every record (batches in log order) into ``<store>/rebuild.tmp``; returns
@@ -150,7 +156,8 @@ class IndexRebuild:
         self.swapped = True
 
     def close(self) -> None:
-        if self._builder is not None and not self.swapped:
+        """Release the writer lock; an unfinished rebuild leaves nothing behind."""
+        if not self.swapped:
             shutil.rmtree(self.path / NEW_DIR, ignore_errors=True)
         self._lock.release()
 

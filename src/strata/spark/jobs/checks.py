@@ -1,0 +1,521 @@
+"""The checks ``verify`` runs inside its Spark tasks (plain Python + numpy, no Spark here).
+
+Three kinds of task, each looking at its own files only, so no shuffle is needed:
+
+* **segment** — every record of one commit-log segment (``strata.log.verify.SegmentWalk``:
+  lengths at both ends, magic, CRC32C, physical offset, footer), then for those records: the
+  consume-queue unit at each record's queue offset must point back at it (offset, size, tag
+  hash), and the key-index entries in the segment's offset range must be exactly one per key
+  (hash of ``topic#key``, offset, time delta).
+* **queue** — every unit of one consume queue: units in log order, each pointing at the start
+  of a record of that topic, queue and queue offset (blank units are skipped).
+* **index** — the structure of one key-index file: header, offsets in order, every chain link
+  and slot head exactly where a query walk needs it, counters that cover every entry.
+
+A record's unit and a key's entry are compared only below the *dispatched* offset (for a live
+store, what the writer's dispatch pipeline had covered when verify started); above it, up to the
+*confirmed* offset, what exists must be right but may be missing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from strata.errors import CorruptStoreError
+from strata.files.segment import MappedSegment
+from strata.format import key_index as kfmt
+from strata.format import record as rec
+from strata.format.consume_queue import BLANK_SIZE
+from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
+from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, request_at
+from strata.index.key_index import KeyIndex
+from strata.index.queues import ConsumeQueueSet
+from strata.log.commit_log import CommitLog
+from strata.log.verify import Problem, SegmentWalk
+from strata.spark.decode import HDR_DTYPE
+
+MAX_PROBLEMS_PER_KIND = 100   # per task; the rest is summarised in one row
+_HDR = np.arange(rec.HEADER_SIZE, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a check may expect, fixed once by the driver for every task."""
+
+    root: str
+    log_min: int        # first commit-log offset still stored
+    confirmed: int      # records below this are part of the log
+    dispatched: int     # units and entries below this must exist
+    topics: dict        # topic -> queue count
+    since: dict         # topic -> creation offset (records below it are not dispatched)
+    segment_size: int
+    units_per_file: int
+    index_slots: int
+    index_entries: int
+
+
+class ProblemSink:
+    """Collects problems, keeping at most MAX_PROBLEMS_PER_KIND per (file, kind)."""
+
+    def __init__(self) -> None:
+        self.rows: list[Problem] = []
+        self._counts: Counter = Counter()
+
+    def add(self, file: str, offset: int, kind: str, detail: str) -> None:
+        key = (file, kind)
+        self._counts[key] += 1
+        if self._counts[key] <= MAX_PROBLEMS_PER_KIND:
+            self.rows.append(Problem(file, int(offset), kind, detail))
+
+    def extend(self, problems) -> None:
+        for p in problems:
+            self.add(p.file, p.offset, p.kind, p.detail)
+
+    def finish(self) -> list[Problem]:
+        for (file, kind), n in self._counts.items():
+            if n > MAX_PROBLEMS_PER_KIND:
+                self.rows.append(Problem(file, -1, kind, f"{n - MAX_PROBLEMS_PER_KIND} more "
+                                         f"problems of kind {kind} in this file not listed"))
+        return self.rows
+
+    @property
+    def count(self) -> int:
+        return sum(self._counts.values())
+
+
+@dataclass
+class TaskStats:
+    """What one task looked at."""
+
+    task: str
+    records: int = 0
+    bytes: int = 0
+    units: int = 0
+    entries: int = 0
+
+
+def cq_file(topic: str, queue_id: int, queue_offset: int, units_per_file: int) -> str:
+    first = queue_offset - queue_offset % units_per_file
+    return f"consumequeue/{topic}/{queue_id}/{first * 20:020d}"
+
+
+# --------------------------------------------------------------------------- segment task
+
+
+CHUNK_RECORDS = 65536   # records checked against queues and index at a time (bounds memory)
+
+
+def check_segment(path: str, file: str, limit: int, lim: Limits) -> tuple[list[Problem], TaskStats]:
+    sink = ProblemSink()
+    stats = TaskStats(file)
+    try:
+        seg = MappedSegment.open(Path(path), KIND_COMMIT_LOG, readonly=True)
+    except FileNotFoundError:
+        sink.add(file, -1, "missing-file", "the segment file disappeared while verify ran "
+                 "(retention deleted it?)")
+        return sink.finish(), stats
+    except CorruptStoreError as exc:
+        sink.add(file, -1, "bad-header", str(exc))
+        return sink.finish(), stats
+    indexes = _Indexes(lim, sink)
+    try:
+        walk = SegmentWalk(seg, limit, file)
+        cache: dict[bytes, str] = {}
+        mm = seg.mm
+        reqs: list = []
+        for pos, _size in walk:
+            reqs.append(request_at(mm, HEADER_AREA + pos, cache))
+            if len(reqs) >= CHUNK_RECORDS:
+                indexes.check(reqs)
+                reqs = []
+        indexes.check(reqs)
+        walk.check_footer()
+        sink.extend(walk.problems)
+        stats.records, stats.bytes = walk.records, walk.checked_bytes
+        del reqs, mm
+    finally:
+        indexes.close()
+        seg.close()
+    return sink.finish(), stats
+
+
+class _Indexes:
+    """The consume queues and key index of the store, opened read-only once per task."""
+
+    def __init__(self, lim: Limits, sink: ProblemSink) -> None:
+        self.lim, self.sink = lim, sink
+        self.queues = ConsumeQueueSet(Path(lim.root) / "consumequeue", lim.units_per_file,
+                                      readonly=True)
+        self._ki: KeyIndex | None = None
+        self._ki_failed = False
+
+    def key_index(self) -> KeyIndex | None:
+        if self._ki is None and not self._ki_failed:
+            index_dir = Path(self.lim.root) / "index"
+            try:
+                self._ki = KeyIndex(index_dir, slots=self.lim.index_slots,
+                                    entries=self.lim.index_entries, readonly=True)
+            except CorruptStoreError as exc:
+                self._ki_failed = True
+                self.sink.add("index", -1, "index-file", str(exc))
+        return self._ki
+
+    def check(self, reqs: list) -> None:
+        if not reqs:
+            return
+        last = reqs[-1]
+        _check_units_of(reqs, self.lim, self.queues, self.sink)
+        _check_entries_of(reqs, reqs[0].commitlog_offset, last.commitlog_offset + last.size,
+                          self.lim, self.key_index, self.sink)
+
+    def close(self) -> None:
+        self.queues.close()
+        if self._ki is not None:
+            self._ki.close()
+
+
+def _check_units_of(reqs, lim: Limits, queues: ConsumeQueueSet, sink: ProblemSink) -> None:
+    """Each record the dispatch pipeline puts in a consume queue has its unit there."""
+    groups: dict[tuple[str, int], list] = {}
+    topics, since, below = lim.topics, lim.since, lim.dispatched
+    for r in reqs:
+        if r.commitlog_offset >= below:
+            break
+        if r.topic not in topics or r.commitlog_offset < since.get(r.topic, 0):
+            continue
+        tx = r.sys_flag & TX_TYPE_MASK
+        if tx == TX_PREPARED or tx == TX_ROLLBACK:
+            continue
+        rows = groups.get((r.topic, r.queue_id))
+        if rows is None:
+            rows = groups[(r.topic, r.queue_id)] = []
+        rows.append((r.queue_offset, r.commitlog_offset, r.size, r.tag_hash))
+    for (topic, qid), rows in groups.items():
+        want = np.array(rows, dtype=np.int64)
+        qoff, phys, size, tag = want.T
+        try:
+            cq = queues.get(topic, qid)
+        except CorruptStoreError as exc:
+            sink.add(cq_file(topic, qid, int(qoff[0]), lim.units_per_file), -1, "cq-file",
+                     str(exc))
+            continue
+        have = _units_at(cq, qoff)
+        ok = (have[:, 0] == phys) & (have[:, 1] == size) & (have[:, 2] == tag)
+        for i in np.flatnonzero(~ok).tolist():
+            q = int(qoff[i])
+            f = cq_file(topic, qid, q, cq.units_per_file if cq else lim.units_per_file)
+            if have[i, 1] == 0:
+                sink.add(f, q, "cq-missing",
+                         f"record at commit-log offset {int(phys[i])} ({topic}/{qid} offset "
+                         f"{q}) has no consume-queue unit")
+            else:
+                sink.add(f, q, "cq-mismatch",
+                         f"unit says (offset {int(have[i, 0])}, size {int(have[i, 1])}, tag "
+                         f"hash {int(have[i, 2])}); the record at {int(phys[i])} has (size "
+                         f"{int(size[i])}, tag hash {int(tag[i])})")
+
+
+def _units_at(cq, qoff: np.ndarray) -> np.ndarray:
+    """(offset, size, tag) of the units at the given queue offsets; zeros where there is none."""
+    out = np.zeros((len(qoff), 3), np.int64)
+    if cq is None or not len(qoff):
+        return out
+    lo = max(int(qoff.min()), cq.min_offset())
+    hi = min(int(qoff.max()) + 1, cq.max_offset())
+    if hi <= lo:
+        return out
+    table = np.zeros((hi - lo, 3), np.int64)
+    pos = lo
+    while pos < hi:
+        units = cq.read_units(pos, hi - pos)
+        if len(units) == 0:
+            break
+        k = len(units)
+        table[pos - lo:pos - lo + k, 0] = units["offset"]
+        table[pos - lo:pos - lo + k, 1] = units["size"]
+        table[pos - lo:pos - lo + k, 2] = units["tag"]
+        pos += k
+    inside = (qoff >= lo) & (qoff < pos)
+    out[inside] = table[qoff[inside] - lo]
+    return out
+
+
+def _check_entries_of(reqs, start: int, end: int, lim: Limits, key_index,
+                      sink: ProblemSink) -> None:
+    """Key-index entries for the records in [start, end): one per key, right hash and time."""
+    exp_p: list[int] = []
+    exp_h: list[int] = []
+    key_hash = kfmt.key_hash
+    for r in reqs:
+        if r.commitlog_offset >= lim.confirmed:
+            break
+        if not r.keys and r.uniq_key is None:
+            continue
+        if r.sys_flag & TX_TYPE_MASK == TX_ROLLBACK:
+            continue
+        prefix = r.topic + "#"
+        p = r.commitlog_offset
+        for k in r.keys:
+            exp_p.append(p)
+            exp_h.append(key_hash(prefix + k))
+        if r.uniq_key is not None:
+            exp_p.append(p)
+            exp_h.append(key_hash(prefix + r.uniq_key))
+    ki = key_index() if exp_p or (Path(lim.root) / "index").is_dir() else None
+    found = ki.entries_between(start, min(end, lim.confirmed)) if ki is not None else []
+    rec_phys = np.array([r.commitlog_offset for r in reqs], np.int64)
+    rec_ts = np.array([r.store_timestamp for r in reqs], np.int64)
+    got_p, got_h, got_file, got_num = [], [], [], []
+    for name, base_ts, first, ents in found:
+        file = f"index/{name}"
+        phys = ents["offset"].astype(np.int64)
+        deltas = ents["delta"].astype(np.int64)
+        idx = np.minimum(np.searchsorted(rec_phys, phys), len(rec_phys) - 1)
+        known = rec_phys[idx] == phys
+        want = np.clip((rec_ts[idx] - base_ts) // 1000, kfmt.DELTA_MIN, kfmt.DELTA_MAX)
+        for i in np.flatnonzero(known & (want != deltas)).tolist():
+            sink.add(file, first + i, "index-time",
+                     f"entry for commit-log offset {int(phys[i])} has time delta "
+                     f"{int(deltas[i])}; the record's store time gives {int(want[i])}")
+        got_p.append(phys)
+        got_h.append(ents["hash"].astype(np.int64))
+        got_file.extend([file] * len(phys))
+        got_num.append(np.arange(first, first + len(phys), dtype=np.int64))
+    ep = np.array(exp_p, np.int64)
+    eh = np.array(exp_h, np.int64)
+    gp = np.concatenate(got_p) if got_p else np.zeros(0, np.int64)
+    gh = np.concatenate(got_h) if got_h else np.zeros(0, np.int64)
+    below = lim.dispatched
+
+    def pairs(p, h, mask):
+        p, h = p[mask], h[mask]
+        o = np.lexsort((h, p))
+        return p[o], h[o]
+
+    e_lo, g_lo = pairs(ep, eh, ep < below), pairs(gp, gh, gp < below)
+    if len(e_lo[0]) == len(g_lo[0]) and (e_lo[0] == g_lo[0]).all() and \
+            (e_lo[1] == g_lo[1]).all() and not (gp >= below).any():
+        return
+    gn = np.concatenate(got_num) if got_num else np.zeros(0, np.int64)
+    e_count = Counter(zip(ep.tolist(), eh.tolist()))
+    g_count = Counter(zip(gp.tolist(), gh.tolist()))
+    where = {}
+    for k, f, n in zip(zip(gp.tolist(), gh.tolist()), got_file, gn.tolist()):
+        where.setdefault(k, (f, n))
+    for (p, h), n in sorted((e_count - g_count).items()):
+        if p < below:
+            sink.add("index", p, "index-missing",
+                     f"record at commit-log offset {p} has {n} key(s) with hash {h} that the key "
+                     "index does not hold")
+    for (p, h), n in sorted((g_count - e_count).items()):
+        file, num = where[(p, h)]
+        sink.add(file, num, "index-extra",
+                 f"{n} entry(ies) for commit-log offset {p} with hash {h}, which is not the hash "
+                 "of any key of the record there")
+
+
+# --------------------------------------------------------------------------- queue task
+
+
+def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], TaskStats]:
+    sink = ProblemSink()
+    stats = TaskStats(f"consumequeue/{topic}/{queue_id}")
+    queues = ConsumeQueueSet(Path(lim.root) / "consumequeue", lim.units_per_file, readonly=True)
+    clog = CommitLog(Path(lim.root) / "commitlog", lim.segment_size, readonly=True,
+                     preallocate=False, prefault=False)
+    try:
+        try:
+            cq = queues.get(topic, queue_id)
+        except CorruptStoreError as exc:
+            sink.add(stats.task, -1, "cq-file", str(exc))
+            return sink.finish(), stats
+        if cq is None:
+            return sink.finish(), stats
+        clog.load()
+        tb = topic.encode("utf-8")
+        upf = cq.units_per_file
+        off, end = cq.min_offset(), cq.max_offset()
+        last_phys = -1
+        while off < end:
+            units = cq.read_units(off, min(65536, end - off))
+            if len(units) == 0:
+                sink.add(cq_file(topic, queue_id, off, upf), off, "cq-file",
+                         f"no consume-queue file holds queue offset {off} (max {end})")
+                break
+            qoffs = np.arange(off, off + len(units), dtype=np.int64)
+            phys = units["offset"].astype(np.int64)
+            size = units["size"].astype(np.int64)
+            stats.units += int(np.count_nonzero(size != BLANK_SIZE))
+            real = size != BLANK_SIZE     # blank units fill a queue's start (retention) and
+            #                                the offsets of prepared/rolled-back records
+            rp, rq, rs = phys[real], qoffs[real], size[real]
+            if len(rp):
+                seq = np.r_[last_phys, rp]
+                for i in np.flatnonzero(np.diff(seq) <= 0).tolist():
+                    sink.add(cq_file(topic, queue_id, int(rq[i]), upf), int(rq[i]), "cq-order",
+                             f"unit points at commit-log offset {int(rp[i])}, not after the "
+                             f"previous unit's {int(seq[i])}")
+                last_phys = int(rp[-1])
+                keep = (rp >= lim.log_min) & (rp < lim.confirmed)
+                _check_points_at(clog, tb, queue_id, rq[keep], rp[keep], rs[keep], topic, upf,
+                                 sink)
+            off += len(units)
+    finally:
+        queues.close()
+        clog.close()
+    return sink.finish(), stats
+
+
+def _check_points_at(clog: CommitLog, tb: bytes, queue_id: int, qoff: np.ndarray,
+                     phys: np.ndarray, size: np.ndarray, topic: str, upf: int,
+                     sink: ProblemSink) -> None:
+    """Each unit must point at the start of a record of (topic, queue_id, its queue offset)."""
+    segs = clog.segments.segments
+    if not segs or not len(phys):
+        return
+    bases = np.array([s.base_offset for s in segs], np.int64)
+    which = np.searchsorted(bases, phys, side="right") - 1
+    tlen = len(tb)
+    want_topic = np.frombuffer(tb, np.uint8)
+    for si in np.unique(which).tolist():
+        sel = np.flatnonzero(which == si)
+        if si < 0:
+            bad = sel
+            fits = np.zeros(0, np.int64)
+        else:
+            seg = segs[si]
+            rel = phys[sel] - seg.base_offset
+            inside = rel + rec.HEADER_SIZE + 12 <= seg.data_size
+            bad = sel[~inside]
+            fits = sel[inside]
+        for i in bad.tolist():
+            sink.add(cq_file(topic, queue_id, int(qoff[i]), upf), int(qoff[i]), "cq-dangling",
+                     f"unit points at commit-log offset {int(phys[i])}, outside every segment")
+        if not len(fits):
+            continue
+        seg = segs[si]
+        data = np.frombuffer(seg.mm, np.uint8)
+        pos = HEADER_AREA + phys[fits] - seg.base_offset
+        hdr = data[pos[:, None] + _HDR].view(HDR_DTYPE).ravel()
+        start = (hdr["magic"] == rec.MESSAGE_MAGIC) & (hdr["phys"] == phys[fits])
+        hosts = np.where(hdr["sys_flag"] & rec.SYSFLAG_BORN_HOST_V6, 18, 6) + \
+            np.where(hdr["sys_flag"] & rec.SYSFLAG_STORE_HOST_V6, 18, 6)
+        same = start & (hdr["topic_len"] == tlen) & (hdr["queue_id"] == queue_id) & \
+            (hdr["queue_offset"] == qoff[fits]) & (hdr["total"] == size[fits])
+        if same.any() and tlen:
+            tpos = np.where(same, pos + rec.HEADER_SIZE + hosts, 0)
+            tpos = np.minimum(tpos, len(data) - tlen)
+            names = data[tpos[:, None] + np.arange(tlen)]
+            same &= (names == want_topic).all(axis=1)
+        del data
+        for j in np.flatnonzero(~same).tolist():
+            i = int(fits[j])
+            q, p = int(qoff[i]), int(phys[i])
+            f = cq_file(topic, queue_id, q, upf)
+            if not start[j]:
+                sink.add(f, q, "cq-dangling",
+                         f"unit points at commit-log offset {p}, where no record starts")
+                continue
+            found = clog.read(p, 1 << 62)
+            what = (f"{found.topic}/{found.queue_id} offset {found.queue_offset}, size "
+                    f"{found.size}" if found is not None else "an unreadable record")
+            sink.add(f, q, "cq-mismatch",
+                     f"unit ({topic}/{queue_id} offset {q}, size {int(size[i])}) points at "
+                     f"commit-log offset {p}, which holds {what}")
+
+
+# --------------------------------------------------------------------------- index task
+
+
+def check_index_file(name: str, lim: Limits) -> tuple[list[Problem], TaskStats]:
+    import mmap
+    import os
+
+    sink = ProblemSink()
+    file = f"index/{name}"
+    stats = TaskStats(file)
+    path = Path(lim.root) / "index" / name
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return sink.finish(), stats     # deleted by the writer's retention meanwhile
+    try:
+        length = os.fstat(fd).st_size
+        try:
+            header = kfmt.KeyIndexHeader.decode(os.pread(fd, kfmt.HEADER_BYTES, 0))
+            header.validate(length)
+        except ValueError as exc:
+            sink.add(file, -1, "index-file", str(exc))
+            return sink.finish(), stats
+        order = kfmt.parse_file_name(name)
+        if order is None or order[0] != header.begin_offset:
+            sink.add(file, -1, "index-file", f"its name says offset {order and order[0]} but its "
+                     f"header says {header.begin_offset}")
+        mm = mmap.mmap(fd, length, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    try:
+        _check_index_structure(mm, header, file, sink, stats)
+    finally:
+        try:
+            mm.close()
+        except BufferError:
+            pass
+    return sink.finish(), stats
+
+
+def _check_index_structure(mm, header, file: str, sink: ProblemSink, stats: TaskStats) -> None:
+    flags, end_offset, count, used, min_d, max_d = kfmt.peek_counters(mm)
+    S = header.slots
+    epos = kfmt.entries_position(S)
+    ents = np.frombuffer(mm, kfmt.ENTRY_DTYPE, count, epos)[1:].copy()
+    heads = np.frombuffer(mm, "<u4", S, kfmt.HEADER_BYTES).astype(np.int64)
+    n = len(ents)
+    stats.entries = n
+    if n == 0:
+        return
+    numbers = np.arange(1, n + 1, dtype=np.int64)
+    offsets = ents["offset"]
+    if offsets[0] != header.begin_offset:
+        sink.add(file, 1, "index-order", f"first entry is for offset {int(offsets[0])}, the file "
+                 f"begins at {header.begin_offset}")
+    for i in np.flatnonzero(offsets[1:] < offsets[:-1]).tolist():
+        sink.add(file, i + 2, "index-order", f"entry offset {int(offsets[i + 1])} is below its "
+                 f"predecessor's {int(offsets[i])}")
+    if int(offsets[-1]) != end_offset:
+        sink.add(file, -1, "index-counters", f"counters say the newest entry is for offset "
+                 f"{end_offset}; it is for {int(offsets[-1])}")
+    # chains: each entry links to the previous entry of its slot, each head to the newest
+    slot = ents["hash"].astype(np.int64) % S
+    order = np.lexsort((numbers, slot))
+    s_sorted, n_sorted = slot[order], numbers[order]
+    prev_want = np.zeros(n, np.int64)
+    same = np.r_[False, s_sorted[1:] == s_sorted[:-1]]
+    prev_want[order[same]] = n_sorted[np.flatnonzero(same) - 1]
+    prev = ents["prev"].astype(np.int64)
+    for i in np.flatnonzero(prev != prev_want).tolist():
+        sink.add(file, i + 1, "index-chain", f"entry links to entry {int(prev[i])}; the previous "
+                 f"entry of its slot {int(slot[i])} is {int(prev_want[i])}")
+    last_of_slot = np.r_[s_sorted[1:] != s_sorted[:-1], True]
+    head_want = np.zeros(S, np.int64)
+    head_want[s_sorted[last_of_slot]] = n_sorted[last_of_slot]
+    in_progress = heads >= count          # a batch being written (live store) or torn (crash)
+    for s in np.flatnonzero((heads != head_want) & ~in_progress).tolist()[:MAX_PROBLEMS_PER_KIND]:
+        sink.add(file, int(head_want[s]), "index-chain",
+                 f"slot {s} starts its chain at entry {int(heads[s])}, not at its newest "
+                 f"entry {int(head_want[s])}")
+    if not in_progress.any() and int(np.count_nonzero(heads)) != used:
+        sink.add(file, -1, "index-counters", f"counters say {used} used slots; "
+                 f"{int(np.count_nonzero(heads))} slots have a chain")
+    d = ents["delta"].astype(np.int64)
+    if int(d.min()) < min_d or int(d.max()) > max_d:
+        sink.add(file, -1, "index-counters",
+                 f"entry time deltas span {int(d.min())}..{int(d.max())} but the counters say "
+                 f"{min_d}..{max_d} (queries would skip this file)")
+    if n > 1 and bool((d[1:] < d[:-1]).any()) and not flags & kfmt.FLAG_TIMES_NOT_MONOTONE:
+        sink.add(file, -1, "index-counters", "entry times go backwards but the file is not "
+                 "flagged TIMES_NOT_MONOTONE (queries would stop walking too early)")

@@ -1,0 +1,196 @@
+"""``rebuild-index``: rebuild a store's consume queues and key index from its commit log.
+
+One Spark task per commit-log segment walks the segment's records (each checked: lengths at
+both ends, magic, physical offset and — unless ``verify_crc=False`` — CRC32C) and writes their
+dispatch fields as an Arrow IPC file under ``<store>/rebuild.tmp/extract/`` (executors read the
+segments from the store's filesystem, so they can write next to it; only file names travel back
+to the driver): topic, queue id, queue offset, commit-log offset, size, tag hash, store time,
+system flag, keys and unique key. The driver feeds them in log order to the dispatch
+pipeline's own dispatchers writing into a new directory, then swaps the new files in
+(``strata.store.rebuild``: writer lock held throughout, crash-safe rename dance). The result is
+what the dispatch pipeline builds, byte for byte.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+
+from strata.errors import CorruptStoreError
+from strata.spark.jobs.progress import NullProgress
+
+BATCH_RECORDS = 65536
+
+
+@dataclass
+class RebuildSummary:
+    store: str
+    segments: int = 0
+    records: int = 0
+    bytes: int = 0
+    end_offset: int = 0
+    queues: int = 0
+    index_files: int = 0
+    seconds: float = 0.0
+    extract_seconds: float = 0.0
+    write_seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _arrow_schema():
+    import pyarrow as pa
+    return pa.schema([("phys", pa.int64()), ("size", pa.int32()), ("topic", pa.string()),
+                      ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
+                      ("tag_hash", pa.int64()), ("store_ts", pa.int64()),
+                      ("sys_flag", pa.int32()), ("keys", pa.list_(pa.string())),
+                      ("uniq_key", pa.string())])
+
+
+def _to_batch(reqs: list, schema):
+    import pyarrow as pa
+    return pa.RecordBatch.from_arrays([
+        pa.array([r.commitlog_offset for r in reqs], pa.int64()),
+        pa.array([r.size for r in reqs], pa.int32()),
+        pa.array([r.topic for r in reqs], pa.string()),
+        pa.array([r.queue_id for r in reqs], pa.int32()),
+        pa.array([r.queue_offset for r in reqs], pa.int64()),
+        pa.array([r.tag_hash for r in reqs], pa.int64()),
+        pa.array([r.store_timestamp for r in reqs], pa.int64()),
+        pa.array([r.sys_flag for r in reqs], pa.int32()),
+        pa.array([r.keys for r in reqs], pa.list_(pa.string())),
+        pa.array([r.uniq_key for r in reqs], pa.string())], schema=schema)
+
+
+def extract_segment(span, out_path: str, verify_crc: bool = True) -> tuple[int, list]:
+    """Write the dispatch fields of every record of one segment to ``out_path`` (an Arrow IPC
+    file); returns (records, problems). A damaged record ends the walk and is a problem."""
+    import pyarrow as pa
+
+    from strata.files.segment import MappedSegment
+    from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
+    from strata.index.dispatch import request_at
+    from strata.log.verify import SegmentWalk
+
+    schema = _arrow_schema()
+    seg = MappedSegment.open(Path(span.path), KIND_COMMIT_LOG, readonly=True)
+    tmp = out_path + ".tmp"
+    try:
+        walk = SegmentWalk(seg, span.limit, span.file, verify_crc=verify_crc)
+        mm = seg.mm
+        cache: dict[bytes, str] = {}
+        reqs = []
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for pos, _size in walk:
+                reqs.append(request_at(mm, HEADER_AREA + pos, cache))
+                if len(reqs) >= BATCH_RECORDS:
+                    writer.write_batch(_to_batch(reqs, schema))
+                    reqs = []
+            if reqs:
+                writer.write_batch(_to_batch(reqs, schema))
+        del mm
+    finally:
+        seg.close()
+    Path(tmp).rename(out_path)
+    return walk.records, [(p.file, p.offset, p.kind, p.detail) for p in walk.problems]
+
+
+def _extract_tasks(numbers, spans: list, work_dir: str, verify_crc: bool):
+    for i in numbers:
+        out = str(Path(work_dir) / f"{i:08d}.arrow")
+        records, problems = extract_segment(spans[i], out, verify_crc)
+        yield i, out, records, problems
+
+
+def _requests(files: list[str]):
+    """DispatchRequests in log order from the extracted files, in batches; each file is
+    deleted once read."""
+    import pyarrow as pa
+
+    from strata.index.dispatch import DispatchRequest
+
+    for f in files:
+        with pa.memory_map(f) as src:
+            reader = pa.ipc.open_file(src)
+            for k in range(reader.num_record_batches):
+                batch = reader.get_batch(k)
+                cols = [batch.column(i).to_pylist() for i in range(10)]
+                out = [DispatchRequest(topic, qid, qoff, phys, size, th, ts, keys or [], uniq, sf)
+                       for phys, size, topic, qid, qoff, th, ts, sf, keys, uniq in zip(*cols)]
+                if out:
+                    yield out
+                del batch, cols
+            del reader
+        Path(f).unlink()
+
+
+def rebuild_index(spark, path: str | Path, *, verify_crc: bool = True, units_per_file=None,
+                  index_slots=None, index_entries=None, progress=None) -> RebuildSummary:
+    """Rebuild the consume queues and key index of the stopped store at ``path``.
+
+    The files' geometry (units per consume-queue file, key-index slots and entries) is taken
+    from the existing files, else StoreConfig's defaults; give it explicitly when the
+    directories are gone and the store was configured otherwise (strata does not record its
+    configuration, only the files do).
+
+    Raises ``StoreNotFoundError`` (no store), ``StoreLockedError`` (a writer has it open) or
+    ``CorruptStoreError`` (a damaged record: nothing is changed; run verify for the details).
+    """
+
+    from strata.format.key_index import parse_file_name
+    from strata.spark.geometry import store_config
+    from strata.store.rebuild import IndexRebuild
+
+    progress = progress or NullProgress()
+    t0 = time.perf_counter()
+    summary = RebuildSummary(store=str(path))
+    progress.phase("planning")
+    cfg = store_config(path)
+    for name, value in (("consume_queue_units", units_per_file), ("index_slots", index_slots),
+                        ("index_entries", index_entries)):
+        if value is not None:
+            setattr(cfg, name, value)
+    cfg.validate()
+    with IndexRebuild(path, cfg) as rb:
+        spans = rb.segments
+        summary.segments = len(spans)
+        summary.end_offset = rb.end_offset
+        summary.bytes = sum(s.limit for s in spans)
+        files: list[str] = []
+        if spans:
+            progress.phase(f"extracting {len(spans)} segment(s)")
+            n = len(spans)
+            work = rb.work_dir()
+            results = sorted(spark.sparkContext.parallelize(range(n), n)
+                             .mapPartitions(partial(_extract_tasks, spans=spans,
+                                                    work_dir=str(work), verify_crc=verify_crc))
+                             .collect())
+            damaged = [p for r in results for p in r[3]]
+            if damaged:
+                lines = "; ".join(f"{f} offset {o}: {k} ({d})" for f, o, k, d in damaged[:5])
+                raise CorruptStoreError(
+                    f"the commit log has {len(damaged)} damaged segment(s), so nothing was "
+                    f"rebuilt or changed: {lines}. Run 'strata spark verify' for the full report")
+            files = [r[1] for r in results]
+            total = sum(r[2] for r in results)
+        else:
+            total = 0
+        t1 = time.perf_counter()
+        summary.extract_seconds = round(t1 - t0, 3)
+        progress.phase("writing consume queues and key index", total)
+        summary.records = rb.build(_requests(files), on_batch=progress.advance)
+        progress.phase("swapping the new files in")
+        rb.swap()
+        summary.write_seconds = round(time.perf_counter() - t1, 3)
+    root = Path(path)
+    summary.queues = sum(1 for t in (root / "consumequeue").iterdir() if t.is_dir()
+                         for q in t.iterdir() if q.is_dir()) \
+        if (root / "consumequeue").is_dir() else 0
+    summary.index_files = sum(1 for p in (root / "index").iterdir()
+                              if parse_file_name(p.name) is not None) \
+        if (root / "index").is_dir() else 0
+    summary.seconds = round(time.perf_counter() - t0, 3)
+    return summary
