@@ -13,6 +13,7 @@ from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
 from rich.table import Table
 
 from strata.cli.refstore_cmd import refstore_group
+from strata.cli.spark_cmd import spark_group
 from strata.errors import CorruptRecordError, StrataError, StoreNotFoundError
 from strata.store.config import StoreConfig
 from strata.store.message import Message
@@ -295,6 +296,7 @@ def demo(directory: str, messages: int, batch: int) -> None:
 
 
 cli.add_command(refstore_group, "refstore")
+cli.add_command(spark_group, "spark")
 
 
 def main() -> None:
