@@ -22,4 +22,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/append.py
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data data-parquet

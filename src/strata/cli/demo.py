@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
+from collections import Counter
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -39,7 +42,7 @@ def _workload(run: int, n: int, seed: int):
                       shard_key=entity)
 
 
-def run_demo(directory: str, n: int, batch: int, console: Console) -> bool:
+def run_demo(directory: str, n: int, batch: int, console: Console, *, spark: bool = True) -> bool:
     cfg = StoreConfig()
     run = int(time.time())
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -68,6 +71,7 @@ def run_demo(directory: str, n: int, batch: int, console: Console) -> bool:
         t1 = time.perf_counter()
         seen = 0
         bad = 0
+        tag_counts: Counter = Counter()      # per (topic, tag), as the store's get() returns them
         with progress:
             task = progress.add_task("consuming", total=n)
             for (topic, q), off in start.items():
@@ -82,9 +86,11 @@ def run_demo(directory: str, n: int, batch: int, console: Console) -> bool:
                                 or m.properties != msgs[i].properties:
                             bad += 1
                         seen += 1
+                        tag_counts[(m.topic, m.tags)] += 1
                     progress.update(task, advance=len(got.messages))
                     off = got.next_offset
         t_get = time.perf_counter() - t1
+        end = {k: store.max_offset(*k) for k in start}
         # 3. by id, by key, by time, by tag
         rng = random.Random(run)
         sample = rng.sample(range(n), min(1000, n))
@@ -128,5 +134,78 @@ def run_demo(directory: str, n: int, batch: int, console: Console) -> bool:
     t.add_row("tag filter", f"orders/0 tag 'paid': {len(tagged.messages)} messages", "ok" if tag_ok else "WRONG")
     t.add_row("verify (CRC)", f"{verified:,} records", f"{verified / t_verify:,.0f} rec/s")
     console.print(t)
+    if spark:
+        ok = spark_step(directory, start, end, tag_counts, console) and ok
     console.print("[green]all checks passed[/green]" if ok else "[red]CHECKS FAILED[/red]")
     return ok
+
+
+def export_path(directory: str) -> Path:
+    """Where the demo exports its Parquet table: ``<DIR>-parquet/`` beside the store."""
+    p = Path(directory).resolve()
+    return p.parent / f"{p.name}-parquet"
+
+
+def spark_step(directory: str, start: dict, end: dict, store_counts: Counter,
+               console: Console) -> bool:
+    """Read this run's messages through ``spark.read.format("strata")``, count them per topic
+    and tag, compare with the store's own counts, and export the orders topic to Parquet.
+
+    Spark needs Java: without it this says what to install and fails the job (the quick start
+    promises the Spark step, so a missing Java is an error, not a silent skip).
+    """
+    try:
+        from strata.spark import JavaNotFoundError
+        from strata.spark.jobs import export_topic, spark_session
+    except ImportError as exc:
+        console.print(f"[red]Spark step failed: PySpark is not installed ({exc}); install "
+                      "strata with the spark extra: pip install 'strata[spark]'[/red]")
+        return False
+    t0 = time.perf_counter()
+    with console.status("Spark: starting a local session"):
+        try:
+            spark = spark_session("local[*]", "strata-demo")
+        except JavaNotFoundError as exc:
+            console.print(f"[red]Spark step failed: {exc}[/red]")
+            return False
+    try:
+        t_start = time.perf_counter() - t0
+        per_topic: dict[str, dict[str, int]] = {}
+        for (t, q), off in start.items():
+            per_topic.setdefault(t, {})[str(q)] = off
+        ending: dict[str, dict[str, int]] = {}
+        for (t, q), off in end.items():
+            ending.setdefault(t, {})[str(q)] = off
+        t1 = time.perf_counter()
+        with console.status("Spark: counting messages per topic and tag"):
+            df = (spark.read.format("strata").option("path", str(directory))
+                  .option("subscribe", ",".join(sorted(per_topic)))
+                  .option("startingOffsets", json.dumps(per_topic, sort_keys=True))
+                  .option("endingOffsets", json.dumps(ending, sort_keys=True))
+                  .option("includeMetadata", "true").load())
+            rows = df.groupBy("topic", "tags").count().collect()
+        t_count = time.perf_counter() - t1
+        spark_counts = Counter({(r["topic"], r["tags"]): r["count"] for r in rows})
+        counts_ok = spark_counts == store_counts
+        out = export_path(directory) / "orders"
+        t2 = time.perf_counter()
+        with console.status(f"Spark: exporting topic orders to {out}"):
+            exported = export_topic(spark, directory, "orders", out, mode="overwrite")
+        t_export = time.perf_counter() - t2
+    finally:
+        spark.stop()
+    t = Table(title="Spark step (spark.read.format(\"strata\"))", show_header=True)
+    t.add_column("topic")
+    t.add_column("tag")
+    t.add_column("spark count", justify="right")
+    t.add_column("store count", justify="right")
+    for key in sorted(set(spark_counts) | set(store_counts)):
+        mark = "" if spark_counts[key] == store_counts[key] else " [red]MISMATCH[/red]"
+        t.add_row(key[0], str(key[1]), f"{spark_counts[key]:,}", f"{store_counts[key]:,}{mark}")
+    console.print(t)
+    console.print(f"Spark: session started in {t_start:.1f}s; {sum(spark_counts.values()):,} "
+                  f"messages counted per topic/tag in {t_count:.1f}s "
+                  f"({'equal to' if counts_ok else '[red]DIFFERENT from[/red]'} the store's "
+                  f"counts); topic orders exported to {out} ({exported.rows:,} rows, "
+                  f"{exported.dates} date partition(s)) in {t_export:.1f}s")
+    return counts_ok and exported.rows > 0

@@ -287,10 +287,13 @@ def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tag
 @click.argument("directory", metavar="DIR", default="./data")
 @click.option("--messages", default=200_000, show_default=True)
 @click.option("--batch", default=512, show_default=True)
-def demo(directory: str, messages: int, batch: int) -> None:
+@click.option("--spark/--no-spark", default=True, show_default=True,
+              help="End with the Spark step (counts through spark.read.format('strata'), "
+                   "Parquet export to DIR-parquet/).")
+def demo(directory: str, messages: int, batch: int, spark: bool) -> None:
     """The main job: append a sample workload to DIR, read it back, verify, summarise."""
     from strata.cli.demo import run_demo
-    ok = run_demo(directory, messages, batch, console)
+    ok = run_demo(directory, messages, batch, console, spark=spark)
     if not ok:
         sys.exit(1)
 
