@@ -217,11 +217,8 @@ class FakeClock:
 
 def driver_reader(path: Path, clock: FakeClock, **opts) -> StrataStreamReader:
     """The stream reader as Spark's driver-side process uses it, on a fake clock."""
-    options = parse_stream_read_options({"path": str(path), **opts})
-    reader = StrataStreamReader.__new__(StrataStreamReader)
-    reader._now_ms = clock
-    StrataStreamReader.__init__(reader, options, read_schema())
-    return reader
+    return StrataStreamReader(parse_stream_read_options({"path": str(path), **opts}),
+                              read_schema(), clock_ms=clock)
 
 
 def test_driver_min_offsets_wait_for_rows_or_delay(tmp_path):

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
@@ -208,6 +208,10 @@ class StreamPartition(InputPartition):
         self.value = tuple((r.topic, r.queue_id, r.start, r.end) for r in self.ranges)
 
 
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def check_columns(schema: StructType) -> None:
     unknown = [f.name for f in schema.fields if f.name not in ALL_COLUMNS]
     if unknown:
@@ -221,17 +225,15 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     store is opened read-only for each call and closed again, so a store whose writer restarts
     between triggers is always seen as it is now."""
 
-    def __init__(self, options: StreamReadOptions, schema: StructType) -> None:
+    def __init__(self, options: StreamReadOptions, schema: StructType,
+                 clock_ms: Callable[[], int] | None = None) -> None:
         check_columns(schema)
         self.o = options
         self.schema = schema
+        self._now_ms = clock_ms or wall_clock_ms
         self._target: Offsets | None = None      # AvailableNow: never read beyond these ends
         self._latest: Offsets | None = None      # what the last latestOffset saw (for progress)
         self._last_batch_ms = self._now_ms()     # maxTriggerDelay counts from here
-
-    @staticmethod
-    def _now_ms() -> int:
-        return int(time.time() * 1000)
 
     # -- store access (driver side)
 
@@ -261,7 +263,6 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- DataSourceStreamReader
 
     def initialOffset(self) -> dict:
-        from dataclasses import replace
         o = self.o.read
         store = self._open()
         try:
