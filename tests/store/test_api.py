@@ -456,6 +456,7 @@ def test_sync_put_past_timeout_reports_flush_disk_timeout(tmp_store_dir):
         store.flush()
         assert store.flushed_offset() == store.max_commitlog_offset()
         assert [m.body for m in store.scan()] == [body_for(i) for i in range(3)]
+        store._group_commit.timeout = 5.0  # 1 ms is too tight for a loaded machine's fsync
         assert store.put(make_message(3)).ok
     finally:
         fops.delay = 0

@@ -199,11 +199,18 @@ def encode_properties(keys: Iterable[str], tags: str | None,
 
 
 def decode_properties(buf) -> tuple[tuple[str, ...], str | None, dict[str, str]]:
-    """Decode a properties section into (keys, tags, user properties)."""
+    """Decode a properties section into (keys, tags, user properties); CorruptRecordError if
+    it is damaged (an entry overruns the section, or text is not UTF-8)."""
+    try:
+        return _decode_properties(bytes(buf))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CorruptRecordError(f"properties section is damaged: {exc}") from None
+
+
+def _decode_properties(raw: bytes) -> tuple[tuple[str, ...], str | None, dict[str, str]]:
     keys: list[str] = []
     tags: str | None = None
     props: dict[str, str] = {}
-    raw = bytes(buf)
     pos, end = 0, len(raw)
     unpack = _ENTRY_LEN.unpack_from
     while pos < end:

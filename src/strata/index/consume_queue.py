@@ -189,6 +189,39 @@ class ConsumeQueue:
             seg.committed = seg.wrote
         return written
 
+    def put_columns(self, queue_offsets: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
+                    tags: np.ndarray) -> int:
+        """``put_batch`` for columns (numpy arrays, ascending queue offsets): a run of
+        consecutive offsets is written a file at a time in one slice. Returns units written."""
+        expected = self.max_offset()
+        n = len(queue_offsets)
+        if n == 0 or int(queue_offsets[-1]) < expected:
+            return 0
+        first = int(np.searchsorted(queue_offsets, expected))  # skip what is there already
+        qo = queue_offsets[first:]
+        if int(qo[-1]) - int(qo[0]) != len(qo) - 1:  # not one run: unit by unit
+            return self.put_batch(list(zip(qo.tolist(), offsets[first:].tolist(),
+                                           sizes[first:].tolist(), tags[first:].tolist())))
+        units = np.empty(len(qo), UNIT_DTYPE)
+        units["offset"] = offsets[first:]
+        units["size"] = sizes[first:]
+        units["tag"] = tags[first:]
+        q, done = int(qo[0]), 0
+        while done < len(units):
+            seg = self._segment_for_append(q)
+            if q > expected:
+                self._fill_blank(seg, expected, q)
+            pos = q * UNIT_SIZE - seg.base_offset
+            k = min(len(units) - done, (seg.data_size - pos) // UNIT_SIZE)
+            seg.mm[HEADER_AREA + pos:HEADER_AREA + pos + k * UNIT_SIZE] = \
+                units[done:done + k].tobytes()
+            seg.wrote = seg.committed = pos + k * UNIT_SIZE
+            done += k
+            q += k
+            expected = q
+        self.max_phys_end = int(offsets[-1]) + int(sizes[-1])
+        return len(units)
+
     def _fill_blank(self, seg: MappedSegment, frm: int, to: int) -> None:
         """Blank units for queue offsets [frm, to) that fall in ``seg``."""
         start = max(frm * UNIT_SIZE, seg.base_offset) - seg.base_offset

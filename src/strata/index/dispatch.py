@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol
 
 from strata.format import record as rec
 from strata.format.consume_queue import tag_hash
-from strata.format.segment import HEADER_AREA
+from strata.index.dispatch_batch import DispatchBatch, TopicNames, read_batch
 from strata.log.commit_log import CommitLog
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,9 @@ class DispatchRequest:
 
 
 class Dispatcher(Protocol):
-    def dispatch(self, requests: Sequence[DispatchRequest]) -> None: ...
+    """Takes a batch of records in log order (``batch.requests()`` gives them one by one)."""
+
+    def dispatch(self, batch: DispatchBatch) -> None: ...
 
 
 def request_at(mm, p: int, topic_cache: dict[bytes, str]) -> DispatchRequest:
@@ -69,18 +71,6 @@ def request_at(mm, p: int, topic_cache: dict[bytes, str]) -> DispatchRequest:
     return DispatchRequest(topic, qid, qoff, phys, total, th, store_ts, keys, uniq, sys_flag)
 
 
-def read_requests(clog: CommitLog, start: int, limit: int, max_records: int,
-                  topic_cache: dict[bytes, str]) -> tuple[list[DispatchRequest], int]:
-    """Parse up to ``max_records`` records in [start, limit); returns (requests, next offset)."""
-    out: list[DispatchRequest] = []
-    for seg, pos, size in clog.iter_records(start, limit):
-        r = request_at(seg.mm, HEADER_AREA + pos, topic_cache)
-        out.append(r)
-        if len(out) >= max_records:
-            return out, r.commitlog_offset + r.size
-    return out, limit
-
-
 class ReputService:
     """Follows the commit log and feeds the dispatcher chain, in a background thread."""
 
@@ -95,7 +85,7 @@ class ReputService:
         self.batch_records = batch_records
         self.on_advance = on_advance
         self.dispatched_records = 0
-        self._topic_cache: dict[bytes, str] = {}
+        self._names = TopicNames()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -114,25 +104,24 @@ class ReputService:
                 if start > self.reput_offset:
                     self.reput_offset = start
                 return 0
-            reqs, nxt = read_requests(self.log, start, end, self.batch_records,
-                                      self._topic_cache)
-            if reqs:
+            batch, nxt = read_batch(self.log, start, end, self.batch_records, self._names)
+            if len(batch):
                 for d in self.dispatchers:
-                    d.dispatch(reqs)
+                    d.dispatch(batch)
             self.reput_offset = nxt
-            self.dispatched_records += len(reqs)
+            self.dispatched_records += len(batch)
         if self.on_advance is not None:
             self.on_advance(nxt)
-        return len(reqs)
+        return len(batch)
 
     def catch_up(self, limit: int | None = None) -> int:
         """Dispatch synchronously until the confirmed offset (or ``limit``) is reached."""
         n = 0
         target = self.confirmed() if limit is None else limit
         while self.reput_offset < target:
-            got = self.dispatch_once(target)
-            n += got
-            if got == 0 and self.reput_offset < target:
+            before = self.reput_offset
+            n += self.dispatch_once(target)
+            if self.reput_offset == before:
                 break
         return n
 
@@ -145,6 +134,7 @@ class ReputService:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            before = self.reput_offset
             try:
                 n = self.dispatch_once()
             except BaseException as exc:
@@ -152,7 +142,7 @@ class ReputService:
                 log.exception("dispatch failed at offset %d", self.reput_offset)
                 self._stop.wait(0.1)
                 continue
-            if n == 0:
+            if n == 0 and self.reput_offset == before:
                 self._wake.wait(0.01)
                 self._wake.clear()
 

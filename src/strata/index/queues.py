@@ -8,9 +8,12 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, DispatchRequest
+from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
 
 log = logging.getLogger(__name__)
@@ -63,19 +66,25 @@ class ConsumeQueueSet:
             self.queues[(topic, queue_id)] = cq
         return cq
 
-    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
-        grouped: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-        for r in requests:
-            tx = r.sys_flag & TX_TYPE_MASK
-            if tx == TX_PREPARED or tx == TX_ROLLBACK:
-                continue
-            key = (r.topic, r.queue_id)
-            units = grouped.get(key)
-            if units is None:
-                units = grouped[key] = []
-            units.append((r.queue_offset, r.commitlog_offset, r.size, r.tag_hash))
-        for key, units in grouped.items():
-            self.get_or_create(*key).put_batch(units)
+    def dispatch(self, batch: DispatchBatch | Sequence[DispatchRequest]) -> None:
+        """Append each record's unit to its queue (prepared and rolled-back transactional
+        records get none), one queue at a time."""
+        if not isinstance(batch, DispatchBatch):
+            batch = DispatchBatch.from_requests(batch)
+        if not len(batch):
+            return
+        tx = batch.sys_flags & TX_TYPE_MASK
+        rows = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))
+        key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
+        order = rows[np.argsort(key, kind="stable")]
+        key = (batch.topic_codes[order] << 32) | batch.queue_ids[order]
+        cuts = (np.flatnonzero(np.diff(key)) + 1).tolist()
+        for lo, hi in zip([0, *cuts], [*cuts, len(order)]):
+            k = int(key[lo])
+            part = order[lo:hi]
+            self.get_or_create(batch.topics[k >> 32], k & 0xFFFF_FFFF).put_columns(
+                batch.queue_offsets[part], batch.offsets[part], batch.sizes[part],
+                batch.tag_hashes[part])
 
     def truncate_by_phys(self, phys_end: int) -> int:
         return sum(cq.truncate_by_phys(phys_end) for cq in self.queues.values())
@@ -112,13 +121,20 @@ class TopicGate:
         self.table = table
         self.queues = queues
 
-    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
+    def dispatch(self, batch: DispatchBatch | Sequence[DispatchRequest]) -> None:
+        if not isinstance(batch, DispatchBatch):
+            batch = DispatchBatch.from_requests(batch)
         since = self.table.since
         known = self.table.queues
-        kept = [r for r in requests
-                if r.topic in known and r.commitlog_offset >= since.get(r.topic, 0)]
-        if kept:
-            self.queues.dispatch(kept)
+        keep = np.zeros(len(batch), bool)
+        for code in np.unique(batch.topic_codes).tolist():
+            topic = batch.topics[code]
+            if topic in known:
+                keep |= (batch.topic_codes == code) & (batch.offsets >= since.get(topic, 0))
+        if keep.all():
+            self.queues.dispatch(batch)
+        elif keep.any():
+            self.queues.dispatch(batch.select(keep))
 
 
 class KeyIndexDispatcher:
@@ -127,18 +143,23 @@ class KeyIndexDispatcher:
     def __init__(self, index: KeyIndex) -> None:
         self.index = index
 
-    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
+    def dispatch(self, batch: DispatchBatch | Sequence[DispatchRequest]) -> None:
+        if not isinstance(batch, DispatchBatch):
+            batch = DispatchBatch.from_requests(batch)
+        if not batch.keyed:
+            return
         items = []
         append = items.append
-        for r in requests:
-            if not r.keys and r.uniq_key is None:
+        topics, codes = batch.topics, batch.topic_codes
+        offsets, stamps, sys_flags = batch.offsets, batch.store_timestamps, batch.sys_flags
+        for row, keys, uniq in batch.keyed:
+            if int(sys_flags[row]) & TX_TYPE_MASK == TX_ROLLBACK:
                 continue
-            if r.sys_flag & TX_TYPE_MASK == TX_ROLLBACK:
-                continue
-            prefix = r.topic + "#"
-            for k in r.keys:
-                append((prefix + k, r.commitlog_offset, r.store_timestamp))
-            if r.uniq_key is not None:
-                append((prefix + r.uniq_key, r.commitlog_offset, r.store_timestamp))
+            prefix = topics[int(codes[row])] + "#"
+            off, ts = int(offsets[row]), int(stamps[row])
+            for k in keys:
+                append((prefix + k, off, ts))
+            if uniq is not None:
+                append((prefix + uniq, off, ts))
         if items:
             self.index.put_batch(items)

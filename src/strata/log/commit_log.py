@@ -21,7 +21,7 @@ from strata.files.io import DEFAULT_FILE_OPS, PAGE, FileOps
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format import record as rec
-from strata.format.record_batch import decode_at
+from strata.format.record_batch import decode_at, write_records
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,52 @@ class CommitLog:
             self._to_seal.append(s)
         self.last_store_timestamp = store_ts
         return offsets
+
+    def append_headers(self, headers: np.ndarray, tails: Sequence[bytes],
+                       store_ts: int) -> np.ndarray:
+        """``append_batch`` for large batches, vectorised: ``headers`` (HEADER_DTYPE, one per
+        record, physical offset / store time / CRC filled in here) and the records' ``tails``.
+        Returns the physical offsets. All or nothing, as ``append_batch``."""
+        n = len(headers)
+        seg = self.segments.last()
+        if seg is None or seg.wrote + BLANK_MIN > seg.data_size or seg.sealed:
+            seg = self._next_segment(seg)
+        start_seg, start_pos, start_count = seg, seg.wrote, seg.record_count
+        start_min_ts, start_max_ts = seg.min_store_timestamp, seg.max_store_timestamp
+        batch_start = seg.base_offset + seg.wrote
+        headers["store_ts"] = store_ts
+        ends = np.cumsum(headers["total"].astype(np.int64))  # end of record i, batch-relative
+        rolled: list[MappedSegment] = []
+        done = 0
+        try:
+            while done < n:
+                before = int(ends[done - 1]) if done else 0
+                room = seg.data_size - BLANK_MIN - seg.wrote
+                fit = int(np.searchsorted(ends[done:], before + room, side="right"))
+                if fit == 0:  # close this segment with a blank record, go on in the next
+                    rec.write_blank(seg.mm, HEADER_AREA + seg.wrote, seg.data_size - seg.wrote)
+                    seg.wrote = seg.committed = seg.data_size
+                    rolled.append(seg)
+                    seg = self._next_segment(seg)
+                    continue
+                part = slice(done, done + fit)
+                starts = seg.base_offset + seg.wrote - before + \
+                    np.concatenate(([before], ends[done:done + fit - 1]))
+                headers["phys"][part] = starts
+                write_records(seg.mm, HEADER_AREA + seg.wrote, headers[part], tails[part])
+                seg.wrote = int(starts[-1] - seg.base_offset + headers["total"][done + fit - 1])
+                self._account(seg, fit, store_ts)
+                done += fit
+        except BaseException:
+            self._undo(start_seg, start_pos, start_count, start_min_ts, start_max_ts, rolled,
+                       batch_start)
+            raise
+        for s in rolled:
+            s.committed = s.data_size
+            self._to_seal.append(s)
+        seg.committed = seg.wrote
+        self.last_store_timestamp = store_ts
+        return headers["phys"].copy()
 
     @staticmethod
     def _account(seg: MappedSegment, count: int, store_ts: int) -> None:

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
-from crc32c import crc32c
 
-from strata.errors import (DiskFullError, InvalidInputError, MessageTooLargeError,
+from strata.errors import (DiskFullError, InvalidInputError,
                            ReadOnlyStoreError, StoreClosedError, StoreNotFoundError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
@@ -31,6 +30,7 @@ from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.store.message import GetResult, GetStatus, Message, PutResult, PutStatus
+from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
 from strata.store.topics import TopicTable
 
@@ -80,10 +80,7 @@ class MessageStore:
         self._put_lock = threading.Lock()
         self._lock = DirectoryLock(self.path)
         self._store_host = self.config.store_host
-        self._store_host_bytes, self._store_host_v6 = rec.encode_host(self._store_host)
         self._msg_id_prefix = rec.msg_id_prefix(self._store_host)
-        self._topic_bytes: dict[str, bytes] = {}
-        self._host_cache: dict[tuple, tuple[bytes, bool]] = {}
         self._queue_next: dict[tuple[str, int], int] = {}
         self._round_robin: dict[str, int] = {}
         self._flusher: AsyncFlushService | None = None
@@ -115,6 +112,8 @@ class MessageStore:
         self.log = CommitLog(self.path / COMMITLOG_DIR, self.config.segment_size,
                              readonly=readonly, file_ops=self.file_ops,
                              prefault=self.config.prefault, preallocate=self.config.preallocate)
+        self._encoder = Encoder(self._store_host, self.config.max_body_size,
+                                self.log.max_record_size(), self.config.segment_size)
         self.queues = ConsumeQueueSet(self.path / CONSUMEQUEUE_DIR, self.config.consume_queue_units,
                                       readonly=readonly, file_ops=self.file_ops)
         self.key_index = KeyIndex(self.path / INDEX_DIR, slots=self.config.index_slots,
@@ -277,83 +276,6 @@ class MessageStore:
 
     # ------------------------------------------------------------------ put
 
-    def _topic_encoded(self, topic: str) -> bytes:
-        tb = self._topic_bytes.get(topic)
-        if tb is None:
-            tb = rec.encode_topic(topic)
-            self._topic_bytes[topic] = tb
-        return tb
-
-    def _prepare_batch(self, msgs: Sequence[Message]) -> list[list]:
-        """Validate and encode messages outside the put lock; raises before any change.
-
-        Each entry is [total, queue_id, flag, queue_offset, sys_flag, born_ts, tx_offset,
-        reconsume, body_len, topic_len, props_len, tail]; tail = hosts + topic + properties +
-        body + trailer. Queue id and offset are filled in under the lock.
-        """
-        out = []
-        append = out.append
-        topic_bytes = self._topic_bytes
-        max_body = self.config.max_body_size
-        max_record = self.log.max_record_size()
-        store_host = self._store_host_bytes
-        host_sys = rec.SYSFLAG_STORE_HOST_V6 if self._store_host_v6 else 0
-        default_born = store_host
-        default_sys = host_sys | (rec.SYSFLAG_BORN_HOST_V6 if self._store_host_v6 else 0)
-        fixed = rec.HEADER_SIZE + rec.TRAILER_SIZE
-        pack_trailer = rec.TRAILER.pack
-        join = b"".join
-        for m in msgs:
-            if m.__class__ is not Message:
-                raise InvalidInputError(f"expected a strata.Message, got {type(m).__name__}")
-            tb = topic_bytes.get(m.topic)
-            if tb is None:
-                tb = self._topic_encoded(m.topic)
-            body = m.body
-            if body.__class__ is not bytes:
-                body = self._check_body(body)
-            blen = len(body)
-            if blen > max_body:
-                raise MessageTooLargeError(
-                    f"message body of {blen} bytes exceeds max_body_size {max_body}")
-            if m.keys or m.tags is not None or m.properties:
-                pb = rec.encode_properties(m.keys, m.tags, m.properties)
-            else:
-                pb = b""
-            if m.born_host is None:
-                bh, sys_flag = default_born, default_sys
-            else:
-                try:
-                    cached = self._host_cache.get(m.born_host)
-                except TypeError:  # a list or other unhashable value
-                    raise InvalidInputError(
-                        f"born_host must be an (ip address, port) tuple, got {m.born_host!r}"
-                    ) from None
-                if cached is None:
-                    cached = rec.encode_host(m.born_host)
-                    self._host_cache[m.born_host] = cached
-                bh = cached[0]
-                sys_flag = host_sys | (rec.SYSFLAG_BORN_HOST_V6 if cached[1] else 0)
-            if m.sys_flag:
-                sys_flag |= m.sys_flag & ~(rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6)
-            total = fixed + len(bh) + len(store_host) + len(tb) + len(pb) + blen
-            if total > max_record:
-                raise MessageTooLargeError(f"record of {total} bytes cannot fit a segment of "
-                                           f"{self.config.segment_size} bytes")
-            append([total, m.queue_id, m.flag, 0, sys_flag, m.born_timestamp or 0,
-                    m.prepared_transaction_offset, m.reconsume_times, blen, len(tb), len(pb),
-                    join((bh, store_host, tb, pb, body, pack_trailer(total)))])
-        return out
-
-    @staticmethod
-    def _check_body(body) -> bytes:
-        if isinstance(body, (bytearray, memoryview)):
-            return bytes(body)
-        if isinstance(body, str):
-            raise InvalidInputError("message body must be bytes; encode the str first "
-                                    "(e.g. body.encode())")
-        raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
-
     def put(self, msg: Message) -> PutResult:
         """Append one message (the batch of one)."""
         return self.put_batch((msg,))[0]
@@ -366,8 +288,8 @@ class MessageStore:
         self._check_writable()
         if isinstance(msgs, Message):
             msgs = (msgs,)
-        prepared = self._prepare_batch(msgs)
-        if not prepared:
+        batch = self._encoder.prepare(msgs)
+        if not len(batch):
             return []
         with self._put_lock:
             self._check_open()
@@ -376,46 +298,19 @@ class MessageStore:
                     f"store {self.path}: disk usage is above the warning ratio "
                     f"{self.config.disk_warning_ratio:.0%}; puts are refused until space is "
                     "freed (stored data is safe)")
-            topics = self.topic_table.queues
-            default_q = self.config.default_queues
-            queue_next = self._queue_next
-            rr = self._round_robin
-            new_topics: dict[str, int] = {}
-            rr_local: dict[str, int] = {}
-            updates: dict[tuple[str, int], int] = {}
-            # Nothing shared changes in this loop, so a refused message leaves no trace.
-            for m, p in zip(msgs, prepared):
-                topic = m.topic
-                n_q = topics.get(topic)
-                if n_q is None:
-                    n_q = new_topics.setdefault(topic, default_q)
-                qid = p[1]
-                if qid is None:
-                    if m.shard_key is None:
-                        i = rr_local.get(topic)
-                        if i is None:
-                            i = rr.get(topic, 0)
-                        rr_local[topic] = i + 1
-                        qid = i % n_q
-                    else:
-                        qid = crc32c(str(m.shard_key).encode("utf-8")) % n_q
-                elif qid >= n_q:
-                    raise InvalidInputError(
-                        f"queue_id {qid} does not exist: topic {topic!r} has {n_q} queues "
-                        f"(0..{n_q - 1})")
-                key = (topic, qid)
-                nxt = updates.get(key)
-                if nxt is None:
-                    nxt = queue_next.get(key, 0)
-                p[1] = qid
-                p[3] = nxt
-                updates[key] = nxt + 1
+            # Nothing shared changes before the append, so a refused message leaves no trace.
+            updates, rr_local, new_topics = batch.choose_queues(
+                self.topic_table.queues, self.config.default_queues, self._queue_next,
+                self._round_robin)
             for topic, n_q in new_topics.items():
                 self.topic_table.ensure(topic, n_q, since=self.log.max_offset())
             store_ts = max(now_ms(), self.log.last_store_timestamp)
-            offsets = self.log.append_batch(prepared, store_ts)
-            queue_next.update(updates)
-            rr.update(rr_local)
+            if batch.columnar:
+                offsets = self.log.append_headers(batch.headers(), batch.tails, store_ts).tolist()
+            else:
+                offsets = self.log.append_batch(batch.records(), store_ts)
+            self._queue_next.update(updates)
+            self._round_robin.update(rr_local)
             end = self.log.max_offset()
             if self._group_commit is None:
                 self.state.set_confirmed(end)
@@ -425,8 +320,11 @@ class MessageStore:
             if not self._group_commit.wait_for(end):
                 status = PutStatus.FLUSH_DISK_TIMEOUT
         prefix = self._msg_id_prefix
-        return [PutResult(status, off, p[0], store_ts, m.topic, p[1], p[3], prefix)
-                for m, p, off in zip(msgs, prepared, offsets)]
+        qids, qoffs = batch.queue_ids, batch.queue_offsets
+        if not isinstance(qids, list):
+            qids, qoffs = qids.tolist(), qoffs.tolist()
+        return [PutResult(status, off, size, store_ts, m.topic, q, o, prefix)
+                for m, off, size, q, o in zip(msgs, offsets, batch.totals, qids, qoffs)]
 
     # ------------------------------------------------------------------ read
 

@@ -1,0 +1,192 @@
+"""A run of commit-log records as dispatchers see it: columns, not one object per record.
+
+``read_batch`` walks the log from an offset (record lengths only), then reads every fixed header
+of the run with one numpy take and checks them (magic, lengths at both ends, offsets) the way
+``check_record`` does without the CRC; only topics and non-empty properties sections are read
+per record. Dispatchers work on the columns (``ConsumeQueueSet`` writes each queue's units in
+one slice); ``requests()`` gives the per-record view for anything that wants it.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+import numpy as np
+
+from strata.format import record as rec
+from strata.format.consume_queue import tag_hash
+from strata.format.record_batch import header_windows, u32_windows
+from strata.format.segment import HEADER_AREA
+
+_LENGTH_MAGIC = struct.Struct("<II")
+_MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
+
+
+class DispatchBatch:
+    """Columns of consecutive records (all numpy arrays of equal length, log order).
+
+    ``topic_codes`` index ``topics``; ``keyed`` lists ``(row, keys, unique key)`` for the
+    records that have keys or a unique key (the key index only looks at those).
+    """
+
+    __slots__ = ("topics", "topic_codes", "queue_ids", "queue_offsets", "offsets", "sizes",
+                 "tag_hashes", "store_timestamps", "sys_flags", "keyed")
+
+    def __init__(self, topics: list[str], topic_codes, queue_ids, queue_offsets, offsets,
+                 sizes, tag_hashes, store_timestamps, sys_flags,
+                 keyed: list[tuple[int, list[str], str | None]]) -> None:
+        self.topics = topics
+        self.topic_codes = np.asarray(topic_codes, np.int64)
+        self.queue_ids = np.asarray(queue_ids, np.int64)
+        self.queue_offsets = np.asarray(queue_offsets, np.int64)
+        self.offsets = np.asarray(offsets, np.int64)
+        self.sizes = np.asarray(sizes, np.int64)
+        self.tag_hashes = np.asarray(tag_hashes, np.int64)
+        self.store_timestamps = np.asarray(store_timestamps, np.int64)
+        self.sys_flags = np.asarray(sys_flags, np.int64)
+        self.keyed = keyed
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def end(self) -> int:
+        """Commit-log offset just past the last record."""
+        return int(self.offsets[-1] + self.sizes[-1]) if len(self.offsets) else 0
+
+    @classmethod
+    def from_requests(cls, requests: Sequence) -> "DispatchBatch":
+        """Columns from per-record ``DispatchRequest``s."""
+        names: dict[str, int] = {}
+        codes = [names.setdefault(r.topic, len(names)) for r in requests]
+        keyed = [(i, list(r.keys), r.uniq_key) for i, r in enumerate(requests)
+                 if r.keys or r.uniq_key is not None]
+        return cls(list(names), codes, [r.queue_id for r in requests],
+                   [r.queue_offset for r in requests], [r.commitlog_offset for r in requests],
+                   [r.size for r in requests], [r.tag_hash for r in requests],
+                   [r.store_timestamp for r in requests], [r.sys_flag for r in requests], keyed)
+
+    def select(self, rows: np.ndarray) -> "DispatchBatch":
+        """The records at ``rows`` (a boolean mask or ascending indices)."""
+        idx = np.flatnonzero(rows) if rows.dtype == bool else rows
+        where = {int(r): i for i, r in enumerate(idx.tolist())} if self.keyed else {}
+        keyed = [(where[r], keys, u) for r, keys, u in self.keyed if r in where]
+        return DispatchBatch(self.topics, self.topic_codes[idx], self.queue_ids[idx],
+                             self.queue_offsets[idx], self.offsets[idx], self.sizes[idx],
+                             self.tag_hashes[idx], self.store_timestamps[idx],
+                             self.sys_flags[idx], keyed)
+
+    def requests(self) -> list:
+        """The per-record view (``DispatchRequest``s)."""
+        from strata.index.dispatch import DispatchRequest
+        keys: dict[int, tuple[list[str], str | None]] = {r: (k, u) for r, k, u in self.keyed}
+        out = []
+        for i, (code, q, qo, off, size, th, ts, sf) in enumerate(zip(
+                self.topic_codes.tolist(), self.queue_ids.tolist(),
+                self.queue_offsets.tolist(), self.offsets.tolist(), self.sizes.tolist(),
+                self.tag_hashes.tolist(), self.store_timestamps.tolist(),
+                self.sys_flags.tolist())):
+            k, u = keys.get(i, ([], None))
+            out.append(DispatchRequest(self.topics[code], q, qo, off, size, th, ts, k, u, sf))
+        return out
+
+
+def walk_records(mm, pos: int, end: int, max_records: int) -> tuple[list[int], bool]:
+    """Start positions of the message records from ``pos`` (bytes of ``mm``, data area
+    included) up to ``end``, reading only each record's length and magic. Returns (positions,
+    blank): ``blank`` is True when a blank record (the end of the segment's data) was reached.
+    Stops early at anything that is not a plausible record; the header checks decide."""
+    out: list[int] = []
+    append = out.append
+    unpack = _LENGTH_MAGIC.unpack_from
+    message, blank = rec.MESSAGE_MAGIC, rec.BLANK_MAGIC
+    while pos + 8 <= end and len(out) < max_records:
+        total, magic = unpack(mm, pos)
+        if magic != message:
+            return out, magic == blank
+        if total < _MIN_RECORD or pos + total > end:
+            break
+        append(pos)
+        pos += total
+    return out, False
+
+
+class TopicNames:
+    """Topic bytes to (name, code) for one reader; codes are small ints stable per reader."""
+
+    def __init__(self) -> None:
+        self.codes: dict[bytes, int] = {}
+        self.names: list[str] = []
+
+    def code(self, raw: bytes) -> int:
+        c = self.codes.get(raw)
+        if c is None:
+            c = self.codes[raw] = len(self.names)
+            self.names.append(raw.decode("utf-8"))
+        return c
+
+
+def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
+                       names: TopicNames) -> DispatchBatch:
+    """The records at ``positions`` (from ``walk_records``) of one segment, checked as
+    ``check_record`` does without the CRC; the batch ends before the first bad record."""
+    pos = np.asarray(positions, np.int64)
+    hdr = header_windows(mm, limit)[pos]
+    total = hdr["total"].astype(np.int64)
+    sys_flag = hdr["sys_flag"].astype(np.int64)
+    hosts = (np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
+             + np.where(sys_flag & rec.SYSFLAG_STORE_HOST_V6, 18, 6))
+    topic_len = hdr["topic_len"].astype(np.int64)
+    props_len = hdr["props_len"].astype(np.int64)
+    good = total == (rec.HEADER_SIZE + hosts + topic_len + props_len
+                     + hdr["body_len"].astype(np.int64) + rec.TRAILER_SIZE)
+    good &= hdr["phys"] == pos - HEADER_AREA + base_offset
+    good &= u32_windows(mm, limit)[pos + total - rec.TRAILER_SIZE] == total
+    if not good.all():
+        n = int(np.argmin(good))  # the first bad record ends the batch
+        hdr, pos, total, sys_flag, hosts = hdr[:n], pos[:n], total[:n], sys_flag[:n], hosts[:n]
+        topic_len, props_len = topic_len[:n], props_len[:n]
+    topic_at = (pos + rec.HEADER_SIZE + hosts).tolist()
+    topic_end = (pos + rec.HEADER_SIZE + hosts + topic_len).tolist()
+    code = names.code
+    codes = [code(raw) for raw in map(mm.__getitem__, map(slice, topic_at, topic_end))]
+    tags = np.zeros(len(pos), np.int64)
+    keyed: list[tuple[int, list[str], str | None]] = []
+    with_props = np.flatnonzero(props_len)
+    if len(with_props):
+        ends = (pos + rec.HEADER_SIZE + hosts + topic_len + props_len)[with_props].tolist()
+        starts = [topic_end[i] for i in with_props.tolist()]
+        for row, a, b in zip(with_props.tolist(), starts, ends):
+            keys, tag, uniq = rec.dispatch_properties(mm[a:b])
+            if tag:
+                tags[row] = tag_hash(tag)
+            if keys or uniq is not None:
+                keyed.append((row, keys, uniq))
+    return DispatchBatch(names.names, codes, hdr["queue_id"], hdr["queue_offset"], hdr["phys"],
+                         total, tags, hdr["store_ts"], sys_flag, keyed)
+
+
+def read_batch(clog, start: int, limit: int, max_records: int,
+               names: TopicNames) -> tuple[DispatchBatch, int]:
+    """Up to ``max_records`` records of ``clog`` from ``start`` (a record start) below
+    ``limit``, within one segment; returns (batch, where the next batch starts). The next
+    start equals ``start`` only when no whole record is there yet."""
+    loc = clog.locate(max(start, clog.min_offset()))
+    empty = DispatchBatch([], [], [], [], [], [], [], [], [], [])
+    if loc is None:
+        return empty, start
+    seg, rel = loc
+    end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
+    positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
+    if not positions:
+        if blank and seg.end_offset <= limit:
+            return empty, seg.end_offset  # the rest of this segment is a blank record
+        return empty, seg.base_offset + rel
+    batch = read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
+    if not len(batch):
+        return batch, seg.base_offset + rel
+    nxt = batch.end
+    if blank and len(batch) == len(positions) and nxt < seg.end_offset <= limit:
+        nxt = seg.end_offset
+    return batch, nxt

@@ -1,0 +1,330 @@
+"""Messages turned into record parts: validation and encoding before the put lock, queue choice
+and header columns under it.
+
+A put validates and encodes every message first (so a bad one refuses the whole batch before a
+byte is written), keeping the variable parts of each record as plain columns. Under the put lock
+the store picks queues and queue offsets and asks for the records in one of two shapes:
+``records()`` (one list per record, for small batches and the per-record writer) or
+``headers()`` (a numpy array of fixed headers, for the vectorised writer of large batches).
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from operator import add, attrgetter
+from typing import Sequence
+
+import numpy as np
+from crc32c import crc32c
+
+from strata.errors import InvalidInputError, MessageTooLargeError
+from strata.format import record as rec
+from strata.format.record_batch import HEADER_DTYPE
+from strata.store.message import Message
+
+COLUMNAR_BATCH = 32  # from this many messages on, queue choice and headers use numpy
+
+_MESSAGE_FIELDS = attrgetter("topic", "body", "keys", "tags", "properties", "queue_id",
+                             "shard_key", "born_timestamp", "flag", "born_host",
+                             "reconsume_times", "sys_flag", "prepared_transaction_offset")
+
+
+class Encoder:
+    """What a store needs to encode its messages: limits, its host, caches of encoded parts."""
+
+    def __init__(self, store_host: rec.Host, max_body: int, max_record: int,
+                 segment_size: int) -> None:
+        self.store_host, self.store_v6 = rec.encode_host(store_host)
+        self.max_body = max_body
+        self.max_record = max_record
+        self.segment_size = segment_size
+        self.topic_bytes: dict[str, bytes] = {}
+        self.host_cache: dict[tuple, tuple[bytes, bool]] = {}
+        self.host_sys = rec.SYSFLAG_STORE_HOST_V6 if self.store_v6 else 0
+        self.default_sys = self.host_sys | (rec.SYSFLAG_BORN_HOST_V6 if self.store_v6 else 0)
+
+    def topic(self, topic: str) -> bytes:
+        tb = self.topic_bytes.get(topic)
+        if tb is None:
+            tb = rec.encode_topic(topic)
+            if len(self.topic_bytes) < 65536:
+                self.topic_bytes[topic] = tb
+        return tb
+
+    def born_host(self, host) -> tuple[bytes, bool]:
+        try:
+            cached = self.host_cache.get(host)
+        except TypeError:  # a list or other unhashable value
+            raise InvalidInputError(
+                f"born_host must be an (ip address, port) tuple, got {host!r}") from None
+        if cached is None:
+            cached = rec.encode_host(host)
+            if len(self.host_cache) < 4096:
+                self.host_cache[host] = cached
+        return cached
+
+    def prepare(self, msgs: Sequence[Message]) -> "PreparedBatch":
+        """Validate and encode; raises (InvalidInputError and subclasses) before any change."""
+        if len(msgs) >= COLUMNAR_BATCH:
+            fast = self._prepare_plain(msgs)
+            if fast is not None:
+                return fast
+        b = PreparedBatch(msgs)
+        totals, tails, body_lens, props_lens, topic_lens, born = (
+            b.totals, b.tails, b.body_lens, b.props_lens, b.topic_lens, b.born)
+        topic_bytes = self.topic_bytes
+        max_body, max_record = self.max_body, self.max_record
+        store_host = self.store_host
+        fixed = rec.HEADER_SIZE + rec.TRAILER_SIZE + 2 * len(store_host)  # born host = ours
+        pack_trailer = rec.TRAILER.pack
+        join = b"".join
+        encode_properties = rec.encode_properties
+        first_topic = None
+        routed = mixed = False
+        for i, m in enumerate(msgs):
+            if m.__class__ is not Message:
+                raise InvalidInputError(f"expected a strata.Message, got {type(m).__name__}")
+            topic = m.topic
+            tb = topic_bytes.get(topic)
+            if tb is None:
+                tb = self.topic(topic)
+            if topic != first_topic:
+                if first_topic is None:
+                    first_topic = topic
+                else:
+                    mixed = True
+            body = m.body
+            if body.__class__ is not bytes:
+                body = _checked_body(body)
+            blen = len(body)
+            if blen > max_body:
+                raise MessageTooLargeError(
+                    f"message body of {blen} bytes exceeds max_body_size {max_body}")
+            if m.keys or m.tags is not None or m.properties:
+                pb = encode_properties(m.keys, m.tags, m.properties)
+            else:
+                pb = b""
+            if m.queue_id is not None or m.shard_key is not None:
+                routed = True
+            if m.born_host is None and not (m.sys_flag or m.flag or m.reconsume_times
+                                            or m.prepared_transaction_offset):
+                total = fixed + len(tb) + len(pb) + blen
+                bh = store_host
+            else:
+                bh, sys_flag = self._special(m)
+                total = fixed - len(store_host) + len(bh) + len(tb) + len(pb) + blen
+                b.special.append((i, m.flag, sys_flag, m.prepared_transaction_offset,
+                                  m.reconsume_times))
+            if total > max_record:
+                raise MessageTooLargeError(f"record of {total} bytes cannot fit a segment of "
+                                           f"{self.segment_size} bytes")
+            totals.append(total)
+            body_lens.append(blen)
+            props_lens.append(len(pb))
+            topic_lens.append(len(tb))
+            born.append(m.born_timestamp or 0)
+            tails.append(join((bh, store_host, tb, pb, body, pack_trailer(total))))
+        b.single_topic = first_topic if not mixed else None
+        b.routed = routed
+        b.default_sys = self.default_sys
+        return b
+
+    def _prepare_plain(self, msgs: Sequence[Message]) -> "PreparedBatch | None":
+        """``prepare`` for the common large batch, column by column at C speed: one topic,
+        bytes bodies, no routing, no born host or flags (keys, tags and properties allowed).
+        None when the batch is not like that (``prepare`` then goes message by message, which
+        also finds and names any bad input)."""
+        n = len(msgs)
+        if set(map(type, msgs)) != {Message}:
+            return None
+        (topics, bodies, keys, tags, props, queue_ids, shard_keys, born_ts, flags, born_hosts,
+         reconsumes, sys_flags, tx_offsets) = zip(*map(_MESSAGE_FIELDS, msgs))
+        if (topics.count(topics[0]) != n or set(map(type, bodies)) != {bytes}
+                or queue_ids.count(None) != n or shard_keys.count(None) != n
+                or born_hosts.count(None) != n or any(flags) or any(reconsumes)
+                or any(sys_flags) or any(tx_offsets)):
+            return None
+        tb = self.topic(topics[0])
+        body_lens = list(map(len, bodies))
+        if max(body_lens) > self.max_body:
+            return None
+        if any(keys) or tags.count(None) != n or any(props):
+            encode = rec.encode_properties
+            pbs = [encode(k, t, p) if k or t is not None or p else b""
+                   for k, t, p in zip(keys, tags, props)]
+        else:
+            pbs = [b""] * n
+        props_lens = list(map(len, pbs))
+        fixed = rec.HEADER_SIZE + rec.TRAILER_SIZE + 2 * len(self.store_host) + len(tb)
+        totals = list(map(add, map(add, repeat(fixed, n), body_lens), props_lens))
+        if max(totals) > self.max_record:
+            return None
+        host = self.store_host
+        b = PreparedBatch(msgs)
+        b.totals, b.body_lens, b.props_lens = totals, body_lens, props_lens
+        b.topic_lens = [len(tb)] * n
+        b.born = [t or 0 for t in born_ts]
+        b.tails = list(map(b"".join, zip(repeat(host, n), repeat(host, n), repeat(tb, n), pbs,
+                                         bodies, map(rec.TRAILER.pack, totals))))
+        b.single_topic = topics[0]
+        b.default_sys = self.default_sys
+        return b
+
+    def _special(self, m: Message) -> tuple[bytes, int]:
+        """Born host bytes and sys flag of a message that sets either."""
+        if m.born_host is None:
+            bh, sys_flag = self.store_host, self.default_sys
+        else:
+            bh, v6 = self.born_host(m.born_host)
+            sys_flag = self.host_sys | (rec.SYSFLAG_BORN_HOST_V6 if v6 else 0)
+        if m.sys_flag:
+            sys_flag |= m.sys_flag & ~(rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6)
+        return bh, sys_flag
+
+
+def _checked_body(body) -> bytes:
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    if isinstance(body, str):
+        raise InvalidInputError("message body must be bytes; encode the str first "
+                                "(e.g. body.encode())")
+    raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
+
+
+class PreparedBatch:
+    """The encoded, validated parts of a batch's records (columns, one entry per message)."""
+
+    __slots__ = ("msgs", "totals", "tails", "body_lens", "props_lens", "topic_lens", "born",
+                 "special", "single_topic", "routed", "default_sys", "queue_ids",
+                 "queue_offsets")
+
+    def __init__(self, msgs: Sequence[Message]) -> None:
+        self.msgs = msgs
+        self.totals: list[int] = []
+        self.tails: list[bytes] = []   # born host + store host + topic + properties + body + trailer
+        self.body_lens: list[int] = []
+        self.props_lens: list[int] = []
+        self.topic_lens: list[int] = []
+        self.born: list[int] = []
+        # (index, flag, sys_flag, prepared_transaction_offset, reconsume_times) of messages
+        # that set any of them or a born host; every other record has the default values
+        self.special: list[tuple[int, int, int, int, int]] = []
+        self.single_topic: str | None = None
+        self.routed = False
+        self.default_sys = 0
+        self.queue_ids: list[int] | np.ndarray = []
+        self.queue_offsets: list[int] | np.ndarray = []
+
+    def __len__(self) -> int:
+        return len(self.totals)
+
+    @property
+    def columnar(self) -> bool:
+        return len(self.totals) >= COLUMNAR_BATCH
+
+    # ------------------------------------------------------------------ under the put lock
+
+    def choose_queues(self, queue_counts: dict[str, int], default_queues: int,
+                      queue_next: dict[tuple[str, int], int], round_robin: dict[str, int]
+                      ) -> tuple[dict[tuple[str, int], int], dict[str, int], dict[str, int]]:
+        """Queue id and queue offset of every message (nothing shared changes here).
+
+        Returns (next offset per touched queue, round-robin positions, topics to create).
+        Queue choice: ``queue_id`` if given, else a stable hash of ``shard_key``, else
+        round-robin per topic; offsets are consecutive per queue.
+        """
+        topic = self.single_topic
+        if topic is not None and not self.routed and self.columnar:
+            return self._round_robin_columns(topic, queue_counts, default_queues, queue_next,
+                                             round_robin)
+        new_topics: dict[str, int] = {}
+        rr_local: dict[str, int] = {}
+        updates: dict[tuple[str, int], int] = {}
+        qids, qoffs = [], []
+        for m in self.msgs:
+            topic = m.topic
+            n_q = queue_counts.get(topic)
+            if n_q is None:
+                n_q = new_topics.setdefault(topic, default_queues)
+            qid = m.queue_id
+            if qid is None:
+                if m.shard_key is None:
+                    i = rr_local.get(topic)
+                    if i is None:
+                        i = round_robin.get(topic, 0)
+                    rr_local[topic] = i + 1
+                    qid = i % n_q
+                else:
+                    qid = crc32c(str(m.shard_key).encode("utf-8")) % n_q
+            elif qid >= n_q:
+                raise InvalidInputError(
+                    f"queue_id {qid} does not exist: topic {topic!r} has {n_q} queues "
+                    f"(0..{n_q - 1})")
+            key = (topic, qid)
+            nxt = updates.get(key)
+            if nxt is None:
+                nxt = queue_next.get(key, 0)
+            qids.append(qid)
+            qoffs.append(nxt)
+            updates[key] = nxt + 1
+        self.queue_ids, self.queue_offsets = qids, qoffs
+        return updates, rr_local, new_topics
+
+    def _round_robin_columns(self, topic: str, queue_counts: dict[str, int],
+                             default_queues: int, queue_next: dict[tuple[str, int], int],
+                             round_robin: dict[str, int]):
+        """One topic, no routing: message i goes to queue (start + i) % n; within the batch
+        it is the (i // n)-th message of its queue."""
+        new_topics = {}
+        n_q = queue_counts.get(topic)
+        if n_q is None:
+            n_q = new_topics[topic] = default_queues
+        n = len(self.totals)
+        start = round_robin.get(topic, 0)
+        seq = np.arange(n, dtype=np.int64)
+        qids = (start + seq) % n_q
+        base = np.array([queue_next.get((topic, q), 0) for q in range(n_q)], dtype=np.int64)
+        self.queue_ids = qids
+        self.queue_offsets = base[qids] + seq // n_q
+        counts = np.bincount(qids, minlength=n_q)
+        updates = {(topic, q): int(base[q] + counts[q]) for q in range(n_q) if counts[q]}
+        return updates, {topic: start + n}, new_topics
+
+    def records(self) -> list[list]:
+        """Per-record lists for ``CommitLog.append_batch``: [total, queue_id, flag,
+        queue_offset, sys_flag, born_ts, tx_offset, reconsume, body_len, topic_len,
+        props_len, tail]."""
+        sys_flag = self.default_sys
+        out = [[t, q, 0, o, sys_flag, b, 0, 0, bl, tl, pl, tail]
+               for t, q, o, b, bl, tl, pl, tail in zip(
+                   self.totals, _as_list(self.queue_ids), _as_list(self.queue_offsets),
+                   self.born, self.body_lens, self.topic_lens, self.props_lens, self.tails)]
+        for i, flag, sys_flag, tx, reconsume in self.special:
+            r = out[i]
+            r[2], r[4], r[6], r[7] = flag, sys_flag, tx, reconsume
+        return out
+
+    def headers(self) -> np.ndarray:
+        """Fixed headers (HEADER_DTYPE) for ``CommitLog.append_headers``; the writer fills in
+        the physical offsets, the store timestamp and the CRCs."""
+        n = len(self.totals)
+        h = np.zeros(n, HEADER_DTYPE)
+        h["total"] = self.totals
+        h["magic"] = rec.MESSAGE_MAGIC
+        h["queue_id"] = self.queue_ids
+        h["queue_offset"] = self.queue_offsets
+        h["sys_flag"] = self.default_sys
+        h["born_ts"] = self.born
+        h["body_len"] = self.body_lens
+        h["topic_len"] = self.topic_lens
+        h["props_len"] = self.props_lens
+        for i, flag, sys_flag, tx, reconsume in self.special:
+            h["flag"][i] = flag
+            h["sys_flag"][i] = sys_flag
+            h["tx_offset"][i] = tx
+            h["reconsume"][i] = reconsume
+        return h
+
+
+def _as_list(values) -> list:
+    return values.tolist() if isinstance(values, np.ndarray) else values
