@@ -490,7 +490,8 @@ def test_group_commit_shares_fsyncs_between_threads(tmp_store_dir):
         syncs = fops.log_syncs - before
         puts = threads * per_thread
         assert len(results) == puts and all(r.ok for _, r in results)
-        assert 0 < syncs < puts
+        # producers released by one fsync are gathered into the next: groups of ~16, not ~8
+        assert 0 < syncs * 4 <= puts, (syncs, puts)
         for seq, r in results:
             assert store.flushed_offset() >= r.commitlog_offset + r.size
             assert store.read_at(r.commitlog_offset).body == body_for(seq)

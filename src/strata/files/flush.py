@@ -88,6 +88,7 @@ class GroupCommitService:
         self.flushed = 0
         self._stopped = False
         self.fsyncs = 0
+        self.gathers = 0   # fsyncs that first waited for released producers to come back
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="strata-group-commit",
                                         daemon=True)
@@ -118,6 +119,7 @@ class GroupCommitService:
             with self._cv:
                 self._cv.wait_for(lambda: self._requested > self.flushed or self._stopped)
                 if released > 1 and not self._stopped:
+                    self.gathers += 1
                     self._cv.wait_for(lambda: len(self._pending) >= released or self._stopped,
                                       self.MAX_GATHER_S)
                 if self._stopped:
