@@ -209,8 +209,8 @@ def commit_batch(path: str, sink: str, batch_id: int, files: list[str],
         if entry is None:
             _write_wal(wal, files, topic_option)
             born = _now_ms()
-            msgs = staged_messages(_wal_files(wal), topic_option, born_timestamp=born)
             try:
+                msgs = staged_messages(_wal_files(wal), topic_option, born_timestamp=born)
                 check_messages(store, msgs)
             except Exception:
                 shutil.rmtree(wal, ignore_errors=True)  # no entry yet: forget the batch
