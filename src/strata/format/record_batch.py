@@ -118,23 +118,17 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
     return out
 
 
-def write_records(buf, pos: int, headers: np.ndarray, tails) -> None:
+def write_records(buf, pos: int, headers: np.ndarray, images) -> None:
     """Write whole records back to back from ``pos`` of ``buf`` (a writable mmap or bytearray).
 
-    ``headers`` are the records' fixed headers (HEADER_DTYPE, CRC field ignored) and ``tails``
-    the encoded rest of each record (hosts, topic, properties, body, trailer). The bytes are
-    copied in one piece, then each record's CRC32C is computed and stored.
+    ``images`` are the records' bytes with the fixed header left as zeros, ``headers`` those
+    headers (HEADER_DTYPE, CRC field ignored). The images are copied in one piece, the headers
+    scattered over them with one numpy assignment, then each record's CRC32C is stored.
     """
     n = len(headers)
     if n == 0:
         return
-    size = rec.HEADER_SIZE
-    raw = headers.tobytes()
-    pieces: list = [None] * (2 * n)
-    pieces[0::2] = map(raw.__getitem__, map(slice, range(0, n * size, size),
-                                            range(size, (n + 1) * size, size)))
-    pieces[1::2] = tails
-    blob = b"".join(pieces)
+    blob = b"".join(images)
     end = pos + len(blob)
     buf[pos:end] = blob
     totals = headers["total"].astype(np.int64)
@@ -143,6 +137,7 @@ def write_records(buf, pos: int, headers: np.ndarray, tails) -> None:
     np.cumsum(totals[:-1], out=starts[1:])
     starts[1:] += pos
     with memoryview(buf) as mv:
+        header_windows(mv, end)[starts] = headers
         crcs = list(map(crc32c, map(mv.__getitem__, map(slice, (starts + rec.CRC_START).tolist(),
                                                          (starts + totals).tolist()))))
         u32_windows(mv, end)[starts + rec.POS_CRC] = crcs

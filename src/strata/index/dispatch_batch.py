@@ -1,6 +1,7 @@
 """A run of commit-log records as dispatchers see it: columns, not one object per record.
 
-``read_batch`` walks the log from an offset (record lengths only), then reads every fixed header
+``read_batch`` takes the record offsets the writer just appended (``CommitLog.recent_appends``) or
+walks the log from an offset (record lengths only), then reads every fixed header
 of the run with one numpy take and checks them (magic, lengths at both ends, offsets) the way
 ``check_record`` does without the CRC; only topics and non-empty properties sections are read
 per record. Dispatchers work on the columns (``ConsumeQueueSet`` writes each queue's units in
@@ -101,14 +102,18 @@ def walk_records(mm, pos: int, end: int, max_records: int) -> tuple[list[int], b
     append = out.append
     unpack = _LENGTH_MAGIC.unpack_from
     message, blank = rec.MESSAGE_MAGIC, rec.BLANK_MAGIC
-    while pos + 8 <= end and len(out) < max_records:
+    last = end - 8
+    for _ in range(max_records):
+        if pos > last:
+            break
         total, magic = unpack(mm, pos)
         if magic != message:
             return out, magic == blank
-        if total < _MIN_RECORD or pos + total > end:
+        nxt = pos + total
+        if total < _MIN_RECORD or nxt > end:
             break
         append(pos)
-        pos += total
+        pos = nxt
     return out, False
 
 
@@ -126,6 +131,12 @@ class TopicNames:
             self.names.append(raw.decode("utf-8"))
         return c
 
+    def codes_of(self, raws: list[bytes]) -> list[int]:
+        codes = list(map(self.codes.get, raws))
+        if None in codes:
+            codes = list(map(self.code, raws))
+        return codes
+
 
 def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
                        names: TopicNames) -> DispatchBatch:
@@ -141,16 +152,17 @@ def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
     props_len = hdr["props_len"].astype(np.int64)
     good = total == (rec.HEADER_SIZE + hosts + topic_len + props_len
                      + hdr["body_len"].astype(np.int64) + rec.TRAILER_SIZE)
+    good &= hdr["magic"] == rec.MESSAGE_MAGIC
     good &= hdr["phys"] == pos - HEADER_AREA + base_offset
-    good &= u32_windows(mm, limit)[pos + total - rec.TRAILER_SIZE] == total
+    good &= pos + total <= limit
+    good &= u32_windows(mm, limit)[np.where(good, pos + total - rec.TRAILER_SIZE, 0)] == total
     if not good.all():
         n = int(np.argmin(good))  # the first bad record ends the batch
         hdr, pos, total, sys_flag, hosts = hdr[:n], pos[:n], total[:n], sys_flag[:n], hosts[:n]
         topic_len, props_len = topic_len[:n], props_len[:n]
     topic_at = (pos + rec.HEADER_SIZE + hosts).tolist()
     topic_end = (pos + rec.HEADER_SIZE + hosts + topic_len).tolist()
-    code = names.code
-    codes = [code(raw) for raw in map(mm.__getitem__, map(slice, topic_at, topic_end))]
+    codes = names.codes_of(list(map(mm.__getitem__, map(slice, topic_at, topic_end))))
     tags = np.zeros(len(pos), np.int64)
     keyed: list[tuple[int, list[str], str | None]] = []
     with_props = np.flatnonzero(props_len)
@@ -178,7 +190,18 @@ def read_batch(clog, start: int, limit: int, max_records: int,
         return empty, start
     seg, rel = loc
     end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
-    positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
+    appended = clog.recent_appends.pop(seg.base_offset + rel, None)
+    if appended is not None:  # offsets the writer just appended: no need to walk the log
+        mine = appended[:min(max_records, int(np.searchsorted(
+            appended, min(seg.end_offset, limit))))]
+        if len(mine) < len(appended):
+            rest = appended[len(mine):]
+            clog.recent_appends[int(rest[0])] = rest
+        positions, blank = (mine - seg.base_offset + HEADER_AREA).tolist(), False
+        if not positions:
+            positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
+    else:
+        positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
     if not positions:
         if blank and seg.end_offset <= limit:
             return empty, seg.end_offset  # the rest of this segment is a blank record

@@ -31,7 +31,7 @@ BLANK_MIN = rec.BLANK_MIN_SIZE
 # A prepared record, built by the store before it takes the put lock (queue offset filled in
 # under the lock):
 # (total, queue_id, flag, queue_offset, sys_flag, born_ts, tx_offset, reconsume,
-#  body_len, topic_len, props_len, tail)
+#  body_len, topic_len, props_len, image); image = the whole record with its fixed header zeroed
 PreparedRecord = tuple
 
 
@@ -52,6 +52,10 @@ class CommitLog:
         self._to_seal: list[MappedSegment] = []
         self.last_store_timestamp = 0
         self._topic_names: dict[bytes, str] = {}  # topic bytes -> name, for batch reads
+        # Record offsets of recent appends, keyed by their first offset: the dispatcher takes
+        # them instead of walking the log (it still checks every header). Bounded; a hint
+        # that is never taken is forgotten.
+        self.recent_appends: dict[int, np.ndarray] = {}
 
     def load(self) -> None:
         self.segments.load()
@@ -99,7 +103,6 @@ class CommitLog:
         pack_header = rec.HEADER.pack_into
         pack_u32 = rec.U32.pack_into
         magic = rec.MESSAGE_MAGIC
-        hsize = rec.HEADER_SIZE
         offsets: list[int] = []
         append = offsets.append
         mm, mv = seg.mm, seg.mv
@@ -122,9 +125,9 @@ class CommitLog:
                 p = HEADER_AREA + pos
                 phys = base + pos
                 # The record layout of strata.format.record, inlined: this is the hot loop.
+                mm[p:p + total] = r[11]
                 pack_header(mm, p, total, magic, 0, r[1], r[2], r[3], phys, r[4], r[5], store_ts,
                             r[6], r[7], r[8], r[9], r[10])
-                mm[p + hsize:p + total] = r[11]
                 pack_u32(mm, p + 8, crc32c(mv[p + 12:p + total]))
                 append(phys)
                 pos += total
@@ -141,10 +144,11 @@ class CommitLog:
         self.last_store_timestamp = store_ts
         return offsets
 
-    def append_headers(self, headers: np.ndarray, tails: Sequence[bytes],
+    def append_headers(self, headers: np.ndarray, images: Sequence[bytes],
                        store_ts: int) -> np.ndarray:
         """``append_batch`` for large batches, vectorised: ``headers`` (HEADER_DTYPE, one per
-        record, physical offset / store time / CRC filled in here) and the records' ``tails``.
+        record, physical offset / store time / CRC filled in here) and the records' ``images``
+        (each whole record with its fixed header zeroed).
         Returns the physical offsets. All or nothing, as ``append_batch``."""
         n = len(headers)
         seg = self.segments.last()
@@ -172,7 +176,7 @@ class CommitLog:
                 starts = seg.base_offset + seg.wrote - before + \
                     np.concatenate(([before], ends[done:done + fit - 1]))
                 headers["phys"][part] = starts
-                write_records(seg.mm, HEADER_AREA + seg.wrote, headers[part], tails[part])
+                write_records(seg.mm, HEADER_AREA + seg.wrote, headers[part], images[part])
                 seg.wrote = int(starts[-1] - seg.base_offset + headers["total"][done + fit - 1])
                 self._account(seg, fit, store_ts)
                 done += fit
@@ -185,7 +189,14 @@ class CommitLog:
             self._to_seal.append(s)
         seg.committed = seg.wrote
         self.last_store_timestamp = store_ts
-        return headers["phys"].copy()
+        offsets = headers["phys"].copy()
+        self._remember(offsets)
+        return offsets
+
+    def _remember(self, offsets: np.ndarray) -> None:
+        if len(self.recent_appends) >= 4096:
+            self.recent_appends.clear()
+        self.recent_appends[int(offsets[0])] = offsets
 
     @staticmethod
     def _account(seg: MappedSegment, count: int, store_ts: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Mapping, Sequence
 
 from strata.errors import InvalidInputError
@@ -71,30 +72,35 @@ class Message:
         self.prepared_transaction_offset = prepared_transaction_offset
 
 
-class PutResult:
-    """Outcome of one put. ``msg_id`` is 32 hex chars: store host + commit-log offset."""
+class PutResult(tuple):
+    """Outcome of one put (immutable). ``msg_id`` is 32 hex chars: store host + commit-log
+    offset; it is formatted when first asked for."""
 
-    __slots__ = ("status", "commitlog_offset", "size", "store_timestamp", "topic", "queue_id",
-                 "queue_offset", "_prefix")
+    __slots__ = ()
 
-    def __init__(self, status: PutStatus, commitlog_offset: int, size: int, store_timestamp: int,
-                 topic: str, queue_id: int, queue_offset: int, prefix: str) -> None:
-        self.status = status
-        self.commitlog_offset = commitlog_offset
-        self.size = size
-        self.store_timestamp = store_timestamp
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        self._prefix = prefix
+    def __new__(cls, status: PutStatus, commitlog_offset: int, size: int, store_timestamp: int,
+                topic: str, queue_id: int, queue_offset: int, prefix: str) -> "PutResult":
+        return tuple.__new__(cls, (status, commitlog_offset, size, store_timestamp, topic,
+                                   queue_id, queue_offset, prefix))
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+    status = property(itemgetter(0))
+    commitlog_offset = property(itemgetter(1))
+    size = property(itemgetter(2))
+    store_timestamp = property(itemgetter(3))
+    topic = property(itemgetter(4))
+    queue_id = property(itemgetter(5))
+    queue_offset = property(itemgetter(6))
 
     @property
     def msg_id(self) -> str:
-        return f"{self._prefix}{self.commitlog_offset:016X}"
+        return f"{self[7]}{self[1]:016X}"
 
     @property
     def ok(self) -> bool:
-        return self.status is PutStatus.OK
+        return self[0] is PutStatus.OK
 
     def __repr__(self) -> str:
         return (f"PutResult({self.status.name}, msg_id={self.msg_id}, topic={self.topic!r}, "

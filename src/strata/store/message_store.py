@@ -8,6 +8,8 @@ import logging
 import os
 import threading
 import time
+from functools import partial
+from itertools import repeat
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -40,6 +42,9 @@ COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
 MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
+
+
+_new_put_result = partial(tuple.__new__, PutResult)  # PutResult from its field tuple
 
 
 def now_ms() -> int:
@@ -306,7 +311,7 @@ class MessageStore:
                 self.topic_table.ensure(topic, n_q, since=self.log.max_offset())
             store_ts = max(now_ms(), self.log.last_store_timestamp)
             if batch.columnar:
-                offsets = self.log.append_headers(batch.headers(), batch.tails, store_ts).tolist()
+                offsets = self.log.append_headers(batch.headers(), batch.images, store_ts).tolist()
             else:
                 offsets = self.log.append_batch(batch.records(), store_ts)
             self._queue_next.update(updates)
@@ -319,12 +324,15 @@ class MessageStore:
         if self._group_commit is not None:
             if not self._group_commit.wait_for(end):
                 status = PutStatus.FLUSH_DISK_TIMEOUT
-        prefix = self._msg_id_prefix
         qids, qoffs = batch.queue_ids, batch.queue_offsets
         if not isinstance(qids, list):
             qids, qoffs = qids.tolist(), qoffs.tolist()
-        return [PutResult(status, off, size, store_ts, m.topic, q, o, prefix)
-                for m, off, size, q, o in zip(msgs, offsets, batch.totals, qids, qoffs)]
+        n = len(offsets)
+        topics = repeat(batch.single_topic, n) if batch.single_topic is not None else \
+            [m.topic for m in msgs]
+        return list(map(_new_put_result, zip(
+            repeat(status, n), offsets, batch.totals, repeat(store_ts, n), topics, qids, qoffs,
+            repeat(self._msg_id_prefix, n))))
 
     # ------------------------------------------------------------------ read
 

@@ -22,6 +22,7 @@ from strata.format import record as rec
 from strata.format.record_batch import HEADER_DTYPE
 from strata.store.message import Message
 
+BLANK_HEADER = bytes(rec.HEADER_SIZE)
 COLUMNAR_BATCH = 32  # from this many messages on, queue choice and headers use numpy
 
 _MESSAGE_FIELDS = attrgetter("topic", "body", "keys", "tags", "properties", "queue_id",
@@ -70,8 +71,9 @@ class Encoder:
             if fast is not None:
                 return fast
         b = PreparedBatch(msgs)
-        totals, tails, body_lens, props_lens, topic_lens, born = (
-            b.totals, b.tails, b.body_lens, b.props_lens, b.topic_lens, b.born)
+        totals, images, body_lens, props_lens, topic_lens, born = (
+            b.totals, b.images, b.body_lens, b.props_lens, b.topic_lens, b.born)
+        blank_header = BLANK_HEADER
         topic_bytes = self.topic_bytes
         max_body, max_record = self.max_body, self.max_record
         store_host = self.store_host
@@ -123,7 +125,7 @@ class Encoder:
             props_lens.append(len(pb))
             topic_lens.append(len(tb))
             born.append(m.born_timestamp or 0)
-            tails.append(join((bh, store_host, tb, pb, body, pack_trailer(total))))
+            images.append(join((blank_header, bh, store_host, tb, pb, body, pack_trailer(total))))
         b.single_topic = first_topic if not mixed else None
         b.routed = routed
         b.default_sys = self.default_sys
@@ -163,9 +165,10 @@ class Encoder:
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = totals, body_lens, props_lens
         b.topic_lens = [len(tb)] * n
-        b.born = [t or 0 for t in born_ts]
-        b.tails = list(map(b"".join, zip(repeat(host, n), repeat(host, n), repeat(tb, n), pbs,
-                                         bodies, map(rec.TRAILER.pack, totals))))
+        b.born = [0] * n if born_ts.count(None) == n else [t or 0 for t in born_ts]
+        b.images = list(map(b"".join, zip(repeat(BLANK_HEADER, n), repeat(host, n),
+                                          repeat(host, n), repeat(tb, n), pbs, bodies,
+                                          map(rec.TRAILER.pack, totals))))
         b.single_topic = topics[0]
         b.default_sys = self.default_sys
         return b
@@ -194,14 +197,16 @@ def _checked_body(body) -> bytes:
 class PreparedBatch:
     """The encoded, validated parts of a batch's records (columns, one entry per message)."""
 
-    __slots__ = ("msgs", "totals", "tails", "body_lens", "props_lens", "topic_lens", "born",
+    __slots__ = ("msgs", "totals", "images", "body_lens", "props_lens", "topic_lens", "born",
                  "special", "single_topic", "routed", "default_sys", "queue_ids",
                  "queue_offsets")
 
     def __init__(self, msgs: Sequence[Message]) -> None:
         self.msgs = msgs
         self.totals: list[int] = []
-        self.tails: list[bytes] = []   # born host + store host + topic + properties + body + trailer
+        # each record whole, its fixed header still zero (the writer fills it in): zeros, born
+        # host, store host, topic, properties, body, trailer
+        self.images: list[bytes] = []
         self.body_lens: list[int] = []
         self.props_lens: list[int] = []
         self.topic_lens: list[int] = []
@@ -293,12 +298,12 @@ class PreparedBatch:
     def records(self) -> list[list]:
         """Per-record lists for ``CommitLog.append_batch``: [total, queue_id, flag,
         queue_offset, sys_flag, born_ts, tx_offset, reconsume, body_len, topic_len,
-        props_len, tail]."""
+        props_len, image]."""
         sys_flag = self.default_sys
-        out = [[t, q, 0, o, sys_flag, b, 0, 0, bl, tl, pl, tail]
-               for t, q, o, b, bl, tl, pl, tail in zip(
+        out = [[t, q, 0, o, sys_flag, b, 0, 0, bl, tl, pl, image]
+               for t, q, o, b, bl, tl, pl, image in zip(
                    self.totals, _as_list(self.queue_ids), _as_list(self.queue_offsets),
-                   self.born, self.body_lens, self.topic_lens, self.props_lens, self.tails)]
+                   self.born, self.body_lens, self.topic_lens, self.props_lens, self.images)]
         for i, flag, sys_flag, tx, reconsume in self.special:
             r = out[i]
             r[2], r[4], r[6], r[7] = flag, sys_flag, tx, reconsume
