@@ -11,9 +11,8 @@ import pytest
 import strata
 from strata.errors import StoreLockedError
 from strata.files.segment import MappedSegment
-from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
-from strata.index.dispatch import request_at
-from strata.log.verify import SegmentWalk
+from strata.format.segment import KIND_COMMIT_LOG
+from strata.index.segment_scan import SegmentScan
 from strata.store.rebuild import NEW_DIR, OLD_DIR, IndexRebuild
 
 
@@ -43,11 +42,9 @@ def local_batches(rb: IndexRebuild):
     """What the Spark job's tasks extract, done in this process."""
     for span in rb.segments:
         seg = MappedSegment.open(Path(span.path), KIND_COMMIT_LOG, readonly=True)
-        walk = SegmentWalk(seg, span.limit, span.file)
-        cache: dict = {}
-        batch = [request_at(seg.mm, HEADER_AREA + pos, cache) for pos, _ in walk]
-        assert not walk.problems
-        yield batch
+        scan = SegmentScan(seg, span.limit, span.file)
+        yield from scan.batches(100)
+        assert not scan.problems and scan.complete
         seg.close()
 
 

@@ -12,8 +12,6 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from strata.format import record as rec
-from strata.format.consume_queue import tag_hash
 from strata.index.dispatch_batch import DispatchBatch, TopicNames, read_batch
 from strata.log.commit_log import CommitLog
 
@@ -44,31 +42,6 @@ class Dispatcher(Protocol):
     """Takes a batch of records in log order (``batch.requests()`` gives them one by one)."""
 
     def dispatch(self, batch: DispatchBatch) -> None: ...
-
-
-def request_at(mm, p: int, topic_cache: dict[bytes, str]) -> DispatchRequest:
-    """What dispatchers need from the whole record at byte ``p`` of ``mm`` (already checked).
-
-    The one parser of dispatch fields: the reput service and the maintenance jobs (segment
-    scans for verify and rebuild-index) both use it, so they cannot disagree.
-    """
-    total, qid, qoff, phys, sys_flag, store_ts = rec.peek(mm, p)
-    hosts = (18 if sys_flag & rec.SYSFLAG_BORN_HOST_V6 else 6) + \
-        (18 if sys_flag & rec.SYSFLAG_STORE_HOST_V6 else 6)
-    ts = p + rec.HEADER_SIZE + hosts
-    tlen = rec.U16_AT.unpack_from(mm, p + rec.POS_TOPIC_LENGTH)[0]
-    tb = bytes(mm[ts:ts + tlen])   # no copy when mm is an mmap (its slices are bytes)
-    topic = topic_cache.get(tb)
-    if topic is None:
-        topic = tb.decode("utf-8")
-        topic_cache[tb] = topic
-    plen = rec.U16_AT.unpack_from(mm, p + rec.POS_PROPERTIES_LENGTH)[0]
-    if plen:
-        keys, tags, uniq = rec.dispatch_properties(mm[ts + tlen:ts + tlen + plen])
-        th = tag_hash(tags)
-    else:
-        keys, uniq, th = [], None, 0
-    return DispatchRequest(topic, qid, qoff, phys, total, th, store_ts, keys, uniq, sys_flag)
 
 
 class ReputService:

@@ -1,7 +1,7 @@
 """Build consume queues and a key index from dispatch requests into a fresh directory.
 
-``rebuild-index`` extracts the records of every commit-log segment (in parallel) and feeds them
-here in log order. The builder runs the very dispatchers the store's reput service runs
+``rebuild-index`` extracts the records of every commit-log segment (in parallel) as
+``DispatchBatch``es and feeds them here in log order. The builder runs the very dispatchers the store's reput service runs
 (``TopicGate`` + ``ConsumeQueueSet`` and ``KeyIndexDispatcher``), so the files it writes are the
 files dispatch writes, byte for byte.
 """
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
-
-from strata.index.dispatch import DispatchRequest
+from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 
@@ -42,19 +40,17 @@ class IndexBuilder:
         self.records = 0
         self.end = 0
 
-    def dispatch(self, requests: Sequence[DispatchRequest]) -> None:
-        """Dispatch one batch (all keys of a record must be in the same batch: give whole
-        records, in commit-log order)."""
-        if not requests:
+    def dispatch(self, batch: DispatchBatch) -> None:
+        """Dispatch one batch of whole records, in commit-log order."""
+        if not len(batch):
             return
-        if requests[0].commitlog_offset < self.end:
-            raise ValueError(f"requests out of log order: offset {requests[0].commitlog_offset} "
-                             f"after {self.end}")
+        first = int(batch.offsets[0])
+        if first < self.end:
+            raise ValueError(f"records out of log order: offset {first} after {self.end}")
         for d in self._chain:
-            d.dispatch(requests)
-        last = requests[-1]
-        self.records += len(requests)
-        self.end = last.commitlog_offset + last.size
+            d.dispatch(batch)
+        self.records += len(batch)
+        self.end = batch.end
 
     def finish(self) -> None:
         """Flush every file (the key index seals full files, as the store's flush does), close

@@ -27,14 +27,14 @@ import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable
 
 from strata.errors import StoreNotFoundError
 from strata.files.checkpoint import AbortMarker, CheckpointFile
 from strata.files.io import DEFAULT_FILE_OPS
 from strata.files.lock import DirectoryLock
 from strata.format.checkpoint import Checkpoint
-from strata.index.dispatch import DispatchRequest
+from strata.index.dispatch_batch import DispatchBatch
 from strata.index.rebuild import CONSUMEQUEUE_DIR, INDEX_DIR, IndexBuilder, TopicsSnapshot
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport, recover
@@ -105,7 +105,7 @@ class IndexRebuild:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def build(self, batches: Iterable[Sequence[DispatchRequest]],
+    def build(self, batches: Iterable[DispatchBatch],
               on_batch: Callable[[int], None] | None = None) -> int:
         """Dispatch every record (batches in log order) into ``<store>/rebuild.tmp``; returns
         the number of records. ``on_batch(records so far)`` reports progress."""

@@ -2,8 +2,9 @@
 
 Three kinds of task, each looking at its own files only, so no shuffle is needed:
 
-* **segment** — every record of one commit-log segment (``strata.log.verify.SegmentWalk``:
-  lengths at both ends, magic, CRC32C, physical offset, footer), then for those records: the
+* **segment** — every record of one commit-log segment (``strata.index.segment_scan``: the
+  dispatch pipeline's reader plus CRC32C; lengths at both ends, magic, physical offset, footer),
+  then for those records: the
   consume-queue unit at each record's queue offset must point back at it (offset, size, tag
   hash), and the key-index entries in the segment's offset range must be exactly one per key
   (hash of ``topic#key``, offset, time delta).
@@ -31,15 +32,16 @@ from strata.format import key_index as kfmt
 from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
-from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, request_at
+from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK
+from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet
 from strata.log.commit_log import CommitLog
-from strata.log.verify import Problem, SegmentWalk
-from strata.spark.decode import HDR_DTYPE
+from strata.index.segment_scan import SegmentScan
+from strata.log.verify import Problem
+from strata.spark.decode import HDR_DTYPE, _rows
 
 MAX_PROBLEMS_PER_KIND = 100   # per task; the rest is summarised in one row
-_HDR = np.arange(rec.HEADER_SIZE, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,6 @@ def cq_file(topic: str, queue_id: int, queue_offset: int, units_per_file: int) -
 # --------------------------------------------------------------------------- segment task
 
 
-CHUNK_RECORDS = 65536   # records checked against queues and index at a time (bounds memory)
-
-
 def check_segment(path: str, file: str, limit: int, lim: Limits) -> tuple[list[Problem], TaskStats]:
     sink = ProblemSink()
     stats = TaskStats(file)
@@ -123,20 +122,12 @@ def check_segment(path: str, file: str, limit: int, lim: Limits) -> tuple[list[P
         return sink.finish(), stats
     indexes = _Indexes(lim, sink)
     try:
-        walk = SegmentWalk(seg, limit, file)
-        cache: dict[bytes, str] = {}
-        mm = seg.mm
-        reqs: list = []
-        for pos, _size in walk:
-            reqs.append(request_at(mm, HEADER_AREA + pos, cache))
-            if len(reqs) >= CHUNK_RECORDS:
-                indexes.check(reqs)
-                reqs = []
-        indexes.check(reqs)
-        walk.check_footer()
-        sink.extend(walk.problems)
-        stats.records, stats.bytes = walk.records, walk.checked_bytes
-        del reqs, mm
+        scan = SegmentScan(seg, limit, file)
+        for batch in scan.batches():
+            indexes.check(batch)
+        scan.check_footer()
+        sink.extend(scan.problems)
+        stats.records, stats.bytes = scan.records, scan.checked_bytes
     finally:
         indexes.close()
         seg.close()
@@ -164,13 +155,12 @@ class _Indexes:
                 self.sink.add("index", -1, "index-file", str(exc))
         return self._ki
 
-    def check(self, reqs: list) -> None:
-        if not reqs:
+    def check(self, batch: DispatchBatch) -> None:
+        if not len(batch):
             return
-        last = reqs[-1]
-        _check_units_of(reqs, self.lim, self.queues, self.sink)
-        _check_entries_of(reqs, reqs[0].commitlog_offset, last.commitlog_offset + last.size,
-                          self.lim, self.key_index, self.sink)
+        _check_units_of(batch, self.lim, self.queues, self.sink)
+        _check_entries_of(batch, int(batch.offsets[0]), batch.end, self.lim, self.key_index,
+                          self.sink)
 
     def close(self) -> None:
         self.queues.close()
@@ -178,25 +168,30 @@ class _Indexes:
             self._ki.close()
 
 
-def _check_units_of(reqs, lim: Limits, queues: ConsumeQueueSet, sink: ProblemSink) -> None:
+def _check_units_of(batch: DispatchBatch, lim: Limits, queues: ConsumeQueueSet,
+                    sink: ProblemSink) -> None:
     """Each record the dispatch pipeline puts in a consume queue has its unit there."""
-    groups: dict[tuple[str, int], list] = {}
-    topics, since, below = lim.topics, lim.since, lim.dispatched
-    for r in reqs:
-        if r.commitlog_offset >= below:
-            break
-        if r.topic not in topics or r.commitlog_offset < since.get(r.topic, 0):
-            continue
-        tx = r.sys_flag & TX_TYPE_MASK
-        if tx == TX_PREPARED or tx == TX_ROLLBACK:
-            continue
-        rows = groups.get((r.topic, r.queue_id))
-        if rows is None:
-            rows = groups[(r.topic, r.queue_id)] = []
-        rows.append((r.queue_offset, r.commitlog_offset, r.size, r.tag_hash))
-    for (topic, qid), rows in groups.items():
-        want = np.array(rows, dtype=np.int64)
-        qoff, phys, size, tag = want.T
+    offs = batch.offsets
+    tx = batch.sys_flags & TX_TYPE_MASK
+    keep = (offs < lim.dispatched) & (tx != TX_PREPARED) & (tx != TX_ROLLBACK)
+    for code, topic in enumerate(batch.topics):         # the TopicGate's rule
+        mine = batch.topic_codes == code
+        if topic not in lim.topics:
+            keep &= ~mine
+        else:
+            keep &= ~mine | (offs >= lim.since.get(topic, 0))
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return
+    key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
+    order = rows[np.argsort(key, kind="stable")]
+    key = (batch.topic_codes[order] << 32) | batch.queue_ids[order]
+    cuts = (np.flatnonzero(np.diff(key)) + 1).tolist()
+    for lo, hi in zip([0, *cuts], [*cuts, len(order)]):
+        part = order[lo:hi]
+        topic, qid = batch.topics[int(key[lo]) >> 32], int(key[lo]) & 0xFFFF_FFFF
+        qoff, phys = batch.queue_offsets[part], offs[part]
+        size, tag = batch.sizes[part], batch.tag_hashes[part]
         try:
             cq = queues.get(topic, qid)
         except CorruptStoreError as exc:
@@ -244,31 +239,28 @@ def _units_at(cq, qoff: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_entries_of(reqs, start: int, end: int, lim: Limits, key_index,
+def _check_entries_of(batch: DispatchBatch, start: int, end: int, lim: Limits, key_index,
                       sink: ProblemSink) -> None:
     """Key-index entries for the records in [start, end): one per key, right hash and time."""
     exp_p: list[int] = []
     exp_h: list[int] = []
     key_hash = kfmt.key_hash
-    for r in reqs:
-        if r.commitlog_offset >= lim.confirmed:
-            break
-        if not r.keys and r.uniq_key is None:
+    topics, codes = batch.topics, batch.topic_codes
+    offsets, sys_flags = batch.offsets, batch.sys_flags
+    for row, keys, uniq in batch.keyed:
+        if int(sys_flags[row]) & TX_TYPE_MASK == TX_ROLLBACK:
             continue
-        if r.sys_flag & TX_TYPE_MASK == TX_ROLLBACK:
-            continue
-        prefix = r.topic + "#"
-        p = r.commitlog_offset
-        for k in r.keys:
+        prefix = topics[int(codes[row])] + "#"
+        p = int(offsets[row])
+        for k in keys:
             exp_p.append(p)
             exp_h.append(key_hash(prefix + k))
-        if r.uniq_key is not None:
+        if uniq is not None:
             exp_p.append(p)
-            exp_h.append(key_hash(prefix + r.uniq_key))
+            exp_h.append(key_hash(prefix + uniq))
     ki = key_index() if exp_p or (Path(lim.root) / "index").is_dir() else None
     found = ki.entries_between(start, min(end, lim.confirmed)) if ki is not None else []
-    rec_phys = np.array([r.commitlog_offset for r in reqs], np.int64)
-    rec_ts = np.array([r.store_timestamp for r in reqs], np.int64)
+    rec_phys, rec_ts = batch.offsets, batch.store_timestamps
     got_p, got_h, got_file, got_num = [], [], [], []
     for name, base_ts, first, ents in found:
         file = f"index/{name}"
@@ -400,7 +392,7 @@ def _check_points_at(clog: CommitLog, tb: bytes, queue_id: int, qoff: np.ndarray
         seg = segs[si]
         data = np.frombuffer(seg.mm, np.uint8)
         pos = HEADER_AREA + phys[fits] - seg.base_offset
-        hdr = data[pos[:, None] + _HDR].view(HDR_DTYPE).ravel()
+        hdr = _rows(data, pos, rec.HEADER_SIZE).view(HDR_DTYPE).ravel()
         start = (hdr["magic"] == rec.MESSAGE_MAGIC) & (hdr["phys"] == phys[fits])
         hosts = np.where(hdr["sys_flag"] & rec.SYSFLAG_BORN_HOST_V6, 18, 6) + \
             np.where(hdr["sys_flag"] & rec.SYSFLAG_STORE_HOST_V6, 18, 6)
@@ -409,7 +401,7 @@ def _check_points_at(clog: CommitLog, tb: bytes, queue_id: int, qoff: np.ndarray
         if same.any() and tlen:
             tpos = np.where(same, pos + rec.HEADER_SIZE + hosts, 0)
             tpos = np.minimum(tpos, len(data) - tlen)
-            names = data[tpos[:, None] + np.arange(tlen)]
+            names = _rows(data, tpos, tlen)
             same &= (names == want_topic).all(axis=1)
         del data
         for j in np.flatnonzero(~same).tolist():

@@ -1,8 +1,8 @@
 """``rebuild-index``: rebuild a store's consume queues and key index from its commit log.
 
-One Spark task per commit-log segment walks the segment's records (each checked: lengths at
-both ends, magic, physical offset and — unless ``verify_crc=False`` — CRC32C) and writes their
-dispatch fields as an Arrow IPC file under ``<store>/rebuild.tmp/extract/`` (executors read the
+One Spark task per commit-log segment reads the segment's records with the dispatch pipeline's
+own reader (``strata.index.segment_scan``: lengths at both ends, magic, physical offset and —
+unless ``verify_crc=False`` — CRC32C) and writes their dispatch columns as an Arrow IPC file under ``<store>/rebuild.tmp/extract/`` (executors read the
 segments from the store's filesystem, so they can write next to it; only file names travel back
 to the driver): topic, queue id, queue offset, commit-log offset, size, tag hash, store time,
 system flag, keys and unique key. The driver feeds them in log order to the dispatch
@@ -50,52 +50,70 @@ def _arrow_schema():
                       ("uniq_key", pa.string())])
 
 
-def _to_batch(reqs: list, schema):
+def _to_arrow(batch, schema):
+    """A DispatchBatch as an Arrow record batch (keys and unique key only where present)."""
+    import numpy as np
     import pyarrow as pa
+
+    n = len(batch)
+    topics = pa.DictionaryArray.from_arrays(pa.array(batch.topic_codes, pa.int32()),
+                                            pa.array(batch.topics, pa.string()))
+    keys: list = [None] * n
+    uniq: list = [None] * n
+    for row, k, u in batch.keyed:
+        keys[row] = k
+        uniq[row] = u
     return pa.RecordBatch.from_arrays([
-        pa.array([r.commitlog_offset for r in reqs], pa.int64()),
-        pa.array([r.size for r in reqs], pa.int32()),
-        pa.array([r.topic for r in reqs], pa.string()),
-        pa.array([r.queue_id for r in reqs], pa.int32()),
-        pa.array([r.queue_offset for r in reqs], pa.int64()),
-        pa.array([r.tag_hash for r in reqs], pa.int64()),
-        pa.array([r.store_timestamp for r in reqs], pa.int64()),
-        pa.array([r.sys_flag for r in reqs], pa.int32()),
-        pa.array([r.keys for r in reqs], pa.list_(pa.string())),
-        pa.array([r.uniq_key for r in reqs], pa.string())], schema=schema)
+        pa.array(batch.offsets, pa.int64()), pa.array(batch.sizes.astype(np.int32)),
+        topics.cast(pa.string()), pa.array(batch.queue_ids.astype(np.int32)),
+        pa.array(batch.queue_offsets, pa.int64()), pa.array(batch.tag_hashes, pa.int64()),
+        pa.array(batch.store_timestamps, pa.int64()),
+        pa.array(batch.sys_flags.astype(np.int32)),
+        pa.array(keys, pa.list_(pa.string())), pa.array(uniq, pa.string())], schema=schema)
+
+
+def _from_arrow(rb):
+    """The DispatchBatch an Arrow record batch from ``_to_arrow`` holds."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from strata.index.dispatch_batch import DispatchBatch
+
+    topics = pc.dictionary_encode(rb.column(2))
+    keys, uniq = rb.column(8), rb.column(9)
+    rows = np.flatnonzero(pc.or_(pc.is_valid(keys), pc.is_valid(uniq)).to_numpy(
+        zero_copy_only=False))
+    keyed = []
+    if len(rows):
+        k_list = keys.take(rows).to_pylist()
+        u_list = uniq.take(rows).to_pylist()
+        keyed = [(int(r), k or [], u) for r, k, u in zip(rows.tolist(), k_list, u_list)]
+    col = lambda i: rb.column(i).to_numpy()  # noqa: E731
+    return DispatchBatch(topics.dictionary.to_pylist(), topics.indices.to_numpy(), col(3),
+                         col(4), col(0), col(1), col(5), col(6), col(7), keyed)
 
 
 def extract_segment(span, out_path: str, verify_crc: bool = True) -> tuple[int, list]:
-    """Write the dispatch fields of every record of one segment to ``out_path`` (an Arrow IPC
-    file); returns (records, problems). A damaged record ends the walk and is a problem."""
+    """Write the dispatch columns of every record of one segment to ``out_path`` (an Arrow
+    IPC file); returns (records, problems). A damaged record ends the scan and is a problem."""
     import pyarrow as pa
 
     from strata.files.segment import MappedSegment
-    from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
-    from strata.index.dispatch import request_at
-    from strata.log.verify import SegmentWalk
+    from strata.format.segment import KIND_COMMIT_LOG
+    from strata.index.segment_scan import SegmentScan
 
     schema = _arrow_schema()
     seg = MappedSegment.open(Path(span.path), KIND_COMMIT_LOG, readonly=True)
     tmp = out_path + ".tmp"
     try:
-        walk = SegmentWalk(seg, span.limit, span.file, verify_crc=verify_crc)
-        mm = seg.mm
-        cache: dict[bytes, str] = {}
-        reqs = []
+        scan = SegmentScan(seg, span.limit, span.file, verify_crc=verify_crc)
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for pos, _size in walk:
-                reqs.append(request_at(mm, HEADER_AREA + pos, cache))
-                if len(reqs) >= BATCH_RECORDS:
-                    writer.write_batch(_to_batch(reqs, schema))
-                    reqs = []
-            if reqs:
-                writer.write_batch(_to_batch(reqs, schema))
-        del mm
+            for batch in scan.batches(BATCH_RECORDS):
+                writer.write_batch(_to_arrow(batch, schema))
     finally:
         seg.close()
     Path(tmp).rename(out_path)
-    return walk.records, [(p.file, p.offset, p.kind, p.detail) for p in walk.problems]
+    return scan.records, [(p.file, p.offset, p.kind, p.detail) for p in scan.problems]
 
 
 def _extract_tasks(numbers, spans: list, work_dir: str, verify_crc: bool):
@@ -105,24 +123,18 @@ def _extract_tasks(numbers, spans: list, work_dir: str, verify_crc: bool):
         yield i, out, records, problems
 
 
-def _requests(files: list[str]):
-    """DispatchRequests in log order from the extracted files, in batches; each file is
-    deleted once read."""
+def _batches(files: list[str]):
+    """DispatchBatches in log order from the extracted files; each file is deleted once read."""
     import pyarrow as pa
-
-    from strata.index.dispatch import DispatchRequest
 
     for f in files:
         with pa.memory_map(f) as src:
             reader = pa.ipc.open_file(src)
             for k in range(reader.num_record_batches):
-                batch = reader.get_batch(k)
-                cols = [batch.column(i).to_pylist() for i in range(10)]
-                out = [DispatchRequest(topic, qid, qoff, phys, size, th, ts, keys or [], uniq, sf)
-                       for phys, size, topic, qid, qoff, th, ts, sf, keys, uniq in zip(*cols)]
-                if out:
-                    yield out
-                del batch, cols
+                batch = _from_arrow(reader.get_batch(k))
+                if len(batch):
+                    yield batch
+                del batch
             del reader
         Path(f).unlink()
 
@@ -181,7 +193,7 @@ def rebuild_index(spark, path: str | Path, *, verify_crc: bool = True, units_per
         t1 = time.perf_counter()
         summary.extract_seconds = round(t1 - t0, 3)
         progress.phase("writing consume queues and key index", total)
-        summary.records = rb.build(_requests(files), on_batch=progress.advance)
+        summary.records = rb.build(_batches(files), on_batch=progress.advance)
         progress.phase("swapping the new files in")
         rb.swap()
         summary.write_seconds = round(time.perf_counter() - t1, 3)
