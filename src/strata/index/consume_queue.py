@@ -278,6 +278,11 @@ class ConsumeQueue:
         rolled-back transactional records, so they can sit between real units: a binary search
         over units must judge a blank by the real unit after it, or it is not monotone.
         """
+        if n < hi:
+            unit = self.unit(n)
+            if unit[1] != BLANK_SIZE:      # the common case: one unit read
+                return n, unit
+            n += 1
         while n < hi:
             units = self.read_units(n, min(hi - n, 4096))
             if len(units) == 0:
