@@ -7,7 +7,6 @@ import pytest
 
 import strata
 import strata.format.consume_queue as cq_format
-import strata.index.dispatch as dispatch_mod
 import strata.index.dispatch_batch as dispatch_batch_mod
 import strata.store.message_store as ms_mod
 from strata.errors import CorruptStoreError, InvalidInputError
@@ -227,7 +226,7 @@ def colliding_tags(monkeypatch):
     def forced(tag):
         return real("red") if tag in ("red", "blue") else real(tag)
 
-    for mod in (cq_format, dispatch_mod, dispatch_batch_mod, ms_mod):
+    for mod in (cq_format, dispatch_batch_mod, ms_mod):
         monkeypatch.setattr(mod, "tag_hash", forced)
     return forced
 

@@ -143,14 +143,15 @@ def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
     """The records at ``positions`` (from ``walk_records``) of one segment, checked as
     ``check_record`` does without the CRC; the batch ends before the first bad record."""
     pos = np.asarray(positions, np.int64)
-    hdr = header_windows(mm, limit)[pos]
+    inside = pos + _MIN_RECORD <= limit
+    hdr = header_windows(mm, limit)[np.where(inside, pos, 0)]
     total = hdr["total"].astype(np.int64)
     sys_flag = hdr["sys_flag"].astype(np.int64)
     hosts = (np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
              + np.where(sys_flag & rec.SYSFLAG_STORE_HOST_V6, 18, 6))
     topic_len = hdr["topic_len"].astype(np.int64)
     props_len = hdr["props_len"].astype(np.int64)
-    good = total == (rec.HEADER_SIZE + hosts + topic_len + props_len
+    good = inside & (total == rec.HEADER_SIZE + hosts + topic_len + props_len
                      + hdr["body_len"].astype(np.int64) + rec.TRAILER_SIZE)
     good &= hdr["magic"] == rec.MESSAGE_MAGIC
     good &= hdr["phys"] == pos - HEADER_AREA + base_offset
@@ -190,6 +191,7 @@ def read_batch(clog, start: int, limit: int, max_records: int,
         return empty, start
     seg, rel = loc
     end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
+    batch = None
     appended = clog.recent_appends.pop(seg.base_offset + rel, None)
     if appended is not None:  # offsets the writer just appended: no need to walk the log
         mine = appended[:min(max_records, int(np.searchsorted(
@@ -198,17 +200,17 @@ def read_batch(clog, start: int, limit: int, max_records: int,
             rest = appended[len(mine):]
             clog.recent_appends[int(rest[0])] = rest
         positions, blank = (mine - seg.base_offset + HEADER_AREA).tolist(), False
-        if not positions:
-            positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
-    else:
+        if positions:
+            batch = read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
+    if not batch:  # no hint, or one the headers contradict: walk the log
         positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
-    if not positions:
-        if blank and seg.end_offset <= limit:
-            return empty, seg.end_offset  # the rest of this segment is a blank record
-        return empty, seg.base_offset + rel
-    batch = read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
-    if not len(batch):
-        return batch, seg.base_offset + rel
+        if not positions:
+            if blank and seg.end_offset <= limit:
+                return empty, seg.end_offset  # the rest of this segment is a blank record
+            return empty, seg.base_offset + rel
+        batch = read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
+        if not batch:
+            return batch, seg.base_offset + rel
     nxt = batch.end
     if blank and len(batch) == len(positions) and nxt < seg.end_offset <= limit:
         nxt = seg.end_offset
