@@ -1,0 +1,234 @@
+"""Spark read throughput of the strata data source against Parquet, and the maintenance jobs.
+
+    .venv/bin/python bench/spark_read.py [--rows 2000000] [--size 100] [--runs 3] [--job-runs 2]
+                                         [--queues 8,2] [--only read,jobs] [--segment-mib 64]
+                                         [--dir D]
+
+One JSON object per line:
+
+* ``build``: one store per ``--queues`` count (``--rows`` messages of ``--size`` distinct random
+  bytes, one topic, ``--segment-mib`` segments) and a Parquet copy of the first store's rows
+  (written once, from the strata read, snappy, so both hold the same columns and bytes).
+* ``read``: ``spark.read.format("strata") ... .write.format("noop")`` per store and
+  ``spark.read.parquet(...).write.format("noop")`` on ``local[2]``; the noop sink materialises
+  every column, unlike ``count()``. Best of ``--runs`` after one warm-up run each. The strata
+  source makes one Spark task per queue, so the queue count is the task count.
+* ``read`` with ``source: python_ds_ceiling``: a throwaway Python data source with the strata
+  schema and the same partitions (one per queue) that yields one pre-built 65,536-row Arrow
+  batch (random 100-byte values) over and over: what Spark's Python data source path costs
+  with no store access and no decoding at all, i.e. the most any Python source can reach.
+* ``ratio``: strata rows/s ÷ Parquet rows/s (target ≥ 0.8), and strata ÷ the ceiling.
+* ``jobs``: ``verify`` and ``rebuild-index`` MB/s of commit log (first store) on ``local[1]``
+  and ``local[2]`` (best of ``--job-runs``, after a warm-up), and the local[2] ÷ local[1] ratio.
+
+Nothing asserts a time; scratch data lives in a fresh directory that is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import strata
+
+TOPIC = "bench"
+
+
+def emit(**kw) -> None:
+    print(json.dumps({"bench": "spark_read", **kw}), flush=True)
+
+
+def build_store(path: Path, rows: int, size: int, segment_mib: int, queues: int) -> float:
+    cfg = strata.StoreConfig(segment_size=segment_mib << 20, prefault=False)
+    t0 = time.perf_counter()
+    with strata.open(path, cfg) as store:
+        store.create_topic(TOPIC, queues=queues)
+        batch = 4096
+        for i in range(0, rows, batch):
+            n = min(batch, rows - i)
+            blob = os.urandom(n * size)       # every body distinct: Parquet cannot dedupe them
+            store.put_batch([strata.Message(TOPIC, blob[j * size:(j + 1) * size])
+                             for j in range(n)])
+        store.wait_dispatched()
+    return time.perf_counter() - t0
+
+
+def session(master: str):
+    from strata.spark.jobs import spark_session
+    return spark_session(master, "strata-bench")
+
+
+def best(fn, runs: int) -> float:
+    fn()                                   # warm-up: Python workers, page cache, JIT
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def log_bytes(path: Path) -> int:
+    from strata.spark.geometry import open_readonly
+    store = open_readonly(path)
+    try:
+        return store.confirmed_offset() - store.log.min_offset()
+    finally:
+        store.close()
+
+
+def ceiling_source(rows: int, size: int, queues: int):
+    """A Python data source shaped like strata's (schema, one partition per queue) whose reads
+    cost nothing: every partition yields the same pre-built batch."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from strata.spark.schema import read_schema
+
+    per_queue = rows // queues
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, schema):
+            self.schema = schema
+
+        def partitions(self):
+            return [InputPartition(q) for q in range(queues)]
+
+        def read(self, partition):
+            import numpy as np
+            import pyarrow as pa
+
+            from strata.spark.schema import arrow_schema
+            n = 65536
+            sch = arrow_schema(self.schema)
+            offsets = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * size).tobytes())
+            value = pa.Array.from_buffers(pa.binary(), n, [None, offsets,
+                                                           pa.py_buffer(os.urandom(n * size))])
+            topic = pa.array([TOPIC] * n, pa.string())
+            key = pa.nulls(n, pa.binary())
+            ts = pa.array(np.full(n, 1_700_000_000_000_000, np.int64)).cast(sch.field(5).type)
+            batch = pa.RecordBatch.from_arrays(
+                [key, value, topic, pa.array(np.full(n, partition.value, np.int32)),
+                 pa.array(np.arange(n, dtype=np.int64)), ts,
+                 pa.array(np.ones(n, np.int32))], schema=sch)
+            left = per_queue
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls):
+            return f"strata_bench_ceiling_{queues}"
+
+        def schema(self):
+            return read_schema()
+
+        def reader(self, schema):
+            return CeilingReader(schema)
+
+    return Ceiling
+
+
+def bench_read(stores: dict[int, Path], parquet: Path, rows: int, size: int,
+               runs: int) -> None:
+    spark = session("local[2]")
+    for q in stores:
+        spark.dataSource.register(ceiling_source(rows, size, q))
+    try:
+        def strata_read(store):
+            return (spark.read.format("strata").option("path", str(store))
+                    .option("subscribe", TOPIC).load())
+        first = next(iter(stores.values()))
+        t0 = time.perf_counter()
+        strata_read(first).write.mode("overwrite").parquet(str(parquet))
+        emit(case="build", what="parquet", rows=rows, seconds=round(time.perf_counter() - t0, 2),
+             MB=round(sum(p.stat().st_size for p in parquet.rglob("*.parquet")) / 1e6, 1))
+        p = best(lambda: spark.read.parquet(str(parquet)).write.format("noop")
+                 .mode("overwrite").save(), runs)
+        parts = spark.read.parquet(str(parquet)).rdd.getNumPartitions()
+        emit(case="read", source="parquet", master="local[2]", rows=rows, tasks=parts,
+             seconds=round(p, 3), rows_s=round(rows / p))
+        for q, store in stores.items():
+            s = best(lambda: strata_read(store).write.format("noop").mode("overwrite").save(),
+                     runs)
+            emit(case="read", source="strata", queues=q, tasks=q, master="local[2]", rows=rows,
+                 seconds=round(s, 3), rows_s=round(rows / s))
+            c = best(lambda: spark.read.format(f"strata_bench_ceiling_{q}").load()
+                     .write.format("noop").mode("overwrite").save(), runs)
+            emit(case="read", source="python_ds_ceiling", tasks=q, master="local[2]",
+                 rows=rows // q * q, seconds=round(c, 3), rows_s=round(rows // q * q / c))
+            emit(case="ratio", queues=q, strata_over_parquet=round(p / s, 3), target=0.8,
+                 met=p / s >= 0.8, strata_over_ceiling=round(c / s, 3),
+                 ceiling_over_parquet=round(p / c, 3))
+    finally:
+        spark.stop()
+
+
+def bench_jobs(store: Path, runs: int) -> None:
+    from strata.spark.jobs import rebuild_index, verify
+
+    mb = log_bytes(store) / 1e6
+    rates: dict[tuple[str, str], float] = {}
+    for master in ("local[1]", "local[2]"):
+        spark = session(master)
+        try:
+            def run_verify():
+                r = verify(spark, store)
+                assert r.ok, r.problems[:3]
+            v = best(run_verify, runs)
+            r = best(lambda: rebuild_index(spark, store), runs)
+        finally:
+            spark.stop()
+        for job, sec in (("verify", v), ("rebuild-index", r)):
+            rates[(job, master)] = mb / sec
+            emit(case="job", job=job, master=master, log_MB=round(mb, 1), seconds=round(sec, 3),
+                 MBps=round(mb / sec, 1))
+    for job in ("verify", "rebuild-index"):
+        emit(case="job_scaling", job=job,
+             local2_over_local1=round(rates[(job, "local[2]")] / rates[(job, "local[1]")], 3))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--job-runs", type=int, default=2)
+    ap.add_argument("--queues", default="8,2", help="one store per queue count")
+    ap.add_argument("--segment-mib", type=int, default=64)
+    ap.add_argument("--only", default="read,jobs")
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    scratch = Path(tempfile.mkdtemp(prefix="strata-spark-bench-", dir=args.dir))
+    try:
+        import pyspark
+        emit(case="env", python=platform.python_version(), pyspark=pyspark.__version__,
+             cpus=os.cpu_count(), rows=args.rows, size=args.size, runs=args.runs,
+             job_runs=args.job_runs, queues=args.queues,
+             segment_mib=args.segment_mib,
+             start_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        counts = [int(q) for q in args.queues.split(",")]
+        stores = {}
+        for q in counts if "read" in only else counts[:1]:
+            stores[q] = scratch / f"store-{q}"
+            secs = build_store(stores[q], args.rows, args.size, args.segment_mib, q)
+            emit(case="build", what="store", queues=q, rows=args.rows, seconds=round(secs, 2),
+                 log_MB=round(log_bytes(stores[q]) / 1e6, 1))
+        if "read" in only:
+            bench_read(stores, scratch / "parquet", args.rows, args.size, args.runs)
+        if "jobs" in only:
+            bench_jobs(stores[counts[0]], args.job_runs)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
