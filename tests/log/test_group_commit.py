@@ -23,6 +23,7 @@ def test_released_producers_share_the_next_fsync():
         return target
 
     gc = GroupCommitService(fake_fsync, timeout_ms=5000)
+    gc.MAX_GATHER_S = 1.0  # generous, so a loaded machine's slow thread wake-ups still gather
     gc.start(0)
     producers, rounds = 8, 30
     start = threading.Barrier(producers)
@@ -47,7 +48,7 @@ def test_released_producers_share_the_next_fsync():
     assert sum(groups) == producers * rounds
     # without gathering, the first producer back starts the next fsync alone and the rest
     # follow in another (groups alternate 1 and 7: 4 on average); gathered, they come as 8
-    assert producers * rounds / gc.fsyncs >= 6, groups
+    assert producers * rounds / gc.fsyncs >= 7, groups
     assert gc.gathers > 0
 
 

@@ -7,6 +7,7 @@ unsynced bytes, tear writes and fill the disk without root tricks.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -95,11 +96,17 @@ class FileOps:
             pass
 
     def prefault(self, mm: mmap.mmap, start: int, end: int) -> None:
-        """Touch pages ahead of the writer so the put path does not pay first-touch faults."""
-        # madvise holds the GIL for its whole duration: work in small chunks and yield between
-        # them, so producers are not stalled while the next segment is being prepared.
-        chunk = 4 << 20
+        """Touch pages ahead of the writer so the put path does not pay first-touch faults.
+
+        ``mmap.madvise`` holds the GIL for its whole duration, so libc's madvise is called
+        through ctypes, which releases it: a segment is pre-faulted on another core while
+        producers keep appending. Without that (no libc, or a kernel without
+        MADV_POPULATE_WRITE) pages are touched one by one in small chunks.
+        """
         pos = start - start % PAGE
+        if _populate_write(mm, pos, end - pos):
+            return
+        chunk = 4 << 20
         while pos < end:
             n = min(chunk, end - pos)
             try:
@@ -109,6 +116,39 @@ class FileOps:
                     mm[off] = mm[off]
             pos += n
             time.sleep(0)
+
+
+def _load_madvise():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _load_madvise()
+
+
+def _populate_write(mm: mmap.mmap, pos: int, length: int) -> bool:
+    """MADV_POPULATE_WRITE on ``mm[pos:pos + length]`` without the GIL; False if unavailable."""
+    if _MADVISE is None or length <= 0 or mm.closed:
+        return _MADVISE is not None and length <= 0
+    try:
+        anchor = ctypes.c_char.from_buffer(mm)  # the mapping's address (a brief buffer export)
+    except (TypeError, ValueError, BufferError):
+        return False
+    base = ctypes.addressof(anchor)
+    del anchor
+    chunk = 64 << 20
+    while length > 0:
+        n = min(chunk, length)
+        if _MADVISE(base + pos, n, MADV_POPULATE_WRITE) != 0:
+            return False  # e.g. EINVAL on kernels before 5.14: the caller touches pages
+        pos += n
+        length -= n
+    return True
 
 
 DEFAULT_FILE_OPS = FileOps()
