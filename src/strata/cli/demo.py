@@ -178,7 +178,8 @@ def spark_step(directory: str, start: dict, end: dict, store_counts: Counter,
             ending.setdefault(t, {})[str(q)] = off
         t1 = time.perf_counter()
         with console.status("Spark: counting messages per topic and tag"):
-            df = (spark.read.format("strata").option("path", str(directory))
+            df = (spark.read.format("strata").schema("topic string, tags string")  # decode only these
+                  .option("path", str(directory))
                   .option("subscribe", ",".join(sorted(per_topic)))
                   .option("startingOffsets", json.dumps(per_topic, sort_keys=True))
                   .option("endingOffsets", json.dumps(ending, sort_keys=True))
