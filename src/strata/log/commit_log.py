@@ -94,12 +94,8 @@ class CommitLog:
         All or nothing: if a new segment cannot be created (disk full), the bytes this batch
         wrote are zeroed again and the error propagates, so the log is as before.
         """
-        seg = self.segments.last()
-        if seg is None or seg.wrote + BLANK_MIN > seg.data_size or seg.sealed:
-            seg = self._next_segment(seg)
-        start_seg, start_pos, start_count = seg, seg.wrote, seg.record_count
-        start_min_ts, start_max_ts = seg.min_store_timestamp, seg.max_store_timestamp
-        batch_start = seg.base_offset + seg.wrote
+        seg = self._open_segment()
+        undo = self._undo_point(seg)
         pack_header = rec.HEADER.pack_into
         pack_u32 = rec.U32.pack_into
         magic = rec.MESSAGE_MAGIC
@@ -133,8 +129,7 @@ class CommitLog:
                 pos += total
                 count += 1
         except BaseException:
-            self._undo(start_seg, start_pos, start_count, start_min_ts, start_max_ts, rolled,
-                       batch_start)
+            self._undo(undo)
             raise
         self._account(seg, count, store_ts)
         seg.wrote = pos
@@ -151,12 +146,8 @@ class CommitLog:
         (each whole record with its fixed header zeroed).
         Returns the physical offsets. All or nothing, as ``append_batch``."""
         n = len(headers)
-        seg = self.segments.last()
-        if seg is None or seg.wrote + BLANK_MIN > seg.data_size or seg.sealed:
-            seg = self._next_segment(seg)
-        start_seg, start_pos, start_count = seg, seg.wrote, seg.record_count
-        start_min_ts, start_max_ts = seg.min_store_timestamp, seg.max_store_timestamp
-        batch_start = seg.base_offset + seg.wrote
+        seg = self._open_segment()
+        undo = self._undo_point(seg)
         headers["store_ts"] = store_ts
         ends = np.cumsum(headers["total"].astype(np.int64))  # end of record i, batch-relative
         rolled: list[MappedSegment] = []
@@ -181,8 +172,7 @@ class CommitLog:
                 self._account(seg, fit, store_ts)
                 done += fit
         except BaseException:
-            self._undo(start_seg, start_pos, start_count, start_min_ts, start_max_ts, rolled,
-                       batch_start)
+            self._undo(undo)
             raise
         for s in rolled:
             s.committed = s.data_size
@@ -207,9 +197,23 @@ class CommitLog:
             seg.record_count += count
             seg.max_store_timestamp = store_ts
 
-    def _undo(self, seg: MappedSegment, pos: int, count: int, min_ts: int, max_ts: int,
-              rolled: list[MappedSegment], batch_start: int) -> None:
-        """Forget a half-written batch: zero its bytes and restore positions."""
+    def _open_segment(self) -> MappedSegment:
+        """The segment the next record goes to (a new one if the last is full or sealed)."""
+        seg = self.segments.last()
+        if seg is None or seg.wrote + BLANK_MIN > seg.data_size or seg.sealed:
+            seg = self._next_segment(seg)
+        return seg
+
+    @staticmethod
+    def _undo_point(seg: MappedSegment) -> tuple:
+        """What ``_undo`` needs to forget a batch that starts now in ``seg``."""
+        return (seg, seg.wrote, seg.record_count, seg.min_store_timestamp,
+                seg.max_store_timestamp, seg.base_offset + seg.wrote)
+
+    def _undo(self, point: tuple) -> None:
+        """Forget a half-written batch: drop segments it rolled into, zero its bytes, restore
+        positions and footer statistics."""
+        seg, pos, count, min_ts, max_ts, batch_start = point
         self.segments.truncate(batch_start)
         seg.zero(pos, seg.data_size)
         seg.wrote = seg.committed = pos
