@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from strata.errors import CorruptStoreError, InvalidInputError
@@ -23,9 +24,11 @@ class TopicTable:
         self.file_ops = file_ops
         self.queues: dict[str, int] = {}
         self.since: dict[str, int] = {}   # commit-log offset at which the topic was created
+        self._loaded_stamp: tuple | None = None  # (inode, mtime, size) of the file last read
 
     def load(self) -> None:
         try:
+            st = os.stat(self.path)
             raw = self.path.read_text("utf-8")
         except FileNotFoundError:
             return
@@ -35,10 +38,16 @@ class TopicTable:
             self.since = {str(t): int(v.get("since", 0)) for t, v in data["topics"].items()}
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptStoreError(f"{self.path}: unreadable topic table ({exc})") from None
+        self._loaded_stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def reload(self) -> None:
-        """Read-only openers: pick up topics the writer created since."""
-        if self.path.exists():
+        """Read-only openers: pick up topics the writer created since. The writer replaces the
+        file on every change, so an unchanged (inode, mtime, size) means nothing to read."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if (st.st_ino, st.st_mtime_ns, st.st_size) != self._loaded_stamp:
             self.load()
 
     def save(self) -> None:
