@@ -35,3 +35,26 @@ def test_gather_equals_slicing(case):
     assert _gather(data, starts, lens, offsets, int(offsets[-1])).tobytes() == want
     arr = _binary(data, starts, lens)
     assert arr.to_pylist() == [data[s:s + k].tobytes() for s, k in zip(starts, lens)]
+
+
+def test_read_range_key_column_with_and_without_properties(tmp_path):
+    import strata
+    from strata.spark.planning import QueueRange
+    from strata.spark.schema import arrow_schema, read_schema
+    from strata.spark.source import read_range
+
+    path = tmp_path / "s"
+    with strata.open(path, strata.StoreConfig(prefault=False)) as store:
+        store.create_topic("plain", queues=1)
+        store.create_topic("mixed", queues=1)
+        store.put_batch([strata.Message("plain", b"p%d" % i) for i in range(50)])
+        store.put_batch([strata.Message("mixed", b"m%d" % i,
+                                        keys=(f"k{i}",) if i % 2 else (),
+                                        tags="t" if i % 3 else None) for i in range(50)])
+        store.wait_dispatched()
+    schema = arrow_schema(read_schema())
+    plain = [b for b in read_range(str(path), QueueRange("plain", 0, 0, 50), schema, 64)]
+    assert plain[0].column(0).null_count == 50
+    assert plain[0].column(1).to_pylist() == [b"p%d" % i for i in range(50)]
+    mixed = [b for b in read_range(str(path), QueueRange("mixed", 0, 0, 50), schema, 64)]
+    assert mixed[0].column(0).to_pylist() == [b"k%d" % i if i % 2 else None for i in range(50)]

@@ -107,6 +107,8 @@ class Chunk:
     def key(self) -> pa.Array:
         """The first message key: KEYS is always the first properties entry when present."""
         has = self.props_len >= 8
+        if not has.any():                       # no properties at all: every key is null
+            return pa.nulls(self.n, pa.binary())
         p = np.where(has, self.props_start, 0)
         name = _rows(self.data, p, 6)
         has &= (name == _KEYS_NAME).all(axis=1)
