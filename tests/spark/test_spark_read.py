@@ -8,7 +8,7 @@ import pytest
 
 import strata
 from strata.spark.options import OptionError, parse_read_options
-from strata.spark.planning import QueueRange, split_ranges
+from strata.spark.planning import QueueRange, plan_tasks, split_ranges
 
 pytestmark = pytest.mark.spark
 
@@ -125,6 +125,15 @@ def test_min_partitions_and_small_batches_keep_every_row_once(spark, store_dir):
             [(m.queue_offset, m.body) for m in want]
 
 
+def test_small_queues_share_a_task_and_keep_every_row_once(spark, store_dir):
+    df = read(spark, store_dir, subscribe="orders,audit", maxRecordsPerBatch="211")
+    assert df.rdd.getNumPartitions() == 1   # 5 small queue ranges packed into one task
+    rows = by_queue(df.collect())
+    for t, q in [("orders", 0), ("orders", 1), ("orders", 2), ("audit", 0), ("audit", 1)]:
+        assert [(r.queue_offset, bytes(r.value)) for r in rows[(t, q)]] == \
+            [(m.queue_offset, m.body) for m in expected(store_dir, t, q)]
+
+
 def test_user_schema_subset(spark, store_dir):
     df = (spark.read.format("strata").schema("queue_offset long, value binary")
           .option("path", str(store_dir)).option("assign", '{"audit": [0]}').load())
@@ -171,6 +180,15 @@ def test_split_honours_min_partitions_without_losing_offsets():
         assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
         assert all(p[1] > p[0] for p in mine)
     assert not [p for p in parts if p.queue_id == 2]
+
+
+def test_tasks_pack_small_ranges_unless_min_partitions_asks_for_more():
+    ranges = [QueueRange("t", q, 0, n) for q, n in enumerate((600, 300, 250, 900, 2000, 0))]
+    packed = plan_tasks(ranges, None, 1000)
+    assert sorted(sum(r.size for r in task) for task in packed) == [250, 900, 900, 2000]
+    assert sorted((r.queue_id, r.start, r.end) for task in packed for r in task) == \
+        [(q, 0, n) for q, n in enumerate((600, 300, 250, 900, 2000))]
+    assert [len(t) for t in plan_tasks(ranges, 9, 1000)] == [1] * 9  # Kafka-like split
 
 
 def test_option_parsing_defaults():

@@ -25,7 +25,8 @@ from strata.spark.planning import QueueRange
 from strata.spark.schema import read_schema
 from strata.spark.stream_read import (DataLoss, DataLossError, StrataStreamReader,
                                       handle_losses, offsets_from_json, offsets_to_json,
-                                      pack_ranges, reconcile, should_wait, split_limit)
+                                      reconcile, should_wait, split_limit)
+from strata.spark.planning import pack_ranges
 
 from conftest import small_store_config
 

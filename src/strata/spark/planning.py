@@ -150,3 +150,33 @@ def split_ranges(ranges: list[QueueRange], min_partitions: int | None) -> list[Q
             out.append(QueueRange(r.topic, r.queue_id, s, e))
             s = e
     return out
+
+
+def pack_ranges(ranges: list[QueueRange], max_rows: int) -> list[list[QueueRange]]:
+    """Group queue ranges into tasks of at most ``max_rows`` offsets (first fit, largest range
+    first); a range that big or bigger is a task of its own. Empty ranges are dropped; every
+    range lands in exactly one task."""
+    groups: list[list[QueueRange]] = []
+    sizes: list[int] = []
+    for r in sorted((r for r in ranges if r.size > 0), key=lambda r: (-r.size, r.topic,
+                                                                      r.queue_id)):
+        for i, used in enumerate(sizes):
+            if used + r.size <= max_rows:
+                groups[i].append(r)
+                sizes[i] += r.size
+                break
+        else:
+            groups.append([r])
+            sizes.append(r.size)
+    return groups
+
+
+def plan_tasks(ranges: list[QueueRange], min_partitions: int | None,
+               task_rows: int) -> list[list[QueueRange]]:
+    """The Spark tasks of a read: with ``minPartitions``, ranges split until there are that
+    many (one range per task, as Kafka); without, small ranges packed together up to
+    ``task_rows`` offsets per task, since every task of a Python data source has a fixed cost
+    (tens of ms) that many small tasks would pay again and again."""
+    if min_partitions:
+        return [[r] for r in split_ranges(ranges, min_partitions)]
+    return pack_ranges(ranges, task_rows)

@@ -7,14 +7,13 @@ driver-side write commit (see write.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from strata.spark.options import OptionError, parse_read_options, parse_write_options
-from strata.spark.planning import QueueRange, resolve_ranges, split_ranges
+from strata.spark.planning import QueueRange, plan_tasks, resolve_ranges
 from strata.spark.pushdown import PushFiltersHook
 from strata.spark.schema import ALL_COLUMNS, arrow_schema, read_schema
 
@@ -54,17 +53,17 @@ class StrataDataSource(DataSource):
         return StrataStreamReader(parse_stream_read_options(self.options), schema)
 
 
-@dataclass
-class QueuePartition(InputPartition):
-    """One Spark task: offsets [start, end) of one queue."""
-    topic: str
-    queue_id: int
-    start: int
-    end: int
+# Without minPartitions, a batch read packs queue ranges into tasks of up to this many offsets
+# (a range that is larger is a task of its own): each Python data source task costs tens of ms.
+BATCH_TASK_ROWS = 1_000_000
 
-    def __init__(self, topic: str, queue_id: int, start: int, end: int) -> None:
-        self.topic, self.queue_id, self.start, self.end = topic, queue_id, start, end
-        self.value = (topic, queue_id, start, end)
+
+class RangesPartition(InputPartition):
+    """One Spark task: offsets [start, end) of one or more queues (``ranges``)."""
+
+    def __init__(self, ranges) -> None:
+        self.ranges = tuple(ranges)
+        self.value = tuple((r.topic, r.queue_id, r.start, r.end) for r in self.ranges)
 
 
 class StrataBatchReader(DataSourceReader):
@@ -91,17 +90,23 @@ class StrataBatchReader(DataSourceReader):
             ranges = resolve_ranges(store, self.o, self.pushed)
         finally:
             store.close()
-        return [QueuePartition(r.topic, r.queue_id, r.start, r.end)
-                for r in split_ranges(ranges, self.o.min_partitions)]
+        return [RangesPartition(g)
+                for g in plan_tasks(ranges, self.o.min_partitions, BATCH_TASK_ROWS)]
 
     def read(self, partition) -> Iterator:
-        if not isinstance(partition, QueuePartition):  # Spark's stand-in for "no partitions"
-            return iter(())
-        return read_range(self.o.path, QueueRange(partition.topic, partition.queue_id,
-                                                  partition.start, partition.end),
-                          arrow_schema(self.schema), self.o.max_records_per_batch,
-                          self.o.fail_on_data_loss,
-                          tag_hashes=self.pushed.tag_hashes if self.pushed else None)
+        return read_ranges(self.o.path, partition, arrow_schema(self.schema),
+                           self.o.max_records_per_batch, self.o.fail_on_data_loss,
+                           tag_hashes=self.pushed.tag_hashes if self.pushed else None)
+
+
+def read_ranges(path: str, partition, schema, batch_rows: int, fail_on_data_loss: bool = True,
+                *, tag_hashes=None) -> Iterator:
+    """The record batches of a task: each of its queue ranges in turn."""
+    if not isinstance(partition, RangesPartition):  # Spark's stand-in for "no partitions"
+        return iter(())
+    return (batch for r in partition.ranges
+            for batch in read_range(path, r, schema, batch_rows, fail_on_data_loss,
+                                    tag_hashes=tag_hashes))
 
 
 def read_range(path: str, r: QueueRange, schema, batch_rows: int,

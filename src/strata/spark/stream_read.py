@@ -25,7 +25,9 @@ from pyspark.sql.types import StructType
 
 from strata.errors import InvalidInputError, StrataError
 from strata.spark.options import OptionError, StreamReadOptions
-from strata.spark.planning import QueueRange, resolve_ranges, selected_queues, split_ranges
+from strata.spark.planning import (QueueRange, plan_tasks, resolve_ranges,
+                                  selected_queues)
+from strata.spark.source import RangesPartition, read_ranges
 from strata.spark.schema import ALL_COLUMNS, arrow_schema
 
 log = logging.getLogger(__name__)
@@ -95,25 +97,6 @@ def split_limit(start: Mapping[QueueKey, int], available: Mapping[QueueKey, int]
 # A micro-batch of a trickle touches many queues with a few offsets each; one Spark task per
 # queue would cost more than the reading. Ranges below this many offsets share tasks.
 SHARED_TASK_ROWS = 65_536
-
-
-def pack_ranges(ranges: list[QueueRange], max_rows: int) -> list[list[QueueRange]]:
-    """Group queue ranges into tasks of at most ``max_rows`` offsets (first fit, largest range
-    first); a range that big or bigger is a task of its own. Empty ranges are dropped; every
-    range lands in exactly one task."""
-    groups: list[list[QueueRange]] = []
-    sizes: list[int] = []
-    for r in sorted((r for r in ranges if r.size > 0), key=lambda r: (-r.size, r.topic,
-                                                                      r.queue_id)):
-        for i, used in enumerate(sizes):
-            if used + r.size <= max_rows:
-                groups[i].append(r)
-                sizes[i] += r.size
-                break
-        else:
-            groups.append([r])
-            sizes.append(r.size)
-    return groups
 
 
 def should_wait(new_rows: int, min_rows: int, since_last_batch_ms: int,
@@ -197,16 +180,6 @@ def handle_losses(losses: list[DataLoss], fail_on_data_loss: bool) -> None:
 
 
 # ------------------------------------------------------------------ the Spark stream reader
-
-@dataclass
-class StreamPartition(InputPartition):
-    """One Spark task of a micro-batch: offsets [start, end) of one or more queues."""
-    ranges: tuple[QueueRange, ...]
-
-    def __init__(self, ranges) -> None:
-        self.ranges = tuple(ranges)
-        self.value = tuple((r.topic, r.queue_id, r.start, r.end) for r in self.ranges)
-
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
@@ -358,21 +331,12 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         handle_losses(losses, self.o.read.fail_on_data_loss)
         ranges = [QueueRange(t, q, effective[(t, q)], stop[(t, q)]) for t, q in sorted(stop)
                   if (t, q) in effective and stop[(t, q)] > effective[(t, q)]]
-        if self.o.read.min_partitions:
-            groups = [[r] for r in split_ranges(ranges, self.o.read.min_partitions)]
-        else:
-            groups = pack_ranges(ranges, SHARED_TASK_ROWS)
-        return [StreamPartition(g) for g in groups]
+        return [RangesPartition(g)
+                for g in plan_tasks(ranges, self.o.read.min_partitions, SHARED_TASK_ROWS)]
 
     def read(self, partition) -> Iterator:
-        from strata.spark.source import read_range
-        if not isinstance(partition, StreamPartition):
-            return iter(())
-        schema = arrow_schema(self.schema)
-        return (batch for r in partition.ranges
-                for batch in read_range(self.o.read.path, r, schema,
-                                        self.o.read.max_records_per_batch,
-                                        self.o.read.fail_on_data_loss))
+        return read_ranges(self.o.read.path, partition, arrow_schema(self.schema),
+                           self.o.read.max_records_per_batch, self.o.read.fail_on_data_loss)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: strata keeps no consumer state for Spark; the checkpoint is the truth."""
