@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import filecmp
 import json
-import os
 import shutil
 import struct
 from pathlib import Path

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-import strata
 from strata.spark.options import OptionError, parse_read_options
 from strata.spark.planning import QueueRange, plan_tasks, split_ranges
 

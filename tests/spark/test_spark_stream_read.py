@@ -21,14 +21,13 @@ import strata
 from strata.errors import InvalidInputError
 from strata.spark.options import (DEFAULT_MAX_TRIGGER_DELAY_MS, OptionError,
                                   parse_stream_read_options)
-from strata.spark.planning import QueueRange
+from strata.spark.planning import QueueRange, pack_ranges
 from strata.spark.schema import read_schema
-from strata.spark.stream_read import (DataLoss, DataLossError, StrataStreamReader,
-                                      handle_losses, offsets_from_json, offsets_to_json,
-                                      reconcile, should_wait, split_limit)
-from strata.spark.planning import pack_ranges
+from strata.spark.stream_read import (DataLossError, StrataStreamReader, handle_losses,
+                                      offsets_from_json, offsets_to_json, reconcile,
+                                      should_wait, split_limit)
 
-from conftest import small_store_config
+from spark_support import small_store_config
 
 pytestmark = pytest.mark.spark
 

@@ -23,19 +23,9 @@ from strata.spark.sink_ledger import (ENTRY_SIZE, SINKS_DIR, LedgerEntry, SinkLe
                                       encode_entry)
 from strata.spark.stream_write import ReusedCheckpointError, commit_batch, sink_id
 
+from spark_support import all_messages
+
 pytestmark = pytest.mark.spark
-
-
-def all_messages(path, topic):
-    with open_readonly(path) as store:
-        out = []
-        for q in range(store.queue_count(topic)):
-            off = store.min_offset(topic, q)
-            while off < store.max_offset(topic, q):
-                got = store.get(topic, q, off, max_messages=256)
-                out += got.messages
-                off = got.next_offset
-        return out
 
 
 def write_json(directory: Path, name: str, rows: list[dict]) -> None:

@@ -11,19 +11,9 @@ import pytest
 import strata
 from strata.spark.geometry import open_readonly
 
+from spark_support import all_messages
+
 pytestmark = pytest.mark.spark
-
-
-def all_messages(path, topic):
-    with open_readonly(path) as store:
-        out = []
-        for q in range(store.queue_count(topic)):
-            off = store.min_offset(topic, q)
-            while off < store.max_offset(topic, q):
-                got = store.get(topic, q, off, max_messages=256)
-                out += got.messages
-                off = got.next_offset
-        return out
 
 
 def write(df, path, **opts):
