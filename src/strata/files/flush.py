@@ -69,10 +69,11 @@ class AsyncFlushService:
 class GroupCommitService:
     """Sync flush with group commit: concurrent waiters share one fsync.
 
-    After an fsync releases several waiting producers, the next fsync waits (at most as long
-    as the last fsync took, and never more than ``MAX_GATHER_S``) until as many producers are
-    waiting again, so one fsync covers all of them instead of whichever came first. A lone
-    producer never waits for company.
+    Each waiting producer blocks on a lock of its own that the flush thread releases once an
+    fsync covers its offset (no herd of threads fighting over one condition). After an fsync
+    releases several producers, the next fsync waits (at most ``MAX_GATHER_S``) until as many
+    are waiting again, so one fsync covers all of them instead of whichever came back first.
+    A lone producer never waits for company.
     """
 
     MAX_GATHER_S = 0.002
@@ -82,9 +83,10 @@ class GroupCommitService:
         self.flush_fn = flush_fn
         self.timeout = timeout_ms / 1000.0
         self.after_flush = after_flush
-        self._cv = threading.Condition()
+        self._cv = threading.Condition(threading.Lock())  # the flush thread waits on it
         self._requested = 0
-        self._pending: list[int] = []  # offsets producers wait for, not yet durable
+        # (offset, gate) of each waiting producer; the gate is held until an fsync covers it
+        self._pending: list[tuple[int, threading.Lock]] = []
         self.flushed = 0
         self._stopped = False
         self.fsyncs = 0
@@ -100,21 +102,26 @@ class GroupCommitService:
     def wait_for(self, offset: int, timeout: float | None = None) -> bool:
         """Block until the durable offset reaches ``offset``; False past the timeout."""
         deadline = self.timeout if timeout is None else timeout
+        gate = threading.Lock()
+        gate.acquire()
+        entry = (offset, gate)
         with self._cv:
             if self.flushed >= offset:
                 return True
+            if self._stopped:
+                return False
             if offset > self._requested:
                 self._requested = offset
-            self._pending.append(offset)
-            self._cv.notify_all()
-            done = self._cv.wait_for(lambda: self.flushed >= offset or self._stopped, deadline)
-            if self.flushed < offset and offset in self._pending:  # gave up (timeout, stop)
-                self._pending.remove(offset)
-            return done and self.flushed >= offset
+            self._pending.append(entry)
+            self._cv.notify()
+        if not gate.acquire(timeout=deadline):
+            with self._cv:  # gave up: withdraw, unless the flush thread let us go just now
+                if entry in self._pending:
+                    self._pending.remove(entry)
+        return self.flushed >= offset
 
     def _run(self) -> None:
         released = 0       # producers the last fsync let go
-        last_fsync = 0.0   # how long it took
         while True:
             with self._cv:
                 self._cv.wait_for(lambda: self._requested > self.flushed or self._stopped)
@@ -125,9 +132,7 @@ class GroupCommitService:
                 if self._stopped:
                     return
             try:
-                began = time.perf_counter()
                 flushed = self.flush_fn(0)
-                last_fsync = time.perf_counter() - began
                 self.fsyncs += 1
             except BaseException as exc:
                 self.error = exc
@@ -136,10 +141,11 @@ class GroupCommitService:
                 continue
             with self._cv:
                 self.flushed = max(self.flushed, flushed)
-                waiting = [o for o in self._pending if o > self.flushed]
-                released = len(self._pending) - len(waiting)
-                self._pending = waiting
-                self._cv.notify_all()
+                done = [e for e in self._pending if e[0] <= self.flushed]
+                self._pending = [e for e in self._pending if e[0] > self.flushed]
+            released = len(done)
+            for _offset, gate in done:
+                gate.release()
             if self.after_flush:
                 try:
                     self.after_flush()
@@ -149,6 +155,9 @@ class GroupCommitService:
     def stop(self) -> None:
         with self._cv:
             self._stopped = True
+            waiting, self._pending = self._pending, []
             self._cv.notify_all()
+        for _offset, gate in waiting:
+            gate.release()
         if self._thread.is_alive():
             self._thread.join()

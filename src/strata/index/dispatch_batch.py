@@ -22,6 +22,7 @@ from strata.format.segment import HEADER_AREA
 
 _LENGTH_MAGIC = struct.Struct("<II")
 _MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
+SMALL_BATCH = 16  # up to this many records, plain Python beats numpy's per-call cost
 
 
 class DispatchBatch:
@@ -93,6 +94,9 @@ class DispatchBatch:
         return out
 
 
+EMPTY = DispatchBatch([], [], [], [], [], [], [], [], [], [])  # (never modified)
+
+
 def walk_records(mm, pos: int, end: int, max_records: int) -> tuple[list[int], bool]:
     """Start positions of the message records from ``pos`` (bytes of ``mm``, data area
     included) up to ``end``, reading only each record's length and magic. Returns (positions,
@@ -142,6 +146,8 @@ def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
                        names: TopicNames) -> DispatchBatch:
     """The records at ``positions`` (from ``walk_records``) of one segment, checked as
     ``check_record`` does without the CRC; the batch ends before the first bad record."""
+    if len(positions) <= SMALL_BATCH:
+        return _read_few(mm, base_offset, positions, limit, names)
     pos = np.asarray(positions, np.int64)
     inside = pos + _MIN_RECORD <= limit
     hdr = header_windows(mm, limit)[np.where(inside, pos, 0)]
@@ -180,13 +186,50 @@ def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
                          total, tags, hdr["store_ts"], sys_flag, keyed)
 
 
+def _read_few(mm, base_offset: int, positions: list[int], limit: int,
+              names: TopicNames) -> DispatchBatch:
+    """``read_segment_batch`` record by record: for a handful of records numpy's per-call cost
+    (tens of calls, microseconds each) is far more than the work. Same checks, same result."""
+    unpack = rec.HEADER.unpack_from
+    trailer_at = rec.U32.unpack_from
+    rows = []
+    tags: list[int] = []
+    keyed: list[tuple[int, list[str], str | None]] = []
+    for p in positions:
+        if p + _MIN_RECORD > limit:
+            break
+        (total, magic, _crc, qid, _flag, qoff, phys, sys_flag, _born, store_ts, _tx, _again,
+         body_len, topic_len, props_len) = unpack(mm, p)
+        topic_at = p + rec.HEADER_SIZE + (18 if sys_flag & rec.SYSFLAG_BORN_HOST_V6 else 6) + \
+            (18 if sys_flag & rec.SYSFLAG_STORE_HOST_V6 else 6)
+        if (magic != rec.MESSAGE_MAGIC or phys != p - HEADER_AREA + base_offset
+                or total != topic_at - p + topic_len + props_len + body_len + rec.TRAILER_SIZE
+                or p + total > limit or trailer_at(mm, p + total - rec.TRAILER_SIZE)[0] != total):
+            break
+        props_at = topic_at + topic_len
+        tag = 0
+        if props_len:
+            keys, tag_text, uniq = rec.dispatch_properties(mm[props_at:props_at + props_len])
+            tag = tag_hash(tag_text) if tag_text else 0
+            if keys or uniq is not None:
+                keyed.append((len(rows), keys, uniq))
+        rows.append((names.code(mm[topic_at:props_at]), qid, qoff, phys, total, store_ts,
+                     sys_flag))
+        tags.append(tag)
+    if not rows:
+        return EMPTY
+    codes, qids, qoffs, offsets, sizes, stamps, flags = zip(*rows)
+    return DispatchBatch(names.names, codes, qids, qoffs, offsets, sizes, tags, stamps, flags,
+                         keyed)
+
+
 def read_batch(clog, start: int, limit: int, max_records: int,
                names: TopicNames) -> tuple[DispatchBatch, int]:
     """Up to ``max_records`` records of ``clog`` from ``start`` (a record start) below
     ``limit``, within one segment; returns (batch, where the next batch starts). The next
     start equals ``start`` only when no whole record is there yet."""
     loc = clog.locate(max(start, clog.min_offset()))
-    empty = DispatchBatch([], [], [], [], [], [], [], [], [], [])
+    empty = EMPTY
     if loc is None:
         return empty, start
     seg, rel = loc

@@ -13,7 +13,7 @@ import numpy as np
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, DispatchRequest
-from strata.index.dispatch_batch import DispatchBatch
+from strata.index.dispatch_batch import SMALL_BATCH, DispatchBatch
 from strata.index.key_index import KeyIndex
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,18 @@ class ConsumeQueueSet:
             batch = DispatchBatch.from_requests(batch)
         if not len(batch):
             return
+        if len(batch) <= SMALL_BATCH:  # a few records: group them in plain Python
+            grouped: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+            for code, qid, qoff, off, size, th, flags in zip(
+                    batch.topic_codes.tolist(), batch.queue_ids.tolist(),
+                    batch.queue_offsets.tolist(), batch.offsets.tolist(), batch.sizes.tolist(),
+                    batch.tag_hashes.tolist(), batch.sys_flags.tolist()):
+                tx = flags & TX_TYPE_MASK
+                if tx != TX_PREPARED and tx != TX_ROLLBACK:
+                    grouped.setdefault((code, qid), []).append((qoff, off, size, th))
+            for (code, qid), units in grouped.items():
+                self.get_or_create(batch.topics[code], qid).put_batch(units)
+            return
         tx = batch.sys_flags & TX_TYPE_MASK
         rows = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))
         key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
@@ -126,6 +138,15 @@ class TopicGate:
             batch = DispatchBatch.from_requests(batch)
         since = self.table.since
         known = self.table.queues
+        if len(batch) <= SMALL_BATCH:
+            topics = batch.topics
+            kept = [topics[c] in known and off >= since.get(topics[c], 0)
+                    for c, off in zip(batch.topic_codes.tolist(), batch.offsets.tolist())]
+            if all(kept):
+                self.queues.dispatch(batch)
+            elif any(kept):
+                self.queues.dispatch(batch.select(np.array(kept)))
+            return
         keep = np.zeros(len(batch), bool)
         for code in np.unique(batch.topic_codes).tolist():
             topic = batch.topics[code]
