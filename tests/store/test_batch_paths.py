@@ -138,3 +138,22 @@ def test_a_wrong_append_hint_is_checked_and_ignored(tmp_path):
         for q in (0, 1):
             got = store.get("t", q, 0, 100).messages
             assert [m.body for m in got] == [bytes([i]) * 50 for i in range(q, 40, 2)]
+
+
+def test_few_records_are_read_as_the_vectorised_reader_reads_them(tmp_path, monkeypatch):
+    """read_segment_batch takes a plain-Python path for small batches: same checks, same
+    columns, and a bad position ends the batch at the same record."""
+    from strata.format.segment import HEADER_AREA
+    from strata.index import dispatch_batch as db
+    with strata.open(tmp_path / "s", config()) as store:
+        results = store.put_batch([message(i, "mixed") for i in range(12)])
+        seg = store.log.segments.segments[0]
+        positions = [HEADER_AREA + r.commitlog_offset - seg.base_offset for r in results]
+        end = HEADER_AREA + seg.committed
+        for pos in (positions, positions[:5] + [positions[5] + 1] + positions[6:]):
+            few = db.read_segment_batch(seg.mm, seg.base_offset, pos, end, TopicNames())
+            with monkeypatch.context() as m:
+                m.setattr(db, "SMALL_BATCH", 0)  # force the numpy path for the same records
+                many = db.read_segment_batch(seg.mm, seg.base_offset, pos, end, TopicNames())
+            assert few.requests() == many.requests()
+        assert len(few) == 5   # the shifted position ended the batch
