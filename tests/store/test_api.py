@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import strata
-from strata.errors import (InvalidConfigError, ReadOnlyStoreError, StoreClosedError,
+from strata.errors import (InvalidConfigError, InvalidInputError, ReadOnlyStoreError,
+                           StoreClosedError,
                            StoreLockedError, StoreNotFoundError, StrataError)
 from strata.files.faults import FaultInjectingFileOps
 from strata.files.io import FileOps
@@ -417,6 +418,16 @@ def test_empty_batch_is_a_no_op(tmp_store_dir):
     with strata.open(tmp_store_dir, small_store_config()) as store:
         assert store.put_batch([]) == []
         assert store.max_commitlog_offset() == 0
+
+
+def test_put_batch_takes_any_iterable_of_messages(tmp_store_dir):
+    with strata.open(tmp_store_dir, small_store_config()) as store:
+        got = store.put_batch(make_message(i) for i in range(40))   # a generator
+        assert [store.read_at(r.commitlog_offset).body for r in got] == \
+            [body_for(i) for i in range(40)]
+        with pytest.raises(InvalidInputError, match="iterable of strata.Message"):
+            store.put_batch(42)
+        assert store.max_commitlog_offset() == got[-1].commitlog_offset + got[-1].size
 
 
 # --------------------------------------------------------------------------- sync flush

@@ -293,6 +293,12 @@ class MessageStore:
         self._check_writable()
         if isinstance(msgs, Message):
             msgs = (msgs,)
+        elif not isinstance(msgs, (list, tuple)):
+            try:
+                msgs = list(msgs)  # any iterable of messages (a generator, a deque, ...)
+            except TypeError:
+                raise InvalidInputError(f"put_batch takes an iterable of strata.Message, got "
+                                        f"{type(msgs).__name__}") from None
         batch = self._encoder.prepare(msgs)
         if not len(batch):
             return []
