@@ -15,8 +15,7 @@ import pytest
 
 import strata
 from strata.errors import (InvalidConfigError, InvalidInputError, ReadOnlyStoreError,
-                           StoreClosedError,
-                           StoreLockedError, StoreNotFoundError, StrataError)
+                           StoreClosedError, StoreLockedError, StoreNotFoundError, StrataError)
 from strata.files.faults import FaultInjectingFileOps
 from strata.files.io import FileOps
 from strata.store.message_store import MessageStore
