@@ -11,10 +11,12 @@ One JSON object per line:
   (written once, from the strata read, snappy, so both hold the same columns and bytes).
 * ``read``: ``spark.read.format("strata") ... .write.format("noop")`` per store and
   ``spark.read.parquet(...).write.format("noop")`` on ``local[2]``; the noop sink materialises
-  every column, unlike ``count()``. Best of ``--runs`` after one warm-up run each. The strata
-  source makes one Spark task per queue, so the queue count is the task count.
+  every column, unlike ``count()``. Best of ``--runs`` after one warm-up run each. ``tasks`` is
+  the Spark partition count the strata source planned (small queue ranges share a task, up to
+  1,000,000 offsets each); ``source: strata_one_task_per_queue`` is the same read with
+  ``minPartitions`` = queues (one task per queue, Kafka's layout), to show what packing saves.
 * ``read`` with ``source: python_ds_ceiling``: a throwaway Python data source with the strata
-  schema and the same partitions (one per queue) that yields one pre-built 65,536-row Arrow
+  schema and as many partitions as the strata read planned that yields one pre-built 65,536-row Arrow
   batch (random 100-byte values) over and over: what Spark's Python data source path costs
   with no store access and no decoding at all, i.e. the most any Python source can reach.
 * ``ratio``: strata rows/s ÷ Parquet rows/s (target ≥ 0.8), and strata ÷ the ceiling.
@@ -85,7 +87,7 @@ def log_bytes(path: Path) -> int:
 
 
 def ceiling_source(rows: int, size: int, queues: int):
-    """A Python data source shaped like strata's (schema, one partition per queue) whose reads
+    """A Python data source shaped like strata's (schema, ``queues`` partitions) whose reads
     cost nothing: every partition yields the same pre-built batch."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -139,12 +141,12 @@ def ceiling_source(rows: int, size: int, queues: int):
 def bench_read(stores: dict[int, Path], parquet: Path, rows: int, size: int,
                runs: int) -> None:
     spark = session("local[2]")
-    for q in stores:
-        spark.dataSource.register(ceiling_source(rows, size, q))
     try:
-        def strata_read(store):
-            return (spark.read.format("strata").option("path", str(store))
-                    .option("subscribe", TOPIC).load())
+        def strata_read(store, **opts):
+            r = spark.read.format("strata").option("path", str(store)).option("subscribe", TOPIC)
+            for k, v in opts.items():
+                r = r.option(k, v)
+            return r.load()
         first = next(iter(stores.values()))
         t0 = time.perf_counter()
         strata_read(first).write.mode("overwrite").parquet(str(parquet))
@@ -155,17 +157,28 @@ def bench_read(stores: dict[int, Path], parquet: Path, rows: int, size: int,
         parts = spark.read.parquet(str(parquet)).rdd.getNumPartitions()
         emit(case="read", source="parquet", master="local[2]", rows=rows, tasks=parts,
              seconds=round(p, 3), rows_s=round(rows / p))
+        registered: set[int] = set()
         for q, store in stores.items():
+            tasks = strata_read(store).rdd.getNumPartitions()
             s = best(lambda: strata_read(store).write.format("noop").mode("overwrite").save(),
                      runs)
-            emit(case="read", source="strata", queues=q, tasks=q, master="local[2]", rows=rows,
-                 seconds=round(s, 3), rows_s=round(rows / s))
-            c = best(lambda: spark.read.format(f"strata_bench_ceiling_{q}").load()
+            emit(case="read", source="strata", queues=q, tasks=tasks, master="local[2]",
+                 rows=rows, seconds=round(s, 3), rows_s=round(rows / s))
+            if tasks != q:
+                u = best(lambda: strata_read(store, minPartitions=str(q)).write.format("noop")
+                         .mode("overwrite").save(), runs)
+                emit(case="read", source="strata_one_task_per_queue", queues=q, tasks=q,
+                     master="local[2]", rows=rows, seconds=round(u, 3), rows_s=round(rows / u))
+            if tasks not in registered:
+                spark.dataSource.register(ceiling_source(rows, size, tasks))
+                registered.add(tasks)
+            c = best(lambda: spark.read.format(f"strata_bench_ceiling_{tasks}").load()
                      .write.format("noop").mode("overwrite").save(), runs)
-            emit(case="read", source="python_ds_ceiling", tasks=q, master="local[2]",
-                 rows=rows // q * q, seconds=round(c, 3), rows_s=round(rows // q * q / c))
-            emit(case="ratio", queues=q, strata_over_parquet=round(p / s, 3), target=0.8,
-                 met=p / s >= 0.8, strata_over_ceiling=round(c / s, 3),
+            emit(case="read", source="python_ds_ceiling", tasks=tasks, master="local[2]",
+                 rows=rows // tasks * tasks, seconds=round(c, 3),
+                 rows_s=round(rows // tasks * tasks / c))
+            emit(case="ratio", queues=q, tasks=tasks, strata_over_parquet=round(p / s, 3),
+                 target=0.8, met=p / s >= 0.8, strata_over_ceiling=round(c / s, 3),
                  ceiling_over_parquet=round(p / c, 3))
     finally:
         spark.stop()
