@@ -470,3 +470,20 @@ def test_keys_may_be_none_or_any_iterable():
     assert rec.encode_properties(None, "t", None) == rec.encode_properties((), "t", None)
     assert rec.encode_properties(iter(["a", "b"]), None, None) == \
         rec.encode_properties(["a", "b"], None, None)
+
+
+@given(keys, tags, properties, st.none() | st.text(min_size=1, max_size=20))
+def test_dispatch_properties_reads_keys_tags_and_unique_key(ks, tg, props, uniq):
+    if uniq is not None:
+        props = {**props, rec.PROP_UNIQ_KEY: uniq}
+    raw = rec.encode_properties(ks, tg, props)
+    assume(len(raw) <= rec.MAX_PROPERTIES_BYTES)
+    assert rec.dispatch_properties(raw) == (list(ks), tg, uniq)
+    assert rec.dispatch_properties(memoryview(raw)) == (list(ks), tg, uniq)
+
+
+def test_dispatch_properties_single_key_shape():
+    raw = rec.encode_properties(("only",), None, None)
+    assert rec.dispatch_properties(raw) == (["only"], None, None)
+    two = rec.encode_properties(("a", "b"), None, None)  # starts the same, is longer
+    assert rec.dispatch_properties(two) == (["a", "b"], None, None)

@@ -542,6 +542,10 @@ _UNIQ_B = PROP_UNIQ_KEY.encode()
 
 def dispatch_properties(buf) -> tuple[list[str], str | None, str | None]:
     """(keys, tags, unique key) from a properties section in one pass (dispatch path)."""
+    if buf[:6] == _KEYS_HEADER:  # the common shape: one key and nothing else
+        vl = buf[6] | buf[7] << 8
+        if 8 + vl == len(buf):
+            return [bytes(buf[8:]).decode("utf-8")], None, None
     keys: list[str] = []
     tags = uniq = None
     pos, end = 0, len(buf)

@@ -171,13 +171,14 @@ class KeyIndexDispatcher:
             return
         items = []
         append = items.append
-        topics, codes = batch.topics, batch.topic_codes
-        offsets, stamps, sys_flags = batch.offsets, batch.store_timestamps, batch.sys_flags
+        topics, codes = batch.topics, batch.topic_codes.tolist()
+        offsets, stamps = batch.offsets.tolist(), batch.store_timestamps.tolist()
+        sys_flags = batch.sys_flags.tolist()
         for row, keys, uniq in batch.keyed:
-            if int(sys_flags[row]) & TX_TYPE_MASK == TX_ROLLBACK:
+            if sys_flags[row] & TX_TYPE_MASK == TX_ROLLBACK:
                 continue
-            prefix = topics[int(codes[row])] + "#"
-            off, ts = int(offsets[row]), int(stamps[row])
+            prefix = topics[codes[row]] + "#"
+            off, ts = offsets[row], stamps[row]
             for k in keys:
                 append((prefix + k, off, ts))
             if uniq is not None:

@@ -101,12 +101,12 @@ class StrataBatchReader(DataSourceReader):
 
 def read_ranges(path: str, partition, schema, batch_rows: int, fail_on_data_loss: bool = True,
                 *, tag_hashes=None) -> Iterator:
-    """The record batches of a task: each of its queue ranges in turn."""
+    """The record batches of a task: each of its queue ranges in turn, from one read-only
+    opening of the store."""
     if not isinstance(partition, RangesPartition):  # Spark's stand-in for "no partitions"
         return iter(())
-    return (batch for r in partition.ranges
-            for batch in read_range(path, r, schema, batch_rows, fail_on_data_loss,
-                                    tag_hashes=tag_hashes))
+    return _ranges_batches(path, partition.ranges, schema, batch_rows, fail_on_data_loss,
+                           tag_hashes)
 
 
 def read_range(path: str, r: QueueRange, schema, batch_rows: int,
@@ -114,40 +114,54 @@ def read_range(path: str, r: QueueRange, schema, batch_rows: int,
     """Yield pyarrow RecordBatches of the messages at queue offsets [r.start, r.end); with
     ``tag_hashes``, only those whose consume-queue tag hash is one of them (the others'
     records are never read)."""
+    return _ranges_batches(path, (r,), schema, batch_rows, fail_on_data_loss, tag_hashes)
+
+
+def _ranges_batches(path: str, ranges, schema, batch_rows: int, fail_on_data_loss: bool,
+                    tag_hashes) -> Iterator:
+    from strata.spark.geometry import open_readonly
+
+    store = open_readonly(path)
+    try:
+        for r in ranges:
+            yield from _range_batches(store, r, schema, batch_rows, fail_on_data_loss,
+                                      tag_hashes)
+    finally:
+        store.close()
+
+
+def _range_batches(store, r: QueueRange, schema, batch_rows: int, fail_on_data_loss: bool,
+                   tag_hashes) -> Iterator:
     import numpy as np
 
     from strata.errors import CorruptStoreError
     from strata.format.consume_queue import BLANK_SIZE
     from strata.spark.decode import build_batch, chunks_for
-    from strata.spark.geometry import open_readonly
 
-    store = open_readonly(path)
-    try:
-        # store.min_offset follows the log's minimum after retention; a queue file that still
-        # holds units of deleted log segments does not
-        low = store.min_offset(r.topic, r.queue_id)
-        cq = store.queues.get(r.topic, r.queue_id)
-        segments = store.log.segments.segments
-        off = max(r.start, low) if not fail_on_data_loss else r.start
-        if off < low:
-            raise CorruptStoreError(
-                f"{r.topic}/{r.queue_id}: offsets {off}..{low - 1} were deleted "
-                "(retention) after the read was planned; failOnDataLoss=false skips them")
-        while off < r.end:
-            units = cq.read_units(off, min(batch_rows, r.end - off))
-            if len(units) == 0:
-                raise CorruptStoreError(f"{r.topic}/{r.queue_id}: no consume-queue file holds "
-                                        f"offset {off}")
-            off += len(units)
-            units = units[units["size"] != BLANK_SIZE]
-            if tag_hashes is not None:
-                units = units[np.isin(units["tag"], np.array(sorted(tag_hashes), np.int64))]
-            if len(units) == 0:
-                continue
-            phys = units["offset"].astype(np.int64)
-            chunks = chunks_for(segments, phys)
-            batch = build_batch(chunks, r.topic, r.queue_id, schema)
-            del chunks  # numpy views pin the segment maps; drop them before the store closes
-            yield batch
-    finally:
-        store.close()
+    # store.min_offset follows the log's minimum after retention; a queue file that still
+    # holds units of deleted log segments does not
+    low = store.min_offset(r.topic, r.queue_id)
+    cq = store.queues.get(r.topic, r.queue_id)
+    segments = store.log.segments.segments
+    off = max(r.start, low) if not fail_on_data_loss else r.start
+    if off < low:
+        raise CorruptStoreError(
+            f"{r.topic}/{r.queue_id}: offsets {off}..{low - 1} were deleted "
+            "(retention) after the read was planned; failOnDataLoss=false skips them")
+    wanted = None if tag_hashes is None else np.array(sorted(tag_hashes), np.int64)
+    while off < r.end:
+        units = cq.read_units(off, min(batch_rows, r.end - off))
+        if len(units) == 0:
+            raise CorruptStoreError(f"{r.topic}/{r.queue_id}: no consume-queue file holds "
+                                    f"offset {off}")
+        off += len(units)
+        units = units[units["size"] != BLANK_SIZE]
+        if wanted is not None:
+            units = units[np.isin(units["tag"], wanted)]
+        if len(units) == 0:
+            continue
+        phys = units["offset"].astype(np.int64)
+        chunks = chunks_for(segments, phys)
+        batch = build_batch(chunks, r.topic, r.queue_id, schema)
+        del chunks  # numpy views pin the segment maps; drop them before the store closes
+        yield batch
