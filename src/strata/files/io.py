@@ -118,6 +118,15 @@ class FileOps:
             time.sleep(0)
 
 
+    def release_pages(self, mm: mmap.mmap) -> None:
+        """MADV_DONTNEED over a whole mapping, without the GIL when libc is at hand."""
+        if not _madvise_whole(mm, mmap.MADV_DONTNEED):
+            try:
+                mm.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):
+                pass  # only a hint
+
+
 def _load_madvise():
     try:
         fn = ctypes.CDLL(None, use_errno=True).madvise
@@ -131,16 +140,31 @@ def _load_madvise():
 _MADVISE = _load_madvise()
 
 
+def _address(mm: mmap.mmap) -> int | None:
+    """The address of a writable mapping (a brief buffer export), None if unavailable."""
+    try:
+        anchor = ctypes.c_char.from_buffer(mm)
+    except (TypeError, ValueError, BufferError):
+        return None
+    base = ctypes.addressof(anchor)
+    del anchor
+    return base
+
+
+def _madvise_whole(mm: mmap.mmap, advice: int) -> bool:
+    if _MADVISE is None or mm.closed:
+        return False
+    base = _address(mm)
+    return base is not None and _MADVISE(base, len(mm), advice) == 0
+
+
 def _populate_write(mm: mmap.mmap, pos: int, length: int) -> bool:
     """MADV_POPULATE_WRITE on ``mm[pos:pos + length]`` without the GIL; False if unavailable."""
     if _MADVISE is None or length <= 0 or mm.closed:
         return _MADVISE is not None and length <= 0
-    try:
-        anchor = ctypes.c_char.from_buffer(mm)  # the mapping's address (a brief buffer export)
-    except (TypeError, ValueError, BufferError):
+    base = _address(mm)
+    if base is None:
         return False
-    base = ctypes.addressof(anchor)
-    del anchor
     chunk = 64 << 20
     while length > 0:
         n = min(chunk, length)

@@ -134,6 +134,12 @@ class MappedSegment:
     def prefault(self, start: int, end: int) -> None:
         self.file_ops.prefault(self.mm, HEADER_AREA + start, HEADER_AREA + end)
 
+    def release_pages(self) -> None:
+        """Drop this mapping's resident pages (MADV_DONTNEED on a shared file mapping: the data
+        stays in the file and the page cache, and is faulted back in when read)."""
+        if not self.closed:
+            self.file_ops.release_pages(self.mm)
+
     def data_crc(self, length: int) -> int:
         with self.view(0, length) as mv:
             return crc32c(mv)

@@ -65,6 +65,11 @@ class ReputService:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
+    @property
+    def running(self) -> bool:
+        """The background thread is started and not stopped."""
+        return self._thread is not None and not self._stop.is_set()
+
     def behind_bytes(self) -> int:
         return max(0, self.confirmed() - self.reput_offset)
 
@@ -115,6 +120,9 @@ class ReputService:
                 log.exception("dispatch failed at offset %d", self.reput_offset)
                 self._stop.wait(0.1)
                 continue
+            if self.error is not None and self.reput_offset != before:
+                log.warning("dispatch moving again at offset %d", self.reput_offset)
+                self.error = None  # the failure passed (e.g. space freed): stop reporting it
             if n == 0 and self.reput_offset == before:
                 self._wake.wait(0.01)
                 self._wake.clear()

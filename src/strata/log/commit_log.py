@@ -27,6 +27,7 @@ from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 log = logging.getLogger(__name__)
 
 BLANK_MIN = rec.BLANK_MIN_SIZE
+RECENT_APPENDS = 64  # batches whose offsets are kept for the dispatcher (a few MB at most)
 
 # A prepared record, built by the store before it takes the put lock (queue offset filled in
 # under the lock):
@@ -184,7 +185,7 @@ class CommitLog:
         return offsets
 
     def _remember(self, offsets: np.ndarray) -> None:
-        if len(self.recent_appends) >= 4096:
+        if len(self.recent_appends) >= RECENT_APPENDS:
             self.recent_appends.clear()
         self.recent_appends[int(offsets[0])] = offsets
 
@@ -347,6 +348,9 @@ class CommitLog:
                 seg = self._to_seal[0]
                 if not seg.closed and not seg.sealed:
                     seg.seal()
+                    # Written, durable and sealed: let its pages leave this process's resident
+                    # set (they stay in the page cache; a later read faults them back in).
+                    seg.release_pages()
                 self._to_seal.pop(0)
 
     def close(self) -> None:

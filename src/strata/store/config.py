@@ -26,6 +26,8 @@ class StoreConfig:
     preallocate: bool = True           # prepare the next segment in the background
     prefault: bool = True              # touch its pages ahead of the writer
     verify_crc_on_read: bool = False   # reads always check magic, lengths and offset; CRC optional
+    # puts wait while the dispatch pipeline is this far behind the log (0: never wait)
+    max_dispatch_lag_bytes: int = 64 * MiB
 
     # topics and queues
     default_queues: int = 8
@@ -69,6 +71,8 @@ class StoreConfig:
                 bad(name, "must be > 0")
         if self.flush_least_pages < 0:
             bad("flush_least_pages", "must be >= 0")
+        if self.max_dispatch_lag_bytes < 0:
+            bad("max_dispatch_lag_bytes", "must be >= 0 (0: puts never wait for dispatch)")
         if not 1 <= self.default_queues <= 1024:
             bad("default_queues", "must be between 1 and 1024")
         if self.consume_queue_units < 1:

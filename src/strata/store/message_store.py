@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
+DISPATCH_STALL_S = 2.0  # back-pressure gives up on a dispatcher that stopped moving
 MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
 
 
@@ -86,6 +87,7 @@ class MessageStore:
         self._lock = DirectoryLock(self.path)
         self._store_host = self.config.store_host
         self._msg_id_prefix = rec.msg_id_prefix(self._store_host)
+        self.dispatch_wait_s = 0.0  # time puts spent waiting for the dispatch pipeline
         self._queue_next: dict[tuple[str, int], int] = {}
         self._round_robin: dict[str, int] = {}
         self._flusher: AsyncFlushService | None = None
@@ -302,6 +304,8 @@ class MessageStore:
         batch = self._encoder.prepare(msgs)
         if not len(batch):
             return []
+        if self.config.max_dispatch_lag_bytes:
+            self._wait_for_dispatch(self.config.max_dispatch_lag_bytes)
         with self._put_lock:
             self._check_open()
             if self._disk_full:
@@ -339,6 +343,29 @@ class MessageStore:
         return list(map(_new_put_result, zip(
             repeat(status, n), offsets, batch.totals, repeat(store_ts, n), topics, qids, qoffs,
             repeat(self._msg_id_prefix, n))))
+
+    def _wait_for_dispatch(self, limit: int) -> None:
+        """Back-pressure: while the dispatch pipeline is more than ``limit`` bytes behind the
+        log, wait until it is at half of that, so queues and the key index stay close to the
+        log (consumers see messages promptly, a crash replays little) whatever the producers
+        do. A dispatcher that makes no progress for DISPATCH_STALL_S (it failed) stops
+        holding puts back."""
+        reput = self._reput
+        if reput is None or not reput.running or reput.behind_bytes() <= limit:
+            return
+        began = time.monotonic()
+        last, last_move = reput.reput_offset, began
+        reput.wakeup()
+        while reput.behind_bytes() > limit // 2:
+            time.sleep(0.0005)
+            now = time.monotonic()
+            if reput.reput_offset != last:
+                last, last_move = reput.reput_offset, now
+            elif now - last_move > DISPATCH_STALL_S:
+                log.warning("store %s: dispatch made no progress for %.0f s at offset %d; puts "
+                            "go on without waiting for it", self.path, DISPATCH_STALL_S, last)
+                break
+        self.dispatch_wait_s += time.monotonic() - began
 
     # ------------------------------------------------------------------ read
 
