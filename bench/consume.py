@@ -9,7 +9,8 @@ One JSON object per line, each with "bench": "consume" and a "case":
 * ``build``: N messages (``--keys``, default 1,000,000) of ``--size`` B bodies (default 100),
   each with its own key ``k<i>``, into one topic of 8 queues (round robin) with put_batch of
   1024, async flush; publish rate, then the time until the dispatch pipeline (consume queues +
-  key index) has caught up.
+  key index) has caught up, and the time of a ``store.flush()`` (so the read phases that follow
+  do not share the two cores with the kernel writing the build back).
 * ``get``: sequential consumption of every queue from offset 0 through ``store.get`` with
   max_messages 32 and 1024 (target >= 500,000 msgs/s at 1024), time-bounded by ``--seconds``.
 * ``scan``: ``store.scan(0)`` over the log (decodes every record), time-bounded.
@@ -117,10 +118,13 @@ def build(store, n: int, size: int) -> dict:
     t = pc()
     store.wait_dispatched(3600)
     drain = pc() - t
+    t = pc()
+    store.flush()  # the read phases then do not share the cores with the build's writeback
+    flushed = pc() - t
     return emit({"bench": "consume", "case": "build", "msgs": n, "body": size,
                  "keys_per_msg": 1, "batch": 1024, "put_s": round(t_put, 2),
                  "put_msgs_s": round(n / t_put), "message_objects_s": round(t_make, 2),
-                 "dispatch_drain_after_s": round(drain, 2),
+                 "dispatch_drain_after_s": round(drain, 2), "flush_after_s": round(flushed, 2),
                  "log_bytes": store.log.max_offset(), **rss()})
 
 

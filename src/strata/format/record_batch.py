@@ -95,13 +95,13 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
         body_end.tolist())
     if topics is None:
         topics = {}
-    topic_names = []
-    name_of = topics.get
-    for tb in map(get, map(slice, topic_list, props_list)):
-        name = name_of(tb)
-        if name is None:
-            name = topics[tb] = bytes(tb).decode("utf-8")
-        topic_names.append(name)
+    raw_topics = list(map(get, map(slice, topic_list, props_list)))
+    topic_names = list(map(topics.get, raw_topics))
+    if None in topic_names:  # a topic this reader has not met yet
+        for tb in raw_topics:
+            if tb not in topics:
+                topics[tb] = bytes(tb).decode("utf-8")
+        topic_names = list(map(topics.__getitem__, raw_topics))
     rows = zip(topic_names, hdr["queue_id"].tolist(), hdr["queue_offset"].tolist(),
                hdr["phys"].tolist(), map(get, map(slice, body_list, end_list)),
                hdr["born_ts"].tolist(), hdr["store_ts"].tolist(), hdr["reconsume"].tolist(),
