@@ -362,6 +362,27 @@ def test_new_topic_matching_the_pattern_is_picked_up_mid_stream(spark, tmp_path)
     assert len(rows) == 60
 
 
+def test_queue_added_to_a_topic_is_picked_up_mid_stream(spark, tmp_path):
+    path = tmp_path / "store"
+    append(path, "grow", 20, queues=2)
+    q = (stream(spark, path, subscribe="grow", startingOffsets="latest")
+         .writeStream.format("memory").queryName("strata_stream_new_queue")
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        q.processAllAvailable()                    # starts at latest: nothing yet
+        with strata.open(path, small_store_config()) as store:
+            assert store.set_queue_count("grow", 3) == 3
+        append(path, "grow", 9, queues=3)          # 3 to each queue, the new one included
+        q.processAllAvailable()
+        rows = [(r.topic, r.queue_id, r.queue_offset, bytes(r.value)) for r in
+                spark.sql("select * from strata_stream_new_queue").collect()]
+    finally:
+        q.stop()
+    # the old queues continue where "latest" was; the new queue is read from its start
+    assert per_queue(rows) == {("grow", 0): [10, 11, 12], ("grow", 1): [10, 11, 12],
+                               ("grow", 2): [0, 1, 2]}
+
+
 def _expire_all_but_newest_segment(path: Path) -> None:
     with strata.open(path, small_store_config()) as store:
         assert store.clean_expired(now_ms=int(time.time() * 1000) + 100 * HOUR_MS) > 0

@@ -507,3 +507,24 @@ def test_group_commit_shares_fsyncs_between_threads(tmp_store_dir):
             assert store.read_at(r.commitlog_offset).body == body_for(seq)
     finally:
         store.close()
+
+
+def test_queue_count_grows_and_never_shrinks(tmp_store_dir):
+    with strata.open(tmp_store_dir, small_store_config()) as store:
+        store.create_topic("t", queues=2)
+        store.put_batch([make_message(i, topic="t") for i in range(4)])
+        assert store.set_queue_count("t", 3) == 3
+        got = store.put_batch([make_message(i, topic="t") for i in range(4, 10)])
+        assert {r.queue_id for r in got} == {0, 1, 2}        # round robin over the new count
+        assert store.set_queue_count("t", 3) == 3             # unchanged is fine
+        for bad, match in ((2, "can only grow"), (0, "queues must be"), (True, "queues must be")):
+            with pytest.raises(InvalidInputError, match=match):
+                store.set_queue_count("t", bad)
+        with pytest.raises(InvalidInputError, match="no topic 'nope'"):
+            store.set_queue_count("nope", 4)
+        assert store.wait_dispatched()
+        total = sum(store.max_offset("t", q) for q in range(store.queue_count("t")))
+        assert total == 10 and store.queue_count("t") == 3
+    with strata.open(tmp_store_dir, small_store_config()) as store:   # persisted
+        assert store.queue_count("t") == 3
+        assert store.get("t", 2, 0, 10).status is strata.GetStatus.FOUND

@@ -34,7 +34,7 @@ from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.store.message import GetResult, GetStatus, Message, PutResult, PutStatus
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
-from strata.store.topics import TopicTable
+from strata.store.topics import MAX_QUEUES, TopicTable
 
 log = logging.getLogger(__name__)
 
@@ -409,6 +409,28 @@ class MessageStore:
         with self._put_lock:
             return self.topic_table.create(topic, self.config.default_queues if queues is None
                                       else queues, since=self.log.max_offset())
+
+    def set_queue_count(self, topic: str, queues: int) -> int:
+        """Give an existing ``topic`` more queues (RocketMQ's topic update); returns the count.
+
+        Queues are only ever added: fewer would strand the messages of the dropped ones, so a
+        smaller count is refused. New queues start empty at offset 0; round-robin and
+        ``shard_key`` placement use the new count from the next put on (a key may move to
+        another queue, as in RocketMQ).
+        """
+        self._check_writable()
+        if not isinstance(queues, int) or isinstance(queues, bool) or \
+                not 1 <= queues <= MAX_QUEUES:
+            raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
+        with self._put_lock:
+            now = self.topic_table.queues.get(topic)
+            if now is None:
+                raise InvalidInputError(f"no topic {topic!r} (create_topic makes one)")
+            if queues < now:
+                raise InvalidInputError(f"topic {topic!r} has {now} queues; a queue count can "
+                                        f"only grow (removing queues would strand their "
+                                        f"messages), got {queues}")
+            return self.topic_table.ensure(topic, now, at_least=queues)
 
     def delete_topic(self, topic: str) -> bool:
         """Forget a topic: its queues go at once; its records age out with the log."""
