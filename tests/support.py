@@ -4,7 +4,11 @@ belong in the test module (or a conftest.py in that layer's folder)."""
 from __future__ import annotations
 
 import hashlib
+import signal
+import subprocess
+import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -46,3 +50,25 @@ def small_store_config(**overrides) -> strata.StoreConfig:
 @pytest.fixture
 def small_config() -> strata.StoreConfig:
     return small_store_config()
+
+
+def expect_line(proc: subprocess.Popen, want: bytes) -> None:
+    """Read the child's next stdout line; it must be ``want`` (else show its stderr)."""
+    line = proc.stdout.readline()
+    assert line.strip() == want, proc.stderr.read().decode()
+
+
+def run_and_sigkill(args: list[str], pick_moment: Callable[[subprocess.Popen], None]) -> None:
+    """Run ``python args...``, let ``pick_moment(proc)`` wait for the moment to strike, then
+    SIGKILL the child; it must not have ended on its own (its stderr is shown if it did)."""
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        pick_moment(proc)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL, f"child ended on its own: {err}"

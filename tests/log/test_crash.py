@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import strata
+from support import expect_line, run_and_sigkill
 
 ROUNDS = 24  # 20 of them kill the child while it appends, 4 during start-up
 THREADS = 4
@@ -89,29 +87,20 @@ def read_acks(path: Path) -> dict[int, tuple[int, str]]:
 
 def run_child_and_kill(script: Path, store_dir: Path, ack_path: Path, first_seq: int,
                        rng: random.Random, *, before_ready: bool) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(store_dir), str(ack_path), str(first_seq),
-         str(THREADS), json.dumps(CONFIG)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    def pick_moment(proc) -> None:
         if before_ready:
             time.sleep(rng.uniform(0.05, 0.4))  # somewhere in start-up or recovery
-        else:
-            line = proc.stdout.readline()
-            assert line.strip() == b"ready", proc.stderr.read().decode()
-            # let the appends get going (first acknowledgement), then kill at a random moment
-            deadline = time.monotonic() + 30
-            while not (ack_path.exists() and ack_path.stat().st_size) and \
-                    time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.3))
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-        proc.stdout.close()
-        err = proc.stderr.read().decode()
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, f"child ended on its own: {err}"
+            return
+        expect_line(proc, b"ready")
+        # let the appends get going (first acknowledgement), then kill at a random moment
+        deadline = time.monotonic() + 30
+        while not (ack_path.exists() and ack_path.stat().st_size) and \
+                time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.3))
+
+    run_and_sigkill([str(script), str(store_dir), str(ack_path), str(first_seq), str(THREADS),
+                     json.dumps(CONFIG)], pick_moment)
 
 
 @pytest.mark.slow

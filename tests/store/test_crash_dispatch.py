@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import strata
+from support import expect_line, run_and_sigkill
 from strata.store.message import GetStatus
 
 ROUNDS = 12
@@ -83,29 +81,19 @@ def read_acks(path: Path) -> dict[int, tuple[str, int, int, int]]:
 
 def run_child_and_kill(script: Path, store_dir: Path, ack_path: Path, first_seq: int,
                        rng: random.Random, mode: str) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(store_dir), str(ack_path), str(first_seq),
-         str(rng.getrandbits(32)), json.dumps(CONFIG)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    def pick_moment(proc) -> None:
         if mode == "startup":               # during start-up, recovery or replay
             time.sleep(rng.uniform(0.05, 0.5))
+            return
+        expect_line(proc, b"ready")
+        if mode == "after_big":             # right after a big batch: dispatch is behind
+            for _ in range(rng.randint(1, 2)):
+                expect_line(proc, b"big")
         else:
-            line = proc.stdout.readline()
-            assert line.strip() == b"ready", proc.stderr.read().decode()
-            if mode == "after_big":         # right after a big batch: dispatch is behind
-                for _ in range(rng.randint(1, 2)):
-                    line = proc.stdout.readline()
-                    assert line.strip() == b"big", proc.stderr.read().decode()
-            else:
-                time.sleep(rng.uniform(0.01, 0.4))
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-        proc.stdout.close()
-        err = proc.stderr.read().decode()
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, f"child ended on its own: {err}"
+            time.sleep(rng.uniform(0.01, 0.4))
+
+    run_and_sigkill([str(script), str(store_dir), str(ack_path), str(first_seq),
+                     str(rng.getrandbits(32)), json.dumps(CONFIG)], pick_moment)
 
 
 def check_store(store, acked, ctx) -> None:
