@@ -229,9 +229,8 @@ def read_batch(clog, start: int, limit: int, max_records: int,
     ``limit``, within one segment; returns (batch, where the next batch starts). The next
     start equals ``start`` only when no whole record is there yet."""
     loc = clog.locate(max(start, clog.min_offset()))
-    empty = EMPTY
     if loc is None:
-        return empty, start
+        return EMPTY, start
     seg, rel = loc
     end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
     batch = None
@@ -249,8 +248,8 @@ def read_batch(clog, start: int, limit: int, max_records: int,
         positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
         if not positions:
             if blank and seg.end_offset <= limit:
-                return empty, seg.end_offset  # the rest of this segment is a blank record
-            return empty, seg.base_offset + rel
+                return EMPTY, seg.end_offset  # the rest of this segment is a blank record
+            return EMPTY, seg.base_offset + rel
         batch = read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
         if not batch:
             return batch, seg.base_offset + rel
