@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -180,17 +178,9 @@ def main() -> None:
         if args.only == "idle":
             return
 
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        from pyspark.sql import SparkSession
-        spark = (SparkSession.builder.master("local[2]").appName("strata-bench-stream")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        from strata.spark.jobs import spark_session
+        spark = spark_session("local[2]", "strata-bench-stream")
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
         try:
             # warm-up: the first Python data-source query spawns its workers
             (root / "warm").mkdir()

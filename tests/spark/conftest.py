@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,19 +12,9 @@ from spark_support import fill_store
 
 @pytest.fixture(scope="session")
 def spark():
-    from strata.spark import check_java
-    check_java()  # a clear error instead of a py4j stack trace when Java is missing
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-    s = (SparkSession.builder.master("local[2]").appName("strata-tests")
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.driver.host", "127.0.0.1")
-         .config("spark.sql.session.timeZone", "UTC")
-         .getOrCreate())
+    from strata.spark.jobs import spark_session  # checks Java first: a clear error without it
+    s = spark_session("local[2]", "strata-tests")
+    s.conf.set("spark.sql.shuffle.partitions", "2")
     yield s
     s.stop()
 
