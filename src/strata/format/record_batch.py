@@ -40,6 +40,33 @@ def u32_windows(buf, limit: int) -> np.ndarray:
     return np.ndarray(shape=(max(0, limit - 3),), dtype="<u4", buffer=buf, strides=(1,))
 
 
+def check_headers(buf, positions: np.ndarray, phys, limit: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The fixed headers at ``positions`` (int64) of ``buf[:limit]`` and which of them start a
+    whole message record carrying commit-log offset ``phys``: ``check_record``'s checks without
+    the CRC (magic, lengths at both ends, field lengths adding up, within the limit).
+
+    Returns (headers, ok, total length, host bytes); headers where ``ok`` is False are garbage.
+    """
+    ok = (positions >= 0) & (positions + _MIN_RECORD <= limit)
+    if not ok.any():
+        zero = np.zeros(len(positions), np.int64)
+        return np.zeros(len(positions), HEADER_DTYPE), ok, zero, zero
+    hdr = header_windows(buf, limit)[np.where(ok, positions, 0)]
+    total = hdr["total"].astype(np.int64)
+    sys_flag = hdr["sys_flag"]
+    hosts = (np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
+             + np.where(sys_flag & rec.SYSFLAG_STORE_HOST_V6, 18, 6))
+    ok &= hdr["magic"] == rec.MESSAGE_MAGIC
+    ok &= hdr["phys"] == phys
+    ok &= total == (rec.HEADER_SIZE + hosts + hdr["topic_len"].astype(np.int64)
+                    + hdr["props_len"].astype(np.int64) + hdr["body_len"].astype(np.int64)
+                    + rec.TRAILER_SIZE)
+    ok &= positions + total <= limit
+    ok &= u32_windows(buf, limit)[np.where(ok, positions + total - rec.TRAILER_SIZE, 0)] == total
+    return hdr, ok, total, hosts
+
+
 def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
               *, verify_crc: bool = False,
               topics: dict[bytes, str] | None = None) -> list[rec.StoredMessage | None]:
@@ -54,24 +81,9 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
     if n == 0:
         return []
     positions = positions.astype(np.int64, copy=False)
-    ok = (positions >= 0) & (positions + _MIN_RECORD <= limit)
+    hdr, ok, total, hosts = check_headers(buf, positions, phys, limit)
     if not ok.any():
         return [None] * n
-    hdr = header_windows(buf, limit)[np.where(ok, positions, 0)]
-    total = hdr["total"].astype(np.int64)
-    sys_flag = hdr["sys_flag"]
-    hosts = (np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
-             + np.where(sys_flag & rec.SYSFLAG_STORE_HOST_V6, 18, 6))
-    topic_len = hdr["topic_len"].astype(np.int64)
-    props_len = hdr["props_len"].astype(np.int64)
-    body_len = hdr["body_len"].astype(np.int64)
-    ok &= hdr["magic"] == rec.MESSAGE_MAGIC
-    ok &= hdr["phys"] == phys
-    ok &= total == rec.HEADER_SIZE + hosts + topic_len + props_len + body_len + rec.TRAILER_SIZE
-    ok &= positions + total <= limit
-    trailer_at = np.where(ok, positions + total - rec.TRAILER_SIZE, 0)
-    trailer = u32_windows(buf, limit)[trailer_at]
-    ok &= trailer == total
     if verify_crc:
         with memoryview(buf) as mv:
             for i in np.flatnonzero(ok).tolist():
@@ -81,9 +93,10 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
     every = bool(ok.all())
     if not every:
         keep = np.flatnonzero(ok)
-        hdr, positions, hosts = hdr[keep], positions[keep], hosts[keep]
-        topic_len, props_len, body_len = topic_len[keep], props_len[keep], body_len[keep]
-        total = total[keep]
+        hdr, positions, hosts, total = hdr[keep], positions[keep], hosts[keep], total[keep]
+    topic_len = hdr["topic_len"].astype(np.int64)
+    props_len = hdr["props_len"].astype(np.int64)
+    body_len = hdr["body_len"].astype(np.int64)
     host_at = positions + rec.HEADER_SIZE
     topic_at = host_at + hosts
     props_at = topic_at + topic_len

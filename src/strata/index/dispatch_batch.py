@@ -17,7 +17,7 @@ import numpy as np
 
 from strata.format import record as rec
 from strata.format.consume_queue import tag_hash
-from strata.format.record_batch import header_windows, u32_windows
+from strata.format.record_batch import check_headers
 from strata.format.segment import HEADER_AREA
 
 _LENGTH_MAGIC = struct.Struct("<II")
@@ -149,24 +149,13 @@ def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
     if len(positions) <= SMALL_BATCH:
         return _read_few(mm, base_offset, positions, limit, names)
     pos = np.asarray(positions, np.int64)
-    inside = pos + _MIN_RECORD <= limit
-    hdr = header_windows(mm, limit)[np.where(inside, pos, 0)]
-    total = hdr["total"].astype(np.int64)
+    hdr, good, total, hosts = check_headers(mm, pos, pos - HEADER_AREA + base_offset, limit)
     sys_flag = hdr["sys_flag"].astype(np.int64)
-    hosts = (np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
-             + np.where(sys_flag & rec.SYSFLAG_STORE_HOST_V6, 18, 6))
-    topic_len = hdr["topic_len"].astype(np.int64)
-    props_len = hdr["props_len"].astype(np.int64)
-    good = inside & (total == rec.HEADER_SIZE + hosts + topic_len + props_len
-                     + hdr["body_len"].astype(np.int64) + rec.TRAILER_SIZE)
-    good &= hdr["magic"] == rec.MESSAGE_MAGIC
-    good &= hdr["phys"] == pos - HEADER_AREA + base_offset
-    good &= pos + total <= limit
-    good &= u32_windows(mm, limit)[np.where(good, pos + total - rec.TRAILER_SIZE, 0)] == total
     if not good.all():
         n = int(np.argmin(good))  # the first bad record ends the batch
         hdr, pos, total, sys_flag, hosts = hdr[:n], pos[:n], total[:n], sys_flag[:n], hosts[:n]
-        topic_len, props_len = topic_len[:n], props_len[:n]
+    topic_len = hdr["topic_len"].astype(np.int64)
+    props_len = hdr["props_len"].astype(np.int64)
     topic_at = (pos + rec.HEADER_SIZE + hosts).tolist()
     topic_end = (pos + rec.HEADER_SIZE + hosts + topic_len).tolist()
     codes = names.codes_of(list(map(mm.__getitem__, map(slice, topic_at, topic_end))))
