@@ -104,3 +104,13 @@ def test_decode_at_with_nothing_readable():
     assert decode_at(raw, np.array([0, 50], np.int64), np.array([0, 50], np.int64), 10) \
         == [None, None]
     assert decode_at(raw, np.array([], np.int64), np.array([], np.int64), 200) == []
+
+
+def test_write_records_refuses_a_blob_that_disagrees_with_the_headers():
+    from strata.format.record_batch import HEADER_DTYPE, write_records
+    headers = np.zeros(2, HEADER_DTYPE)
+    headers["total"] = 100
+    buf = bytearray(b"\x55" * 400)
+    with pytest.raises(ValueError, match="add up to 200 bytes"):
+        write_records(buf, 10, headers, bytes(150))
+    assert buf == bytearray(b"\x55" * 400)  # nothing written

@@ -528,3 +528,31 @@ def test_queue_count_grows_and_never_shrinks(tmp_store_dir):
     with strata.open(tmp_store_dir, small_store_config()) as store:   # persisted
         assert store.queue_count("t") == 3
         assert store.get("t", 2, 0, 10).status is strata.GetStatus.FOUND
+
+
+def test_message_rare_fields_read_set_compare_and_pickle(tmp_store_dir):
+    """Routing, flags and born host live in one tuple inside Message; they read, write,
+    validate, compare and pickle like plain fields, and a plain message carries none."""
+    import pickle
+    plain = strata.Message("t", b"x")
+    assert (plain.queue_id, plain.shard_key, plain.flag, plain.born_host,
+            plain.reconsume_times, plain.sys_flag, plain.prepared_transaction_offset) == \
+        (None, None, 0, None, 0, 0, 0)
+    assert plain._rare is None
+    routed = strata.Message("t", b"x", queue_id=1, flag=7)
+    assert routed.queue_id == 1 and routed.flag == 7 and routed != plain
+    assert "queue_id=1" in repr(routed) and "flag=7" in repr(routed)
+    assert pickle.loads(pickle.dumps(routed)) == routed
+    routed.queue_id, routed.flag = None, 0  # back to the defaults: plain again
+    assert routed == plain and routed._rare is None
+    with pytest.raises(InvalidInputError, match="flag"):
+        plain.flag = 2**40
+    with pytest.raises(InvalidInputError, match="queue_id"):
+        plain.queue_id = -1
+    assert plain._rare is None  # a refused assignment changes nothing
+    later = [strata.Message("t", bytes([i])) for i in range(40)]
+    for m in later:
+        m.queue_id = 2  # set after construction: the batch is routed, not round-robin
+    with strata.open(tmp_store_dir, small_store_config()) as store:
+        store.create_topic("t", queues=4)
+        assert {r.queue_id for r in store.put_batch(later)} == {2}

@@ -27,11 +27,16 @@ _MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
 _new_message = partial(tuple.__new__, rec.StoredMessage)  # StoredMessage(values), minus a call
 
 
+HEADER_BYTES = np.dtype((np.void, rec.HEADER_SIZE))  # a fixed header as one opaque item
+
+
 def header_windows(buf, limit: int) -> np.ndarray:
-    """``buf[:limit]`` seen as a HEADER_DTYPE record starting at every byte (a strided view:
-    element ``i`` is the fixed header of a record at position ``i``); indexing it with record
-    positions gathers their headers in one step. The view pins ``buf`` while it lives."""
-    return np.ndarray(shape=(max(0, limit - rec.HEADER_SIZE + 1),), dtype=HEADER_DTYPE,
+    """``buf[:limit]`` seen as a fixed header starting at every byte (a strided view: element
+    ``i`` is the header of a record at position ``i``); indexing it with record positions
+    gathers their headers in one step, ``.view(HEADER_DTYPE)`` names the fields. The items are
+    opaque (HEADER_BYTES) because numpy moves those as plain byte copies, about ten times faster
+    than field by field. The view pins ``buf`` while it lives."""
+    return np.ndarray(shape=(max(0, limit - rec.HEADER_SIZE + 1),), dtype=HEADER_BYTES,
                       buffer=buf, strides=(1,))
 
 
@@ -52,7 +57,7 @@ def check_headers(buf, positions: np.ndarray, phys, limit: int
     if not ok.any():
         zero = np.zeros(len(positions), np.int64)
         return np.zeros(len(positions), HEADER_DTYPE), ok, zero, zero
-    hdr = header_windows(buf, limit)[np.where(ok, positions, 0)]
+    hdr = header_windows(buf, limit)[np.where(ok, positions, 0)].view(HEADER_DTYPE)
     total = hdr["total"].astype(np.int64)
     sys_flag = hdr["sys_flag"]
     hosts = (np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
@@ -131,26 +136,32 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
     return out
 
 
-def write_records(buf, pos: int, headers: np.ndarray, images) -> None:
+def write_records(buf, pos: int, headers: np.ndarray, blob) -> None:
     """Write whole records back to back from ``pos`` of ``buf`` (a writable mmap or bytearray).
 
-    ``images`` are the records' bytes with the fixed header left as zeros, ``headers`` those
-    headers (HEADER_DTYPE, CRC field ignored). The images are copied in one piece, the headers
-    scattered over them with one numpy assignment, then each record's CRC32C is stored.
+    ``blob`` holds the records' bytes one after the other (bytes or a memoryview), each with its
+    fixed header and its trailer left as zeros (or already filled in); ``headers`` are those
+    headers (HEADER_DTYPE, CRC field ignored). The blob is copied in one piece, the headers and
+    trailers scattered over it with one numpy assignment each, then each record's CRC32C is
+    stored.
     """
     n = len(headers)
     if n == 0:
         return
-    blob = b"".join(images)
     end = pos + len(blob)
-    buf[pos:end] = blob
     totals = headers["total"].astype(np.int64)
     starts = np.empty(n, np.int64)
     starts[0] = pos
     np.cumsum(totals[:-1], out=starts[1:])
     starts[1:] += pos
+    stops = starts + totals
+    if int(stops[-1]) != end:
+        raise ValueError(f"record sizes add up to {int(stops[-1]) - pos} bytes, the blob "
+                         f"holds {len(blob)}")
+    buf[pos:end] = blob
     with memoryview(buf) as mv:
-        header_windows(mv, end)[starts] = headers
+        header_windows(mv, end)[starts] = headers.view(HEADER_BYTES)
+        u32_windows(mv, end)[stops - rec.TRAILER_SIZE] = totals
         crcs = list(map(crc32c, map(mv.__getitem__, map(slice, (starts + rec.CRC_START).tolist(),
-                                                         (starts + totals).tolist()))))
+                                                         stops.tolist()))))
         u32_windows(mv, end)[starts + rec.POS_CRC] = crcs

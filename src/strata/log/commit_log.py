@@ -140,11 +140,10 @@ class CommitLog:
         self.last_store_timestamp = store_ts
         return offsets
 
-    def append_headers(self, headers: np.ndarray, images: Sequence[bytes],
-                       store_ts: int) -> np.ndarray:
+    def append_headers(self, headers: np.ndarray, blob: bytes, store_ts: int) -> np.ndarray:
         """``append_batch`` for large batches, vectorised: ``headers`` (HEADER_DTYPE, one per
-        record, physical offset / store time / CRC filled in here) and the records' ``images``
-        (each whole record with its fixed header zeroed).
+        record, physical offset / store time / CRC filled in here) and ``blob``, the records
+        back to back, each with its fixed header and trailer zeroed (``write_records``).
         Returns the physical offsets. All or nothing, as ``append_batch``."""
         n = len(headers)
         seg = self._open_segment()
@@ -153,6 +152,7 @@ class CommitLog:
         ends = np.cumsum(headers["total"].astype(np.int64))  # end of record i, batch-relative
         rolled: list[MappedSegment] = []
         done = 0
+        data = memoryview(blob)
         try:
             while done < n:
                 before = int(ends[done - 1]) if done else 0
@@ -168,7 +168,8 @@ class CommitLog:
                 starts = seg.base_offset + seg.wrote - before + \
                     np.concatenate(([before], ends[done:done + fit - 1]))
                 headers["phys"][part] = starts
-                write_records(seg.mm, HEADER_AREA + seg.wrote, headers[part], images[part])
+                write_records(seg.mm, HEADER_AREA + seg.wrote, headers[part],
+                              data[before:int(ends[done + fit - 1])])
                 seg.wrote = int(starts[-1] - seg.base_offset + headers["total"][done + fit - 1])
                 self._account(seg, fit, store_ts)
                 done += fit

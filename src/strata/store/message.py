@@ -17,23 +17,50 @@ class PutStatus(enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
 
 
-@dataclass(slots=True)
-class Message:
-    """A message to append. ``keys`` are indexed for ``query``; ``tags`` filter ``get``."""
+_RARE_DEFAULTS = (None, None, 0, None, 0, 0, 0)  # queue_id .. prepared_transaction_offset
+_RARE_NAMES = ("queue_id", "shard_key", "flag", "born_host", "reconsume_times", "sys_flag",
+               "prepared_transaction_offset")
+_INT_RANGES = {"flag": (-2**31, 2**31), "reconsume_times": (0, 2**31), "sys_flag": (0, 2**31),
+               "prepared_transaction_offset": (0, 2**63)}
 
-    topic: str
-    body: bytes
-    keys: Sequence[str] = ()
-    tags: str | None = None
-    properties: Mapping[str, str] | None = None
-    queue_id: int | None = None
-    shard_key: str | None = None
-    born_timestamp: int | None = None
-    flag: int = 0
-    born_host: Host | None = None
-    reconsume_times: int = 0
-    sys_flag: int = 0
-    prepared_transaction_offset: int = 0
+
+def _check_rare(name: str, v) -> None:
+    """Refuse an out-of-range value for one of the rarely set fields."""
+    if name == "queue_id":
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)
+                              or not 0 <= v < 2**31):
+            raise InvalidInputError(f"queue_id must be a non-negative int, got {v!r}")
+    elif name in _INT_RANGES:
+        lo, hi = _INT_RANGES[name]
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v < hi:
+            raise InvalidInputError(f"{name} must be an int in [{lo}, {hi}), got {v!r}")
+
+
+def _rare_field(i: int, name: str) -> property:
+    """A rarely set field, kept in the message's ``_rare`` tuple (None while all of them hold
+    their defaults, so a batch of plain messages is recognised with one look per message)."""
+
+    def get(self):
+        rare = self._rare
+        return _RARE_DEFAULTS[i] if rare is None else rare[i]
+
+    def set_(self, value) -> None:
+        _check_rare(name, value)
+        rare = list(_RARE_DEFAULTS if self._rare is None else self._rare)
+        rare[i] = value
+        self._rare = None if tuple(rare) == _RARE_DEFAULTS else tuple(rare)
+
+    return property(get, set_, doc=f"``{name}`` (default {_RARE_DEFAULTS[i]!r})")
+
+
+class Message:
+    """A message to append. ``keys`` are indexed for ``query``; ``tags`` filter ``get``.
+
+    Mutable, compared and shown by value like a dataclass. The fields most messages leave at
+    their defaults (``queue_id`` .. ``prepared_transaction_offset``) live together in one
+    tuple, so the batch put path can tell a plain message at a glance."""
+
+    __slots__ = ("topic", "body", "keys", "tags", "properties", "born_timestamp", "_rare")
 
     def __init__(self, topic: str, body: bytes, *, keys: Sequence[str] = (),
                  tags: str | None = None, properties: Mapping[str, str] | None = None,
@@ -41,35 +68,53 @@ class Message:
                  born_timestamp: int | None = None, flag: int = 0,
                  born_host: Host | None = None, reconsume_times: int = 0,
                  sys_flag: int = 0, prepared_transaction_offset: int = 0) -> None:
-        if flag or reconsume_times or sys_flag or prepared_transaction_offset:
-            for name, v, lo, hi in (("flag", flag, -2**31, 2**31),
-                                    ("reconsume_times", reconsume_times, 0, 2**31),
-                                    ("sys_flag", sys_flag, 0, 2**31),
-                                    ("prepared_transaction_offset", prepared_transaction_offset,
-                                     0, 2**63)):
-                if not isinstance(v, int) or isinstance(v, bool) or not lo <= v < hi:
-                    raise InvalidInputError(f"{name} must be an int in [{lo}, {hi}), got {v!r}")
         if born_timestamp is not None and (not isinstance(born_timestamp, int)
                                            or isinstance(born_timestamp, bool)
                                            or not 0 <= born_timestamp < 2**63):
             raise InvalidInputError(
                 f"born_timestamp must be ms since the epoch (int >= 0), got {born_timestamp!r}")
-        if queue_id is not None and (not isinstance(queue_id, int) or isinstance(queue_id, bool)
-                                     or not 0 <= queue_id < 2**31):
-            raise InvalidInputError(f"queue_id must be a non-negative int, got {queue_id!r}")
         self.topic = topic
         self.body = body
         self.keys = (keys,) if isinstance(keys, str) else keys
         self.tags = tags
         self.properties = properties
-        self.queue_id = queue_id
-        self.shard_key = shard_key
         self.born_timestamp = born_timestamp
-        self.flag = flag
-        self.born_host = born_host
-        self.reconsume_times = reconsume_times
-        self.sys_flag = sys_flag
-        self.prepared_transaction_offset = prepared_transaction_offset
+        if (queue_id is None and shard_key is None and born_host is None and not flag
+                and not reconsume_times and not sys_flag and not prepared_transaction_offset):
+            self._rare = None
+        else:
+            rare = (queue_id, shard_key, flag, born_host, reconsume_times, sys_flag,
+                    prepared_transaction_offset)
+            for name, v in zip(_RARE_NAMES, rare):
+                _check_rare(name, v)
+            self._rare = None if rare == _RARE_DEFAULTS else rare
+
+    queue_id = _rare_field(0, "queue_id")
+    shard_key = _rare_field(1, "shard_key")
+    flag = _rare_field(2, "flag")
+    born_host = _rare_field(3, "born_host")
+    reconsume_times = _rare_field(4, "reconsume_times")
+    sys_flag = _rare_field(5, "sys_flag")
+    prepared_transaction_offset = _rare_field(6, "prepared_transaction_offset")
+
+    def _fields(self) -> tuple:
+        return (self.topic, self.body, self.keys, self.tags, self.properties,
+                self.born_timestamp, self._rare or _RARE_DEFAULTS)
+
+    def __eq__(self, other) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # mutable
+
+    def __repr__(self) -> str:
+        parts = [f"topic={self.topic!r}", f"body={self.body!r}", f"keys={self.keys!r}",
+                 f"tags={self.tags!r}", f"properties={self.properties!r}"]
+        parts += [f"{name}={getattr(self, name)!r}" for name in _RARE_NAMES[:2]]
+        parts.append(f"born_timestamp={self.born_timestamp!r}")
+        parts += [f"{name}={getattr(self, name)!r}" for name in _RARE_NAMES[2:]]
+        return f"Message({', '.join(parts)})"
 
 
 class PutResult(tuple):

@@ -8,7 +8,6 @@ import logging
 import os
 import threading
 import time
-from functools import partial
 from itertools import repeat
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -43,9 +42,6 @@ CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
 DISPATCH_STALL_S = 2.0  # back-pressure gives up on a dispatcher that stopped moving
 MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
-
-
-_new_put_result = partial(tuple.__new__, PutResult)  # PutResult from its field tuple
 
 
 def now_ms() -> int:
@@ -321,7 +317,8 @@ class MessageStore:
                 self.topic_table.ensure(topic, n_q, since=self.log.max_offset())
             store_ts = max(now_ms(), self.log.last_store_timestamp)
             if batch.columnar:
-                offsets = self.log.append_headers(batch.headers(), batch.images, store_ts).tolist()
+                offsets = self.log.append_headers(batch.headers(), batch.record_bytes(),
+                                                  store_ts).tolist()
             else:
                 offsets = self.log.append_batch(batch.records(), store_ts)
             self._queue_next.update(updates)
@@ -340,7 +337,7 @@ class MessageStore:
         n = len(offsets)
         topics = repeat(batch.single_topic, n) if batch.single_topic is not None else \
             [m.topic for m in msgs]
-        return list(map(_new_put_result, zip(
+        return list(map(tuple.__new__, repeat(PutResult, n), zip(
             repeat(status, n), offsets, batch.totals, repeat(store_ts, n), topics, qids, qoffs,
             repeat(self._msg_id_prefix, n))))
 

@@ -25,9 +25,9 @@ from strata.store.message import Message
 BLANK_HEADER = bytes(rec.HEADER_SIZE)
 COLUMNAR_BATCH = 32  # from this many messages on, queue choice and headers use numpy
 
-_MESSAGE_FIELDS = attrgetter("topic", "body", "keys", "tags", "properties", "queue_id",
-                             "shard_key", "born_timestamp", "flag", "born_host",
-                             "reconsume_times", "sys_flag", "prepared_transaction_offset")
+_PLAIN_FIELDS = attrgetter("topic", "body", "keys", "tags", "properties", "born_timestamp",
+                           "_rare")  # _rare: None unless a routing/flag/host field is set
+_ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
 
 
 class Encoder:
@@ -106,10 +106,11 @@ class Encoder:
                 pb = encode_properties(m.keys, m.tags, m.properties)
             else:
                 pb = b""
-            if m.queue_id is not None or m.shard_key is not None:
+            rare = m._rare  # None: no routing, flags or born host set
+            if rare is not None and (m.queue_id is not None or m.shard_key is not None):
                 routed = True
-            if m.born_host is None and not (m.sys_flag or m.flag or m.reconsume_times
-                                            or m.prepared_transaction_offset):
+            if rare is None or (m.born_host is None and not (
+                    m.sys_flag or m.flag or m.reconsume_times or m.prepared_transaction_offset)):
                 total = fixed + len(tb) + len(pb) + blen
                 bh = store_host
             else:
@@ -139,12 +140,9 @@ class Encoder:
         n = len(msgs)
         if set(map(type, msgs)) != {Message}:
             return None
-        (topics, bodies, keys, tags, props, queue_ids, shard_keys, born_ts, flags, born_hosts,
-         reconsumes, sys_flags, tx_offsets) = zip(*map(_MESSAGE_FIELDS, msgs))
-        if (topics.count(topics[0]) != n or set(map(type, bodies)) != {bytes}
-                or queue_ids.count(None) != n or shard_keys.count(None) != n
-                or born_hosts.count(None) != n or any(flags) or any(reconsumes)
-                or any(sys_flags) or any(tx_offsets)):
+        topics, bodies, keys, tags, props, born_ts, rare = zip(*map(_PLAIN_FIELDS, msgs))
+        if (topics.count(topics[0]) != n or rare.count(None) != n
+                or set(map(type, bodies)) != {bytes}):
             return None
         tb = self.topic(topics[0])
         body_lens = list(map(len, bodies))
@@ -154,21 +152,24 @@ class Encoder:
             encode = rec.encode_properties
             pbs = [encode(k, t, p) if k or t is not None or p else b""
                    for k, t, p in zip(keys, tags, props)]
+            props_lens = list(map(len, pbs))
+            payloads = list(map(add, pbs, bodies))  # properties then body, per record
         else:
-            pbs = [b""] * n
-        props_lens = list(map(len, pbs))
-        fixed = rec.HEADER_SIZE + rec.TRAILER_SIZE + 2 * len(self.store_host) + len(tb)
-        totals = list(map(add, map(add, repeat(fixed, n), body_lens), props_lens))
+            props_lens = [0] * n
+            payloads = bodies
+        host = self.store_host
+        prefix = BLANK_HEADER + host + host + tb  # header (zeros), born + store host, topic
+        fixed = len(prefix) + rec.TRAILER_SIZE
+        totals = list(map(add, map(len, payloads), repeat(fixed, n)))
         if max(totals) > self.max_record:
             return None
-        host = self.store_host
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = totals, body_lens, props_lens
         b.topic_lens = [len(tb)] * n
         b.born = [0] * n if born_ts.count(None) == n else [t or 0 for t in born_ts]
-        b.images = list(map(b"".join, zip(repeat(BLANK_HEADER, n), repeat(host, n),
-                                          repeat(host, n), repeat(tb, n), pbs, bodies,
-                                          map(rec.TRAILER.pack, totals))))
+        # all records in one join: each payload between the previous record's (zero) trailer
+        # and its own prefix; write_records fills in headers and trailers
+        b.blob = b"".join((prefix, (_ZERO_TRAILER + prefix).join(payloads), _ZERO_TRAILER))
         b.single_topic = topics[0]
         b.default_sys = self.default_sys
         return b
@@ -197,7 +198,7 @@ def _checked_body(body) -> bytes:
 class PreparedBatch:
     """The encoded, validated parts of a batch's records (columns, one entry per message)."""
 
-    __slots__ = ("msgs", "totals", "images", "body_lens", "props_lens", "topic_lens", "born",
+    __slots__ = ("msgs", "totals", "images", "blob", "body_lens", "props_lens", "topic_lens", "born",
                  "special", "single_topic", "routed", "default_sys", "queue_ids",
                  "queue_offsets")
 
@@ -207,6 +208,8 @@ class PreparedBatch:
         # each record whole, its fixed header still zero (the writer fills it in): zeros, born
         # host, store host, topic, properties, body, trailer
         self.images: list[bytes] = []
+        # or all records in one piece (headers and trailers zeroed), from the plain fast path
+        self.blob: bytes | None = None
         self.body_lens: list[int] = []
         self.props_lens: list[int] = []
         self.topic_lens: list[int] = []
@@ -294,6 +297,10 @@ class PreparedBatch:
         counts = np.bincount(qids, minlength=n_q)
         updates = {(topic, q): int(base[q] + counts[q]) for q in range(n_q) if counts[q]}
         return updates, {topic: start + n}, new_topics
+
+    def record_bytes(self) -> bytes:
+        """All records back to back, for ``CommitLog.append_headers``."""
+        return self.blob if self.blob is not None else b"".join(self.images)
 
     def records(self) -> list[list]:
         """Per-record lists for ``CommitLog.append_batch``: [total, queue_id, flag,
