@@ -157,3 +157,42 @@ def test_few_records_are_read_as_the_vectorised_reader_reads_them(tmp_path, monk
                 many = db.read_segment_batch(seg.mm, seg.base_offset, pos, end, TopicNames())
             assert few.requests() == many.requests()
         assert len(few) == 5   # the shifted position ended the batch
+
+
+def test_topics_of_one_length_are_told_apart(tmp_path):
+    """The dispatch reader compares equal-length topic names in numpy: a batch mixing them
+    is split exactly as the records say, and a one-topic batch gets one code."""
+    with strata.open(tmp_path / "s", config()) as store:
+        store._reput.stop()
+        mixed = store.put_batch([strata.Message(["ta", "tb", "tc"][i * 7 % 3], bytes([i]))
+                                 for i in range(60)])
+        single = store.put_batch([strata.Message("td", bytes([i])) for i in range(40)])
+        for results in (mixed, single):
+            start = results[0].commitlog_offset
+            end = results[-1].commitlog_offset + results[-1].size
+            batch, _ = read_batch(store.log, start, end, 4096, TopicNames())
+            assert [r.topic for r in batch.requests()] == [r.topic for r in results]
+        assert len(set(batch.topic_codes.tolist())) == 1
+
+
+def test_consecutive_appends_are_dispatched_as_one_batch(tmp_path):
+    """Hints of appends that follow each other are taken together, up to the batch limit;
+    the rest stays for the next batch."""
+    with strata.open(tmp_path / "s", config()) as store:
+        store._reput.stop()
+        store.create_topic("t", queues=3)
+        results = []
+        for k in range(3):
+            results += store.put_batch([strata.Message("t", bytes([k, i])) for i in range(40)])
+        end = store.log.max_offset()
+        batch, nxt = read_batch(store.log, 0, end, 100, TopicNames())
+        assert len(batch) == 100 and nxt == results[100].commitlog_offset
+        assert batch.offsets.tolist() == [r.commitlog_offset for r in results[:100]]
+        assert int(nxt) in store.log.recent_appends  # the rest of the hint is kept
+        batch, nxt = read_batch(store.log, nxt, end, 4096, TopicNames())
+        assert len(batch) == 20 and nxt == end
+        store._reput.catch_up()
+        for q in range(3):
+            got = store.get("t", q, 0, 100).messages
+            assert [m.body for m in got] == [bytes([k, i]) for k in range(3)
+                                             for i in range(40) if (k * 40 + i) % 3 == q]

@@ -191,21 +191,25 @@ class ConsumeQueue:
 
     def put_columns(self, queue_offsets: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
                     tags: np.ndarray) -> int:
-        """``put_batch`` for columns (numpy arrays, ascending queue offsets): a run of
-        consecutive offsets is written a file at a time in one slice. Returns units written."""
+        """``put_batch`` for columns (numpy arrays, ascending queue offsets)."""
+        units = np.empty(len(queue_offsets), UNIT_DTYPE)
+        units["offset"], units["size"], units["tag"] = offsets, sizes, tags
+        return self.put_units(queue_offsets, units)
+
+    def put_units(self, queue_offsets: np.ndarray, units: np.ndarray) -> int:
+        """``put_batch`` for ready units (UNIT_DTYPE) at ``queue_offsets`` (ascending): a run
+        of consecutive offsets is written a file at a time in one slice. Returns units
+        written."""
         expected = self.max_offset()
         n = len(queue_offsets)
         if n == 0 or int(queue_offsets[-1]) < expected:
             return 0
         first = int(np.searchsorted(queue_offsets, expected))  # skip what is there already
         qo = queue_offsets[first:]
+        units = units[first:]
         if int(qo[-1]) - int(qo[0]) != len(qo) - 1:  # not one run: unit by unit
-            return self.put_batch(list(zip(qo.tolist(), offsets[first:].tolist(),
-                                           sizes[first:].tolist(), tags[first:].tolist())))
-        units = np.empty(len(qo), UNIT_DTYPE)
-        units["offset"] = offsets[first:]
-        units["size"] = sizes[first:]
-        units["tag"] = tags[first:]
+            return self.put_batch(list(zip(qo.tolist(), units["offset"].tolist(),
+                                           units["size"].tolist(), units["tag"].tolist())))
         q, done = int(qo[0]), 0
         while done < len(units):
             seg = self._segment_for_append(q)
@@ -219,7 +223,8 @@ class ConsumeQueue:
             done += k
             q += k
             expected = q
-        self.max_phys_end = int(offsets[-1]) + int(sizes[-1])
+        last = units[-1]
+        self.max_phys_end = int(last["offset"]) + int(last["size"])
         return len(units)
 
     def _fill_blank(self, seg: MappedSegment, frm: int, to: int) -> None:

@@ -156,15 +156,15 @@ def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
         hdr, pos, total, sys_flag, hosts = hdr[:n], pos[:n], total[:n], sys_flag[:n], hosts[:n]
     topic_len = hdr["topic_len"].astype(np.int64)
     props_len = hdr["props_len"].astype(np.int64)
-    topic_at = (pos + rec.HEADER_SIZE + hosts).tolist()
-    topic_end = (pos + rec.HEADER_SIZE + hosts + topic_len).tolist()
-    codes = names.codes_of(list(map(mm.__getitem__, map(slice, topic_at, topic_end))))
+    topic_at = pos + rec.HEADER_SIZE + hosts
+    topic_end = topic_at + topic_len
+    codes = _topic_codes(mm, topic_at, topic_end, topic_len, names)
     tags = np.zeros(len(pos), np.int64)
     keyed: list[tuple[int, list[str], str | None]] = []
     with_props = np.flatnonzero(props_len)
     if len(with_props):
-        ends = (pos + rec.HEADER_SIZE + hosts + topic_len + props_len)[with_props].tolist()
-        starts = [topic_end[i] for i in with_props.tolist()]
+        ends = (topic_end + props_len)[with_props].tolist()
+        starts = topic_end[with_props].tolist()
         for row, a, b in zip(with_props.tolist(), starts, ends):
             keys, tag, uniq = rec.dispatch_properties(mm[a:b])
             if tag:
@@ -173,6 +173,28 @@ def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
                 keyed.append((row, keys, uniq))
     return DispatchBatch(names.names, codes, hdr["queue_id"], hdr["queue_offset"], hdr["phys"],
                          total, tags, hdr["store_ts"], sys_flag, keyed)
+
+
+def _topic_codes(mm, topic_at: np.ndarray, topic_end: np.ndarray, topic_len: np.ndarray,
+                 names: TopicNames):
+    """The topic code of every record. When all topic names have one length (the usual
+    batch: one topic) they are gathered and compared as fixed-size byte strings in numpy and
+    only the distinct ones are looked up; otherwise one slice per record."""
+    if not len(topic_len):
+        return np.zeros(0, np.int64)
+    width = int(topic_len[0])
+    if width and (topic_len == width).all():
+        windows = np.ndarray(shape=(len(mm) - width + 1,), dtype=(np.void, width), buffer=mm,
+                             strides=(1,))
+        raw = windows[topic_at]
+        first = raw[0]
+        if (raw == first).all():
+            return np.full(len(raw), names.code(first.tobytes()), np.int64)
+        distinct, inverse = np.unique(raw, return_inverse=True)
+        lookup = np.array([names.code(d.tobytes()) for d in distinct], np.int64)
+        return lookup[inverse.ravel()]
+    return names.codes_of(list(map(mm.__getitem__, map(slice, topic_at.tolist(),
+                                                        topic_end.tolist()))))
 
 
 def _read_few(mm, base_offset: int, positions: list[int], limit: int,
@@ -212,6 +234,27 @@ def _read_few(mm, base_offset: int, positions: list[int], limit: int,
                          keyed)
 
 
+def _take_hints(hints: dict, seg, start: int, max_records: int) -> np.ndarray | None:
+    """The writer's offsets from ``start``: its hint there, followed by the hints of the
+    appends right after it while they stay in ``seg`` and ``max_records`` is not reached (so a
+    dispatcher that fell a few puts behind catches up in one batch)."""
+    first = hints.pop(start, None)
+    if first is None or len(first) >= max_records:
+        return first
+    parts, count = [first], len(first)
+    while count < max_records:
+        last = int(parts[-1][-1])
+        if last >= seg.end_offset:
+            break
+        more = hints.pop(last + rec.U32.unpack_from(seg.mm, last - seg.base_offset +
+                                                    HEADER_AREA)[0], None)
+        if more is None:
+            break
+        parts.append(more)
+        count += len(more)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def read_batch(clog, start: int, limit: int, max_records: int,
                names: TopicNames) -> tuple[DispatchBatch, int]:
     """Up to ``max_records`` records of ``clog`` from ``start`` (a record start) below
@@ -223,7 +266,7 @@ def read_batch(clog, start: int, limit: int, max_records: int,
     seg, rel = loc
     end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
     batch = None
-    appended = clog.recent_appends.pop(seg.base_offset + rel, None)
+    appended = _take_hints(clog.recent_appends, seg, seg.base_offset + rel, max_records)
     if appended is not None:  # offsets the writer just appended: no need to walk the log
         mine = appended[:min(max_records, int(np.searchsorted(
             appended, min(seg.end_offset, limit))))]

@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.format.consume_queue import UNIT_DTYPE
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, DispatchRequest
 from strata.index.dispatch_batch import SMALL_BATCH, DispatchBatch
@@ -91,12 +92,14 @@ class ConsumeQueueSet:
         order = rows[np.argsort(key, kind="stable")]
         key = (batch.topic_codes[order] << 32) | batch.queue_ids[order]
         cuts = (np.flatnonzero(np.diff(key)) + 1).tolist()
-        for lo, hi in zip([0, *cuts], [*cuts, len(order)]):
-            k = int(key[lo])
-            part = order[lo:hi]
-            self.get_or_create(batch.topics[k >> 32], k & 0xFFFF_FFFF).put_columns(
-                batch.queue_offsets[part], batch.offsets[part], batch.sizes[part],
-                batch.tag_hashes[part])
+        units = np.empty(len(order), UNIT_DTYPE)  # every queue's units, queue by queue
+        units["offset"] = batch.offsets[order]
+        units["size"] = batch.sizes[order]
+        units["tag"] = batch.tag_hashes[order]
+        queue_offsets = batch.queue_offsets[order]
+        for lo, hi, k in zip([0, *cuts], [*cuts, len(order)], key[[0, *cuts]].tolist()):
+            self.get_or_create(batch.topics[k >> 32], k & 0xFFFF_FFFF).put_units(
+                queue_offsets[lo:hi], units[lo:hi])
 
     def truncate_by_phys(self, phys_end: int) -> int:
         return sum(cq.truncate_by_phys(phys_end) for cq in self.queues.values())
