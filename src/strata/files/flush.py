@@ -87,6 +87,9 @@ class GroupCommitService:
         self._requested = 0
         # (offset, gate) of each waiting producer; the gate is held until an fsync covers it
         self._pending: list[tuple[int, threading.Lock]] = []
+        # how many waiting producers are worth waking the flush thread for: 1 while it waits
+        # for any request, more while it gathers (so it is not woken once per arrival)
+        self._wake_at = 1
         self.flushed = 0
         self._stopped = False
         self.fsyncs = 0
@@ -113,7 +116,8 @@ class GroupCommitService:
             if offset > self._requested:
                 self._requested = offset
             self._pending.append(entry)
-            self._cv.notify()
+            if len(self._pending) >= self._wake_at:
+                self._cv.notify()
         if not gate.acquire(timeout=deadline):
             with self._cv:  # gave up: withdraw, unless the flush thread let us go just now
                 if entry in self._pending:
@@ -124,9 +128,11 @@ class GroupCommitService:
         released = 0       # producers the last fsync let go
         while True:
             with self._cv:
+                self._wake_at = 1
                 self._cv.wait_for(lambda: self._requested > self.flushed or self._stopped)
                 if released > 1 and not self._stopped:
                     self.gathers += 1
+                    self._wake_at = released
                     self._cv.wait_for(lambda: len(self._pending) >= released or self._stopped,
                                       self.MAX_GATHER_S)
                 if self._stopped:
