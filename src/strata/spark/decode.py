@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from numpy.lib.stride_tricks import sliding_window_view
 
 from strata.errors import CorruptRecordError
 from strata.format import record as rec
@@ -53,9 +52,13 @@ def _binary(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, typ=pa.binar
 
 
 def _rows(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """``data[s:s+width]`` for every start, as an (n, width) array: one row copy each through
-    a strided window view, instead of a per-byte index array (4-6x faster)."""
-    return sliding_window_view(data, width)[starts]
+    """``data[s:s+width]`` for every start, as an (n, width) uint8 array. The windows are
+    seen as opaque ``width``-byte items, so numpy copies each row as one block (about ten
+    times faster than element by element through a 2-D window view, and far faster than a
+    per-byte index array)."""
+    windows = np.ndarray(shape=(max(0, len(data) - width + 1),), dtype=(np.void, width),
+                         buffer=data, strides=(1,))
+    return windows[starts].view(np.uint8).reshape(len(starts), width)
 
 
 def _gather(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, offsets: np.ndarray,
