@@ -103,6 +103,20 @@ class ReputService:
                 break
         return n
 
+    def help_once(self) -> int:
+        """One batch dispatched on the calling thread (a producer that finds the dispatcher
+        behind; it first waits for a batch in progress, which hands that batch's thread the
+        GIL), unless the service is failing. Errors are recorded and logged here like the
+        service's own, never raised to the caller."""
+        if self.error is not None:
+            return 0
+        try:
+            return self.dispatch_once()
+        except Exception as exc:
+            self.error = exc
+            log.exception("dispatch failed at offset %d", self.reput_offset)
+            return 0
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="strata-reput", daemon=True)
         self._thread.start()

@@ -27,7 +27,11 @@ from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 log = logging.getLogger(__name__)
 
 BLANK_MIN = rec.BLANK_MIN_SIZE
-RECENT_APPENDS = 64  # batches whose offsets are kept for the dispatcher (a few MB at most)
+# Batches whose offsets are kept for the dispatcher: enough to cover the dispatch lag that
+# back-pressure allows (64 MiB by default is ~0.5 M small records, ~500 batches of 1024), so a
+# dispatcher that fell behind still finds them; at most 8 MiB of offsets with 1024-record
+# batches. Only large (columnar) batches leave hints.
+RECENT_APPENDS = 1024
 
 # A prepared record, built by the store before it takes the put lock (queue offset filled in
 # under the lock):
@@ -54,8 +58,8 @@ class CommitLog:
         self.last_store_timestamp = 0
         self._topic_names: dict[bytes, str] = {}  # topic bytes -> name, for batch reads
         # Record offsets of recent appends, keyed by their first offset: the dispatcher takes
-        # them instead of walking the log (it still checks every header). Bounded; a hint
-        # that is never taken is forgotten.
+        # them instead of walking the log (it still checks every header). Bounded; the oldest
+        # hint is forgotten first.
         self.recent_appends: dict[int, np.ndarray] = {}
 
     def load(self) -> None:
@@ -186,9 +190,13 @@ class CommitLog:
         return offsets
 
     def _remember(self, offsets: np.ndarray) -> None:
-        if len(self.recent_appends) >= RECENT_APPENDS:
-            self.recent_appends.clear()
-        self.recent_appends[int(offsets[0])] = offsets
+        hints = self.recent_appends
+        while len(hints) >= RECENT_APPENDS:  # forget the oldest: a dispatcher that fell
+            try:                             # behind walks that stretch, then finds the rest
+                del hints[next(iter(hints))]
+            except (KeyError, StopIteration, RuntimeError):  # the dispatcher took it meanwhile
+                pass
+        hints[int(offsets[0])] = offsets
 
     @staticmethod
     def _account(seg: MappedSegment, count: int, store_ts: int) -> None:

@@ -41,6 +41,7 @@ COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
 DISPATCH_STALL_S = 2.0  # back-pressure gives up on a dispatcher that stopped moving
+DISPATCH_HELP_SHARE = 16  # producers dispatch themselves past 1/16 of max_dispatch_lag_bytes
 MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
 
 
@@ -84,6 +85,7 @@ class MessageStore:
         self._store_host = self.config.store_host
         self._msg_id_prefix = rec.msg_id_prefix(self._store_host)
         self.dispatch_wait_s = 0.0  # time puts spent waiting for the dispatch pipeline
+        self.dispatch_helped = 0  # records producers dispatched themselves (it was behind)
         self._queue_next: dict[tuple[str, int], int] = {}
         self._round_robin: dict[str, int] = {}
         self._flusher: AsyncFlushService | None = None
@@ -346,9 +348,23 @@ class MessageStore:
         log, wait until it is at half of that, so queues and the key index stay close to the
         log (consumers see messages promptly, a crash replays little) whatever the producers
         do. A dispatcher that makes no progress for DISPATCH_STALL_S (it failed) stops
-        holding puts back."""
+        holding puts back.
+
+        Before that, from 1/DISPATCH_HELP_SHARE of ``limit`` on, the producer dispatches
+        batches itself until the lag is back under that: with the GIL, a background dispatcher that keeps losing it to a busy
+        producer (numpy releases it on large arrays, and getting it back takes up to the
+        5 ms switch interval) falls behind although its work is a third of the producer's."""
         reput = self._reput
-        if reput is None or not reput.running or reput.behind_bytes() <= limit:
+        if reput is None or not reput.running:
+            return
+        behind = reput.behind_bytes()
+        help_at = limit // DISPATCH_HELP_SHARE
+        while behind > help_at:
+            self.dispatch_helped += reput.help_once()
+            before, behind = behind, reput.behind_bytes()
+            if behind >= before:
+                break  # no progress here (failing dispatcher): the waiting below decides
+        if behind <= limit:
             return
         began = time.monotonic()
         last, last_move = reput.reput_offset, began
