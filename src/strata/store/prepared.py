@@ -254,9 +254,10 @@ class PreparedBatch:
             n_q = queue_counts.get(topic)
             if n_q is None:
                 n_q = new_topics.setdefault(topic, default_queues)
-            qid = m.queue_id
+            rare = m._rare  # (queue_id, shard_key, ...) or None: see Message
+            qid = None if rare is None else rare[0]
             if qid is None:
-                if m.shard_key is None:
+                if rare is None or rare[1] is None:
                     i = rr_local.get(topic)
                     if i is None:
                         i = round_robin.get(topic, 0)
