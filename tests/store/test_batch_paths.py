@@ -3,7 +3,7 @@
 Large batches are encoded column by column (``Encoder._prepare_plain`` or message by message),
 their queues chosen with numpy and their records written by ``CommitLog.append_headers``; small
 batches go record by record (``append_batch``). Consume queues are written a run at a time
-(``ConsumeQueue.put_columns``) from a ``DispatchBatch``. Each pair must give identical bytes.
+(``ConsumeQueue.put_units``) from a ``DispatchBatch``. Each pair must give identical bytes.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import strata
+from strata.format.consume_queue import UNIT_DTYPE
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.dispatch_batch import DispatchBatch, TopicNames, read_batch
 from strata.store.prepared import COLUMNAR_BATCH
@@ -100,7 +101,9 @@ def test_columns_and_single_units_build_the_same_consume_queue(tmp_path):
     for lo, hi in runs:
         q = np.arange(lo, hi, dtype=np.int64)
         phys, size, tag = q * 100, q % 7 + 1, q * 3
-        by_cols.put_columns(q, phys, size, tag)
+        units = np.empty(len(q), UNIT_DTYPE)
+        units["offset"], units["size"], units["tag"] = phys, size, tag
+        by_cols.put_units(q, units)
         for u in zip(q.tolist(), phys.tolist(), size.tolist(), tag.tolist()):
             by_units.put_batch([u])
     assert by_cols.max_offset() == by_units.max_offset() == 30

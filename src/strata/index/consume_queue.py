@@ -189,13 +189,6 @@ class ConsumeQueue:
             seg.committed = seg.wrote
         return written
 
-    def put_columns(self, queue_offsets: np.ndarray, offsets: np.ndarray, sizes: np.ndarray,
-                    tags: np.ndarray) -> int:
-        """``put_batch`` for columns (numpy arrays, ascending queue offsets)."""
-        units = np.empty(len(queue_offsets), UNIT_DTYPE)
-        units["offset"], units["size"], units["tag"] = offsets, sizes, tags
-        return self.put_units(queue_offsets, units)
-
     def put_units(self, queue_offsets: np.ndarray, units: np.ndarray) -> int:
         """``put_batch`` for ready units (UNIT_DTYPE) at ``queue_offsets`` (ascending): a run
         of consecutive offsets is written a file at a time in one slice. Returns units

@@ -89,8 +89,8 @@ class ConsumeQueueSet:
         tx = batch.sys_flags & TX_TYPE_MASK
         rows = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))
         key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
-        order = rows[np.argsort(key, kind="stable")]
-        key = (batch.topic_codes[order] << 32) | batch.queue_ids[order]
+        perm = np.argsort(key, kind="stable")
+        order, key = rows[perm], key[perm]
         cuts = (np.flatnonzero(np.diff(key)) + 1).tolist()
         units = np.empty(len(order), UNIT_DTYPE)  # every queue's units, queue by queue
         units["offset"] = batch.offsets[order]

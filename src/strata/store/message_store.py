@@ -303,7 +303,7 @@ class MessageStore:
         if not len(batch):
             return []
         if self.config.max_dispatch_lag_bytes:
-            self._wait_for_dispatch(self.config.max_dispatch_lag_bytes, help=batch.columnar)
+            self._wait_for_dispatch(self.config.max_dispatch_lag_bytes, helps=batch.columnar)
         with self._put_lock:
             self._check_open()
             if self._disk_full:
@@ -343,24 +343,25 @@ class MessageStore:
             repeat(status, n), offsets, batch.totals, repeat(store_ts, n), topics, qids, qoffs,
             repeat(self._msg_id_prefix, n))))
 
-    def _wait_for_dispatch(self, limit: int, *, help: bool = True) -> None:
+    def _wait_for_dispatch(self, limit: int, *, helps: bool = True) -> None:
         """Back-pressure: while the dispatch pipeline is more than ``limit`` bytes behind the
         log, wait until it is at half of that, so queues and the key index stay close to the
         log (consumers see messages promptly, a crash replays little) whatever the producers
         do. A dispatcher that makes no progress for DISPATCH_STALL_S (it failed) stops
         holding puts back.
 
-        Before that, a producer of a large batch (``help``) dispatches batches itself from
-        1/DISPATCH_HELP_SHARE of ``limit`` on, until the lag is back under that: with the GIL, a background dispatcher that keeps losing it to a busy
-        producer (numpy releases it on large arrays, and getting it back takes up to the
-        5 ms switch interval) falls behind although its work is a third of the producer's.
-        Producers of small batches leave it to the thread (helping them measured slower)."""
+        Before that, a producer of a large batch (``helps``) dispatches batches itself from
+        1/DISPATCH_HELP_SHARE of ``limit`` on, until the lag is back under that: with the GIL,
+        a background dispatcher that keeps losing it to a busy producer (numpy releases it on
+        large arrays, and getting it back takes up to the 5 ms switch interval) falls behind
+        although its work is a third of the producer's. Producers of small batches leave it
+        to the thread (helping them measured slower)."""
         reput = self._reput
         if reput is None or not reput.running:
             return
         behind = reput.behind_bytes()
         help_at = limit // DISPATCH_HELP_SHARE
-        while help and behind > help_at:
+        while helps and behind > help_at:
             self.dispatch_helped += reput.help_once()
             before, behind = behind, reput.behind_bytes()
             if behind >= before:
