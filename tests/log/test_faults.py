@@ -20,6 +20,14 @@ from support import SMALL_SEGMENT, body_for, make_message, small_store_config
 SIZE = 700  # body bytes of the messages these tests write
 
 
+def assert_cut_at(rep, offset: int) -> None:
+    """An unclean recovery that ended the log at ``offset``, zeroing what followed."""
+    assert not rep.clean
+    assert rep.end_offset == offset
+    assert rep.truncated_at == offset
+    assert rep.problem and rep.zeroed_bytes > 0
+
+
 def config(**kw) -> strata.StoreConfig:
     # The background flusher stays out of the way: what is durable is what the test flushed.
     kw.setdefault("flush_interval_ms", 60_000)
@@ -141,10 +149,7 @@ def test_power_loss_with_partial_writeback_tears_a_record(tmp_store_dir):
 
     with strata.open(tmp_store_dir, config()) as store:
         rep = store.recovery_report
-        assert not rep.clean
-        assert rep.end_offset == torn.commitlog_offset
-        assert rep.truncated_at == torn.commitlog_offset
-        assert rep.problem and rep.zeroed_bytes > 0
+        assert_cut_at(rep, torn.commitlog_offset)
         assert_has_exactly(store, 40, results)
     assert_keeps_working(tmp_store_dir, 40, results)
 
@@ -193,10 +198,7 @@ def test_torn_last_write(tmp_store_dir, tear):
 
     with strata.open(tmp_store_dir, config()) as store:
         rep = store.recovery_report
-        assert not rep.clean
-        assert rep.end_offset == last.commitlog_offset
-        assert rep.truncated_at == last.commitlog_offset
-        assert rep.problem and rep.zeroed_bytes > 0
+        assert_cut_at(rep, last.commitlog_offset)
         assert_has_exactly(store, 49, results)
     # the torn bytes were zeroed: they cannot come back
     assert path.read_bytes()[pos:pos + last.size] == bytes(last.size)
@@ -248,10 +250,7 @@ def test_bit_flip_in_active_segment(tmp_store_dir, where_in_record):
 
     with strata.open(tmp_store_dir, config()) as store:
         rep = store.recovery_report
-        assert not rep.clean
-        assert rep.end_offset == victim.commitlog_offset
-        assert rep.truncated_at == victim.commitlog_offset
-        assert rep.problem and rep.zeroed_bytes > 0
+        assert_cut_at(rep, victim.commitlog_offset)
         assert str(victim.commitlog_offset) in rep.summary()
         assert_has_exactly(store, k, results)
     assert_keeps_working(tmp_store_dir, k, results)
