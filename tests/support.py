@@ -26,6 +26,27 @@ def body_for(seq: int, size: int = 100) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
+def body_source(base: int, step: int, spread: int, digest: int) -> str:
+    """Python source defining ``body_of(seq)``: a deterministic body of
+    ``base + seq * step % spread`` bytes. Crash tests prepend it to their child process's
+    script and run it in the parent too (``shared_code``), so both compute the same bodies."""
+    return f'''
+import hashlib
+
+def body_of(seq):
+    size = {base} + (seq * {step}) % {spread}
+    seed = hashlib.blake2b(seq.to_bytes(8, "little"), digest_size={digest}).digest()
+    return (seed * (size // {digest} + 1))[:size]
+'''
+
+
+def shared_code(src: str) -> dict:
+    """The names ``src`` defines, run in this process."""
+    ns: dict = {}
+    exec(src, ns)
+    return ns
+
+
 def make_message(seq: int = 0, *, topic: str = "t", size: int = 100, **kw) -> strata.Message:
     """A message whose body is ``body_for(seq, size)`` and whose key is ``k<seq>``."""
     kw.setdefault("keys", (f"k{seq}",))

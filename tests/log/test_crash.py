@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import strata
-from support import expect_line, run_and_sigkill
+from support import body_source, expect_line, run_and_sigkill, shared_code
 
 ROUNDS = 24  # 20 of them kill the child while it appends, 4 during start-up
 THREADS = 4
@@ -24,17 +24,8 @@ CONFIG = dict(segment_size=64 * 1024, flush="sync", prefault=False, consume_queu
               index_slots=1024, index_entries=8192)
 
 # Shared by the child (as source) and the parent (exec'd below): the body of message ``seq``.
-BODY_SRC = '''
-import hashlib
-
-def body_of(seq):
-    size = 40 + (seq * 7919) % 2500
-    seed = hashlib.blake2b(seq.to_bytes(8, "little"), digest_size=32).digest()
-    return (seed * (size // 32 + 1))[:size]
-'''
-_ns: dict = {}
-exec(BODY_SRC, _ns)
-body_of = _ns["body_of"]
+BODY_SRC = body_source(40, 7919, 2500, 32)
+body_of = shared_code(BODY_SRC)["body_of"]
 
 CHILD_SRC = BODY_SRC + r'''
 import itertools, os, sys, threading, json

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import strata
-from support import expect_line, run_and_sigkill
+from support import body_source, expect_line, run_and_sigkill, shared_code
 from strata.store.message import GetStatus
 
 ROUNDS = 12
@@ -25,20 +25,12 @@ CONFIG = dict(segment_size=256 * 1024, flush="sync", prefault=False, consume_que
               index_slots=64, index_entries=512, checkpoint_interval_ms=100,
               retention_check_interval_ms=3_600_000)
 
-BODY_SRC = '''
-import hashlib
-
-def body_of(seq):
-    size = 10 + (seq * 7919) % 600
-    seed = hashlib.blake2b(seq.to_bytes(8, "little"), digest_size=16).digest()
-    return (seed * (size // 16 + 1))[:size]
-
+BODY_SRC = body_source(10, 7919, 600, 16) + '''
 def message(strata, seq, queue_id=None):
     return strata.Message(f"c{seq % 2}", body_of(seq), keys=[f"s{seq}", f"g{seq % 7}"],
                           tags=f"t{seq % 3}", properties={"seq": str(seq)}, queue_id=queue_id)
 '''
-_ns: dict = {}
-exec(BODY_SRC, _ns)
+_ns = shared_code(BODY_SRC)
 body_of, message = _ns["body_of"], _ns["message"]
 
 CHILD_SRC = BODY_SRC + r'''

@@ -15,18 +15,10 @@ import pytest
 import strata
 
 from store_helpers import config
+from support import body_source, shared_code
 
-BODY_SRC = '''
-import hashlib
-
-def body_of(seq):
-    size = 20 + (seq * 131) % 900
-    seed = hashlib.blake2b(seq.to_bytes(8, "little"), digest_size=16).digest()
-    return (seed * (size // 16 + 1))[:size]
-'''
-_ns: dict = {}
-exec(BODY_SRC, _ns)
-body_of = _ns["body_of"]
+BODY_SRC = body_source(20, 131, 900, 16)
+body_of = shared_code(BODY_SRC)["body_of"]
 
 # The reader: opens the store read-only once, then answers "observe" requests on stdin with a
 # snapshot of everything it can see (JSON on stdout), checking every record it reads itself.
