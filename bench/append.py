@@ -41,7 +41,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -49,6 +48,8 @@ from pathlib import Path
 import strata
 from strata.files.io import FileOps
 from strata.store.message_store import MessageStore
+
+from scratch import scratch_dir
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -336,11 +337,7 @@ def main() -> None:
     dd_mib = a.dd_mib if a.dd_mib is not None else (128 if a.quick else 1024)
     only = set(a.only.split(",")) if a.only else {"dd", "async", "sync", "recovery"}
 
-    made = a.dir is None
-    root = Path(tempfile.mkdtemp(prefix="strata-bench-append-")) if made else Path(a.dir)
-    root_existed = made or root.exists()
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = root if made else Path(tempfile.mkdtemp(prefix="strata-bench-append-", dir=root))
+    scratch, remove_scratch = scratch_dir("append", a.dir)
     emit({"bench": "append", "case": "env", "python": sys.version.split()[0],
           "strata": getattr(strata, "__version__", "?"), "cpus": os.cpu_count(),
           "segment_size": seg, "seconds_per_case": seconds, "dir": str(scratch),
@@ -388,12 +385,7 @@ def main() -> None:
         if "recovery" in only:
             recovery_case(scratch, rec_gib, seg, a.quick)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if not root_existed:
-            try:
-                root.rmdir()   # only if we created it empty
-            except OSError:
-                pass
+        remove_scratch()
 
 
 if __name__ == "__main__":

@@ -44,12 +44,13 @@ import random
 import shutil
 import sqlite3
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import strata
+
+from scratch import scratch_dir
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -399,11 +400,7 @@ def main() -> None:
     peer_n = a.peer_msgs if a.peer_msgs is not None else (50_000 if q else 1_000_000)
     seg = 64 * MiB if q else GiB
 
-    made = a.dir is None
-    root = Path(tempfile.mkdtemp(prefix="strata-bench-consume-")) if made else Path(a.dir)
-    root_existed = made or root.exists()
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = root if made else Path(tempfile.mkdtemp(prefix="strata-bench-consume-", dir=root))
+    scratch, remove_scratch = scratch_dir("consume", a.dir)
     emit({"bench": "consume", "case": "env", "python": sys.version.split()[0],
           "strata": getattr(strata, "__version__", "?"), "cpus": os.cpu_count(),
           "keys": n_keys, "body": a.size, "segment_size": seg, "seconds_per_phase": seconds,
@@ -451,12 +448,7 @@ def main() -> None:
             emit(ratio)
             rss_line("end")
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if not root_existed:
-            try:
-                root.rmdir()
-            except OSError:
-                pass
+        remove_scratch()
 
 
 if __name__ == "__main__":
