@@ -30,6 +30,8 @@ def message(i: int, kind: str) -> strata.Message:
     body = bytes([i % 251]) * (i * 37 % 3000)  # ~1.5 KiB: 64 KiB segments roll often
     if kind == "plain":
         return strata.Message("plain", body)
+    if kind == "born":  # plain but for some born timestamps
+        return strata.Message("plain", body, born_timestamp=1000 + i if i % 3 else None)
     if kind == "keys":
         return strata.Message("plain", body, keys=(f"k{i}", "shared"), tags=f"t{i % 3}",
                               properties={"n": str(i), "ü": "ß"} if i % 4 else None)
@@ -46,7 +48,8 @@ def message(i: int, kind: str) -> strata.Message:
 @example(kind="plain", sizes=[COLUMNAR_BATCH - 1, COLUMNAR_BATCH, 150])
 @example(kind="keys", sizes=[150, 3])
 @example(kind="mixed", sizes=[150, 1])
-@given(kind=st.sampled_from(["plain", "keys", "mixed"]),
+@example(kind="born", sizes=[40, 2])
+@given(kind=st.sampled_from(["plain", "born", "keys", "mixed"]),
        sizes=st.lists(st.integers(1, 150), min_size=1, max_size=4))
 def test_batched_and_single_puts_write_the_same_bytes(tmp_path_factory, clock, kind, sizes):
     root = tmp_path_factory.mktemp("paths")
