@@ -12,13 +12,13 @@ import os
 from strata import errors
 from strata.format.record import StoredMessage
 from strata.store.config import StoreConfig
-from strata.store.message import GetResult, GetStatus, Message, PutResult, PutStatus
+from strata.store.message import (GetResult, GetStatus, Message, PutResult, PutResults,
+                                  PutStatus)
 from strata.store.message_store import MessageStore
 
 __version__ = "0.1.0"
-__all__ = ["open", "StoreConfig", "Message", "PutResult", "PutStatus", "GetResult", "GetStatus",
-           "StoredMessage",
-           "MessageStore", "errors"]
+__all__ = ["open", "StoreConfig", "Message", "PutResult", "PutResults", "PutStatus", "GetResult",
+           "GetStatus", "StoredMessage", "MessageStore", "errors"]
 
 
 def open(path: str | os.PathLike, config: StoreConfig | None = None, *,  # noqa: A001

@@ -556,3 +556,34 @@ def test_message_rare_fields_read_set_compare_and_pickle(tmp_store_dir):
     with strata.open(tmp_store_dir, small_store_config()) as store:
         store.create_topic("t", queues=4)
         assert {r.queue_id for r in store.put_batch(later)} == {2}
+
+
+def test_put_results_are_a_sequence_made_when_first_read(tmp_store_dir):
+    """put_batch returns PutResults: no per-message objects until read, then a sequence that
+    indexes, slices, iterates, adds and compares like the list of PutResult it stands for."""
+    import pickle
+    with strata.open(tmp_store_dir, small_store_config()) as store:
+        store.create_topic("t", queues=2)
+        results = store.put_batch([strata.Message("t", bytes([i])) for i in range(40)])
+        assert isinstance(results, strata.PutResults)
+        assert results._items is None                 # nothing made by the put itself
+        assert len(results) == 40 and results.ok and results.status is strata.PutStatus.OK
+        assert results._items is None                 # len/status/ok need no items either
+        first = results[0]
+        assert isinstance(first, strata.PutResult) and first.topic == "t"
+        assert [r.queue_offset for r in results[:4]] == [0, 0, 1, 1]
+        assert [r.queue_id for r in results[-2:]] == [0, 1]
+        assert [store.read_at(r.commitlog_offset).body for r in results] == \
+            [bytes([i]) for i in range(40)]
+        as_list = list(results)
+        assert results == as_list and as_list == results and results == tuple(as_list)
+        assert results != as_list[:-1]
+        more = store.put_batch([strata.Message("t", b"y")] * 3)
+        joined = results + more
+        assert isinstance(joined, list) and joined == as_list + list(more)
+        acc = []
+        acc += results                                # list += PutResults extends the list
+        assert acc == as_list and as_list + more == as_list + list(more)
+        assert pickle.loads(pickle.dumps(results)) == as_list
+        assert "PutResults([PutResult(OK" in repr(more)
+        assert store.put_batch([]) == [] and len(store.put_batch([])) == 0

@@ -269,8 +269,8 @@ def append_messages(store, msgs: list) -> None:
         if store.queue_count(t) == 0:
             store.create_topic(t)
     results = store.put_batch(msgs)  # validates the whole batch before writing anything
-    bad = [r for r in results if r.status.name != "OK"]
-    if bad:
-        raise RuntimeError(f"strata sink: {len(bad)} appends reported {bad[0].status.name}")
+    if not results.ok:
+        raise RuntimeError(f"strata sink: {len(results)} appends reported "
+                           f"{results.status.name}")
     store.flush()
     store.wait_dispatched()

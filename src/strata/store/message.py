@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
 from typing import Mapping, Sequence
+
+import numpy as np
 
 from strata.errors import InvalidInputError
 from strata.format.record import Host, StoredMessage  # noqa: F401  (re-exported)
@@ -151,6 +154,78 @@ class PutResult(tuple):
         return (f"PutResult({self.status.name}, msg_id={self.msg_id}, topic={self.topic!r}, "
                 f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
                 f"commitlog_offset={self.commitlog_offset}, size={self.size})")
+
+
+class PutResults(Sequence):
+    """The results of one ``put_batch``: a read-only sequence of ``PutResult``, one per message
+    in order (index, slice, iterate, ``len``, ``+``, compare with a list).
+
+    The ``PutResult`` objects are made on first access, so a batch whose results are never
+    read costs no per-message objects. ``status`` and ``ok`` hold for the whole batch (its
+    messages were appended, and flushed or not, together)."""
+
+    __slots__ = ("status", "_columns", "_items")
+
+    def __init__(self, status: PutStatus, commitlog_offsets, sizes, store_timestamp: int,
+                 topics, queue_ids, queue_offsets, msg_id_prefix: str) -> None:
+        self.status = status
+        # per message: sequences (list or numpy) of equal length; topics may be one str
+        self._columns = (commitlog_offsets, sizes, store_timestamp, topics, queue_ids,
+                         queue_offsets, msg_id_prefix)
+        self._items: list[PutResult] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.OK
+
+    def _list(self) -> list[PutResult]:
+        items = self._items
+        if items is None:
+            offsets, sizes, ts, topics, qids, qoffs, prefix = self._columns
+            n = len(sizes)
+            offsets, qids, qoffs = (v.tolist() if isinstance(v, np.ndarray) else v
+                                    for v in (offsets, qids, qoffs))
+            items = self._items = list(map(tuple.__new__, repeat(PutResult, n), zip(
+                repeat(self.status, n), offsets, sizes, repeat(ts, n),
+                repeat(topics, n) if isinstance(topics, str) else topics, qids, qoffs,
+                repeat(prefix, n))))
+            self._columns = None
+        return items
+
+    def __len__(self) -> int:
+        return len(self._items) if self._items is not None else len(self._columns[1])
+
+    def __getitem__(self, i):
+        return self._list()[i]
+
+    def __iter__(self):
+        return iter(self._list())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, PutResults):
+            other = other._list()
+        if isinstance(other, (list, tuple)):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __add__(self, other) -> list[PutResult]:
+        """``results + more`` (a list, a tuple or another PutResults) is a plain list."""
+        if isinstance(other, (list, tuple, PutResults)):
+            return self._list() + list(other)
+        return NotImplemented
+
+    def __radd__(self, other) -> list[PutResult]:
+        if isinstance(other, (list, tuple)):
+            return list(other) + self._list()
+        return NotImplemented
+
+    def __reduce__(self):
+        return (list, (self._list(),))  # unpickles as a plain list of PutResult
+
+    def __repr__(self) -> str:
+        return f"PutResults({self._list()!r})"
 
 
 class GetStatus(enum.Enum):

@@ -8,7 +8,6 @@ import logging
 import os
 import threading
 import time
-from itertools import repeat
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -30,7 +29,8 @@ from strata.format.segment import HEADER_AREA
 from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
-from strata.store.message import GetResult, GetStatus, Message, PutResult, PutStatus
+from strata.store.message import (GetResult, GetStatus, Message, PutResult, PutResults,
+                                  PutStatus)
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
 from strata.store.topics import MAX_QUEUES, TopicTable
@@ -285,8 +285,9 @@ class MessageStore:
         """Append one message (the batch of one)."""
         return self.put_batch((msg,))[0]
 
-    def put_batch(self, msgs: Sequence[Message]) -> list[PutResult]:
-        """Append messages in order; all get the same store timestamp.
+    def put_batch(self, msgs: Sequence[Message]) -> PutResults:
+        """Append messages in order; all get the same store timestamp. Returns one
+        ``PutResult`` per message (a ``PutResults`` sequence, made when first read).
 
         Invalid input raises (InvalidInputError and subclasses) before anything is written.
         """
@@ -301,7 +302,7 @@ class MessageStore:
                                         f"{type(msgs).__name__}") from None
         batch = self._encoder.prepare(msgs)
         if not len(batch):
-            return []
+            return PutResults(PutStatus.OK, [], [], 0, [], [], [], self._msg_id_prefix)
         if self.config.max_dispatch_lag_bytes:
             self._wait_for_dispatch(self.config.max_dispatch_lag_bytes, helps=batch.columnar)
         with self._put_lock:
@@ -320,7 +321,7 @@ class MessageStore:
             store_ts = max(now_ms(), self.log.last_store_timestamp)
             if batch.columnar:
                 offsets = self.log.append_headers(batch.headers(), batch.record_bytes(),
-                                                  store_ts).tolist()
+                                                  store_ts)
             else:
                 offsets = self.log.append_batch(batch.records(), store_ts)
             self._queue_next.update(updates)
@@ -333,15 +334,10 @@ class MessageStore:
         if self._group_commit is not None:
             if not self._group_commit.wait_for(end):
                 status = PutStatus.FLUSH_DISK_TIMEOUT
-        qids, qoffs = batch.queue_ids, batch.queue_offsets
-        if not isinstance(qids, list):
-            qids, qoffs = qids.tolist(), qoffs.tolist()
-        n = len(offsets)
-        topics = repeat(batch.single_topic, n) if batch.single_topic is not None else \
+        topics = batch.single_topic if batch.single_topic is not None else \
             [m.topic for m in msgs]
-        return list(map(tuple.__new__, repeat(PutResult, n), zip(
-            repeat(status, n), offsets, batch.totals, repeat(store_ts, n), topics, qids, qoffs,
-            repeat(self._msg_id_prefix, n))))
+        return PutResults(status, offsets, batch.totals, store_ts, topics, batch.queue_ids,
+                          batch.queue_offsets, self._msg_id_prefix)
 
     def _wait_for_dispatch(self, limit: int, *, helps: bool = True) -> None:
         """Back-pressure: while the dispatch pipeline is more than ``limit`` bytes behind the
