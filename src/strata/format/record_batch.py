@@ -107,13 +107,13 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
     props_at = topic_at + topic_len
     body_at = props_at + props_len
     body_end = body_at + body_len
-    get = buf.__getitem__
     host_list, topic_list, props_list, body_list, end_list = (
         host_at.tolist(), topic_at.tolist(), props_at.tolist(), body_at.tolist(),
         body_end.tolist())
     if topics is None:
         topics = {}
-    raw_topics = list(map(get, map(slice, topic_list, props_list)))
+    # comprehensions slice inline: about twice as fast as map(slice, ...)
+    raw_topics = [buf[a:b] for a, b in zip(topic_list, props_list)]
     topic_names = list(map(topics.get, raw_topics))
     if None in topic_names:  # a topic this reader has not met yet
         for tb in raw_topics:
@@ -121,12 +121,12 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
                 topics[tb] = bytes(tb).decode("utf-8")
         topic_names = list(map(topics.__getitem__, raw_topics))
     rows = zip(topic_names, hdr["queue_id"].tolist(), hdr["queue_offset"].tolist(),
-               hdr["phys"].tolist(), map(get, map(slice, body_list, end_list)),
+               hdr["phys"].tolist(), [buf[a:b] for a, b in zip(body_list, end_list)],
                hdr["born_ts"].tolist(), hdr["store_ts"].tolist(), hdr["reconsume"].tolist(),
                hdr["flag"].tolist(), hdr["sys_flag"].tolist(),
                hdr["tx_offset"].tolist(), total.tolist(),
-               map(get, map(slice, props_list, body_list)),
-               map(get, map(slice, host_list, topic_list)))
+               [buf[a:b] for a, b in zip(props_list, body_list)],
+               [buf[a:b] for a, b in zip(host_list, topic_list)])
     made = list(map(_new_message, rows))
     if every:
         return made

@@ -193,8 +193,7 @@ def _topic_codes(mm, topic_at: np.ndarray, topic_end: np.ndarray, topic_len: np.
         distinct, inverse = np.unique(raw, return_inverse=True)
         lookup = np.array([names.code(d.tobytes()) for d in distinct], np.int64)
         return lookup[inverse.ravel()]
-    return names.codes_of(list(map(mm.__getitem__, map(slice, topic_at.tolist(),
-                                                        topic_end.tolist()))))
+    return names.codes_of([mm[a:b] for a, b in zip(topic_at.tolist(), topic_end.tolist())])
 
 
 def _read_few(mm, base_offset: int, positions: list[int], limit: int,

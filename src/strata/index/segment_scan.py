@@ -101,8 +101,7 @@ class SegmentScan:
         totals = u32_windows(mm, len(mm))[pos].astype(np.int64)
         starts = (pos + rec.CRC_START).tolist()
         ends = (pos + totals).tolist()
-        actual = np.fromiter(map(crc32c, map(mv.__getitem__, map(slice, starts, ends))),
-                             np.uint32, len(starts))
+        actual = np.array([crc32c(mv[a:b]) for a, b in zip(starts, ends)], np.uint32)
         bad = np.flatnonzero(actual != stored)
         return int(bad[0]) if len(bad) else None
 
