@@ -530,26 +530,39 @@ def test_queue_count_grows_and_never_shrinks(tmp_store_dir):
         assert store.get("t", 2, 0, 10).status is strata.GetStatus.FOUND
 
 
-def test_message_rare_fields_read_set_compare_and_pickle(tmp_store_dir):
-    """Routing, flags and born host live in one tuple inside Message; they read, write,
-    validate, compare and pickle like plain fields, and a plain message carries none."""
+def test_message_fields_beyond_topic_and_body_read_set_compare_and_pickle(tmp_store_dir):
+    """Keys, tags, properties, routing, flags and born host live in one tuple inside
+    Message; they read, write, validate, compare and pickle like plain fields, and a message
+    of topic and body only carries none."""
     import pickle
     plain = strata.Message("t", b"x")
+    assert (plain.keys, plain.tags, plain.properties, plain.born_timestamp) == \
+        ((), None, None, None)
+    keyed = strata.Message("t", b"x", keys="k", tags="a", born_timestamp=5)
+    assert (keyed.keys, keyed.tags, keyed.born_timestamp) == (("k",), "a", 5)
+    keyed.keys, keyed.tags, keyed.born_timestamp = (), None, None
+    assert keyed == plain and keyed._ext is None
+    empty = strata.Message("t", b"x", keys=[], properties={})  # kept as given
+    assert empty.keys == [] and empty.properties == {} and empty != plain
+    for bad in (dict(flag=1.5), dict(reconsume_times=True), dict(born_timestamp=-1),
+                dict(keys=("k",), sys_flag="1")):
+        with pytest.raises(InvalidInputError):
+            strata.Message("t", b"x", **bad)
     assert (plain.queue_id, plain.shard_key, plain.flag, plain.born_host,
             plain.reconsume_times, plain.sys_flag, plain.prepared_transaction_offset) == \
         (None, None, 0, None, 0, 0, 0)
-    assert plain._rare is None
+    assert plain._ext is None
     routed = strata.Message("t", b"x", queue_id=1, flag=7)
     assert routed.queue_id == 1 and routed.flag == 7 and routed != plain
     assert "queue_id=1" in repr(routed) and "flag=7" in repr(routed)
     assert pickle.loads(pickle.dumps(routed)) == routed
     routed.queue_id, routed.flag = None, 0  # back to the defaults: plain again
-    assert routed == plain and routed._rare is None
+    assert routed == plain and routed._ext is None
     with pytest.raises(InvalidInputError, match="flag"):
         plain.flag = 2**40
     with pytest.raises(InvalidInputError, match="queue_id"):
         plain.queue_id = -1
-    assert plain._rare is None  # a refused assignment changes nothing
+    assert plain._ext is None  # a refused assignment changes nothing
     later = [strata.Message("t", bytes([i])) for i in range(40)]
     for m in later:
         m.queue_id = 2  # set after construction: the batch is routed, not round-robin

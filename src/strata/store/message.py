@@ -20,16 +20,24 @@ class PutStatus(enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
 
 
-_RARE_DEFAULTS = (None, None, 0, None, 0, 0, 0)  # queue_id .. prepared_transaction_offset
-_RARE_NAMES = ("queue_id", "shard_key", "flag", "born_host", "reconsume_times", "sys_flag",
-               "prepared_transaction_offset")
+# Every field but topic and body, in the order of Message._ext; a message that leaves them all
+# at these defaults has _ext None.
+EXT_NAMES = ("keys", "tags", "properties", "queue_id", "shard_key", "born_timestamp", "flag",
+             "born_host", "reconsume_times", "sys_flag", "prepared_transaction_offset")
+EXT_DEFAULTS = ((), None, None, None, None, None, 0, None, 0, 0, 0)
+EXT_INDEX = {name: i for i, name in enumerate(EXT_NAMES)}
 _INT_RANGES = {"flag": (-2**31, 2**31), "reconsume_times": (0, 2**31), "sys_flag": (0, 2**31),
-               "prepared_transaction_offset": (0, 2**63)}
+               "prepared_transaction_offset": (0, 2**63)}  # in Message.__init__'s order
 
 
-def _check_rare(name: str, v) -> None:
-    """Refuse an out-of-range value for one of the rarely set fields."""
-    if name == "queue_id":
+def _check_field(name: str, v) -> None:
+    """Refuse an out-of-range value for a field that has a range."""
+    if name == "born_timestamp":
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)
+                              or not 0 <= v < 2**63):
+            raise InvalidInputError(
+                f"born_timestamp must be ms since the epoch (int >= 0), got {v!r}")
+    elif name == "queue_id":
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)
                               or not 0 <= v < 2**31):
             raise InvalidInputError(f"queue_id must be a non-negative int, got {v!r}")
@@ -39,31 +47,39 @@ def _check_rare(name: str, v) -> None:
             raise InvalidInputError(f"{name} must be an int in [{lo}, {hi}), got {v!r}")
 
 
-def _rare_field(i: int, name: str) -> property:
-    """A rarely set field, kept in the message's ``_rare`` tuple (None while all of them hold
-    their defaults, so a batch of plain messages is recognised with one look per message)."""
+def _ext_field(name: str) -> property:
+    """A field kept in the message's ``_ext`` tuple (None while every such field holds its
+    default, so a batch of plain messages is recognised with one look per message)."""
+    i = EXT_INDEX[name]
+    default = EXT_DEFAULTS[i]
 
     def get(self):
-        rare = self._rare
-        return _RARE_DEFAULTS[i] if rare is None else rare[i]
+        ext = self._ext
+        return default if ext is None else ext[i]
 
     def set_(self, value) -> None:
-        _check_rare(name, value)
-        rare = list(_RARE_DEFAULTS if self._rare is None else self._rare)
-        rare[i] = value
-        self._rare = None if tuple(rare) == _RARE_DEFAULTS else tuple(rare)
+        _check_field(name, value)
+        ext = list(EXT_DEFAULTS if self._ext is None else self._ext)
+        ext[i] = value
+        self._ext = _ext_or_none(tuple(ext))
 
-    return property(get, set_, doc=f"``{name}`` (default {_RARE_DEFAULTS[i]!r})")
+    return property(get, set_, doc=f"``{name}`` (default {default!r})")
+
+
+def _ext_or_none(ext: tuple) -> tuple | None:
+    """None for the defaults; keys [] or properties {} are kept as given."""
+    keys = ext[0]
+    return None if type(keys) is tuple and not keys and ext[1:] == EXT_DEFAULTS[1:] else ext
 
 
 class Message:
     """A message to append. ``keys`` are indexed for ``query``; ``tags`` filter ``get``.
 
-    Mutable, compared and shown by value like a dataclass. The fields most messages leave at
-    their defaults (``queue_id`` .. ``prepared_transaction_offset``) live together in one
-    tuple, so the batch put path can tell a plain message at a glance."""
+    Mutable, compared and shown by value like a dataclass. Every field but ``topic`` and
+    ``body`` lives in one tuple, which is None while they all hold their defaults: the batch
+    put path tells a plain message by one attribute."""
 
-    __slots__ = ("topic", "body", "keys", "tags", "properties", "born_timestamp", "_rare")
+    __slots__ = ("topic", "body", "_ext")
 
     def __init__(self, topic: str, body: bytes, *, keys: Sequence[str] = (),
                  tags: str | None = None, properties: Mapping[str, str] | None = None,
@@ -71,38 +87,43 @@ class Message:
                  born_timestamp: int | None = None, flag: int = 0,
                  born_host: Host | None = None, reconsume_times: int = 0,
                  sys_flag: int = 0, prepared_transaction_offset: int = 0) -> None:
-        if born_timestamp is not None and (not isinstance(born_timestamp, int)
-                                           or isinstance(born_timestamp, bool)
-                                           or not 0 <= born_timestamp < 2**63):
-            raise InvalidInputError(
-                f"born_timestamp must be ms since the epoch (int >= 0), got {born_timestamp!r}")
         self.topic = topic
         self.body = body
-        self.keys = (keys,) if isinstance(keys, str) else keys
-        self.tags = tags
-        self.properties = properties
-        self.born_timestamp = born_timestamp
-        if (queue_id is None and shard_key is None and born_host is None and not flag
+        if (type(keys) is tuple and not keys and tags is None and properties is None and born_timestamp is None
+                and queue_id is None and shard_key is None and born_host is None and not flag
                 and not reconsume_times and not sys_flag and not prepared_transaction_offset):
-            self._rare = None
-        else:
-            rare = (queue_id, shard_key, flag, born_host, reconsume_times, sys_flag,
-                    prepared_transaction_offset)
-            for name, v in zip(_RARE_NAMES, rare):
-                _check_rare(name, v)
-            self._rare = None if rare == _RARE_DEFAULTS else rare
+            self._ext = None
+            return
+        if isinstance(keys, str):
+            keys = (keys,)
+        if born_timestamp is not None:
+            _check_field("born_timestamp", born_timestamp)
+        if queue_id is not None:
+            _check_field("queue_id", queue_id)
+        if (flag or reconsume_times or sys_flag or prepared_transaction_offset
+                or flag.__class__ is not int or reconsume_times.__class__ is not int
+                or sys_flag.__class__ is not int or prepared_transaction_offset.__class__ is not int):
+            for name, v in zip(_INT_RANGES, (flag, reconsume_times, sys_flag,
+                                             prepared_transaction_offset)):
+                _check_field(name, v)
+        # some field differs from its default (the test above), so the tuple is needed
+        self._ext = (keys, tags, properties, queue_id, shard_key, born_timestamp, flag,
+                     born_host, reconsume_times, sys_flag, prepared_transaction_offset)
 
-    queue_id = _rare_field(0, "queue_id")
-    shard_key = _rare_field(1, "shard_key")
-    flag = _rare_field(2, "flag")
-    born_host = _rare_field(3, "born_host")
-    reconsume_times = _rare_field(4, "reconsume_times")
-    sys_flag = _rare_field(5, "sys_flag")
-    prepared_transaction_offset = _rare_field(6, "prepared_transaction_offset")
+    keys = _ext_field("keys")
+    tags = _ext_field("tags")
+    properties = _ext_field("properties")
+    queue_id = _ext_field("queue_id")
+    shard_key = _ext_field("shard_key")
+    born_timestamp = _ext_field("born_timestamp")
+    flag = _ext_field("flag")
+    born_host = _ext_field("born_host")
+    reconsume_times = _ext_field("reconsume_times")
+    sys_flag = _ext_field("sys_flag")
+    prepared_transaction_offset = _ext_field("prepared_transaction_offset")
 
     def _fields(self) -> tuple:
-        return (self.topic, self.body, self.keys, self.tags, self.properties,
-                self.born_timestamp, self._rare or _RARE_DEFAULTS)
+        return (self.topic, self.body) + (self._ext or EXT_DEFAULTS)
 
     def __eq__(self, other) -> bool:
         if other.__class__ is not self.__class__:
@@ -112,11 +133,9 @@ class Message:
     __hash__ = None  # mutable
 
     def __repr__(self) -> str:
-        parts = [f"topic={self.topic!r}", f"body={self.body!r}", f"keys={self.keys!r}",
-                 f"tags={self.tags!r}", f"properties={self.properties!r}"]
-        parts += [f"{name}={getattr(self, name)!r}" for name in _RARE_NAMES[:2]]
-        parts.append(f"born_timestamp={self.born_timestamp!r}")
-        parts += [f"{name}={getattr(self, name)!r}" for name in _RARE_NAMES[2:]]
+        ext = self._ext or EXT_DEFAULTS
+        parts = [f"topic={self.topic!r}", f"body={self.body!r}"]
+        parts += [f"{name}={v!r}" for name, v in zip(EXT_NAMES, ext)]
         return f"Message({', '.join(parts)})"
 
 

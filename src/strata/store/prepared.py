@@ -20,15 +20,18 @@ from crc32c import crc32c
 from strata.errors import InvalidInputError, MessageTooLargeError
 from strata.format import record as rec
 from strata.format.record_batch import HEADER_DTYPE
-from strata.store.message import Message
+from strata.store.message import EXT_DEFAULTS, EXT_NAMES, Message
 
 BLANK_HEADER = bytes(rec.HEADER_SIZE)
 COLUMNAR_BATCH = 32  # from this many messages on, queue choice and headers use numpy
 
-# _rare: None unless a routing/flag/host field is set. One attribute over all messages at a
-# time: a list per field is half the cost of one tuple of fields per message.
-_GET_TOPIC, _GET_BODY, _GET_KEYS, _GET_TAGS, _GET_PROPS, _GET_BORN, _GET_RARE = map(
-    attrgetter, ("topic", "body", "keys", "tags", "properties", "born_timestamp", "_rare"))
+# One attribute over all messages at a time: a list per field is half the cost of one tuple
+# of fields per message. Message._ext is None for a message of topic and body only.
+_GET_TOPIC, _GET_BODY, _GET_EXT = map(attrgetter, ("topic", "body", "_ext"))
+# fields of Message._ext from queue_id on, but born_timestamp, are routing, flags and born
+# host: the plain fast path takes keys, tags, properties and born timestamps, not these
+_ROUTING_AT = EXT_NAMES.index("queue_id")
+_BORN_AT = EXT_NAMES.index("born_timestamp")
 _ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
 
 
@@ -104,22 +107,27 @@ class Encoder:
             if blen > max_body:
                 raise MessageTooLargeError(
                     f"message body of {blen} bytes exceeds max_body_size {max_body}")
-            if m.keys or m.tags is not None or m.properties:
-                pb = encode_properties(m.keys, m.tags, m.properties)
-            else:
+            ext = m._ext
+            if ext is None:
                 pb = b""
-            rare = m._rare  # None: no routing, flags or born host set
-            if rare is not None and (m.queue_id is not None or m.shard_key is not None):
-                routed = True
-            if rare is None or (m.born_host is None and not (
-                    m.sys_flag or m.flag or m.reconsume_times or m.prepared_transaction_offset)):
-                total = fixed + len(tb) + len(pb) + blen
+                total = fixed + len(tb) + blen
                 bh = store_host
+                born.append(0)
             else:
-                bh, sys_flag = self._special(m)
-                total = fixed - len(store_host) + len(bh) + len(tb) + len(pb) + blen
-                b.special.append((i, m.flag, sys_flag, m.prepared_transaction_offset,
-                                  m.reconsume_times))
+                (keys, tags, props, queue_id, shard_key, born_ts, flag, born_host,
+                 reconsume, sys_flag, tx_offset) = ext
+                pb = encode_properties(keys, tags, props) if keys or tags is not None or \
+                    props else b""
+                if queue_id is not None or shard_key is not None:
+                    routed = True
+                if born_host is None and not (sys_flag or flag or reconsume or tx_offset):
+                    total = fixed + len(tb) + len(pb) + blen
+                    bh = store_host
+                else:
+                    bh, sys_flag = self._special(born_host, sys_flag)
+                    total = fixed - len(store_host) + len(bh) + len(tb) + len(pb) + blen
+                    b.special.append((i, flag, sys_flag, tx_offset, reconsume))
+                born.append(born_ts or 0)
             if total > max_record:
                 raise MessageTooLargeError(f"record of {total} bytes cannot fit a segment of "
                                            f"{self.segment_size} bytes")
@@ -127,7 +135,6 @@ class Encoder:
             body_lens.append(blen)
             props_lens.append(len(pb))
             topic_lens.append(len(tb))
-            born.append(m.born_timestamp or 0)
             images.append(join((blank_header, bh, store_host, tb, pb, body, pack_trailer(total))))
         b.single_topic = first_topic if not mixed else None
         b.routed = routed
@@ -143,8 +150,16 @@ class Encoder:
         if set(map(type, msgs)) != {Message}:
             return None
         topics = list(map(_GET_TOPIC, msgs))
-        if topics.count(topics[0]) != n or list(map(_GET_RARE, msgs)).count(None) != n:
+        if topics.count(topics[0]) != n:
             return None
+        exts = list(map(_GET_EXT, msgs))
+        plain = exts.count(None) == n
+        if not plain:  # keys, tags, properties or born timestamps; routing and flags default
+            columns = list(zip(*[e or EXT_DEFAULTS for e in exts]))
+            if any(col.count(default) != n for col, default in
+                   zip(columns[_ROUTING_AT:], EXT_DEFAULTS[_ROUTING_AT:]) if col is not
+                   columns[_BORN_AT]):
+                return None
         bodies = list(map(_GET_BODY, msgs))
         if set(map(type, bodies)) != {bytes}:
             return None
@@ -152,9 +167,8 @@ class Encoder:
         body_lens = list(map(len, bodies))
         if max(body_lens) > self.max_body:
             return None
-        keys, tags, props = (list(map(_GET_KEYS, msgs)), list(map(_GET_TAGS, msgs)),
-                             list(map(_GET_PROPS, msgs)))
-        if any(keys) or tags.count(None) != n or any(props):
+        if not plain:
+            keys, tags, props, born_ts = columns[:_ROUTING_AT] + [columns[_BORN_AT]]
             encode = rec.encode_properties
             pbs = [encode(k, t, p) if k or t is not None or p else b""
                    for k, t, p in zip(keys, tags, props)]
@@ -172,8 +186,7 @@ class Encoder:
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = totals, body_lens, props_lens
         b.topic_lens = len(tb)
-        born_ts = list(map(_GET_BORN, msgs))
-        b.born = 0 if born_ts.count(None) == n else [t or 0 for t in born_ts]
+        b.born = 0 if plain or born_ts.count(None) == n else [t or 0 for t in born_ts]
         # all records in one join: each payload between the previous record's (zero) trailer
         # and its own prefix; write_records fills in headers and trailers
         b.blob = b"".join((prefix, (_ZERO_TRAILER + prefix).join(payloads), _ZERO_TRAILER))
@@ -181,16 +194,16 @@ class Encoder:
         b.default_sys = self.default_sys
         return b
 
-    def _special(self, m: Message) -> tuple[bytes, int]:
+    def _special(self, born_host: rec.Host | None, sys_flag: int) -> tuple[bytes, int]:
         """Born host bytes and sys flag of a message that sets either."""
-        if m.born_host is None:
-            bh, sys_flag = self.store_host, self.default_sys
+        if born_host is None:
+            bh, flags = self.store_host, self.default_sys
         else:
-            bh, v6 = self.born_host(m.born_host)
-            sys_flag = self.host_sys | (rec.SYSFLAG_BORN_HOST_V6 if v6 else 0)
-        if m.sys_flag:
-            sys_flag |= m.sys_flag & ~(rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6)
-        return bh, sys_flag
+            bh, v6 = self.born_host(born_host)
+            flags = self.host_sys | (rec.SYSFLAG_BORN_HOST_V6 if v6 else 0)
+        if sys_flag:
+            flags |= sys_flag & ~(rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6)
+        return bh, flags
 
 
 def _checked_body(body) -> bytes:
@@ -262,17 +275,17 @@ class PreparedBatch:
             n_q = queue_counts.get(topic)
             if n_q is None:
                 n_q = new_topics.setdefault(topic, default_queues)
-            rare = m._rare  # (queue_id, shard_key, ...) or None: see Message
-            qid = None if rare is None else rare[0]
+            ext = m._ext  # None: topic and body only (see Message)
+            qid = None if ext is None else ext[_ROUTING_AT]
             if qid is None:
-                if rare is None or rare[1] is None:
+                if ext is None or ext[_ROUTING_AT + 1] is None:
                     i = rr_local.get(topic)
                     if i is None:
                         i = round_robin.get(topic, 0)
                     rr_local[topic] = i + 1
                     qid = i % n_q
                 else:
-                    qid = crc32c(str(m.shard_key).encode("utf-8")) % n_q
+                    qid = crc32c(str(ext[_ROUTING_AT + 1]).encode("utf-8")) % n_q
             elif qid >= n_q:
                 raise InvalidInputError(
                     f"queue_id {qid} does not exist: topic {topic!r} has {n_q} queues "
