@@ -11,15 +11,20 @@ One JSON object per line:
   (written once, from the strata read, snappy, so both hold the same columns and bytes).
 * ``read``: ``spark.read.format("strata") ... .write.format("noop")`` per store and
   ``spark.read.parquet(...).write.format("noop")`` on ``local[2]``; the noop sink materialises
-  every column, unlike ``count()``. Best of ``--runs`` after one warm-up run each. ``tasks`` is
-  the Spark partition count the strata source planned (small queue ranges share a task, up to
-  1,000,000 offsets each); ``source: strata_one_task_per_queue`` is the same read with
-  ``minPartitions`` = queues (one task per queue, Kafka's layout), to show what packing saves.
+  every column, unlike ``count()``. After one warm-up run each, ``--runs`` rounds run every
+  read of a store once, in turn (interleaved, so a slow spell of the shared machine hits all
+  alike); ``seconds``/``rows_s`` are the best round, ``median_s`` the median. ``jvm_cpu_s`` and
+  ``python_cpu_s``: median CPU seconds the JVM and the Python workers spent on one read (from
+  /proc). ``tasks`` is the Spark partition count the strata source planned (small queue ranges
+  share a task, up to 1,000,000 offsets each); ``source: strata_one_task_per_queue`` is the same
+  read with ``minPartitions`` = queues (one task per queue, Kafka's layout), to show what
+  packing saves.
 * ``read`` with ``source: python_ds_ceiling``: a throwaway Python data source with the strata
-  schema and as many partitions as the strata read planned that yields one pre-built 65,536-row Arrow
-  batch (random 100-byte values) over and over: what Spark's Python data source path costs
-  with no store access and no decoding at all, i.e. the most any Python source can reach.
-* ``ratio``: strata rows/s ÷ Parquet rows/s (target ≥ 0.8), and strata ÷ the ceiling.
+  schema and as many partitions as the strata read planned that yields one pre-built 65,536-row
+  Arrow batch (random 100-byte values) over and over: what Spark's Python data source path
+  costs with no store access and no decoding at all, i.e. the most any Python source can reach.
+* ``ratio``: strata rows/s ÷ Parquet rows/s of the best rounds (target ≥ 0.8), the same ratio
+  round by round, strata ÷ the ceiling, and each read's CPU seconds (JVM + Python workers).
 * ``jobs``: ``verify`` and ``rebuild-index`` MB/s of commit log (first store) on ``local[1]``
   and ``local[2]`` (best of ``--job-runs``, after a warm-up), and the local[2] ÷ local[1] ratio.
 
@@ -33,6 +38,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -138,6 +144,76 @@ def ceiling_source(rows: int, size: int, queues: int):
     return Ceiling
 
 
+def descendants_cpu() -> dict[str, float]:
+    """CPU seconds (user + system, with their reaped children) of this process's descendants,
+    by kind: ``jvm`` (Spark's driver and executors in local mode) and ``python`` (the Python
+    workers that run data sources), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, str, float]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        close = stat.rindex(")")
+        fields = stat[close + 2:].split()
+        name = stat[stat.index("(") + 1:close]
+        procs[int(d)] = (int(fields[1]), name, sum(map(int, fields[11:15])) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _name, _cpu) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {"jvm": 0.0, "python": 0.0}
+    stack = list(children.get(os.getpid(), []))
+    while stack:
+        pid = stack.pop()
+        _ppid, name, cpu = procs[pid]
+        if name == "java":
+            out["jvm"] += cpu
+        elif name.startswith("python"):
+            out["python"] += cpu
+        stack.extend(children.get(pid, []))
+    return out
+
+
+class Runs:
+    """Wall and CPU seconds of one read, run in rounds interleaved with the other reads (so
+    a slow spell of the shared machine hits every source alike)."""
+
+    def __init__(self, name: str, fn) -> None:
+        self.name, self.fn = name, fn
+        self.seconds: list[float] = []
+        self.jvm: list[float] = []
+        self.python: list[float] = []
+
+    def run(self) -> None:
+        c0 = descendants_cpu()
+        t0 = time.perf_counter()
+        self.fn()
+        self.seconds.append(time.perf_counter() - t0)
+        c1 = descendants_cpu()
+        self.jvm.append(c1["jvm"] - c0["jvm"])
+        self.python.append(c1["python"] - c0["python"])
+
+    def row(self, rows: int, **kw) -> dict:
+        s = min(self.seconds)
+        return dict(case="read", source=self.name, master="local[2]", rows=rows, **kw,
+                    seconds=round(s, 3), median_s=round(statistics.median(self.seconds), 3),
+                    rows_s=round(rows / s),
+                    jvm_cpu_s=round(statistics.median(self.jvm), 2),
+                    python_cpu_s=round(statistics.median(self.python), 2))
+
+
+def interleaved(reads: list[Runs], runs: int) -> None:
+    for r in reads:
+        r.fn()                             # warm-up: Python workers, page cache, JIT
+    for _ in range(runs):
+        for r in reads:
+            r.run()
+
+
 def bench_read(stores: dict[int, Path], parquet: Path, rows: int, size: int,
                runs: int) -> None:
     spark = session("local[2]")
@@ -147,39 +223,48 @@ def bench_read(stores: dict[int, Path], parquet: Path, rows: int, size: int,
             for k, v in opts.items():
                 r = r.option(k, v)
             return r.load()
+
+        def noop(df):
+            return lambda: df.write.format("noop").mode("overwrite").save()
+
         first = next(iter(stores.values()))
         t0 = time.perf_counter()
         strata_read(first).write.mode("overwrite").parquet(str(parquet))
         emit(case="build", what="parquet", rows=rows, seconds=round(time.perf_counter() - t0, 2),
              MB=round(sum(p.stat().st_size for p in parquet.rglob("*.parquet")) / 1e6, 1))
-        p = best(lambda: spark.read.parquet(str(parquet)).write.format("noop")
-                 .mode("overwrite").save(), runs)
         parts = spark.read.parquet(str(parquet)).rdd.getNumPartitions()
-        emit(case="read", source="parquet", master="local[2]", rows=rows, tasks=parts,
-             seconds=round(p, 3), rows_s=round(rows / p))
         registered: set[int] = set()
         for q, store in stores.items():
             tasks = strata_read(store).rdd.getNumPartitions()
-            s = best(lambda: strata_read(store).write.format("noop").mode("overwrite").save(),
-                     runs)
-            emit(case="read", source="strata", queues=q, tasks=tasks, master="local[2]",
-                 rows=rows, seconds=round(s, 3), rows_s=round(rows / s))
-            if tasks != q:
-                u = best(lambda: strata_read(store, minPartitions=str(q)).write.format("noop")
-                         .mode("overwrite").save(), runs)
-                emit(case="read", source="strata_one_task_per_queue", queues=q, tasks=q,
-                     master="local[2]", rows=rows, seconds=round(u, 3), rows_s=round(rows / u))
             if tasks not in registered:
                 spark.dataSource.register(ceiling_source(rows, size, tasks))
                 registered.add(tasks)
-            c = best(lambda: spark.read.format(f"strata_bench_ceiling_{tasks}").load()
-                     .write.format("noop").mode("overwrite").save(), runs)
-            emit(case="read", source="python_ds_ceiling", tasks=tasks, master="local[2]",
-                 rows=rows // tasks * tasks, seconds=round(c, 3),
-                 rows_s=round(rows // tasks * tasks / c))
-            emit(case="ratio", queues=q, tasks=tasks, strata_over_parquet=round(p / s, 3),
-                 target=0.8, met=p / s >= 0.8, strata_over_ceiling=round(c / s, 3),
-                 ceiling_over_parquet=round(p / c, 3))
+            pq = Runs("parquet", noop(spark.read.parquet(str(parquet))))
+            st = Runs("strata", noop(strata_read(store)))
+            ce = Runs("python_ds_ceiling", noop(spark.read.format(
+                f"strata_bench_ceiling_{tasks}").load()))
+            reads = [pq, st, ce]
+            if tasks != q:
+                reads.append(Runs("strata_one_task_per_queue",
+                                  noop(strata_read(store, minPartitions=str(q)))))
+            interleaved(reads, runs)
+            emit(**pq.row(rows, queues=q, tasks=parts))
+            emit(**st.row(rows, queues=q, tasks=tasks))
+            emit(**ce.row(rows // tasks * tasks, tasks=tasks))
+            if len(reads) > 3:
+                emit(**reads[3].row(rows, queues=q, tasks=q))
+            per_round = [p / s for p, s in zip(pq.seconds, st.seconds)]
+            best_ratio = min(pq.seconds) / min(st.seconds)
+            emit(case="ratio", queues=q, tasks=tasks, strata_over_parquet=round(best_ratio, 3),
+                 target=0.8, met=best_ratio >= 0.8,
+                 strata_over_parquet_by_round=[round(x, 3) for x in per_round],
+                 strata_over_ceiling=round(min(ce.seconds) / min(st.seconds), 3),
+                 ceiling_over_parquet=round(min(pq.seconds) / min(ce.seconds), 3),
+                 cpu_s_parquet=round(statistics.median(pq.jvm), 2),
+                 cpu_s_strata=round(statistics.median(st.jvm) + statistics.median(st.python),
+                                    2),
+                 cpu_s_ceiling=round(statistics.median(ce.jvm) + statistics.median(ce.python),
+                                     2))
     finally:
         spark.stop()
 
