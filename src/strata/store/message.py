@@ -89,9 +89,10 @@ class Message:
                  sys_flag: int = 0, prepared_transaction_offset: int = 0) -> None:
         self.topic = topic
         self.body = body
-        if (type(keys) is tuple and not keys and tags is None and properties is None and born_timestamp is None
-                and queue_id is None and shard_key is None and born_host is None and not flag
-                and not reconsume_times and not sys_flag and not prepared_transaction_offset):
+        if (type(keys) is tuple and not keys and tags is None and properties is None
+                and born_timestamp is None and queue_id is None and shard_key is None
+                and born_host is None and not flag and not reconsume_times and not sys_flag
+                and not prepared_transaction_offset):
             self._ext = None
             return
         if isinstance(keys, str):
@@ -100,11 +101,11 @@ class Message:
             _check_field("born_timestamp", born_timestamp)
         if queue_id is not None:
             _check_field("queue_id", queue_id)
+        ints = (flag, reconsume_times, sys_flag, prepared_transaction_offset)
         if (flag or reconsume_times or sys_flag or prepared_transaction_offset
-                or flag.__class__ is not int or reconsume_times.__class__ is not int
-                or sys_flag.__class__ is not int or prepared_transaction_offset.__class__ is not int):
-            for name, v in zip(_INT_RANGES, (flag, reconsume_times, sys_flag,
-                                             prepared_transaction_offset)):
+                or type(flag) is not int or type(reconsume_times) is not int
+                or type(sys_flag) is not int or type(prepared_transaction_offset) is not int):
+            for name, v in zip(_INT_RANGES, ints):
                 _check_field(name, v)
         # some field differs from its default (the test above), so the tuple is needed
         self._ext = (keys, tags, properties, queue_id, shard_key, born_timestamp, flag,
@@ -208,7 +209,6 @@ class PutResults(Sequence):
                 repeat(self.status, n), offsets, sizes, repeat(ts, n),
                 repeat(topics, n) if isinstance(topics, str) else topics, qids, qoffs,
                 repeat(prefix, n))))
-            self._columns = None
         return items
 
     def __len__(self) -> int:

@@ -28,10 +28,12 @@ COLUMNAR_BATCH = 32  # from this many messages on, queue choice and headers use 
 # One attribute over all messages at a time: a list per field is half the cost of one tuple
 # of fields per message. Message._ext is None for a message of topic and body only.
 _GET_TOPIC, _GET_BODY, _GET_EXT = map(attrgetter, ("topic", "body", "_ext"))
-# fields of Message._ext from queue_id on, but born_timestamp, are routing, flags and born
-# host: the plain fast path takes keys, tags, properties and born timestamps, not these
+# The plain fast path takes keys, tags, properties and born timestamps, but not routing,
+# flags or a born host: the places of those in Message._ext.
 _ROUTING_AT = EXT_NAMES.index("queue_id")
+_SHARD_AT = EXT_NAMES.index("shard_key")
 _BORN_AT = EXT_NAMES.index("born_timestamp")
+_NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i != _BORN_AT]
 _ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
 
 
@@ -156,9 +158,7 @@ class Encoder:
         plain = exts.count(None) == n
         if not plain:  # keys, tags, properties or born timestamps; routing and flags default
             columns = list(zip(*[e or EXT_DEFAULTS for e in exts]))
-            if any(col.count(default) != n for col, default in
-                   zip(columns[_ROUTING_AT:], EXT_DEFAULTS[_ROUTING_AT:]) if col is not
-                   columns[_BORN_AT]):
+            if any(columns[i].count(EXT_DEFAULTS[i]) != n for i in _NOT_PLAIN):
                 return None
         bodies = list(map(_GET_BODY, msgs))
         if set(map(type, bodies)) != {bytes}:
@@ -278,14 +278,14 @@ class PreparedBatch:
             ext = m._ext  # None: topic and body only (see Message)
             qid = None if ext is None else ext[_ROUTING_AT]
             if qid is None:
-                if ext is None or ext[_ROUTING_AT + 1] is None:
+                if ext is None or ext[_SHARD_AT] is None:
                     i = rr_local.get(topic)
                     if i is None:
                         i = round_robin.get(topic, 0)
                     rr_local[topic] = i + 1
                     qid = i % n_q
                 else:
-                    qid = crc32c(str(ext[_ROUTING_AT + 1]).encode("utf-8")) % n_q
+                    qid = crc32c(str(ext[_SHARD_AT]).encode("utf-8")) % n_q
             elif qid >= n_q:
                 raise InvalidInputError(
                     f"queue_id {qid} does not exist: topic {topic!r} has {n_q} queues "
