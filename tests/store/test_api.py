@@ -582,13 +582,17 @@ def test_put_results_are_a_sequence_made_when_first_read(tmp_store_dir):
         assert results._items is None                 # nothing made by the put itself
         assert len(results) == 40 and results.ok and results.status is strata.PutStatus.OK
         assert results._items is None                 # len/status/ok need no items either
-        first = results[0]
+        first, last = results[0], results[-1]
         assert isinstance(first, strata.PutResult) and first.topic == "t"
+        assert results._items is None                 # one index makes only that result
+        with pytest.raises(IndexError):
+            results[40]
         assert [r.queue_offset for r in results[:4]] == [0, 0, 1, 1]
         assert [r.queue_id for r in results[-2:]] == [0, 1]
         assert [store.read_at(r.commitlog_offset).body for r in results] == \
             [bytes([i]) for i in range(40)]
         as_list = list(results)
+        assert (first, last) == (as_list[0], as_list[-1])
         assert results == as_list and as_list == results and results == tuple(as_list)
         assert results != as_list[:-1]
         more = store.put_batch([strata.Message("t", b"y")] * 3)

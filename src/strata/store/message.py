@@ -215,6 +215,14 @@ class PutResults(Sequence):
         return len(self._items) if self._items is not None else len(self._columns[1])
 
     def __getitem__(self, i):
+        if self._items is None and type(i) is int:   # one result: made alone (put() does this)
+            offsets, sizes, ts, topics, qids, qoffs, prefix = self._columns
+            n = len(sizes)
+            if -n <= i < n:
+                return tuple.__new__(PutResult, (
+                    self.status, int(offsets[i]), sizes[i], ts,
+                    topics if isinstance(topics, str) else topics[i], int(qids[i]),
+                    int(qoffs[i]), prefix))
         return self._list()[i]
 
     def __iter__(self):
