@@ -52,6 +52,54 @@ def test_released_producers_share_the_next_fsync():
     assert gc.gathers > 0
 
 
+def test_a_group_split_by_a_slow_start_comes_back_together():
+    """Half the producers start while the first fsync runs: the next fsyncs take them with
+    the others (counting only the producers an fsync released kept 4 + 4 apart for good)."""
+    lock = threading.Lock()
+    end = [0]
+    groups: list[int] = []
+    flushed_to = [0]
+    first_fsync = threading.Event()
+
+    def fake_fsync(_least_pages: int) -> int:
+        while not first_fsync.is_set() and end[0] < 4:
+            time.sleep(0.0005)  # the first "fsync" takes the early half, all four of them
+        with lock:
+            target = end[0]
+        groups.append(target - flushed_to[0])
+        first_fsync.set()
+        time.sleep(0.003)  # the late half arrives while this "fsync" runs
+        flushed_to[0] = target
+        return target
+
+    gc = GroupCommitService(fake_fsync, timeout_ms=5000)
+    gc.MAX_GATHER_S = 1.0
+    gc.start(0)
+    rounds = 30
+
+    def producer(late: bool) -> None:
+        if late:
+            first_fsync.wait()
+        for _ in range(rounds):
+            time.sleep(0.001)  # longer than the flush thread takes to start the next fsync
+            with lock:
+                end[0] += 1
+                mine = end[0]
+            assert gc.wait_for(mine)
+
+    threads = [threading.Thread(target=producer, args=(k >= 4,)) for k in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.stop()
+    assert sum(groups) == 8 * rounds
+    settled = groups[4:-4]  # after the start, before the first producers finish
+    assert sum(settled) / len(settled) >= 7, groups
+
+
 def test_a_lone_producer_does_not_wait_for_company():
     calls = []
 

@@ -71,9 +71,9 @@ class GroupCommitService:
 
     Each waiting producer blocks on a lock of its own that the flush thread releases once an
     fsync covers its offset (no herd of threads fighting over one condition). After an fsync
-    releases several producers, the next fsync waits (at most ``MAX_GATHER_S``) until as many
-    are waiting again, so one fsync covers all of them instead of whichever came back first.
-    A lone producer never waits for company.
+    releases several producers, the next fsync waits (at most ``MAX_GATHER_S``) until they and
+    the producers that were already waiting are all waiting, so one fsync covers all of them
+    instead of whichever came back first. A lone producer never waits for company.
     """
 
     MAX_GATHER_S = 0.002
@@ -85,8 +85,9 @@ class GroupCommitService:
         self.after_flush = after_flush
         self._cv = threading.Condition(threading.Lock())  # the flush thread waits on it
         self._requested = 0
-        # (offset, gate) of each waiting producer; the gate is held until an fsync covers it
-        self._pending: list[tuple[int, threading.Lock]] = []
+        # (offset, gate, thread id) of each waiting producer; the gate is held until an fsync
+        # covers it
+        self._pending: list[tuple[int, threading.Lock, int]] = []
         # how many waiting producers are worth waking the flush thread for: 1 while it waits
         # for any request, more while it gathers (so it is not woken once per arrival)
         self._wake_at = 1
@@ -107,7 +108,7 @@ class GroupCommitService:
         deadline = self.timeout if timeout is None else timeout
         gate = threading.Lock()
         gate.acquire()
-        entry = (offset, gate)
+        entry = (offset, gate, threading.get_ident())
         with self._cv:
             if self.flushed >= offset:
                 return True
@@ -125,16 +126,21 @@ class GroupCommitService:
         return self.flushed >= offset
 
     def _run(self) -> None:
-        released = 0       # producers the last fsync let go
+        released: set[int] = set()   # threads of the producers the last fsync let go
         while True:
             with self._cv:
                 self._wake_at = 1
                 self._cv.wait_for(lambda: self._requested > self.flushed or self._stopped)
-                if released > 1 and not self._stopped:
+                if len(released) > 1 and not self._stopped:
+                    # wait for the released producers and for those already waiting: counting
+                    # only the released would keep a group split in two (say 4 + 4 of 8
+                    # producers, after a slow start) split for good
                     self.gathers += 1
-                    self._wake_at = released
-                    self._cv.wait_for(lambda: len(self._pending) >= released or self._stopped,
-                                      self.MAX_GATHER_S)
+                    expect = released | {e[2] for e in self._pending}
+                    self._wake_at = len(expect)
+                    self._cv.wait_for(
+                        lambda: self._stopped or expect <= {e[2] for e in self._pending},
+                        self.MAX_GATHER_S)
                 if self._stopped:
                     return
             try:
@@ -149,8 +155,8 @@ class GroupCommitService:
                 self.flushed = max(self.flushed, flushed)
                 done = [e for e in self._pending if e[0] <= self.flushed]
                 self._pending = [e for e in self._pending if e[0] > self.flushed]
-            released = len(done)
-            for _offset, gate in done:
+            released = {e[2] for e in done}
+            for _offset, gate, _thread in done:
                 gate.release()
             if self.after_flush:
                 try:
@@ -163,7 +169,7 @@ class GroupCommitService:
             self._stopped = True
             waiting, self._pending = self._pending, []
             self._cv.notify_all()
-        for _offset, gate in waiting:
+        for _offset, gate, _thread in waiting:
             gate.release()
         if self._thread.is_alive():
             self._thread.join()
