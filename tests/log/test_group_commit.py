@@ -8,36 +8,51 @@ import time
 from strata.files.flush import GroupCommitService
 
 
-def test_released_producers_share_the_next_fsync():
-    lock = threading.Lock()
-    end = [0]
-    groups: list[int] = []
-    flushed_to = [0]
+class FakeLog:
+    """A log whose "fsync" takes ``fsync_s`` and records how many puts each one covered. With
+    ``first_takes``, the first fsync waits until that many puts are in, then sets
+    ``first_fsync``."""
 
-    def fake_fsync(_least_pages: int) -> int:
-        with lock:
-            target = end[0]
-        groups.append(target - flushed_to[0])  # records made durable by this "fsync"
-        time.sleep(0.001)
-        flushed_to[0] = target
+    def __init__(self, fsync_s: float, first_takes: int = 0) -> None:
+        self.fsync_s, self.first_takes = fsync_s, first_takes
+        self.lock = threading.Lock()
+        self.end = 0
+        self.flushed_to = 0
+        self.groups: list[int] = []
+        self.first_fsync = threading.Event()
+
+    def fsync(self, _least_pages: int) -> int:
+        while not self.first_fsync.is_set() and self.end < self.first_takes:
+            time.sleep(0.0005)
+        with self.lock:
+            target = self.end
+        self.groups.append(target - self.flushed_to)  # records made durable by this "fsync"
+        self.first_fsync.set()
+        time.sleep(self.fsync_s)
+        self.flushed_to = target
         return target
 
-    gc = GroupCommitService(fake_fsync, timeout_ms=5000)
+    def put(self, gc: GroupCommitService) -> None:
+        with self.lock:
+            self.end += 1
+            mine = self.end
+        assert gc.wait_for(mine)
+
+
+def run_producers(log: FakeLog, producers: int, rounds: int, work_s: float,
+                  before=lambda k: None) -> GroupCommitService:
+    """``producers`` threads each put ``rounds`` times, ``work_s`` apart, after ``before(k)``."""
+    gc = GroupCommitService(log.fsync, timeout_ms=5000)
     gc.MAX_GATHER_S = 1.0  # generous, so a loaded machine's slow thread wake-ups still gather
     gc.start(0)
-    producers, rounds = 8, 30
-    start = threading.Barrier(producers)
 
-    def producer() -> None:
-        start.wait()
+    def producer(k: int) -> None:
+        before(k)
         for _ in range(rounds):
-            time.sleep(0.0002)  # the work of building the next put
-            with lock:
-                end[0] += 1
-                mine = end[0]
-            assert gc.wait_for(mine)
+            time.sleep(work_s)  # the work of building the next put
+            log.put(gc)
 
-    threads = [threading.Thread(target=producer) for _ in range(producers)]
+    threads = [threading.Thread(target=producer, args=(k,)) for k in range(producers)]
     try:
         for t in threads:
             t.start()
@@ -45,6 +60,15 @@ def test_released_producers_share_the_next_fsync():
             t.join()
     finally:
         gc.stop()
+    return gc
+
+
+def test_released_producers_share_the_next_fsync():
+    log = FakeLog(fsync_s=0.001)
+    producers, rounds = 8, 30
+    start = threading.Barrier(producers)
+    gc = run_producers(log, producers, rounds, 0.0002, before=lambda k: start.wait())
+    groups = log.groups
     assert sum(groups) == producers * rounds
     # without gathering, the first producer back starts the next fsync alone and the rest
     # follow in another (groups alternate 1 and 7: 4 on average); gathered, they come as 8
@@ -55,46 +79,13 @@ def test_released_producers_share_the_next_fsync():
 def test_a_group_split_by_a_slow_start_comes_back_together():
     """Half the producers start while the first fsync runs: the next fsyncs take them with
     the others (counting only the producers an fsync released kept 4 + 4 apart for good)."""
-    lock = threading.Lock()
-    end = [0]
-    groups: list[int] = []
-    flushed_to = [0]
-    first_fsync = threading.Event()
-
-    def fake_fsync(_least_pages: int) -> int:
-        while not first_fsync.is_set() and end[0] < 4:
-            time.sleep(0.0005)  # the first "fsync" takes the early half, all four of them
-        with lock:
-            target = end[0]
-        groups.append(target - flushed_to[0])
-        first_fsync.set()
-        time.sleep(0.003)  # the late half arrives while this "fsync" runs
-        flushed_to[0] = target
-        return target
-
-    gc = GroupCommitService(fake_fsync, timeout_ms=5000)
-    gc.MAX_GATHER_S = 1.0
-    gc.start(0)
+    # the first "fsync" takes the early half, all four of them; the late half arrives while
+    # it runs; each producer's work outlasts the flush thread's start of the next fsync
+    log = FakeLog(fsync_s=0.003, first_takes=4)
     rounds = 30
-
-    def producer(late: bool) -> None:
-        if late:
-            first_fsync.wait()
-        for _ in range(rounds):
-            time.sleep(0.001)  # longer than the flush thread takes to start the next fsync
-            with lock:
-                end[0] += 1
-                mine = end[0]
-            assert gc.wait_for(mine)
-
-    threads = [threading.Thread(target=producer, args=(k >= 4,)) for k in range(8)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        gc.stop()
+    run_producers(log, 8, rounds, 0.001,
+                  before=lambda k: log.first_fsync.wait() if k >= 4 else None)
+    groups = log.groups
     assert sum(groups) == 8 * rounds
     settled = groups[4:-4]  # after the start, before the first producers finish
     assert sum(settled) / len(settled) >= 7, groups
