@@ -26,7 +26,8 @@ One JSON object per line:
 * ``ratio``: strata rows/s ÷ Parquet rows/s of the best rounds (target ≥ 0.8), the same ratio
   round by round, strata ÷ the ceiling, and each read's CPU seconds (JVM + Python workers).
 * ``jobs``: ``verify`` and ``rebuild-index`` MB/s of commit log (first store) on ``local[1]``
-  and ``local[2]`` (best of ``--job-runs``, after a warm-up), and the local[2] ÷ local[1] ratio.
+  and ``local[2]`` (best of ``--job-runs`` rounds that alternate the two, after a warm-up), and
+  the local[2] ÷ local[1] ratio.
 
 Nothing asserts a time; scratch data lives in a fresh directory that is deleted at the end.
 """
@@ -71,16 +72,6 @@ def build_store(path: Path, rows: int, size: int, segment_mib: int, queues: int)
 def session(master: str):
     from strata.spark.jobs import spark_session
     return spark_session(master, "strata-bench")
-
-
-def best(fn, runs: int) -> float:
-    fn()                                   # warm-up: Python workers, page cache, JIT
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def log_bytes(path: Path) -> int:
@@ -280,14 +271,16 @@ def bench_jobs(store: Path, runs: int) -> None:
             def run_verify():
                 r = verify(spark, store)
                 assert r.ok, r.problems[:3]
-            v = best(run_verify, runs)
-            r = best(lambda: rebuild_index(spark, store), runs)
+            jobs = [Runs("verify", run_verify),
+                    Runs("rebuild-index", lambda: rebuild_index(spark, store))]
+            interleaved(jobs, runs)
         finally:
             spark.stop()
-        for job, sec in (("verify", v), ("rebuild-index", r)):
-            rates[(job, master)] = mb / sec
-            emit(case="job", job=job, master=master, log_MB=round(mb, 1), seconds=round(sec, 3),
-                 MBps=round(mb / sec, 1))
+        for job in jobs:
+            sec = min(job.seconds)
+            rates[(job.name, master)] = mb / sec
+            emit(case="job", job=job.name, master=master, log_MB=round(mb, 1),
+                 seconds=round(sec, 3), MBps=round(mb / sec, 1))
     for job in ("verify", "rebuild-index"):
         emit(case="job_scaling", job=job,
              local2_over_local1=round(rates[(job, "local[2]")] / rates[(job, "local[1]")], 3))
