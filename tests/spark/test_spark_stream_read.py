@@ -98,6 +98,19 @@ def stored_rows(path: Path, topics) -> list[tuple]:
     return sorted(out)
 
 
+def memory_stream(spark, path: Path, name: str, **opts):
+    """A running query of ``stream(...)`` into the memory table ``name``, a trigger every
+    200 ms."""
+    return (stream(spark, path, **opts).writeStream.format("memory").queryName(name)
+            .trigger(processingTime="200 milliseconds").start())
+
+
+def memory_rows(spark, name: str) -> list[tuple]:
+    """(topic, queue_id, queue_offset, value) of every row in the memory table ``name``."""
+    return [(r.topic, r.queue_id, r.queue_offset, bytes(r.value))
+            for r in spark.sql(f"select * from {name}").collect()]
+
+
 def per_queue(rows) -> dict[tuple[str, int], list[int]]:
     out: dict[tuple[str, int], list[int]] = {}
     for topic, q, off, _v in rows:
@@ -340,20 +353,16 @@ def test_restart_from_checkpoint_continues_without_gap_or_duplicate(spark, tmp_p
 def test_new_topic_matching_the_pattern_is_picked_up_mid_stream(spark, tmp_path):
     path = tmp_path / "store"
     append(path, "ev1", 20, queues=2)
-    q = (stream(spark, path, subscribePattern="ev.*", startingOffsets="earliest")
-         .writeStream.format("memory").queryName("strata_stream_new_topic")
-         .trigger(processingTime="200 milliseconds").start())
+    q = memory_stream(spark, path, "strata_stream_new_topic", subscribePattern="ev.*",
+                      startingOffsets="earliest")
     try:
         q.processAllAvailable()
-        seen = spark.sql("select topic, queue_id, queue_offset, value "
-                         "from strata_stream_new_topic").collect()
-        assert len(seen) == 20
+        assert len(memory_rows(spark, "strata_stream_new_topic")) == 20
         append(path, "ev2", 30, queues=3)          # a new topic with three queues
         append(path, "ev1", 10, queues=2)
         append(path, "other", 10)                  # does not match the pattern
         q.processAllAvailable()
-        rows = [(r.topic, r.queue_id, r.queue_offset, bytes(r.value)) for r in
-                spark.sql("select * from strata_stream_new_topic").collect()]
+        rows = memory_rows(spark, "strata_stream_new_topic")
     finally:
         q.stop()
     want = {("ev1", 0): list(range(15)), ("ev1", 1): list(range(15)),
@@ -365,17 +374,15 @@ def test_new_topic_matching_the_pattern_is_picked_up_mid_stream(spark, tmp_path)
 def test_queue_added_to_a_topic_is_picked_up_mid_stream(spark, tmp_path):
     path = tmp_path / "store"
     append(path, "grow", 20, queues=2)
-    q = (stream(spark, path, subscribe="grow", startingOffsets="latest")
-         .writeStream.format("memory").queryName("strata_stream_new_queue")
-         .trigger(processingTime="200 milliseconds").start())
+    q = memory_stream(spark, path, "strata_stream_new_queue", subscribe="grow",
+                      startingOffsets="latest")
     try:
         q.processAllAvailable()                    # starts at latest: nothing yet
         with strata.open(path, small_store_config()) as store:
             assert store.set_queue_count("grow", 3) == 3
         append(path, "grow", 9, queues=3)          # 3 to each queue, the new one included
         q.processAllAvailable()
-        rows = [(r.topic, r.queue_id, r.queue_offset, bytes(r.value)) for r in
-                spark.sql("select * from strata_stream_new_queue").collect()]
+        rows = memory_rows(spark, "strata_stream_new_queue")
     finally:
         q.stop()
     # the old queues continue where "latest" was; the new queue is read from its start
