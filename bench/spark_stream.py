@@ -98,6 +98,15 @@ def progress_medians(progress: list) -> dict:
     return out
 
 
+def run_to_end(writer) -> tuple[float, list]:
+    """Start an availableNow query, wait for it; (wall seconds, progress of batches with rows)."""
+    t = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    wall = time.perf_counter() - t
+    return wall, [p for p in query.recentProgress if p["numInputRows"] > 0]
+
+
 def strata_batches(spark, root: Path, rows_per_batch: int, batches: int, *,
                    case: str = "strata_batches") -> None:
     path = root / f"small-{rows_per_batch}"
@@ -108,11 +117,7 @@ def strata_batches(spark, root: Path, rows_per_batch: int, batches: int, *,
          .writeStream.format("noop")
          .option("checkpointLocation", str(root / f"ck-{rows_per_batch}"))
          .trigger(availableNow=True))
-    t = time.perf_counter()
-    query = q.start()
-    query.awaitTermination()
-    wall = time.perf_counter() - t
-    prog = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    wall, prog = run_to_end(q)
     assert sum(p["numInputRows"] for p in prog) == rows_per_batch * batches
     emit({"case": case, "rows_per_batch": rows_per_batch, "batches": len(prog),
           "wall_ms_per_batch": round(wall * 1000 / len(prog), 1),
@@ -146,11 +151,7 @@ def big_batch(spark, root: Path, rows: int) -> None:
          .option("startingOffsets", "earliest").load()
          .writeStream.format("noop").option("checkpointLocation", str(root / "ck-big"))
          .trigger(availableNow=True))
-    t = time.perf_counter()
-    query = q.start()
-    query.awaitTermination()
-    stream_s = time.perf_counter() - t
-    prog = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    stream_s, prog = run_to_end(q)
     assert sum(p["numInputRows"] for p in prog) == rows
     t = time.perf_counter()
     (spark.read.format("strata").option("path", str(path)).option("subscribe", TOPIC).load()
