@@ -7,7 +7,7 @@ import json
 import pytest
 
 from strata.spark.options import OptionError, parse_read_options
-from strata.spark.planning import QueueRange, plan_tasks, split_ranges
+from strata.spark.planning import QueueRange, pack_ranges, plan_tasks, split_ranges
 
 pytestmark = pytest.mark.spark
 
@@ -181,13 +181,14 @@ def test_split_honours_min_partitions_without_losing_offsets():
     assert not [p for p in parts if p.queue_id == 2]
 
 
-def test_tasks_pack_small_ranges_unless_min_partitions_asks_for_more():
+def test_packing_counts_tasks_unless_min_partitions_asks_for_more():
     ranges = [QueueRange("t", q, 0, n) for q, n in enumerate((600, 300, 250, 900, 2000, 0))]
-    packed = plan_tasks(ranges, None, 1000)
+    packed = pack_ranges(ranges, 1000)
     assert sorted(sum(r.size for r in task) for task in packed) == [250, 900, 900, 2000]
     assert sorted((r.queue_id, r.start, r.end) for task in packed for r in task) == \
         [(q, 0, n) for q, n in enumerate((600, 300, 250, 900, 2000))]
-    assert [len(t) for t in plan_tasks(ranges, 9, 1000)] == [1] * 9  # Kafka-like split
+    # Kafka-like split: one range per task (the store is only needed without minPartitions)
+    assert [len(t) for t in plan_tasks(None, ranges, 9, 1000)] == [1] * 9
 
 
 def test_option_parsing_defaults():

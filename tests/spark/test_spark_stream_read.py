@@ -296,7 +296,8 @@ def test_driver_partitions_cover_the_range_once(tmp_path):
     append(path, "t", 90)
     start, end = {"t": {"0": 5, "1": 0}}, {"t": {"0": 30, "1": 30, "2": 30}}
     packed = driver_reader(path, FakeClock(), subscribe="t").partitions(start, end)
-    assert [p.value for p in packed] == [(("t", 1, 0, 30), ("t", 2, 0, 30), ("t", 0, 5, 30))]
+    assert [sorted(p.value) for p in packed] == [[("t", 0, 5, 30), ("t", 1, 0, 30),
+                                                  ("t", 2, 0, 30)]]   # one task shares them
     r = driver_reader(path, FakeClock(), subscribe="t", minPartitions="5")
     parts = r.partitions(start, end)
     assert all(len(p.ranges) == 1 for p in parts)

@@ -134,15 +134,17 @@ class ConsumeQueue:
         """First unit after the file that holds unit ``n``."""
         return (n // self.units_per_file + 1) * self.units_per_file
 
-    def read_units(self, start: int, max_units: int) -> np.ndarray:
-        """Up to ``max_units`` units from ``start``, within one file (a copy, as numpy)."""
+    def read_units(self, start: int, max_units: int, *, copy: bool = True) -> np.ndarray:
+        """Up to ``max_units`` units from ``start``, within one file, as numpy: a copy, or with
+        ``copy=False`` a view of the file's map (which pins the map: drop it before close)."""
         seg = self.segments.find(start * UNIT_SIZE)
         if seg is None:
             return np.empty(0, UNIT_DTYPE)
         first = start - seg.base_offset // UNIT_SIZE
         avail = seg.committed // UNIT_SIZE - first
         n = max(0, min(max_units, avail))
-        return np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE).copy()
+        units = np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE)
+        return units.copy() if copy else units
 
     # ------------------------------------------------------------------ writes
 

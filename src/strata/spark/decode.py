@@ -172,9 +172,24 @@ def _concat(parts: list) -> pa.Array:
     return pa.concat_arrays(parts) if len(parts) != 1 else parts[0]
 
 
-def build_batch(chunks: list[Chunk], topic: str, queue_id: int, arrow_schema: pa.Schema
-                ) -> pa.RecordBatch:
-    """One RecordBatch with exactly ``arrow_schema``'s columns, from the decoded chunks."""
+def _topic_column(topics: list[str], topic_of_row: np.ndarray | None, n: int) -> pa.Array:
+    if topic_of_row is None:                     # every row has topics[0]
+        tb = topics[0].encode()
+        offsets = np.arange(n + 1, dtype=np.int32) * len(tb)
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                      pa.py_buffer(tb * n)])
+    names = [t.encode() for t in topics]
+    lens = np.array([len(b) for b in names], np.int64)
+    starts = np.cumsum(lens) - lens
+    blob = np.frombuffer(b"".join(names) + bytes(int(lens.max())), np.uint8)
+    return _binary(blob, starts[topic_of_row], lens[topic_of_row], pa.string())
+
+
+def build_batch(chunks: list[Chunk], topics: list[str], topic_of_row: np.ndarray | None,
+                queue_of_row: np.ndarray, arrow_schema: pa.Schema) -> pa.RecordBatch:
+    """One RecordBatch with exactly ``arrow_schema``'s columns, from the decoded chunks. Row i
+    is of topic ``topics[topic_of_row[i]]`` (``topics[0]`` for all with None) and queue
+    ``queue_of_row[i]``."""
     n = sum(c.n for c in chunks)
     cols = []
     props = None
@@ -185,12 +200,9 @@ def build_batch(chunks: list[Chunk], topic: str, queue_id: int, arrow_schema: pa
         elif name == "key":
             arr = _concat([c.key() for c in chunks])
         elif name == "topic":
-            tb = topic.encode()
-            offsets = np.arange(n + 1, dtype=np.int32) * len(tb)
-            arr = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
-                                                         pa.py_buffer(tb * n)])
+            arr = _topic_column(topics, topic_of_row, n)
         elif name == "queue_id":
-            arr = pa.array(np.full(n, queue_id, np.int32))
+            arr = pa.array(queue_of_row.astype(np.int32, copy=False))
         elif name == "queue_offset":
             arr = pa.array(np.concatenate([c.queue_offset() for c in chunks]))
         elif name == "timestamp":

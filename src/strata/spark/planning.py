@@ -171,12 +171,64 @@ def pack_ranges(ranges: list[QueueRange], max_rows: int) -> list[list[QueueRange
     return groups
 
 
-def plan_tasks(ranges: list[QueueRange], min_partitions: int | None,
+def log_regions(store, ranges: list[QueueRange], parts: int) -> list[list[QueueRange]]:
+    """Cut ``ranges`` into ``parts`` tasks by commit-log position: task k holds, of every range,
+    the offsets whose records lie in the k-th stretch of the log, the stretches chosen so the
+    tasks get about equal numbers of offsets. A task then reads its ranges together in log order
+    (log_order.py), sweeping one stretch of the log instead of the whole log once per queue.
+
+    Where each range's offsets lie in the log comes from a few sampled consume-queue units, so a
+    cut is exact to within a sample's spacing; every offset still lands in exactly one task."""
+    import numpy as np
+
+    ranges = [r for r in ranges if r.size > 0]
+    if parts <= 1 or not ranges:
+        return [ranges] if ranges else []
+    per_range = max(4, REGION_SAMPLES // len(ranges))
+    sampled = []   # (queue offsets, their commit-log offsets) per range
+    for r in ranges:
+        k = min(r.size, per_range)
+        offs = r.start + (np.arange(k, dtype=np.int64) * r.size) // k
+        cq = store.queues.get(r.topic, r.queue_id)
+        phys = np.array([_phys_at(cq, int(o)) for o in offs], np.int64)
+        phys = np.maximum.accumulate(phys)   # a blank or unreadable unit must not go backwards
+        sampled.append((offs, phys))
+    # every sample stands for the offsets up to the range's next sample
+    weights = np.concatenate([np.diff(np.r_[offs, r.end]) for r, (offs, _) in zip(ranges,
+                                                                                 sampled)])
+    at = np.concatenate([phys for _, phys in sampled])
+    order = np.argsort(at, kind="stable")
+    before = np.cumsum(weights[order]) - weights[order]   # offsets lying earlier in the log
+    total = int(weights.sum())
+    cuts = [int(at[order][np.searchsorted(before, total * k / parts, side="left")])
+            if total * k / parts <= before[-1] else int(at.max()) + 1 for k in range(1, parts)]
+    tasks: list[list[QueueRange]] = [[] for _ in range(parts)]
+    for r, (offs, phys) in zip(ranges, sampled):
+        bounds = [r.start] + [int(offs[i]) if i < len(offs) else r.end
+                              for i in np.searchsorted(phys, cuts, side="left")] + [r.end]
+        for k, (s, e) in enumerate(zip(bounds, bounds[1:])):
+            if e > s:
+                tasks[k].append(QueueRange(r.topic, r.queue_id, s, e))
+    return [t for t in tasks if t]
+
+
+# How many consume-queue units log_regions samples in all (at least 4 per range).
+REGION_SAMPLES = 4096
+
+
+def _phys_at(cq, offset: int) -> int:
+    unit = cq.read_units(offset, 1)
+    return int(unit["offset"][0]) if len(unit) else 0   # no file holds it: the read says so
+
+
+def plan_tasks(store, ranges: list[QueueRange], min_partitions: int | None,
                task_rows: int) -> list[list[QueueRange]]:
-    """The Spark tasks of a read: with ``minPartitions``, ranges split until there are that
-    many (one range per task, as Kafka); without, small ranges packed together up to
-    ``task_rows`` offsets per task, since every task of a Python data source has a fixed cost
-    (tens of ms) that many small tasks would pay again and again."""
+    """The Spark tasks of a read. With ``minPartitions``, ranges split until there are that
+    many, one range per task (Kafka's rule). Without, as many tasks as packing the ranges into
+    tasks of up to ``task_rows`` offsets gives (every task of a Python data source has a fixed
+    cost of tens of ms that many small tasks would pay again and again; a range that large or
+    larger counts as a task of its own), each task one stretch of the log across all the
+    ranges (log_regions)."""
     if min_partitions:
         return [[r] for r in split_ranges(ranges, min_partitions)]
-    return pack_ranges(ranges, task_rows)
+    return log_regions(store, ranges, len(pack_ranges(ranges, task_rows)))

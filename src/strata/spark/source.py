@@ -88,10 +88,10 @@ class StrataBatchReader(DataSourceReader):
         store = open_readonly(self.o.path)
         try:
             ranges = resolve_ranges(store, self.o, self.pushed)
+            tasks = plan_tasks(store, ranges, self.o.min_partitions, BATCH_TASK_ROWS)
         finally:
             store.close()
-        return [RangesPartition(g)
-                for g in plan_tasks(ranges, self.o.min_partitions, BATCH_TASK_ROWS)]
+        return [RangesPartition(g) for g in tasks]
 
     def read(self, partition) -> Iterator:
         return read_ranges(self.o.path, partition, arrow_schema(self.schema),
@@ -119,49 +119,27 @@ def read_range(path: str, r: QueueRange, schema, batch_rows: int,
 
 def _ranges_batches(path: str, ranges, schema, batch_rows: int, fail_on_data_loss: bool,
                     tag_hashes) -> Iterator:
-    from strata.spark.geometry import open_readonly
-
-    store = open_readonly(path)
-    try:
-        for r in ranges:
-            yield from _range_batches(store, r, schema, batch_rows, fail_on_data_loss,
-                                      tag_hashes)
-    finally:
-        store.close()
-
-
-def _range_batches(store, r: QueueRange, schema, batch_rows: int, fail_on_data_loss: bool,
-                   tag_hashes) -> Iterator:
+    """The ranges' record batches, from one read-only opening of the store, in commit-log
+    order across the ranges (log_order.py)."""
     import numpy as np
 
-    from strata.errors import CorruptStoreError
-    from strata.format.consume_queue import BLANK_SIZE
     from strata.spark.decode import build_batch, chunks_for
+    from strata.spark.geometry import open_readonly
+    from strata.spark.log_order import log_ordered_units
 
-    # store.min_offset follows the log's minimum after retention; a queue file that still
-    # holds units of deleted log segments does not
-    low = store.min_offset(r.topic, r.queue_id)
-    cq = store.queues.get(r.topic, r.queue_id)
-    segments = store.log.segments.segments
-    off = max(r.start, low) if not fail_on_data_loss else r.start
-    if off < low:
-        raise CorruptStoreError(
-            f"{r.topic}/{r.queue_id}: offsets {off}..{low - 1} were deleted "
-            "(retention) after the read was planned; failOnDataLoss=false skips them")
-    wanted = None if tag_hashes is None else np.array(sorted(tag_hashes), np.int64)
-    while off < r.end:
-        units = cq.read_units(off, min(batch_rows, r.end - off))
-        if len(units) == 0:
-            raise CorruptStoreError(f"{r.topic}/{r.queue_id}: no consume-queue file holds "
-                                    f"offset {off}")
-        off += len(units)
-        units = units[units["size"] != BLANK_SIZE]
-        if wanted is not None:
-            units = units[np.isin(units["tag"], wanted)]
-        if len(units) == 0:
-            continue
-        phys = units["offset"].astype(np.int64)
-        chunks = chunks_for(segments, phys)
-        batch = build_batch(chunks, r.topic, r.queue_id, schema)
-        del chunks  # numpy views pin the segment maps; drop them before the store closes
-        yield batch
+    topics = sorted({r.topic for r in ranges})
+    topic_of_range = np.array([topics.index(r.topic) for r in ranges], np.int32)
+    queue_of_range = np.array([r.queue_id for r in ranges], np.int32)
+    store = open_readonly(path)
+    try:
+        segments = store.log.segments.segments
+        for phys, which in log_ordered_units(store, ranges, batch_rows, fail_on_data_loss,
+                                             tag_hashes):
+            chunks = chunks_for(segments, phys)
+            batch = build_batch(chunks, topics,
+                                topic_of_range[which] if len(topics) > 1 else None,
+                                queue_of_range[which], schema)
+            del chunks  # numpy views pin the segment maps; drop them before the store closes
+            yield batch
+    finally:
+        store.close()

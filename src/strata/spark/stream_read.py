@@ -323,16 +323,17 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             bounds = self._bounds(store, [k for k in stop if store.queue_count(k[0]) > k[1]],
                                   {k: v for k, v in begin.items() if k in stop})
+            # Check again here: the batch may be a replay after a restart, and retention may
+            # have run since latestOffset planned it.
+            effective, losses = reconcile({k: v for k, v in begin.items() if k in stop},
+                                          bounds)
+            handle_losses(losses, self.o.read.fail_on_data_loss)
+            ranges = [QueueRange(t, q, effective[(t, q)], stop[(t, q)]) for t, q in sorted(stop)
+                      if (t, q) in effective and stop[(t, q)] > effective[(t, q)]]
+            tasks = plan_tasks(store, ranges, self.o.read.min_partitions, SHARED_TASK_ROWS)
         finally:
             store.close()
-        # Check again here: the batch may be a replay after a restart, and retention may have
-        # run since latestOffset planned it.
-        effective, losses = reconcile({k: v for k, v in begin.items() if k in stop}, bounds)
-        handle_losses(losses, self.o.read.fail_on_data_loss)
-        ranges = [QueueRange(t, q, effective[(t, q)], stop[(t, q)]) for t, q in sorted(stop)
-                  if (t, q) in effective and stop[(t, q)] > effective[(t, q)]]
-        return [RangesPartition(g)
-                for g in plan_tasks(ranges, self.o.read.min_partitions, SHARED_TASK_ROWS)]
+        return [RangesPartition(g) for g in tasks]
 
     def read(self, partition) -> Iterator:
         return read_ranges(self.o.read.path, partition, arrow_schema(self.schema),
