@@ -22,6 +22,7 @@ HDR_DTYPE = np.dtype([
     ("topic_len", "<u2"), ("props_len", "<u2")])
 assert HDR_DTYPE.itemsize == rec.HEADER_SIZE
 _KEYS_NAME = np.frombuffer(b"\x04\x00KEYS", np.uint8)
+_HOST_V6 = rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6
 
 
 def _validity(mask: np.ndarray) -> pa.Buffer | None:
@@ -36,14 +37,15 @@ def _binary(data: np.ndarray, starts: np.ndarray, lens: np.ndarray, typ=pa.binar
     lens = lens.astype(np.int64)
     if mask is not None:
         lens = np.where(mask, lens, 0)
-    offsets = np.zeros(len(lens) + 1, np.int64)
+    offsets = np.empty(len(lens) + 1, np.int64)
+    offsets[0] = 0
     np.cumsum(lens, out=offsets[1:])
     total = int(offsets[-1])
     if total >= 2**31:
         raise ValueError("an Arrow batch would exceed 2 GiB of one column; "
                          "lower option 'maxRecordsPerBatch'")
     if total:
-        blob = _gather(data, starts.astype(np.int64), lens, offsets, total)
+        blob = _gather(data, starts.astype(np.int64, copy=False), lens, offsets, total)
     else:
         blob = np.empty(0, np.uint8)
     validity = _validity(mask) if mask is not None else None
@@ -88,20 +90,30 @@ class Chunk:
     def __init__(self, data: np.ndarray, mm, pos: np.ndarray, phys: np.ndarray) -> None:
         self.data, self.mm, self.pos = data, mm, pos
         hdr = _rows(data, pos, rec.HEADER_SIZE).view(HDR_DTYPE).ravel()
-        bad = (hdr["magic"] != rec.MESSAGE_MAGIC) | (hdr["phys"] != phys)
-        if bad.any():
+        if (hdr["magic"] != rec.MESSAGE_MAGIC).any() or (hdr["phys"] != phys).any():
+            bad = (hdr["magic"] != rec.MESSAGE_MAGIC) | (hdr["phys"] != phys)
             at = int(phys[np.argmax(bad)])
             raise CorruptRecordError(f"no message record at commit-log offset {at} "
                                      "although a consume queue points there")
         self.hdr = hdr
-        sys_flag = hdr["sys_flag"]
-        self.born_host_len = np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
-        hosts = self.born_host_len + np.where(sys_flag & rec.SYSFLAG_STORE_HOST_V6, 18, 6)
-        self.topic_start = pos + rec.HEADER_SIZE + hosts
-        self.props_start = self.topic_start + hdr["topic_len"]
-        self.props_len = hdr["props_len"].astype(np.int64)
-        self.body_start = self.props_start + self.props_len
+        six = hdr["sys_flag"] & _HOST_V6
+        if six.any():
+            self.born_host_len = np.where(six & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
+            hosts = self.born_host_len + np.where(six & rec.SYSFLAG_STORE_HOST_V6, 18, 6)
+        else:                                   # IPv4 hosts only: the usual case, no arrays
+            self.born_host_len, hosts = 6, 12
+        self.body_start = pos + (rec.HEADER_SIZE + hosts)
+        self.body_start += hdr["topic_len"]
+        self.body_start += hdr["props_len"]
         self.n = len(pos)
+
+    @property
+    def props_len(self) -> np.ndarray:
+        return self.hdr["props_len"].astype(np.int64)
+
+    @property
+    def props_start(self) -> np.ndarray:
+        return self.body_start - self.props_len
 
     # core columns -------------------------------------------------------------------------
     def value(self) -> pa.Array:
@@ -109,7 +121,7 @@ class Chunk:
 
     def key(self) -> pa.Array:
         """The first message key: KEYS is always the first properties entry when present."""
-        has = self.props_len >= 8
+        has = self.hdr["props_len"] >= 8
         if not has.any():                       # no properties at all: every key is null
             return pa.nulls(self.n, pa.binary())
         p = np.where(has, self.props_start, 0)
