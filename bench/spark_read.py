@@ -24,7 +24,8 @@ One JSON object per line:
   Arrow batch (random 100-byte values) over and over: what Spark's Python data source path
   costs with no store access and no decoding at all, i.e. the most any Python source can reach.
 * ``ratio``: strata rows/s ÷ Parquet rows/s of the best rounds (target ≥ 0.8), the same ratio
-  round by round, strata ÷ the ceiling, and each read's CPU seconds (JVM + Python workers).
+  round by round and its median, strata ÷ the ceiling, and each read's CPU seconds (JVM +
+  Python workers).
 * ``jobs``: ``verify`` and ``rebuild-index`` MB/s of commit log (first store) on ``local[1]``
   and ``local[2]`` (best of ``--job-runs`` rounds that alternate the two, after a warm-up), and
   the local[2] ÷ local[1] ratio.
@@ -249,6 +250,7 @@ def bench_read(stores: dict[int, Path], parquet: Path, rows: int, size: int,
             emit(case="ratio", queues=q, tasks=tasks, strata_over_parquet=round(best_ratio, 3),
                  target=0.8, met=best_ratio >= 0.8,
                  strata_over_parquet_by_round=[round(x, 3) for x in per_round],
+                 strata_over_parquet_median_round=round(statistics.median(per_round), 3),
                  strata_over_ceiling=round(min(ce.seconds) / min(st.seconds), 3),
                  ceiling_over_parquet=round(min(pq.seconds) / min(ce.seconds), 3),
                  cpu_s_parquet=round(statistics.median(pq.jvm), 2),
