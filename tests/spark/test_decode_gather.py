@@ -1,25 +1,35 @@
-"""decode._gather (row copies through a window view, byte-index fallback) equals plain slicing."""
+"""The compiled decode loops (strata.spark.kernels) against the record format's own decoder:
+header fields, byte-range gathers, and damaged records reported instead of read past."""
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from strata.spark.decode import _binary, _gather
+from strata.format import record as rec
+from strata.spark import kernels as k
+from strata.spark.decode import _Column
 
 
-@pytest.mark.parametrize("case", ["equal", "similar", "one-huge", "at-buffer-end", "empty-rows"])
+@pytest.mark.parametrize("case", ["equal", "similar", "one-huge", "at-buffer-end", "empty-rows",
+                                  "nulls"])
 def test_gather_equals_slicing(case):
     rng = np.random.default_rng(7)
     data = np.frombuffer(rng.bytes(1 << 16), np.uint8)
     n = 300
+    mask = None
     if case == "equal":
         lens = np.full(n, 100)
-    elif case == "similar":
+    elif case in ("similar", "nulls"):
         lens = rng.integers(80, 120, n)
+        mask = rng.random(n) < 0.7 if case == "nulls" else None
     elif case == "one-huge":
         lens = np.full(n, 10)
-        lens[5] = 40_000                 # padding every row to this would be wasteful
+        lens[5] = 40_000
     elif case == "at-buffer-end":
         lens = rng.integers(1, 50, n)
         lens[-1] = 200
@@ -29,12 +39,97 @@ def test_gather_equals_slicing(case):
     starts = rng.integers(0, len(data) - lens.max() - 1, n).astype(np.int64)
     if case == "at-buffer-end":
         starts[0] = len(data) - lens[0]  # a short row ending exactly at the buffer's end
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    want = b"".join(data[s:s + k].tobytes() for s, k in zip(starts, lens))
-    assert _gather(data, starts, lens, offsets, int(offsets[-1])).tobytes() == want
-    arr = _binary(data, starts, lens)
-    assert arr.to_pylist() == [data[s:s + k].tobytes() for s, k in zip(starts, lens)]
+    col = _Column(lens, mask)
+    col.copy(data, starts[:120], 0, 120)             # rows from two sources, one buffer
+    other = data.copy()
+    col.copy(other, starts[120:], 120, n)
+    want = [data[s:s + m].tobytes() for s, m in zip(starts, lens)]
+    if mask is not None:
+        want = [w if keep else None for w, keep in zip(want, mask)]
+    assert col.array().to_pylist() == want
+
+
+HOSTS = [("10.0.0.7", 4321), ("::1", 9876), ("2001:db8::42", 1), ("192.168.1.1", 65535)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(HOSTS), st.sampled_from(HOSTS),
+                          st.lists(st.text(min_size=1, max_size=5), max_size=3),
+                          st.one_of(st.none(), st.text(min_size=1, max_size=6)),
+                          st.dictionaries(st.text("abcxyz", min_size=1, max_size=4),
+                                          st.text(max_size=8), max_size=3),
+                          st.binary(max_size=300)), min_size=1, max_size=12))
+def test_scan_headers_reads_what_the_record_decoder_reads(msgs):
+    buf = bytearray(b"\xee" * 7)                     # records at odd, unaligned positions
+    pos = []
+    for i, (born, store, keys, tags, props, body) in enumerate(msgs):
+        pos.append(len(buf))
+        buf += rec.encode_record(queue_id=i % 3, flag=0, queue_offset=100 + i,
+                                 physical_offset=5000 + len(buf), sys_flag=0,
+                                 born_ts=1_700_000_000_000 + i, store_ts=1_800_000_000_000 + i,
+                                 tx_offset=0, reconsume=0, born_host=born, store_host=store,
+                                 topic="t%d" % i, keys=keys, tags=tags, properties=props,
+                                 body=body)
+    data = np.frombuffer(bytes(buf), np.uint8)
+    pos = np.array(pos, np.int64)
+    fields = np.empty((k.FIELDS, len(pos)), np.int64)
+    assert k.scan_headers(data, pos, 5000 + pos, fields, 0) == -1
+    for j, p in enumerate(pos.tolist()):
+        m = rec.decode_record(data, p)
+        f = fields[:, j]
+        assert (f[k.QUEUE_OFFSET], f[k.STORE_TS], f[k.BORN_TS]) == \
+            (m.queue_offset, m.store_timestamp, m.born_timestamp)
+        assert f[k.SYS_FLAG] == m.sys_flag
+        assert data[f[k.BODY_START]:f[k.BODY_START] + f[k.BODY_LEN]].tobytes() == m.body
+        props = rec.decode_properties(data[f[k.PROPS_START]:f[k.PROPS_START] + f[k.PROPS_LEN]])
+        assert props[0] == tuple(m.keys) and props[1] == m.tags
+        if m.keys:
+            assert f[k.KEY_LEN] != k.NO_KEY
+            key = data[f[k.KEY_START]:f[k.KEY_START] + f[k.KEY_LEN]].tobytes()
+            assert key == m.keys[0].encode()
+        else:
+            assert f[k.KEY_LEN] == k.NO_KEY
+
+
+def _one_record(phys: int, body=b"x" * 40, keys=("key-1",)) -> bytearray:
+    return bytearray(rec.encode_record(
+        queue_id=0, flag=0, queue_offset=0, physical_offset=phys, sys_flag=0, born_ts=1,
+        store_ts=2, tx_offset=0, reconsume=0, born_host=HOSTS[0], store_host=HOSTS[0],
+        topic="t", keys=keys, body=body))
+
+
+@pytest.mark.parametrize("damage", ["none", "magic", "offset", "body-past-end", "key-past-props",
+                                    "position-past-end", "negative-position"])
+def test_scan_headers_reports_a_damaged_record_instead_of_reading_past_it(damage):
+    good = _one_record(0)
+    raw = _one_record(len(good))
+    pos = 0
+    if damage == "magic":
+        raw[4] ^= 0xFF
+    elif damage == "offset":
+        struct.pack_into("<q", raw, 28, 12345)
+    elif damage == "body-past-end":
+        struct.pack_into("<I", raw, 68, 1 << 30)
+    elif damage == "key-past-props":
+        props_at = rec.HEADER_SIZE + 12 + 1
+        struct.pack_into("<H", raw, props_at + 6, 60000)
+    elif damage == "none":
+        pass
+    elif damage == "position-past-end":
+        pos = len(raw) - 10
+    else:
+        pos = -5
+    data = np.frombuffer(bytes(good + raw), np.uint8)
+    at = np.array([0, len(good) + pos], np.int64)
+    phys = at.copy()
+    phys[1] = len(good)                              # what the consume queue says it is
+    fields = np.zeros((k.FIELDS, 2), np.int64)
+    assert k.scan_headers(data, at[:1], phys[:1], fields, 0) == -1
+    if damage == "none":
+        assert k.scan_headers(data, at, phys, fields, 0) == -1
+        return
+    assert k.scan_headers(data, at, phys, fields, 0) == 1
+    assert fields[k.BODY_LEN, 0] == 40               # the intact record before it was read
 
 
 def test_read_range_key_column_with_and_without_properties(tmp_path):

@@ -109,6 +109,7 @@ def log_ordered_units(store, ranges, batch_rows: int, fail_on_data_loss: bool = 
         phys = np.concatenate([p for _, p in parts])
         which = np.repeat(np.array([i for i, _ in parts], np.int32), [len(p) for _, p in parts])
         if len(parts) > 1:
+            # a stable sort merges the ranges' sorted runs (timsort finds them)
             order = np.argsort(phys, kind="stable")
             phys, which = phys[order], which[order]
         phys, which = phys[:batch_rows], which[:batch_rows]

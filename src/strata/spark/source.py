@@ -123,7 +123,7 @@ def _ranges_batches(path: str, ranges, schema, batch_rows: int, fail_on_data_los
     order across the ranges (log_order.py)."""
     import numpy as np
 
-    from strata.spark.decode import build_batch, chunks_for
+    from strata.spark.decode import Records, build_batch
     from strata.spark.geometry import open_readonly
     from strata.spark.log_order import log_ordered_units
 
@@ -135,11 +135,8 @@ def _ranges_batches(path: str, ranges, schema, batch_rows: int, fail_on_data_los
         segments = store.log.segments.segments
         for phys, which in log_ordered_units(store, ranges, batch_rows, fail_on_data_loss,
                                              tag_hashes):
-            chunks = chunks_for(segments, phys)
-            batch = build_batch(chunks, topics,
-                                topic_of_range[which] if len(topics) > 1 else None,
-                                queue_of_range[which], schema)
-            del chunks  # numpy views pin the segment maps; drop them before the store closes
-            yield batch
+            yield build_batch(Records(segments, phys), topics,
+                              topic_of_range[which] if len(topics) > 1 else None,
+                              queue_of_range[which], schema)
     finally:
         store.close()

@@ -1,0 +1,122 @@
+"""Compiled loops of the Spark decoder (numba): one pass over a batch's record headers, and a
+byte-range gather into an Arrow data buffer.
+
+numpy needs a pass per operation (gather the 76-byte headers, then every field, sum, compare,
+offset arithmetic, gather the bodies), each over arrays that no longer fit the CPU cache; here
+one loop reads each header where it lies and copies each body with memcpy: about 1.7x faster
+for a whole batch read (docs/spark.md, Performance). Records are read by address inside a
+segment's memory map; every position and length is checked against the map's size before it
+is read, so a damaged record or consume-queue unit is reported, never read out of bounds.
+
+Compiled on first use and cached next to this file (numba's ``cache=True``); a Spark Python
+worker loads the cached code in well under a second.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from strata.format import record as rec
+
+# Rows of the header-field table that scan_headers fills (one column per record).
+QUEUE_OFFSET, STORE_TS, BORN_TS, SYS_FLAG, BODY_START, BODY_LEN, PROPS_START, PROPS_LEN, \
+    KEY_START, KEY_LEN = range(10)
+FIELDS = 10
+NO_KEY = -1   # KEY_LEN of a record whose properties hold no KEYS entry
+
+
+@intrinsic
+def _memcpy(typingctx, dst, src, n):
+    def codegen(context, builder, signature, args):
+        d, s, k = args
+        i8p = ir.IntType(8).as_pointer()
+        fn = builder.module.declare_intrinsic("llvm.memcpy", [i8p, i8p, ir.IntType(64)])
+        builder.call(fn, [builder.inttoptr(d, i8p), builder.inttoptr(s, i8p), k,
+                          ir.Constant(ir.IntType(1), 0)])
+        return context.get_dummy_value()
+    return types.void(types.uintp, types.uintp, types.int64), codegen
+
+
+def _unaligned_load(nbtype):
+    """A compiled ``load(address)`` of one little-endian ``nbtype`` at any alignment."""
+    @intrinsic
+    def load(typingctx, addr):
+        def codegen(context, builder, signature, args):
+            ptr = builder.inttoptr(args[0], context.get_value_type(nbtype).as_pointer())
+            return builder.load(ptr, align=1)
+        return nbtype(types.uintp), codegen
+    return load
+
+
+_u16 = _unaligned_load(types.uint16)
+_u32 = _unaligned_load(types.uint32)
+_i32 = _unaligned_load(types.int32)
+_i64 = _unaligned_load(types.int64)
+
+_HEADER = rec.HEADER_SIZE
+_MAGIC = rec.MESSAGE_MAGIC
+_BORN_V6 = rec.SYSFLAG_BORN_HOST_V6
+_STORE_V6 = rec.SYSFLAG_STORE_HOST_V6
+# A properties section that starts with the KEYS entry: u16 name length 4, "KEYS", u16 length.
+_KEYS_PREFIX = int.from_bytes(b"\x04\x00KEYS", "little")
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def scan_headers(data, pos, phys, fields, first):
+    """Check and read the records at ``pos`` (byte positions in ``data``, a segment's map;
+    ``phys`` their commit-log offsets) into ``fields[:, first:first + len(pos)]``. Returns -1,
+    or the index in ``pos`` of the first record that is not an intact message record at its
+    offset (wrong magic or offset field, or lengths running past the map)."""
+    base = data.ctypes.data
+    size = len(data)
+    for i in range(len(pos)):
+        p = pos[i]
+        if p < 0 or p + _HEADER > size:
+            return i
+        a = base + p
+        if _u32(a + 4) != _MAGIC or _i64(a + 28) != phys[i]:
+            return i
+        flags = _i32(a + 36)
+        topic_at = p + _HEADER + (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
+        props_at = topic_at + _u16(a + 72)
+        props_len = np.int64(_u16(a + 74))
+        body_at = props_at + props_len
+        body_len = np.int64(_u32(a + 68))
+        if body_at + body_len > size:
+            return i
+        r = first + i
+        fields[QUEUE_OFFSET, r] = _i64(a + 20)
+        fields[STORE_TS, r] = _i64(a + 48)
+        fields[BORN_TS, r] = _i64(a + 40)
+        fields[SYS_FLAG, r] = flags
+        fields[BODY_START, r] = body_at
+        fields[BODY_LEN, r] = body_len
+        fields[PROPS_START, r] = props_at
+        fields[PROPS_LEN, r] = props_len
+        key_len = NO_KEY
+        if props_len >= 8 and (_i64(base + props_at) & 0xFFFFFFFFFFFF) == _KEYS_PREFIX:
+            key_len = np.int64(_u16(base + props_at + 6))
+            if 8 + key_len > props_len:
+                return i
+        fields[KEY_START, r] = props_at + 8
+        fields[KEY_LEN, r] = key_len
+    return -1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def gather(src, starts, lens, out, offsets, first, at):
+    """Copy ``src[starts[i]:starts[i] + lens[i]]`` for every i to ``out`` from byte ``at`` on,
+    one after another, writing each one's start to ``offsets[first + i]`` (Arrow offsets).
+    Returns the byte after the last one. The caller checked every range against ``src``."""
+    s0 = src.ctypes.data
+    o0 = out.ctypes.data
+    for i in range(len(starts)):
+        offsets[first + i] = at
+        n = lens[i]
+        if n > 0:
+            _memcpy(o0 + at, s0 + starts[i], n)
+            at += n
+    return at
