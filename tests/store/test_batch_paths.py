@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import strata
@@ -90,6 +91,30 @@ def test_round_robin_continues_across_batch_shapes(tmp_path):
         for r in results:
             assert r.queue_offset == per_queue.get(r.queue_id, 0)
             per_queue[r.queue_id] = r.queue_offset + 1
+
+
+@pytest.mark.parametrize("shape", ["columns", "per-message"])
+def test_round_robin_goes_on_where_it_stopped_after_a_reopen(tmp_path, shape):
+    """A process that opens the store for a few puts at a time (a Spark sink commit) must not
+    pile them onto queue 0: after an open, round-robin starts at the first queue holding the
+    fewest messages."""
+    def put(store, n):
+        msgs = [strata.Message("t", b"x") for _ in range(n)]
+        if shape == "per-message":      # a second topic takes the message-by-message path
+            msgs.append(strata.Message("other", b"y"))
+        return [r.queue_id for r in store.put_batch(msgs)][:n]
+
+    path = tmp_path / "s"
+    got = []
+    for n in (3, 2, 1, 5, 2):
+        with strata.open(path, config()) as store:
+            store.create_topic("t", queues=4)
+            got += put(store, n)
+    assert got == [i % 4 for i in range(13)]          # as one unbroken round-robin
+    with strata.open(path, config()) as store:        # queue 0 gets three more by hand
+        store.put_batch([strata.Message("t", b"z", queue_id=0)] * 3)
+    with strata.open(path, config()) as store:        # 7, 3, 3, 3: go on at queue 1
+        assert put(store, 4) == [1, 2, 3, 0]
 
 
 def test_columns_and_single_units_build_the_same_consume_queue(tmp_path):

@@ -37,6 +37,22 @@ _NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i != _BORN_AT]
 _ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
 
 
+def round_robin_start(topic: str, n_q: int, queue_next: dict[tuple[str, int], int],
+                      round_robin: dict[str, int],
+                      batch_next: dict[tuple[str, int], int] | None = None) -> int:
+    """Where round-robin goes on for ``topic``: its position since the store opened, or, for the
+    first round-robin message after an open, the first of its queues that holds the fewest
+    offsets (``batch_next``: next offsets already taken earlier in the same batch). That is
+    where an unbroken round-robin would go next, so a process that opens the store for a few
+    puts at a time (a Spark sink commit, a script) does not pile them onto queue 0."""
+    i = round_robin.get(topic)
+    if i is None:
+        pending = batch_next or {}
+        counts = [pending.get((topic, q), queue_next.get((topic, q), 0)) for q in range(n_q)]
+        i = counts.index(min(counts))
+    return i
+
+
 class Encoder:
     """What a store needs to encode its messages: limits, its host, caches of encoded parts."""
 
@@ -281,7 +297,7 @@ class PreparedBatch:
                 if ext is None or ext[_SHARD_AT] is None:
                     i = rr_local.get(topic)
                     if i is None:
-                        i = round_robin.get(topic, 0)
+                        i = round_robin_start(topic, n_q, queue_next, round_robin, updates)
                     rr_local[topic] = i + 1
                     qid = i % n_q
                 else:
@@ -310,7 +326,7 @@ class PreparedBatch:
         if n_q is None:
             n_q = new_topics[topic] = default_queues
         n = len(self.totals)
-        start = round_robin.get(topic, 0)
+        start = round_robin_start(topic, n_q, queue_next, round_robin)
         seq = np.arange(n, dtype=np.int64)
         qids = (start + seq) % n_q
         base = np.array([queue_next.get((topic, q), 0) for q in range(n_q)], dtype=np.int64)
