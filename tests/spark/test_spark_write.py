@@ -200,3 +200,20 @@ def test_task_retry_under_local_2_3_leaves_no_duplicates(tmp_path):
     stream = [m.body for m in all_messages(store, "stream")]
     assert sorted(stream) == sorted(f"s-{i}".encode() for i in range(300))
     assert not (store / "spark-staging").exists()
+
+
+def test_small_commits_into_an_empty_small_store_keep_its_sizes_and_spread_over_queues(
+        spark, tmp_path):
+    """The sink opens the store for each commit: it must use the sizes the store was made with
+    (not 1 GiB segments), and round-robin must go on where the last commit stopped."""
+    from spark_support import small_store_config
+    path = tmp_path / "store"
+    with strata.open(path, small_store_config()) as store:
+        store.create_topic("few", queues=4)
+    df = spark.createDataFrame([(b"a",), (b"b",), (b"c",)], "value binary").coalesce(1)
+    write(df, path, topic="few")
+    write(df, path, topic="few")
+    sizes = {p.stat().st_size for p in (path / "commitlog").iterdir() if p.name.isdigit()}
+    assert max(sizes) < 1 << 20
+    with open_readonly(path) as store:
+        assert [store.max_offset("few", q) for q in range(4)] == [2, 2, 1, 1]

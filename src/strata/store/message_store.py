@@ -24,6 +24,7 @@ from strata.format.checkpoint import Checkpoint
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport, recover
 from strata.store.config import StoreConfig
+from strata.store.geometry import save_geometry, stored_config
 from strata.format.consume_queue import BLANK_SIZE, tag_hash
 from strata.format.segment import HEADER_AREA
 from strata.index.dispatch import ReputService
@@ -72,7 +73,9 @@ class MessageStore:
                  readonly: bool = False, file_ops: FileOps | None = None,
                  create: bool = True) -> None:
         self.path = Path(path)
-        self.config = config if config is not None else StoreConfig()
+        if config is None:   # the sizes the store was made with, defaults for the rest
+            config = stored_config(self.path) if self.path.is_dir() else StoreConfig()
+        self.config = config
         if not isinstance(self.config, StoreConfig):
             raise InvalidInputError(f"config must be a strata.StoreConfig, got "
                                     f"{type(self.config).__name__}")
@@ -150,6 +153,7 @@ class MessageStore:
             self._write_checkpoint(clean_end=-1)
             self.abort_marker.create()
             self.state.open(confirmed=end, dispatched=end, min_offset=self.log.min_offset())
+            save_geometry(self.path, self.config, self.file_ops)
             if self.log.segments.last() is None and self.config.preallocate:
                 self.log.segments.allocator.request(0)  # the first segment, in the background
             self._start_services()
