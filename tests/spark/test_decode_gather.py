@@ -72,8 +72,17 @@ def test_scan_headers_reads_what_the_record_decoder_reads(msgs):
                                  body=body)
     data = np.frombuffer(bytes(buf), np.uint8)
     pos = np.array(pos, np.int64)
-    fields = np.empty((k.FIELDS, len(pos)), np.int64)
+    n = len(pos)
+    fields = np.empty((k.FIELDS, n), np.int64)
     assert k.scan_headers(data, pos, 5000 + pos, fields, 0) == -1
+    key_count, tag_start, tag_len = (np.empty(n, np.int64) for _ in range(3))
+    assert k.scan_properties(data, fields[k.PROPS_START], fields[k.PROPS_LEN], key_count,
+                             tag_start, tag_len, 0) == -1
+    starts, lens = np.empty(int(key_count.sum()), np.int64), np.empty(int(key_count.sum()),
+                                                                       np.int64)
+    assert k.key_spans(data, fields[k.PROPS_START], fields[k.PROPS_LEN], 0, starts,
+                       lens) == len(starts)
+    key_values = iter(data[a:a + b].tobytes().decode() for a, b in zip(starts, lens))
     for j, p in enumerate(pos.tolist()):
         m = rec.decode_record(data, p)
         f = fields[:, j]
@@ -83,6 +92,10 @@ def test_scan_headers_reads_what_the_record_decoder_reads(msgs):
         assert data[f[k.BODY_START]:f[k.BODY_START] + f[k.BODY_LEN]].tobytes() == m.body
         props = rec.decode_properties(data[f[k.PROPS_START]:f[k.PROPS_START] + f[k.PROPS_LEN]])
         assert props[0] == tuple(m.keys) and props[1] == m.tags
+        assert tuple(next(key_values) for _ in range(key_count[j])) == tuple(m.keys)
+        tag = data[tag_start[j]:tag_start[j] + tag_len[j]].tobytes().decode() \
+            if tag_len[j] >= 0 else None
+        assert tag == m.tags
         if m.keys:
             assert f[k.KEY_LEN] != k.NO_KEY
             key = data[f[k.KEY_START]:f[k.KEY_START] + f[k.KEY_LEN]].tobytes()
@@ -153,3 +166,54 @@ def test_read_range_key_column_with_and_without_properties(tmp_path):
     assert plain[0].column(1).to_pylist() == [b"p%d" % i for i in range(50)]
     mixed = [b for b in read_range(str(path), QueueRange("mixed", 0, 0, 50), schema, 64)]
     assert mixed[0].column(0).to_pylist() == [b"k%d" % i if i % 2 else None for i in range(50)]
+
+
+def test_scan_properties_reports_an_entry_running_past_the_section():
+    good = _one_record(0)
+    bad = _one_record(len(good))
+    props_at = rec.HEADER_SIZE + 12 + 1                    # after the hosts and topic "t"
+    struct.pack_into("<H", bad, props_at + 2 + 4, 200)     # KEYS value length: past the end
+    data = np.frombuffer(bytes(good + bad), np.uint8)
+    at = np.array([0, len(good)], np.int64)
+    fields = np.zeros((k.FIELDS, 2), np.int64)
+    assert k.scan_headers(data, at, at.copy(), fields, 0) == 1   # the key check sees it first
+    key_count, tag_start, tag_len = (np.zeros(2, np.int64) for _ in range(3))
+    fields[k.PROPS_START, 1] = len(good) + props_at
+    fields[k.PROPS_LEN, 1] = fields[k.PROPS_LEN, 0]
+    assert k.scan_properties(data, fields[k.PROPS_START], fields[k.PROPS_LEN], key_count,
+                             tag_start, tag_len, 0) == 1
+    assert key_count[0] == 1 and tag_len[0] == -1
+
+
+def test_metadata_columns_equal_the_stores_own_decoding(tmp_path):
+    """tags, keys and msg_id (built for a whole batch at once) equal what get() returns, for
+    batches written under one store host and for a batch mixing two (IPv4 and IPv6)."""
+    import strata
+    from strata.spark.planning import QueueRange
+    from strata.spark.schema import arrow_schema, read_schema
+    from strata.spark.source import read_range
+
+    path = tmp_path / "s"
+    cfg = dict(segment_size=1 << 20, prefault=False, consume_queue_units=4096,
+               index_slots=1024, index_entries=8192)
+    for host in (("10.1.2.3", 10911), ("2001:db8::7", 10911)):
+        with strata.open(path, strata.StoreConfig(store_host=host, **cfg)) as store:
+            store.create_topic("t", queues=1)
+            store.put_batch([strata.Message("t", b"m%d" % i,
+                                            keys=tuple(f"k{i}-{j}" for j in range(i % 3)),
+                                            tags=f"tag{i % 4}" if i % 5 else None,
+                                            properties={"p": "v"} if i % 2 else None)
+                             for i in range(30)])
+            store.wait_dispatched()
+    schema = arrow_schema(read_schema(True, True))
+    with strata.open(path, readonly=True) as store:
+        want = store.get("t", 0, 0, 100).messages
+    for batch_rows in (30, 100):                        # one host per batch, then both in one
+        got = []
+        for b in read_range(str(path), QueueRange("t", 0, 0, 60), schema, batch_rows):
+            got += b.select(["tags", "keys", "msg_id", "headers"]).to_pylist()
+        assert [g["tags"] for g in got] == [m.tags for m in want]
+        assert [tuple(g["keys"]) for g in got] == [tuple(m.keys) for m in want]
+        assert [g["msg_id"] for g in got] == [m.msg_id for m in want]
+        assert [{h["key"]: h["value"].decode() for h in g["headers"]} for g in got] == \
+            [dict(m.properties) for m in want]

@@ -3,8 +3,9 @@
 Given a batch's commit-log offsets (sorted) and the commit-log segments, a compiled pass
 (kernels.scan_headers) checks every record and reads its header fields into numpy arrays, and
 the variable-length columns (value, key, topic) are copied straight from the memory maps into
-Arrow buffers (kernels.gather). Only the optional metadata/headers columns decode the small
-properties section row by row.
+Arrow buffers (kernels.gather); keys and tags come out of the properties sections the same way
+(kernels.scan_properties), message ids are formatted for the whole batch at once. Only the
+optional headers column (user properties) decodes the small properties section row by row.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Records:
         self.phys = phys
         self.n = len(phys)
         self.fields = np.empty((k.FIELDS, self.n), np.int64)
+        self._props_index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         # (first row, end row, segment) of each segment's run of rows
         self.spans: list[tuple[int, int, object]] = []
         bases = np.array([s.base_offset for s in segments], np.int64)
@@ -100,28 +102,99 @@ class Records:
             return pa.nulls(self.n, pa.binary())
         return self._bytes(k.KEY_START, k.KEY_LEN, mask=has)
 
-    # metadata columns (row by row over the small properties section) --------------------
-    def properties(self) -> list[tuple[tuple[str, ...], str | None, dict[str, str]]]:
+    # metadata columns ---------------------------------------------------------------------
+    def _properties_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(KEYS entries, TAGS value start, TAGS value length or -1) of every record."""
+        if self._props_index is None:
+            key_count, tag_start, tag_len = (np.empty(self.n, np.int64) for _ in range(3))
+            for lo, hi, seg in self.spans:
+                bad = k.scan_properties(self._map(seg), self.fields[k.PROPS_START, lo:hi],
+                                        self.fields[k.PROPS_LEN, lo:hi], key_count, tag_start,
+                                        tag_len, lo)
+                if bad >= 0:
+                    raise CorruptRecordError(f"record at commit-log offset "
+                                             f"{int(self.phys[lo + bad])}: properties section "
+                                             "is damaged (an entry runs past its end)")
+            self._props_index = key_count, tag_start, tag_len
+        return self._props_index
+
+    def tags(self) -> pa.Array:
+        _, tag_start, tag_len = self._properties_index()
+        has = tag_len >= 0
+        if not has.any():
+            return pa.nulls(self.n, pa.string())
+        col = _Column(tag_len, mask=has)
+        for lo, hi, seg in self.spans:
+            col.copy(self._map(seg), tag_start[lo:hi], lo, hi)
+        return _checked_text(col.array(pa.string()), "tags")
+
+    def keys(self) -> pa.Array:
+        """Every message's keys, as a list<string> column."""
+        key_count, _, _ = self._properties_index()
+        offsets = np.zeros(self.n + 1, np.int32)
+        np.cumsum(key_count, out=offsets[1:])
+        starts, lens = np.empty(int(offsets[-1]), np.int64), np.empty(int(offsets[-1]), np.int64)
+        for lo, hi, seg in self.spans:
+            k.key_spans(self._map(seg), self.fields[k.PROPS_START, lo:hi],
+                        self.fields[k.PROPS_LEN, lo:hi], int(offsets[lo]), starts, lens)
+        col = _Column(lens)
+        for lo, hi, seg in self.spans:
+            a, b = int(offsets[lo]), int(offsets[hi])
+            col.copy(self._map(seg), starts[a:b], a, b)
+        values = _checked_text(col.array(pa.string()), "keys")
+        return pa.ListArray.from_arrays(pa.array(offsets), values)
+
+    def properties(self) -> list[dict[str, str]]:
+        """Every message's user properties (the headers column), row by row."""
         out = []
         for lo, hi, seg in self.spans:
             mm = seg.mm
             for s, n in zip(self.fields[k.PROPS_START, lo:hi].tolist(),
                             self.fields[k.PROPS_LEN, lo:hi].tolist()):
-                out.append(rec.decode_properties(mm[s:s + n]) if n else ((), None, {}))
+                out.append(rec.decode_properties(mm[s:s + n])[2] if n else {})
         return out
 
-    def msg_ids(self) -> list[str]:
-        out = []
+    def msg_ids(self) -> pa.Array:
+        """RocketMQ-style ids: the store host's hex, then the commit-log offset's 16 hex
+        digits (record.make_msg_id), built for all rows at once when they share one host."""
+        flags = self.fields[k.SYS_FLAG]
+        host_len = np.where(flags & rec.SYSFLAG_STORE_HOST_V6, 18, 6)
+        born_len = np.where(flags & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
+        col = _Column(host_len)     # the store host follows the fixed header and the born host
         for lo, hi, seg in self.spans:
-            flags = self.fields[k.SYS_FLAG, lo:hi]
-            # the store host follows the fixed header and the born host
-            store_at = self._positions(lo, hi, seg) + rec.HEADER_SIZE + np.where(
-                flags & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
-            v6 = (flags & rec.SYSFLAG_STORE_HOST_V6).astype(bool).tolist()
-            for at, six, off in zip(store_at.tolist(), v6, self.phys[lo:hi].tolist()):
-                host, _ = rec.decode_host(seg.mm, at, six)
-                out.append(rec.make_msg_id(host, off))
-        return out
+            col.copy(self._map(seg), self._positions(lo, hi, seg) + rec.HEADER_SIZE
+                     + born_len[lo:hi], lo, hi)
+        hosts = col.array()
+        distinct = hosts.unique().to_pylist() if self.n else []
+        if len(distinct) != 1:
+            return pa.array([rec.make_msg_id(rec.decode_host(h, 0, len(h) == 18)[0], off)
+                             for h, off in zip(hosts.to_pylist(), self.phys.tolist())],
+                            pa.string())
+        raw = distinct[0]
+        prefix = np.frombuffer(rec.msg_id_prefix(rec.decode_host(raw, 0, len(raw) == 18)[0])
+                               .encode(), np.uint8)
+        digits = self.phys.astype(">u8").view(np.uint8).reshape(self.n, 8)
+        width = len(prefix) + 16
+        text = np.empty((self.n, width), np.uint8)
+        text[:, :len(prefix)] = prefix
+        text[:, len(prefix)::2] = _HEX[digits >> 4]
+        text[:, len(prefix) + 1::2] = _HEX[digits & 15]
+        return pa.Array.from_buffers(pa.string(), self.n, [
+            None, pa.py_buffer(np.arange(self.n + 1, dtype=np.int32) * width),
+            pa.py_buffer(text)])
+
+
+_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
+
+
+def _checked_text(arr: pa.Array, column: str) -> pa.Array:
+    """``arr`` if every value is UTF-8 (as strata wrote it); CorruptRecordError if not."""
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise CorruptRecordError(f"the {column} of a record are not UTF-8 text (damaged "
+                                 f"record?): {exc}") from None
+    return arr
 
 
 def _topic_column(topics: list[str], topic_of_row: np.ndarray | None, n: int) -> pa.Array:
@@ -146,7 +219,6 @@ def build_batch(records: Records, topics: list[str], topic_of_row: np.ndarray | 
     n = records.n
     f = records.fields
     cols = []
-    props = None
     for field in arrow_schema:
         name = field.name
         if name == "value":
@@ -168,17 +240,14 @@ def build_batch(records: Records, topics: list[str], topic_of_row: np.ndarray | 
         elif name == "born_timestamp":
             arr = pa.array(f[k.BORN_TS] * 1000, field.type)
         elif name == "msg_id":
-            arr = pa.array(records.msg_ids(), pa.string())
-        elif name in ("tags", "keys", "headers"):
-            if props is None:
-                props = records.properties()
-            if name == "tags":
-                arr = pa.array([p[1] for p in props], pa.string())
-            elif name == "keys":
-                arr = pa.array([list(p[0]) for p in props], field.type)
-            else:
-                arr = pa.array([[{"key": k_, "value": v.encode()} for k_, v in p[2].items()]
-                                for p in props], field.type)
+            arr = records.msg_ids()
+        elif name == "tags":
+            arr = records.tags()
+        elif name == "keys":
+            arr = records.keys()
+        elif name == "headers":
+            arr = pa.array([[{"key": k_, "value": v.encode()} for k_, v in p.items()]
+                            for p in records.properties()], field.type)
         else:
             raise ValueError(f"the strata source has no column {name!r}")
         if arr.type != field.type:

@@ -120,3 +120,69 @@ def gather(src, starts, lens, out, offsets, first, at):
             _memcpy(o0 + at, s0 + starts[i], n)
             at += n
     return at
+
+
+_KEYS_NAME = int.from_bytes(b"KEYS", "little")
+_TAGS_NAME = int.from_bytes(b"TAGS", "little")
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def scan_properties(data, props_start, props_len, key_count, tag_start, tag_len, first):
+    """Walk the properties section of every record (entries: u16 name length, name, u16 value
+    length, value): how many KEYS entries it holds and where its TAGS value is (``tag_len``
+    -1: none), into ``[first + i]``. Returns -1, or the index of the first record whose
+    section is damaged (an entry runs past its end). The sections lie inside the map
+    (scan_headers checked that)."""
+    base = data.ctypes.data
+    for i in range(len(props_start)):
+        p = props_start[i]
+        end = p + props_len[i]
+        keys = 0
+        ts = 0
+        tl = -1
+        while p < end:
+            if p + 2 > end:
+                return i
+            name_len = np.int64(_u16(base + p))
+            q = p + 2 + name_len
+            if q + 2 > end:
+                return i
+            value_len = np.int64(_u16(base + q))
+            v = q + 2
+            if v + value_len > end:
+                return i
+            if name_len == 4:
+                name = _u32(base + p + 2)
+                if name == _KEYS_NAME:
+                    keys += 1
+                elif name == _TAGS_NAME:
+                    ts = v
+                    tl = value_len
+            p = v + value_len
+        r = first + i
+        key_count[r] = keys
+        tag_start[r] = ts
+        tag_len[r] = tl
+    return -1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def key_spans(data, props_start, props_len, at, starts, lens):
+    """Write where the value of every KEYS entry of every record lies, in order, to
+    ``starts``/``lens`` from index ``at`` on; returns the index after the last. The sections
+    were checked by scan_properties."""
+    base = data.ctypes.data
+    j = at
+    for i in range(len(props_start)):
+        p = props_start[i]
+        end = p + props_len[i]
+        while p < end:
+            name_len = np.int64(_u16(base + p))
+            q = p + 2 + name_len
+            value_len = np.int64(_u16(base + q))
+            if name_len == 4 and _u32(base + p + 2) == _KEYS_NAME:
+                starts[j] = q + 2
+                lens[j] = value_len
+                j += 1
+            p = q + 2 + value_len
+    return j
