@@ -75,14 +75,20 @@ def test_scan_headers_reads_what_the_record_decoder_reads(msgs):
     n = len(pos)
     fields = np.empty((k.FIELDS, n), np.int64)
     assert k.scan_headers(data, pos, 5000 + pos, fields, 0) == -1
-    key_count, tag_start, tag_len = (np.empty(n, np.int64) for _ in range(3))
+    key_count, user_count, tag_start, tag_len = (np.empty(n, np.int64) for _ in range(4))
     assert k.scan_properties(data, fields[k.PROPS_START], fields[k.PROPS_LEN], key_count,
-                             tag_start, tag_len, 0) == -1
-    starts, lens = np.empty(int(key_count.sum()), np.int64), np.empty(int(key_count.sum()),
-                                                                       np.int64)
-    assert k.key_spans(data, fields[k.PROPS_START], fields[k.PROPS_LEN], 0, starts,
-                       lens) == len(starts)
-    key_values = iter(data[a:a + b].tobytes().decode() for a, b in zip(starts, lens))
+                             user_count, tag_start, tag_len, 0) == -1
+
+    def entries(users, count):
+        spans = [np.empty(int(count.sum()), np.int64) for _ in range(4)]
+        assert k.property_spans(data, fields[k.PROPS_START], fields[k.PROPS_LEN], users, 0,
+                                *spans) == len(spans[0])
+        text = [data[a:a + b].tobytes().decode() for a, b in zip(spans[0], spans[1])]
+        values = [data[a:a + b].tobytes().decode() for a, b in zip(spans[2], spans[3])]
+        return iter(zip(text, values))
+
+    key_values = (v for _, v in entries(False, key_count))
+    user_entries = entries(True, user_count)
     for j, p in enumerate(pos.tolist()):
         m = rec.decode_record(data, p)
         f = fields[:, j]
@@ -93,6 +99,7 @@ def test_scan_headers_reads_what_the_record_decoder_reads(msgs):
         props = rec.decode_properties(data[f[k.PROPS_START]:f[k.PROPS_START] + f[k.PROPS_LEN]])
         assert props[0] == tuple(m.keys) and props[1] == m.tags
         assert tuple(next(key_values) for _ in range(key_count[j])) == tuple(m.keys)
+        assert dict(next(user_entries) for _ in range(user_count[j])) == dict(m.properties)
         tag = data[tag_start[j]:tag_start[j] + tag_len[j]].tobytes().decode() \
             if tag_len[j] >= 0 else None
         assert tag == m.tags
@@ -177,11 +184,11 @@ def test_scan_properties_reports_an_entry_running_past_the_section():
     at = np.array([0, len(good)], np.int64)
     fields = np.zeros((k.FIELDS, 2), np.int64)
     assert k.scan_headers(data, at, at.copy(), fields, 0) == 1   # the key check sees it first
-    key_count, tag_start, tag_len = (np.zeros(2, np.int64) for _ in range(3))
+    key_count, user_count, tag_start, tag_len = (np.zeros(2, np.int64) for _ in range(4))
     fields[k.PROPS_START, 1] = len(good) + props_at
     fields[k.PROPS_LEN, 1] = fields[k.PROPS_LEN, 0]
     assert k.scan_properties(data, fields[k.PROPS_START], fields[k.PROPS_LEN], key_count,
-                             tag_start, tag_len, 0) == 1
+                             user_count, tag_start, tag_len, 0) == 1
     assert key_count[0] == 1 and tag_len[0] == -1
 
 

@@ -3,9 +3,9 @@
 Given a batch's commit-log offsets (sorted) and the commit-log segments, a compiled pass
 (kernels.scan_headers) checks every record and reads its header fields into numpy arrays, and
 the variable-length columns (value, key, topic) are copied straight from the memory maps into
-Arrow buffers (kernels.gather); keys and tags come out of the properties sections the same way
-(kernels.scan_properties), message ids are formatted for the whole batch at once. Only the
-optional headers column (user properties) decodes the small properties section row by row.
+Arrow buffers (kernels.gather); keys, tags and user properties (headers) come out of the
+properties sections the same way (kernels.scan_properties, property_spans), and message ids are
+formatted for the whole batch at once: no per-row Python for any column.
 """
 
 from __future__ import annotations
@@ -103,23 +103,23 @@ class Records:
         return self._bytes(k.KEY_START, k.KEY_LEN, mask=has)
 
     # metadata columns ---------------------------------------------------------------------
-    def _properties_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(KEYS entries, TAGS value start, TAGS value length or -1) of every record."""
+    def _properties_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(KEYS entries, user properties, TAGS value start, TAGS value length or -1) of
+        every record."""
         if self._props_index is None:
-            key_count, tag_start, tag_len = (np.empty(self.n, np.int64) for _ in range(3))
+            counts = tuple(np.empty(self.n, np.int64) for _ in range(4))
             for lo, hi, seg in self.spans:
                 bad = k.scan_properties(self._map(seg), self.fields[k.PROPS_START, lo:hi],
-                                        self.fields[k.PROPS_LEN, lo:hi], key_count, tag_start,
-                                        tag_len, lo)
+                                        self.fields[k.PROPS_LEN, lo:hi], *counts, lo)
                 if bad >= 0:
                     raise CorruptRecordError(f"record at commit-log offset "
                                              f"{int(self.phys[lo + bad])}: properties section "
                                              "is damaged (an entry runs past its end)")
-            self._props_index = key_count, tag_start, tag_len
+            self._props_index = counts
         return self._props_index
 
     def tags(self) -> pa.Array:
-        _, tag_start, tag_len = self._properties_index()
+        _, _, tag_start, tag_len = self._properties_index()
         has = tag_len >= 0
         if not has.any():
             return pa.nulls(self.n, pa.string())
@@ -128,31 +128,40 @@ class Records:
             col.copy(self._map(seg), tag_start[lo:hi], lo, hi)
         return _checked_text(col.array(pa.string()), "tags")
 
+    def _entries(self, users: bool) -> tuple[np.ndarray, list[pa.Array]]:
+        """List offsets per record and the entries' columns: KEYS values (``users`` false) or
+        user property names and values."""
+        key_count, user_count, _, _ = self._properties_index()
+        offsets = np.zeros(self.n + 1, np.int32)
+        np.cumsum(user_count if users else key_count, out=offsets[1:])
+        spans = [np.empty(int(offsets[-1]), np.int64) for _ in range(4)]
+        for lo, hi, seg in self.spans:
+            k.property_spans(self._map(seg), self.fields[k.PROPS_START, lo:hi],
+                             self.fields[k.PROPS_LEN, lo:hi], users, int(offsets[lo]), *spans)
+        name_starts, name_lens, value_starts, value_lens = spans
+        wanted = [(name_starts, name_lens, pa.string()), (value_starts, value_lens, pa.binary())] \
+            if users else [(value_starts, value_lens, pa.string())]
+        columns = []
+        for starts, lens, typ in wanted:
+            col = _Column(lens)
+            for lo, hi, seg in self.spans:
+                a, b = int(offsets[lo]), int(offsets[hi])
+                col.copy(self._map(seg), starts[a:b], a, b)
+            columns.append(col.array(typ))
+        return offsets, columns
+
     def keys(self) -> pa.Array:
         """Every message's keys, as a list<string> column."""
-        key_count, _, _ = self._properties_index()
-        offsets = np.zeros(self.n + 1, np.int32)
-        np.cumsum(key_count, out=offsets[1:])
-        starts, lens = np.empty(int(offsets[-1]), np.int64), np.empty(int(offsets[-1]), np.int64)
-        for lo, hi, seg in self.spans:
-            k.key_spans(self._map(seg), self.fields[k.PROPS_START, lo:hi],
-                        self.fields[k.PROPS_LEN, lo:hi], int(offsets[lo]), starts, lens)
-        col = _Column(lens)
-        for lo, hi, seg in self.spans:
-            a, b = int(offsets[lo]), int(offsets[hi])
-            col.copy(self._map(seg), starts[a:b], a, b)
-        values = _checked_text(col.array(pa.string()), "keys")
-        return pa.ListArray.from_arrays(pa.array(offsets), values)
+        offsets, (values,) = self._entries(users=False)
+        return pa.ListArray.from_arrays(pa.array(offsets), _checked_text(values, "keys"))
 
-    def properties(self) -> list[dict[str, str]]:
-        """Every message's user properties (the headers column), row by row."""
-        out = []
-        for lo, hi, seg in self.spans:
-            mm = seg.mm
-            for s, n in zip(self.fields[k.PROPS_START, lo:hi].tolist(),
-                            self.fields[k.PROPS_LEN, lo:hi].tolist()):
-                out.append(rec.decode_properties(mm[s:s + n])[2] if n else {})
-        return out
+    def headers(self, typ: pa.DataType) -> pa.Array:
+        """Every message's user properties, as a list<struct<key string, value binary>>
+        (header values are the properties' UTF-8 bytes)."""
+        offsets, (names, values) = self._entries(users=True)
+        entries = pa.StructArray.from_arrays([_checked_text(names, "property names"), values],
+                                             fields=list(typ.value_type))
+        return pa.ListArray.from_arrays(pa.array(offsets), entries, type=typ)
 
     def msg_ids(self) -> pa.Array:
         """RocketMQ-style ids: the store host's hex, then the commit-log offset's 16 hex
@@ -246,8 +255,7 @@ def build_batch(records: Records, topics: list[str], topic_of_row: np.ndarray | 
         elif name == "keys":
             arr = records.keys()
         elif name == "headers":
-            arr = pa.array([[{"key": k_, "value": v.encode()} for k_, v in p.items()]
-                            for p in records.properties()], field.type)
+            arr = records.headers(field.type)
         else:
             raise ValueError(f"the strata source has no column {name!r}")
         if arr.type != field.type:

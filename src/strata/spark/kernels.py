@@ -127,17 +127,19 @@ _TAGS_NAME = int.from_bytes(b"TAGS", "little")
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def scan_properties(data, props_start, props_len, key_count, tag_start, tag_len, first):
+def scan_properties(data, props_start, props_len, key_count, user_count, tag_start, tag_len,
+                    first):
     """Walk the properties section of every record (entries: u16 name length, name, u16 value
-    length, value): how many KEYS entries it holds and where its TAGS value is (``tag_len``
-    -1: none), into ``[first + i]``. Returns -1, or the index of the first record whose
-    section is damaged (an entry runs past its end). The sections lie inside the map
-    (scan_headers checked that)."""
+    length, value): how many KEYS entries and how many user properties (every other name but
+    TAGS) it holds and where its TAGS value is (``tag_len`` -1: none), into ``[first + i]``.
+    Returns -1, or the index of the first record whose section is damaged (an entry runs past
+    its end). The sections lie inside the map (scan_headers checked that)."""
     base = data.ctypes.data
     for i in range(len(props_start)):
         p = props_start[i]
         end = p + props_len[i]
         keys = 0
+        users = 0
         ts = 0
         tl = -1
         while p < end:
@@ -151,26 +153,30 @@ def scan_properties(data, props_start, props_len, key_count, tag_start, tag_len,
             v = q + 2
             if v + value_len > end:
                 return i
-            if name_len == 4:
-                name = _u32(base + p + 2)
-                if name == _KEYS_NAME:
-                    keys += 1
-                elif name == _TAGS_NAME:
-                    ts = v
-                    tl = value_len
+            name = _u32(base + p + 2) if name_len == 4 else 0
+            if name_len == 4 and name == _KEYS_NAME:
+                keys += 1
+            elif name_len == 4 and name == _TAGS_NAME:
+                ts = v
+                tl = value_len
+            else:
+                users += 1
             p = v + value_len
         r = first + i
         key_count[r] = keys
+        user_count[r] = users
         tag_start[r] = ts
         tag_len[r] = tl
     return -1
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def key_spans(data, props_start, props_len, at, starts, lens):
-    """Write where the value of every KEYS entry of every record lies, in order, to
-    ``starts``/``lens`` from index ``at`` on; returns the index after the last. The sections
-    were checked by scan_properties."""
+def property_spans(data, props_start, props_len, users, at, name_starts, name_lens,
+                   value_starts, value_lens):
+    """Write where the entries of every record lie, in order, from index ``at`` on: with
+    ``users`` false the KEYS entries (values only), with it true the user properties (names
+    and values). Returns the index after the last. The sections were checked by
+    scan_properties."""
     base = data.ctypes.data
     j = at
     for i in range(len(props_start)):
@@ -180,9 +186,13 @@ def key_spans(data, props_start, props_len, at, starts, lens):
             name_len = np.int64(_u16(base + p))
             q = p + 2 + name_len
             value_len = np.int64(_u16(base + q))
-            if name_len == 4 and _u32(base + p + 2) == _KEYS_NAME:
-                starts[j] = q + 2
-                lens[j] = value_len
+            name = _u32(base + p + 2) if name_len == 4 else 0
+            special = name_len == 4 and (name == _KEYS_NAME or name == _TAGS_NAME)
+            if (users and not special) or (not users and name_len == 4 and name == _KEYS_NAME):
+                name_starts[j] = p + 2
+                name_lens[j] = name_len
+                value_starts[j] = q + 2
+                value_lens[j] = value_len
                 j += 1
             p = q + 2 + value_len
     return j
