@@ -58,7 +58,7 @@ class Records:
         self.phys = phys
         self.n = len(phys)
         self.fields = np.empty((k.FIELDS, self.n), np.int64)
-        self._props_index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._props_index: tuple[np.ndarray, ...] | None = None   # _properties_index()
         # (first row, end row, segment) of each segment's run of rows
         self.spans: list[tuple[int, int, object]] = []
         bases = np.array([s.base_offset for s in segments], np.int64)
@@ -66,8 +66,8 @@ class Records:
         if self.n and which.min() < 0:
             raise CorruptRecordError(f"commit-log offset {int(phys[np.argmin(which)])} is below "
                                      "the oldest segment (deleted by retention?)")
-        cuts = np.flatnonzero(np.diff(which)) + 1
-        for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, self.n].tolist()):
+        cuts = (np.flatnonzero(np.diff(which)) + 1).tolist()
+        for lo, hi in zip([0] + cuts, cuts + [self.n]) if self.n else ():
             seg = segments[int(which[lo])]
             self.spans.append((lo, hi, seg))
             bad = k.scan_headers(self._map(seg), self._positions(lo, hi, seg), phys[lo:hi],

@@ -3,8 +3,9 @@
 Queues share one commit log, so reading a task's ranges queue after queue walks its stretch of
 the log once per queue and touches a record every few kilobytes: almost every header and body
 is a cache and TLB miss. Merging the ranges' consume-queue units by commit-log offset sweeps the
-stretch once, front to back, which the CPU prefetches well (the decode of a batch read went
-from about 0.45 to 0.33 s per 2M records on the test machine, see docs/spark.md).
+stretch once, front to back, which the CPU prefetches well (with numpy decoding, a read of 2M
+records over 8 queues went from 0.41-0.48 to 0.32-0.35 CPU seconds in most runs on the test
+machine; bench/README.md).
 
 Each batch is the next ``batch_rows`` records in log order across the ranges: a range is read
 further only while it holds less of the log than the others, so ranges that advance through the
