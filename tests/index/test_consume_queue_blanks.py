@@ -45,3 +45,13 @@ def test_store_reads_every_message_around_a_prepared_one(tmp_path):
         assert store.min_offset("t", 0) == 0
         got = store.get("t", 0, 0, 32)
         assert [m.body for m in got.messages] == [b"%d" % i for i in range(10) if i != 4]
+
+
+def test_commitlog_offsets_at_reads_units_across_files_and_blanks(tmp_path):
+    cq = ConsumeQueue(tmp_path / "q", "t", 0, 4)        # 4 units per file: three files
+    cq.load()
+    cq.put_batch([(n, 1000 + 10 * n, 10, 0) for n in range(10) if n != 6])   # 6 is blank
+    got = cq.commitlog_offsets_at([0, 3, 4, 5, 6, 7, 9, 10, 50])
+    assert got.tolist() == [1000, 1030, 1040, 1050, 0, 1070, 1090, 0, 0]   # 10+: not written
+    assert cq.commitlog_offsets_at([]).tolist() == []
+    cq.close()

@@ -146,6 +146,25 @@ class ConsumeQueue:
         units = np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE)
         return units.copy() if copy else units
 
+    def commitlog_offsets_at(self, offsets: np.ndarray) -> np.ndarray:
+        """The commit-log offset of the unit at each of ``offsets`` (queue offsets), read
+        straight from the files; 0 for a blank unit or one no file holds."""
+        offsets = np.asarray(offsets, np.int64)
+        out = np.zeros(len(offsets), np.int64)
+        files = offsets // self.units_per_file
+        for f in np.unique(files).tolist():
+            seg = self.segments.find(f * self.units_per_file * UNIT_SIZE)
+            if seg is None:
+                continue
+            rows = np.flatnonzero(files == f)
+            at = offsets[rows] - seg.base_offset // UNIT_SIZE
+            held = seg.committed // UNIT_SIZE
+            inside = (at >= 0) & (at < held)
+            units = np.frombuffer(seg.mm, UNIT_DTYPE, held, HEADER_AREA)
+            out[rows[inside]] = units["offset"][at[inside]]
+            del units
+        return out
+
     # ------------------------------------------------------------------ writes
 
     def _segment_for_append(self, n: int) -> MappedSegment:

@@ -189,8 +189,7 @@ def log_regions(store, ranges: list[QueueRange], parts: int) -> list[list[QueueR
     for r in ranges:
         k = min(r.size, per_range)
         offs = r.start + (np.arange(k, dtype=np.int64) * r.size) // k
-        cq = store.queues.get(r.topic, r.queue_id)
-        phys = np.array([_phys_at(cq, int(o)) for o in offs], np.int64)
+        phys = store.queues.get(r.topic, r.queue_id).commitlog_offsets_at(offs)
         phys = np.maximum.accumulate(phys)   # a blank or unreadable unit must not go backwards
         sampled.append((offs, phys))
     # every sample stands for the offsets up to the range's next sample
@@ -214,11 +213,6 @@ def log_regions(store, ranges: list[QueueRange], parts: int) -> list[list[QueueR
 
 # How many consume-queue units log_regions samples in all (at least 4 per range).
 REGION_SAMPLES = 4096
-
-
-def _phys_at(cq, offset: int) -> int:
-    unit = cq.read_units(offset, 1)
-    return int(unit["offset"][0]) if len(unit) else 0   # no file holds it: the read says so
 
 
 def plan_tasks(store, ranges: list[QueueRange], min_partitions: int | None,
