@@ -71,32 +71,26 @@ def _first_file(directory: Path, depth: int) -> Path | None:
     return None
 
 
-def _read(path: Path, n: int) -> bytes:
+def _header(path: Path | None, layout: struct.Struct, magic: bytes) -> tuple | None:
+    """The fields of the header at the start of ``path``, if it is one of ``magic``."""
+    if path is None:
+        return None
     with open(path, "rb") as f:
-        return f.read(n)
+        raw = f.read(layout.size)
+    if len(raw) != layout.size:
+        return None
+    fields = layout.unpack(raw)
+    return fields if fields[0] == magic else None
 
 
 def _geometry_from_files(root: Path) -> dict[str, int]:
     out: dict[str, int] = {}
-    seg = _first_file(root / "commitlog", 1)
-    if seg is not None:
-        raw = _read(seg, _SEG_HEADER.size)
-        if len(raw) == _SEG_HEADER.size:
-            magic, _v, _k, _r, _b, size = _SEG_HEADER.unpack(raw)
-            if magic == b"STRATASG" and size > 0:
-                out["segment_size"] = size
-    cq = _first_file(root / "consumequeue", 3)
-    if cq is not None:
-        raw = _read(cq, _SEG_HEADER.size)
-        if len(raw) == _SEG_HEADER.size:
-            magic, _v, _k, _r, _b, size = _SEG_HEADER.unpack(raw)
-            if magic == b"STRATASG" and size > 0:
-                out["consume_queue_units"] = size // 20
-    kx = _first_file(root / "index", 1)
-    if kx is not None:
-        raw = _read(kx, _KX_HEADER.size)
-        if len(raw) == _KX_HEADER.size:
-            magic, _v, _r, slots, entries = _KX_HEADER.unpack(raw)
-            if magic == b"STRATAKX" and slots > 0 and entries > 0:
-                out["index_slots"], out["index_entries"] = slots, entries
+    for directory, depth, name, per in (("commitlog", 1, "segment_size", 1),
+                                        ("consumequeue", 3, "consume_queue_units", 20)):
+        seg = _header(_first_file(root / directory, depth), _SEG_HEADER, b"STRATASG")
+        if seg is not None and seg[5] > 0:          # data_size
+            out[name] = seg[5] // per
+    kx = _header(_first_file(root / "index", 1), _KX_HEADER, b"STRATAKX")
+    if kx is not None and kx[3] > 0 and kx[4] > 0:  # slots, entries
+        out["index_slots"], out["index_entries"] = kx[3], kx[4]
     return out
