@@ -10,7 +10,7 @@ from pathlib import Path
 from strata.errors import CorruptStoreError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.files.segment import MappedSegment
-from strata.format.segment import file_name
+from strata.format.segment import KIND_CONSUME_QUEUE, file_name
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +155,12 @@ class SegmentQueue:
     def check_continuity(self) -> None:
         for a, b in zip(self.segments, self.segments[1:]):
             if a.base_offset + a.data_size != b.base_offset:
+                hint = ("; consume queues are derived from the commit log: with the writer "
+                        "stopped, `strata spark rebuild-index` rebuilds them"
+                        if self.kind == KIND_CONSUME_QUEUE else "")
                 raise CorruptStoreError(
                     f"{self.directory}: segment {b.path.name} does not follow {a.path.name} "
-                    f"(expected base {a.base_offset + a.data_size}); a file is missing")
+                    f"(expected base {a.base_offset + a.data_size}); a file is missing{hint}")
 
     def _append(self, seg: MappedSegment) -> None:
         self.segments.append(seg)
