@@ -217,3 +217,41 @@ def test_small_commits_into_an_empty_small_store_keep_its_sizes_and_spread_over_
     assert max(sizes) < 1 << 20
     with open_readonly(path) as store:
         assert [store.max_offset("few", q) for q in range(4)] == [2, 2, 1, 1]
+
+
+def _staged_file(path, batches):
+    import pyarrow as pa
+    schema = pa.schema([("value", pa.binary()), ("queue_id", pa.int32())])
+    with pa.ipc.new_file(str(path), schema) as w:
+        for rows in batches:
+            w.write_batch(pa.record_batch([pa.array([v for v, _ in rows], pa.binary()),
+                                           pa.array([q for _, q in rows], pa.int32())],
+                                          schema=schema))
+    return str(path)
+
+
+def test_a_commit_appends_one_staged_batch_at_a_time_after_checking_them_all(tmp_path):
+    """No Spark job: the commit's append of staged files (write.append_staged)."""
+    from spark_support import small_store_config
+
+    from strata.spark.write import SchemaError, append_staged
+
+    path = tmp_path / "store"
+    with strata.open(path, small_store_config()) as store:
+        store.create_topic("c", queues=2)
+    rows = [(b"r%d" % i, i % 2) for i in range(50)]
+    files = [_staged_file(tmp_path / "a.arrow", [rows[:10], rows[10:25]]),
+             _staged_file(tmp_path / "b.arrow", [rows[25:]])]
+    bad = _staged_file(tmp_path / "bad.arrow", [[(b"late", 5)]])   # queue 5 of 2: refused
+    with strata.open(path, small_store_config()) as store:
+        with pytest.raises(SchemaError, match="queue_id' is 5"):
+            append_staged(store, files + [bad], "c", born_timestamp=1)
+        assert [store.max_offset("c", q) for q in (0, 1)] == [0, 0]   # nothing appended
+        sizes = []
+        put = store.put_batch
+        store.put_batch = lambda msgs: sizes.append(len(msgs)) or put(msgs)
+        assert append_staged(store, files, "c", born_timestamp=1) == 50
+    assert sizes == [10, 15, 25]                                   # one put per staged batch
+    got = all_messages(path, "c")
+    assert sorted((m.body, m.queue_id) for m in got) == sorted(rows)
+    assert {m.born_timestamp for m in got} == {1}

@@ -604,3 +604,19 @@ def test_put_results_are_a_sequence_made_when_first_read(tmp_store_dir):
         assert pickle.loads(pickle.dumps(results)) == as_list
         assert "PutResults([PutResult(OK" in repr(more)
         assert store.put_batch([]) == [] and len(store.put_batch([])) == 0
+
+
+def test_check_batch_refuses_what_put_batch_refuses_and_writes_nothing(tmp_store_dir):
+    with strata.open(tmp_store_dir, small_store_config(max_body_size=100)) as store:
+        store.create_topic("t", queues=2)
+        end = store.confirmed_offset()
+        store.check_batch([strata.Message("t", b"ok"), strata.Message("new-topic", b"ok")])
+        for bad, match in (([strata.Message("t", b"x" * 101)], "body"),
+                           ([strata.Message("t", b"x", queue_id=2)], "queue_id 2"),
+                           ([strata.Message("t", b"x", properties={"p": "v" * 40000})],
+                            "properties")):
+            with pytest.raises(InvalidInputError, match=match):
+                store.check_batch(bad)
+            with pytest.raises(InvalidInputError, match=match):
+                store.put_batch(bad)
+        assert store.confirmed_offset() == end and store.topics() == ["t"]

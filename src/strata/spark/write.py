@@ -5,11 +5,11 @@ appends them.
 
 Tasks never open the store (one process owns it for writing). The commit — run once,
 driver-side, after every task succeeded — opens the store for writing (taking its writer lock),
-validates every staged row, appends them in one ``put_batch`` (which checks the whole batch
-before writing a byte), flushes, and deletes the staging files. ``abort`` deletes them, so a
-failed job leaves no data in any topic. The batch writer lives here; the streaming writer
-(stream_write.py) uses the same staging (``stage_batches``) and append (``append_messages``)
-code and adds its exactly-once ledger.
+checks every staged row as ``put_batch`` would, then appends them one staged record batch at a
+time (so the driver holds one batch of rows, not the whole job), flushes, and deletes the
+staging files. ``abort`` deletes them, so a failed job leaves no data in any topic. The batch
+writer lives here; the streaming writer (stream_write.py) uses the same staging
+(``stage_batches``) and append (``append_messages``) code and adds its exactly-once ledger.
 """
 
 from __future__ import annotations
@@ -157,11 +157,10 @@ class StrataWriter(DataSourceArrowWriter):
             if any(m is None for m in messages):  # a task failed: never publish part of a job
                 raise RuntimeError("strata sink: a write task failed; nothing was appended")
             files = [m.path for m in messages if m.path]
-            msgs = staged_messages(files, self.o.topic, born_timestamp=_now_ms())
-            if msgs:
+            if files:
                 store = open_for_commit(self.o.path)
                 try:
-                    append_messages(store, msgs)
+                    append_staged(store, files, self.o.topic, born_timestamp=_now_ms())
                 finally:
                     store.close()
         finally:
@@ -201,33 +200,78 @@ def _text(v, col: str) -> str:
     return v
 
 
-def staged_messages(files: list, topic_option: str | None, *,
-                    born_timestamp: int | None = None) -> list:
-    """Every staged row as a strata.Message, in file order then row order. ``born_timestamp``
-    (ms) is the producer time every message carries: the commit's time."""
+def staged_chunks(files: list, topic_option: str | None, *,
+                  born_timestamp: int | None = None) -> Iterator[list]:
+    """The staged rows as lists of strata.Message, one list per staged Arrow record batch, in
+    file order then row order. ``born_timestamp`` (ms) is the producer time every message
+    carries: the commit's time."""
     import pyarrow as pa
 
     import strata
 
-    out = []
     for f in files:
         with pa.memory_map(str(f)) as src:
-            table = pa.ipc.open_file(src).read_all()
-        cols = {n: table.column(n).to_pylist() for n in table.column_names}
-        n = table.num_rows
-        values = cols["value"]
-        keys = cols.get("key", [None] * n)
-        topics = [topic_option] * n if topic_option is not None else cols["topic"]
-        qids = cols.get("queue_id", [None] * n)
-        tags = cols.get("tags", [None] * n)
-        headers = cols.get("headers", [None] * n)
-        for v, k, t, q, tg, h in zip(values, keys, topics, qids, tags, headers):
-            body = v.encode("utf-8") if isinstance(v, str) else v
-            props = {e["key"]: _text(e["value"], "headers") for e in h} if h else None
-            out.append(strata.Message(t, body, keys=(_text(k, "key"),) if k else (),
-                                      tags=tg or None, properties=props, queue_id=q,
-                                      born_timestamp=born_timestamp))
-    return out
+            reader = pa.ipc.open_file(src)
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                n = batch.num_rows
+                cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+                del batch
+                values = cols["value"]
+                keys = cols.get("key", [None] * n)
+                topics = [topic_option] * n if topic_option is not None else cols["topic"]
+                qids = cols.get("queue_id", [None] * n)
+                tags = cols.get("tags", [None] * n)
+                headers = cols.get("headers", [None] * n)
+                out = []
+                for v, k, t, q, tg, h in zip(values, keys, topics, qids, tags, headers):
+                    body = v.encode("utf-8") if isinstance(v, str) else v
+                    props = {e["key"]: _text(e["value"], "headers") for e in h} if h else None
+                    out.append(strata.Message(t, body, keys=(_text(k, "key"),) if k else (),
+                                              tags=tg or None, properties=props, queue_id=q,
+                                              born_timestamp=born_timestamp))
+                yield out
+
+
+def staged_messages(files: list, topic_option: str | None, *,
+                    born_timestamp: int | None = None) -> list:
+    """Every staged row as a strata.Message (all at once: a streaming micro-batch)."""
+    return [m for chunk in staged_chunks(files, topic_option, born_timestamp=born_timestamp)
+            for m in chunk]
+
+
+def append_staged(store, files: list, topic_option: str | None, *,
+                  born_timestamp: int) -> int:
+    """A batch job's commit: the staged rows, one staged record batch at a time, so the driver
+    holds one batch of rows rather than the whole job (see _append). Returns the rows
+    appended."""
+    return _append(store, lambda: staged_chunks(files, topic_option,
+                                                born_timestamp=born_timestamp))
+
+
+def _append(store, chunks) -> int:
+    """Append the lists of messages ``chunks()`` yields (called twice): first every one is
+    checked as put_batch would check it, so a refused row leaves nothing appended; then missing
+    topics are created (the store's default queue count) and each list is appended with one
+    put_batch; at the end everything is made durable and dispatched."""
+    topics: set[str] = set()
+    for msgs in chunks():
+        check_messages(store, msgs)
+        store.check_batch(msgs)
+        topics.update(m.topic for m in msgs)
+    for t in sorted(topics):
+        if store.queue_count(t) == 0:
+            store.create_topic(t)
+    rows = 0
+    for msgs in chunks():
+        results = store.put_batch(msgs)
+        if not results.ok:
+            raise RuntimeError(f"strata sink: {len(results)} appends reported "
+                               f"{results.status.name}")
+        rows += len(msgs)
+    store.flush()
+    store.wait_dispatched()
+    return rows
 
 
 def open_for_commit(path: str, wait_s: float = LOCK_WAIT_S):
@@ -262,15 +306,5 @@ def check_messages(store, msgs: list) -> None:
 def append_messages(store, msgs: list) -> None:
     """Append ``msgs`` with one put_batch (all or nothing), make them durable and dispatched.
     Missing topics are created with the store's default queue count."""
-    if not msgs:
-        return
-    check_messages(store, msgs)
-    for t in sorted({m.topic for m in msgs}):
-        if store.queue_count(t) == 0:
-            store.create_topic(t)
-    results = store.put_batch(msgs)  # validates the whole batch before writing anything
-    if not results.ok:
-        raise RuntimeError(f"strata sink: {len(results)} appends reported "
-                           f"{results.status.name}")
-    store.flush()
-    store.wait_dispatched()
+    if msgs:
+        _append(store, lambda: iter((msgs,)))

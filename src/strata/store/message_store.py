@@ -289,6 +289,14 @@ class MessageStore:
         """Append one message (the batch of one)."""
         return self.put_batch((msg,))[0]
 
+    def check_batch(self, msgs: Sequence[Message]) -> None:
+        """Raise what ``put_batch(msgs)`` would raise for its input (InvalidInputError and
+        subclasses), writing nothing: a caller appending one large job in several batches
+        checks all of them first."""
+        batch = self._encoder.prepare(list(msgs))
+        if len(batch):
+            batch.choose_queues(self.topic_table.queues, self.config.default_queues, {}, {})
+
     def put_batch(self, msgs: Sequence[Message]) -> PutResults:
         """Append messages in order; all get the same store timestamp. Returns one
         ``PutResult`` per message (a ``PutResults`` sequence, made when first read).
