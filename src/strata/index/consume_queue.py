@@ -36,6 +36,7 @@ class ConsumeQueue:
         self.readonly = readonly
         self.min_unit = 0
         self.max_phys_end = 0   # commit-log offset just past the newest unit's record
+        self._copied_upto = (-1, 0)   # read-only openers: (file base, units seen complete)
 
     # ------------------------------------------------------------------ load / recover
 
@@ -47,7 +48,8 @@ class ConsumeQueue:
             seg.set_positions(seg.data_size)
         if segs:
             last = segs[-1]
-            last.set_positions(self._written_units(last) * UNIT_SIZE)
+            n = self._written_units(last)
+            last.set_positions((self._copied(last, n) if self.readonly else n) * UNIT_SIZE)
         self._reset_min()
         self._update_phys_end()
 
@@ -60,7 +62,7 @@ class ConsumeQueue:
             seg.committed = seg.wrote = seg.data_size
         if segs:
             last = segs[-1]
-            n = self._written_units(last) * UNIT_SIZE
+            n = self._copied(last, self._written_units(last)) * UNIT_SIZE
             last.committed = last.wrote = n
         self._reset_min()
 
@@ -92,6 +94,19 @@ class ConsumeQueue:
             else:
                 lo = mid + 1
         return lo
+
+    def _copied(self, seg: MappedSegment, n: int) -> int:
+        """Read-only openers: how many of the first ``n`` units of ``seg`` are there in full.
+        The writer (another process) may be copying the newest units right now, and a copy can
+        land out of order, so the count stops before the first unit still zero; only units
+        not checked by an earlier call are looked at."""
+        base, seen = self._copied_upto
+        start = seen if base == seg.base_offset and seen <= n else 0
+        zero = np.flatnonzero(
+            np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA)["size"][start:] == 0)
+        n = start + int(zero[0]) if len(zero) else n
+        self._copied_upto = (seg.base_offset, n)
+        return n
 
     def _reset_min(self) -> None:
         first = self.segments.first()
