@@ -350,10 +350,11 @@ def test_reader_follows_the_writers_retention(tmp_path, writer):
         reader.close()
 
 
-def test_a_reader_waits_at_units_the_writer_is_still_copying(tmp_path):
-    """A copy of units can land out of order (the last ones first): a read-only get stops
-    before the first unit that is not complete yet and reads it next time, instead of
-    answering NO_MATCHED_MESSAGE and moving past it."""
+@pytest.fixture
+def units_in_flight(tmp_path):
+    """A writer whose queue t/0 holds 16 messages, with units 10 and 11 zeroed as if the
+    writer's copy had landed out of order (12..15 there, 10 and 11 not yet). Yields (store
+    path, a function that completes the copy)."""
     path = tmp_path / "s"
     writer = strata.open(path, config(consume_queue_units=16))
     try:
@@ -363,35 +364,36 @@ def test_a_reader_waits_at_units_the_writer_is_still_copying(tmp_path):
         seg = writer.queues.get("t", 0).segments.last()
         at = 4096 + 10 * 20                        # units 10 and 11 of the file
         saved = bytes(seg.mm[at:at + 40])
-        seg.mm[at:at + 40] = bytes(40)             # not copied yet; 12..15 already are
-        with strata.open(path, readonly=True) as reader:
-            got = reader.get("t", 0, 8, 8)
-            assert [m.body for m in got.messages] == [b"m8", b"m9"] and got.next_offset == 10
-            waiting = reader.get("t", 0, 10, 8)
-            assert waiting.messages == [] and waiting.next_offset == 10
-            seg.mm[at:at + 40] = saved              # the copy completes
-            done = reader.get("t", 0, 10, 8)
-            assert [m.body for m in done.messages] == [b"m%d" % i for i in range(10, 16)]
+        seg.mm[at:at + 40] = bytes(40)
+
+        def complete() -> None:
+            seg.mm[at:at + 40] = saved
+
+        yield path, complete
     finally:
         writer.close()
 
 
-def test_a_readers_queue_end_stops_before_units_still_being_copied(tmp_path):
+def test_a_reader_waits_at_units_the_writer_is_still_copying(units_in_flight):
+    """A copy of units can land out of order (the last ones first): a read-only get stops
+    before the first unit that is not complete yet and reads it next time, instead of
+    answering NO_MATCHED_MESSAGE and moving past it."""
+    path, complete = units_in_flight
+    with strata.open(path, readonly=True) as reader:
+        got = reader.get("t", 0, 8, 8)
+        assert [m.body for m in got.messages] == [b"m8", b"m9"] and got.next_offset == 10
+        waiting = reader.get("t", 0, 10, 8)
+        assert waiting.messages == [] and waiting.next_offset == 10
+        complete()
+        done = reader.get("t", 0, 10, 8)
+        assert [m.body for m in done.messages] == [b"m%d" % i for i in range(10, 16)]
+
+
+def test_a_readers_queue_end_stops_before_units_still_being_copied(units_in_flight):
     """max_offset (what a consumer or a Spark read plans up to) never counts a unit past one
     the writer has not copied yet, even where a binary search over the file would."""
-    path = tmp_path / "s"
-    writer = strata.open(path, config(consume_queue_units=16))
-    try:
-        writer.create_topic("t", queues=1)
-        writer.put_batch([strata.Message("t", b"m%d" % i) for i in range(16)])
-        assert writer.wait_dispatched()
-        seg = writer.queues.get("t", 0).segments.last()
-        at = 4096 + 10 * 20
-        saved = bytes(seg.mm[at:at + 40])
-        seg.mm[at:at + 40] = bytes(40)
-        with strata.open(path, readonly=True) as reader:
-            assert reader.max_offset("t", 0) == 10
-            seg.mm[at:at + 40] = saved
-            assert reader.max_offset("t", 0) == 16
-    finally:
-        writer.close()
+    path, complete = units_in_flight
+    with strata.open(path, readonly=True) as reader:
+        assert reader.max_offset("t", 0) == 10
+        complete()
+        assert reader.max_offset("t", 0) == 16

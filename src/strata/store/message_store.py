@@ -607,16 +607,6 @@ class MessageStore:
         if len(units) == 0:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.file_end_unit(offset), mn, mx)
         limit = self.confirmed_offset()
-        if self.readonly:
-            # The writer (another process) may be copying these units right now, and a copy
-            # can land out of order: stop before the first unit not visibly complete and read
-            # it next time, rather than skip it.
-            sizes = units["size"]
-            done = (sizes != 0) & ((sizes == BLANK_SIZE) | (units["offset"] + sizes <= limit))
-            if not done.all():
-                units = units[:int(np.argmin(done))]
-                if not len(units):
-                    return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, mn, mx)
         verify = self.config.verify_crc_on_read
         candidates = units["size"] != BLANK_SIZE
         if wanted is not None:
