@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import struct
 from pathlib import Path
 
 from strata.errors import CorruptStoreError
 from strata.files.io import FileOps
+from strata.format import key_index as kfmt
+from strata.format import segment as sfmt
 from strata.store.config import StoreConfig
 
 GEOMETRY_FILE = Path("config") / "geometry.json"
 FIELDS = ("segment_size", "consume_queue_units", "index_slots", "index_entries")
-
-_SEG_HEADER = struct.Struct("<8sHHIQQ")   # magic, version, kind, reserved, base, data_size
-_KX_HEADER = struct.Struct("<8sHHII")     # magic, version, reserved, slots, entries
 
 
 def stored_geometry(root: str | Path) -> dict[str, int]:
@@ -71,26 +69,27 @@ def _first_file(directory: Path, depth: int) -> Path | None:
     return None
 
 
-def _header(path: Path | None, layout: struct.Struct, magic: bytes) -> tuple | None:
-    """The fields of the header at the start of ``path``, if it is one of ``magic``."""
+def _header(path: Path | None, header_class, size: int):
+    """The checked header at the start of ``path`` (``header_class.decode``), or None."""
     if path is None:
         return None
     with open(path, "rb") as f:
-        raw = f.read(layout.size)
-    if len(raw) != layout.size:
+        raw = f.read(size)
+    try:
+        return header_class.decode(raw)
+    except ValueError:        # not a whole, valid header: say nothing about the geometry
         return None
-    fields = layout.unpack(raw)
-    return fields if fields[0] == magic else None
 
 
 def _geometry_from_files(root: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     for directory, depth, name, per in (("commitlog", 1, "segment_size", 1),
                                         ("consumequeue", 3, "consume_queue_units", 20)):
-        seg = _header(_first_file(root / directory, depth), _SEG_HEADER, b"STRATASG")
-        if seg is not None and seg[5] > 0:          # data_size
-            out[name] = seg[5] // per
-    kx = _header(_first_file(root / "index", 1), _KX_HEADER, b"STRATAKX")
-    if kx is not None and kx[3] > 0 and kx[4] > 0:  # slots, entries
-        out["index_slots"], out["index_entries"] = kx[3], kx[4]
+        seg = _header(_first_file(root / directory, depth), sfmt.SegmentHeader,
+                      sfmt.HEADER_BYTES)
+        if seg is not None:
+            out[name] = seg.data_size // per
+    kx = _header(_first_file(root / "index", 1), kfmt.KeyIndexHeader, kfmt.HEADER_BYTES)
+    if kx is not None:
+        out["index_slots"], out["index_entries"] = kx.slots, kx.entries
     return out
