@@ -251,13 +251,16 @@ def append_staged(store, files: list, topic_option: str | None, *,
 
 def _append(store, chunks) -> int:
     """Append the lists of messages ``chunks()`` yields (called twice): first every one is
-    checked as put_batch would check it, so a refused row leaves nothing appended; then missing
-    topics are created (the store's default queue count) and each list is appended with one
-    put_batch; at the end everything is made durable and dispatched."""
+    checked, so a refused row leaves nothing appended; then missing topics are created (the
+    store's default queue count) and each list is appended with one put_batch; at the end
+    everything is made durable and dispatched. The first list needs no check_batch: its own
+    put_batch refuses it before anything is written (a single list, a streaming micro-batch,
+    is encoded once)."""
     topics: set[str] = set()
-    for msgs in chunks():
+    for i, msgs in enumerate(chunks()):
         check_messages(store, msgs)
-        store.check_batch(msgs)
+        if i:
+            store.check_batch(msgs)
         topics.update(m.topic for m in msgs)
     for t in sorted(topics):
         if store.queue_count(t) == 0:
