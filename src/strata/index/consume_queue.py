@@ -21,6 +21,11 @@ from strata.format.segment import HEADER_AREA, KIND_CONSUME_QUEUE
 log = logging.getLogger(__name__)
 
 
+def _units(seg: MappedSegment, first: int, n: int) -> np.ndarray:
+    """A numpy view of units ``first .. first + n`` of a file (it pins the file's map)."""
+    return np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE)
+
+
 class ConsumeQueue:
     """Units of one queue; offsets here are unit numbers (queue offsets)."""
 
@@ -102,8 +107,7 @@ class ConsumeQueue:
         not checked by an earlier call are looked at."""
         base, seen = self._copied_upto
         start = seen if base == seg.base_offset and seen <= n else 0
-        zero = np.flatnonzero(
-            np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA)["size"][start:] == 0)
+        zero = np.flatnonzero(_units(seg, start, n - start)["size"] == 0)
         n = start + int(zero[0]) if len(zero) else n
         self._copied_upto = (seg.base_offset, n)
         return n
@@ -158,7 +162,7 @@ class ConsumeQueue:
         first = start - seg.base_offset // UNIT_SIZE
         avail = seg.committed // UNIT_SIZE - first
         n = max(0, min(max_units, avail))
-        units = np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE)
+        units = _units(seg, first, n)
         return units.copy() if copy else units
 
     def commitlog_offsets_at(self, offsets: np.ndarray) -> np.ndarray:
@@ -175,9 +179,7 @@ class ConsumeQueue:
             at = offsets[rows] - seg.base_offset // UNIT_SIZE
             held = seg.committed // UNIT_SIZE
             inside = (at >= 0) & (at < held)
-            units = np.frombuffer(seg.mm, UNIT_DTYPE, held, HEADER_AREA)
-            out[rows[inside]] = units["offset"][at[inside]]
-            del units
+            out[rows[inside]] = _units(seg, 0, held)["offset"][at[inside]]
         return out
 
     # ------------------------------------------------------------------ writes
