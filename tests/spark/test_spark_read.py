@@ -53,8 +53,17 @@ def test_full_read_equals_store_get_per_queue(spark, store_dir):
     assert [f.name for f in df.schema.fields] == [
         "key", "value", "topic", "queue_id", "queue_offset", "timestamp", "timestampType",
         "tags", "keys", "msg_id", "commitlog_offset", "born_timestamp", "headers"]
+    # only a message without keys or without tags has a null; lists are empty, never null
+    assert [f.name for f in df.schema.fields if f.nullable] == ["key", "tags"]
+    assert not df.schema["keys"].dataType.containsNull
+    entries = df.schema["headers"].dataType
+    assert not entries.containsNull
+    assert not any(f.nullable for f in entries.elementType.fields)
     rows = by_queue(df.collect())
     assert sum(len(v) for v in rows.values()) == 3700
+    every = [r for v in rows.values() for r in v]
+    assert any(r.key is None for r in every) and any(r.tags is None for r in every)
+    assert any(r.keys == [] for r in every) and any(r.headers == [] for r in every)
     for topic, n in (("orders", 3), ("audit", 2), ("empty", 2)):
         for q in range(n):
             want = expected(store_dir, topic, q)

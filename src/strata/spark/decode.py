@@ -150,17 +150,18 @@ class Records:
             columns.append(col.array(typ))
         return offsets, columns
 
-    def keys(self) -> pa.Array:
-        """Every message's keys, as a list<string> column."""
+    def keys(self, typ: pa.DataType) -> pa.Array:
+        """Every message's keys, as a list<string> column of type ``typ``."""
         offsets, (values,) = self._entries(users=False)
-        return pa.ListArray.from_arrays(pa.array(offsets), _checked_text(values, "keys"))
+        return pa.ListArray.from_arrays(pa.array(offsets), _checked_text(values, "keys"),
+                                        type=typ)
 
     def headers(self, typ: pa.DataType) -> pa.Array:
         """Every message's user properties, as a list<struct<key string, value binary>>
         (header values are the properties' UTF-8 bytes)."""
         offsets, (names, values) = self._entries(users=True)
         entries = pa.StructArray.from_arrays([_checked_text(names, "property names"), values],
-                                             fields=list(typ.value_type))
+                                             fields=list(typ.value_field.type))
         return pa.ListArray.from_arrays(pa.array(offsets), entries, type=typ)
 
     def msg_ids(self) -> pa.Array:
@@ -253,7 +254,7 @@ def build_batch(records: Records, topics: list[str], topic_of_row: np.ndarray | 
         elif name == "tags":
             arr = records.tags()
         elif name == "keys":
-            arr = records.keys()
+            arr = records.keys(field.type)
         elif name == "headers":
             arr = records.headers(field.type)
         else:
