@@ -53,7 +53,8 @@ class _Column:
 
 
 class Records:
-    """The records at a batch's commit-log offsets: every header field as a numpy array
+    """The records at a batch's commit-log offsets, ascending (log order, as
+    log_order.log_ordered_units gives them): every header field as a numpy array
     (``fields[kernels.BODY_LEN]`` ...), and the runs of rows that lie in each segment."""
 
     def __init__(self, segments, phys: np.ndarray) -> None:
@@ -63,14 +64,20 @@ class Records:
         self._props_index: tuple[np.ndarray, ...] | None = None   # _properties_index()
         # (first row, end row, segment) of each segment's run of rows
         self.spans: list[tuple[int, int, object]] = []
+        if not self.n:
+            return
         bases = np.array([s.base_offset for s in segments], np.int64)
-        which = np.searchsorted(bases, phys, side="right") - 1
-        if self.n and which.min() < 0:
-            raise CorruptRecordError(f"commit-log offset {int(phys[np.argmin(which)])} is below "
-                                     "the oldest segment (deleted by retention?)")
-        cuts = (np.flatnonzero(np.diff(which)) + 1).tolist()
-        for lo, hi in zip([0] + cuts, cuts + [self.n]) if self.n else ():
-            seg = segments[int(which[lo])]
+        first = int(np.searchsorted(bases, phys[0], side="right")) - 1
+        if first < 0:
+            raise CorruptRecordError(f"commit-log offset {int(phys[0])} is below the oldest "
+                                     "segment (deleted by retention?)")
+        # phys ascends, so a segment's rows are the run up to the next segment's base
+        ends = np.searchsorted(phys, bases[first + 1:]).tolist() + [self.n]
+        lo = 0
+        for i, hi in enumerate(ends):
+            if hi <= lo:
+                continue
+            seg = segments[first + i]
             self.spans.append((lo, hi, seg))
             bad = k.scan_headers(self._map(seg), self._positions(lo, hi, seg), phys[lo:hi],
                                  self.fields, lo)
@@ -78,6 +85,7 @@ class Records:
                 raise CorruptRecordError(f"no intact message record at commit-log offset "
                                          f"{int(phys[lo + bad])} although a consume queue "
                                          "points there")
+            lo = hi
 
     @staticmethod
     def _map(seg) -> np.ndarray:
