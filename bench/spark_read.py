@@ -1,8 +1,8 @@
 """Spark read throughput of the strata data source against Parquet, and the maintenance jobs.
 
     .venv/bin/python bench/spark_read.py [--rows 2000000] [--size 100] [--runs 3] [--job-runs 2]
-                                         [--queues 8,2] [--only read,jobs] [--segment-mib 64]
-                                         [--dir D]
+                                         [--warmup 4] [--queues 8,2] [--only read,jobs]
+                                         [--segment-mib 64] [--dir D]
 
 One JSON object per line:
 
@@ -11,7 +11,9 @@ One JSON object per line:
   (written once, from the strata read, snappy, so both hold the same columns and bytes).
 * ``read``: ``spark.read.format("strata") ... .write.format("noop")`` per store and
   ``spark.read.parquet(...).write.format("noop")`` on ``local[2]``; the noop sink materialises
-  every column, unlike ``count()``. After one warm-up run each, ``--runs`` rounds run every
+  every column, unlike ``count()``. After ``--warmup`` rounds of every read (Spark's JIT
+  keeps speeding up the Parquet path over the first few reads of a session; with one warm-up
+  the store read first was compared with a slower Parquet), ``--runs`` rounds run every
   read of a store once, in turn (interleaved, so a slow spell of the shared machine hits all
   alike); ``seconds``/``rows_s`` are the best round, ``median_s`` the median. ``jvm_cpu_s`` and
   ``python_cpu_s``: median CPU seconds the JVM and the Python workers spent on one read (from
@@ -198,16 +200,17 @@ class Runs:
                     python_cpu_s=round(statistics.median(self.python), 2))
 
 
-def interleaved(reads: list[Runs], runs: int) -> None:
-    for r in reads:
-        r.fn()                             # warm-up: Python workers, page cache, JIT
+def interleaved(reads: list[Runs], runs: int, warmup: int = 1) -> None:
+    for _ in range(warmup):                # Python workers, page cache, the JVM's JIT
+        for r in reads:
+            r.fn()
     for _ in range(runs):
         for r in reads:
             r.run()
 
 
 def bench_read(stores: dict[int, Path], parquet: Path, rows: int, size: int,
-               runs: int) -> None:
+               runs: int, warmup: int) -> None:
     spark = session("local[2]")
     try:
         def strata_read(store, **opts):
@@ -239,7 +242,7 @@ def bench_read(stores: dict[int, Path], parquet: Path, rows: int, size: int,
             if tasks != q:
                 reads.append(Runs("strata_one_task_per_queue",
                                   noop(strata_read(store, minPartitions=str(q)))))
-            interleaved(reads, runs)
+            interleaved(reads, runs, warmup)
             emit(**pq.row(rows, queues=q, tasks=parts))
             emit(**st.row(rows, queues=q, tasks=tasks))
             emit(**ce.row(rows // tasks * tasks, tasks=tasks))
@@ -294,6 +297,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--job-runs", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=4,
+                    help="untimed rounds of every read before the timed ones")
     ap.add_argument("--queues", default="8,2", help="one store per queue count")
     ap.add_argument("--segment-mib", type=int, default=64)
     ap.add_argument("--only", default="read,jobs")
@@ -305,7 +310,7 @@ def main() -> None:
         import pyspark
         emit(case="env", python=platform.python_version(), pyspark=pyspark.__version__,
              cpus=os.cpu_count(), rows=args.rows, size=args.size, runs=args.runs,
-             job_runs=args.job_runs, queues=args.queues,
+             job_runs=args.job_runs, warmup=args.warmup, queues=args.queues,
              segment_mib=args.segment_mib,
              start_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         counts = [int(q) for q in args.queues.split(",")]
@@ -316,7 +321,8 @@ def main() -> None:
             emit(case="build", what="store", queues=q, rows=args.rows, seconds=round(secs, 2),
                  log_MB=round(log_bytes(stores[q]) / 1e6, 1))
         if "read" in only:
-            bench_read(stores, scratch / "parquet", args.rows, args.size, args.runs)
+            bench_read(stores, scratch / "parquet", args.rows, args.size, args.runs,
+                       args.warmup)
         if "jobs" in only:
             bench_jobs(stores[counts[0]], args.job_runs)
     finally:
