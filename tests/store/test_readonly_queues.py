@@ -397,3 +397,53 @@ def test_a_readers_queue_end_stops_before_units_still_being_copied(units_in_flig
         assert reader.max_offset("t", 0) == 10
         complete()
         assert reader.max_offset("t", 0) == 16
+
+
+UNIT_10 = 4096 + 10 * 20      # unit 10 of a queue's first file: commit-log offset (8 bytes) first
+
+
+def tagged_queue(path):
+    """A writer whose queue t/0 holds m0..m15, all tagged "x"."""
+    writer = strata.open(path, config(consume_queue_units=16))
+    writer.create_topic("t", queues=1)
+    writer.put_batch([strata.Message("t", b"m%d" % i, tags="x") for i in range(16)])
+    assert writer.wait_dispatched()
+    return writer
+
+
+@pytest.mark.parametrize("tags", [None, "x"])
+def test_a_reader_waits_at_a_unit_whose_offset_is_not_copied_yet(tmp_path, tags):
+    """The stores of one memcpy land in any order: unit 10 can show its size while its
+    commit-log offset is still zero. That unit leads to m0's record; a read-only get must not
+    answer m0 as the message at offset 10, but stop before it and read it once complete."""
+    writer = tagged_queue(tmp_path / "s")
+    try:
+        seg = writer.queues.get("t", 0).segments.last()
+        saved = bytes(seg.mm[UNIT_10:UNIT_10 + 8])
+        seg.mm[UNIT_10:UNIT_10 + 8] = bytes(8)
+        with strata.open(tmp_path / "s", readonly=True) as reader:
+            assert reader.max_offset("t", 0) == 16            # its size is there
+            got = reader.get("t", 0, 8, 8, tags=tags)
+            assert [m.body for m in got.messages] == [b"m8", b"m9"] and got.next_offset == 10
+            seg.mm[UNIT_10:UNIT_10 + 8] = saved                # the copy completes
+            done = reader.get("t", 0, 10, 8, tags=tags)
+            assert [m.body for m in done.messages] == [b"m%d" % i for i in range(10, 16)]
+            assert [m.queue_offset for m in done.messages] == list(range(10, 16))
+    finally:
+        writer.close()
+
+
+def test_a_unit_leading_to_another_record_with_no_writer_is_reported(tmp_path):
+    """With no writer, a unit that does not lead to its own record is damage: a read-only get
+    names the queue and offset instead of answering another message in its place."""
+    writer = tagged_queue(tmp_path / "s")
+    seg_path = writer.queues.get("t", 0).segments.last().path
+    writer.close()
+    with open(seg_path, "r+b") as f:
+        f.seek(UNIT_10)
+        f.write(bytes(8))                                      # now leads to m0's record
+    with strata.open(tmp_path / "s", readonly=True) as reader:
+        got = reader.get("t", 0, 0, 10)
+        assert [m.body for m in got.messages] == [b"m%d" % i for i in range(10)]
+        with pytest.raises(strata.errors.CorruptRecordError, match=r"t/0: .* offset 10 "):
+            reader.get("t", 0, 8, 8)

@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from strata.errors import (DiskFullError, InvalidInputError,
+from strata.errors import (CorruptRecordError, DiskFullError, InvalidInputError,
                            ReadOnlyStoreError, StoreClosedError, StoreNotFoundError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
@@ -616,23 +616,68 @@ class MessageStore:
         read_batch = self.log.read_batch
         nxt = offset + len(units)
         if wanted is None:  # at most max_messages units were read
-            out = [m for m in read_batch(phys[picked], limit, verify_crc=verify)
-                   if m is not None]
+            msgs = read_batch(phys[picked], limit, verify_crc=verify)
+            if self.readonly:
+                stop = self._first_unit_in_flight(topic, queue_id, offset, picked, phys, msgs,
+                                                  limit)
+                if stop is not None:
+                    msgs, nxt = msgs[:stop], offset + int(picked[stop])
+            out = [m for m in msgs if m is not None]
         else:  # decode candidates a chunk at a time; the real tag decides (hashes collide)
             out = []
             step = max(max_messages, 64)
             for lo in range(0, len(picked), step):
                 part = picked[lo:lo + step]
-                for i, m in zip(part.tolist(), read_batch(phys[part], limit, verify_crc=verify)):
+                msgs = read_batch(phys[part], limit, verify_crc=verify)
+                if self.readonly:
+                    stop = self._first_unit_in_flight(topic, queue_id, offset, part, phys,
+                                                      msgs, limit)
+                    if stop is not None:
+                        msgs, nxt = msgs[:stop], offset + int(part[stop])
+                for i, m in zip(part.tolist(), msgs):
                     if m is not None and m.tags in wanted:
                         out.append(m)
                         if len(out) >= max_messages:
                             nxt = offset + i + 1
                             break
-                if len(out) >= max_messages:
+                if len(out) >= max_messages or len(msgs) < len(part):
                     break
         status = GetStatus.FOUND if out else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, out, nxt, mn, mx)
+
+    def _first_unit_in_flight(self, topic: str, queue_id: int, offset: int, rows: np.ndarray,
+                              phys: np.ndarray, msgs: list, limit: int) -> int | None:
+        """Read-only openers: the index in ``msgs`` (read up to commit-log offset ``limit``)
+        of the first message whose consume-queue unit (``rows``: the units' positions after
+        ``offset``) does not lead to its own record; None if all do.
+
+        The writer copies a run of units with one memcpy, whose stores can land in any order,
+        so for an instant a unit can show its size while its commit-log offset is still zero
+        or half written: it would lead to another queue's record, an older record of this
+        queue, or none. While a writer holds the store, such a unit is one it is still
+        copying, and the answer stops before it (the next get reads it complete), as it does
+        before a unit whose record lies past what this opener may read yet. With no writer it
+        can only be damage, and is reported instead of answered with the wrong message.
+        """
+        # StoredMessage is a tuple: (topic, queue_id, queue_offset, ...)
+        for j, (i, m) in enumerate(zip(rows.tolist(), msgs)):
+            if m is not None:
+                if m[2] == offset + i and m[1] == queue_id and m[0] == topic:
+                    continue
+            else:
+                at = int(phys[i])
+                if at < self._readonly_min_offset():   # deleted by retention since
+                    continue
+                if at >= limit:
+                    return j
+            at = int(phys[i])
+            if writer_alive(self.path):
+                return j
+            raise CorruptRecordError(
+                f"{topic}/{queue_id}: the consume-queue unit of offset {offset + i} leads to "
+                f"commit-log offset {at}, which does not hold that message (repair with "
+                "`strata spark rebuild-index`)", at)
+        return None
 
     def query(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
               max_results: int = 64) -> list[rec.StoredMessage]:
