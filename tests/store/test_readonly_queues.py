@@ -447,3 +447,27 @@ def test_a_unit_leading_to_another_record_with_no_writer_is_reported(tmp_path):
         assert [m.body for m in got.messages] == [b"m%d" % i for i in range(10)]
         with pytest.raises(strata.errors.CorruptRecordError, match=r"t/0: .* offset 10 "):
             reader.get("t", 0, 8, 8)
+
+
+def test_a_reader_opened_with_no_writer_follows_one_that_starts_later(tmp_path):
+    """A reader that found no writer used to stay at the log end it had found: the units of
+    later messages were there, their records past its end, and get skipped them. It now
+    notices the new writer and reads them."""
+    path = tmp_path / "s"
+    with strata.open(path, config()) as writer:
+        writer.create_topic("t", queues=1)
+        writer.put_batch([strata.Message("t", b"a%d" % i) for i in range(5)])
+    with strata.open(path, readonly=True) as reader:
+        assert [m.body for m in reader.get("t", 0, 0, 10).messages] == \
+            [b"a%d" % i for i in range(5)]
+        with strata.open(path, config()) as writer:
+            writer.put_batch([strata.Message("t", b"b%d" % i) for i in range(5)])
+            assert writer.wait_dispatched()
+            deadline = time.monotonic() + 10
+            got = reader.get("t", 0, 5, 10)
+            while not got.messages and time.monotonic() < deadline:
+                assert got.next_offset == 5            # waits; never moves past them
+                time.sleep(0.02)
+                got = reader.get("t", 0, 5, 10)
+            assert [m.body for m in got.messages] == [b"b%d" % i for i in range(5)]
+            assert reader.max_offset("t", 0) == 10

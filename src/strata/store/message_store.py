@@ -50,6 +50,10 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# How often a read-only opener that found no writer looks again for one (a lock probe).
+WRITER_PROBE_S = 0.1
+
+
 def writer_alive(directory: Path) -> bool:
     """True if some process holds the store's writer lock right now."""
     path = Path(directory) / LOCK_NAME
@@ -96,6 +100,7 @@ class MessageStore:
         self._last_checkpoint = 0.0
         self._disk_full = False
         self._live_writer = False
+        self._next_writer_probe = 0.0   # read-only openers with no writer: when to look again
         self.recovery_report: RecoveryReport | None = None
 
         store_markers = (COMMITLOG_DIR, "checkpoint", "config", LOCK_NAME)
@@ -199,7 +204,7 @@ class MessageStore:
 
     def _refresh_readonly(self) -> None:
         """Read-only openers: follow the writer's confirmed offset and new segments."""
-        if not self._live_writer:
+        if not self._live_writer and not self._writer_started():
             return
         _pid, confirmed, _disp, min_offset = self.state.read()
         last = self.log.segments.last()
@@ -210,6 +215,17 @@ class MessageStore:
             seg.committed = max(0, min(seg.data_size, confirmed - seg.base_offset))
         self._readonly_limit = confirmed
         self.topic_table.reload()
+
+    def _writer_started(self) -> bool:
+        """Read-only openers that found no writer: whether one has started since (looked for
+        at most every WRITER_PROBE_S seconds); from then on it is followed like one found at
+        open. Without this, such a reader stayed at the log end it had found."""
+        now = time.monotonic()
+        if now < self._next_writer_probe:
+            return False
+        self._next_writer_probe = now + WRITER_PROBE_S
+        self._live_writer = writer_alive(self.path) and self.state.open()
+        return self._live_writer
 
     def _start_services(self) -> None:
         cfg = self.config
