@@ -677,16 +677,14 @@ class MessageStore:
         """
         # StoredMessage is a tuple: (topic, queue_id, queue_offset, ...)
         for j, (i, m) in enumerate(zip(rows.tolist(), msgs)):
-            if m is not None:
-                if m[2] == offset + i and m[1] == queue_id and m[0] == topic:
-                    continue
-            else:
-                at = int(phys[i])
+            if m is not None and m[2] == offset + i and m[1] == queue_id and m[0] == topic:
+                continue
+            at = int(phys[i])
+            if m is None:
                 if at < self._readonly_min_offset():   # deleted by retention since
                     continue
                 if at >= limit:
                     return j
-            at = int(phys[i])
             if writer_alive(self.path):
                 return j
             raise CorruptRecordError(
