@@ -6,6 +6,9 @@ import bisect
 import logging
 import threading
 from pathlib import Path
+from typing import Sequence
+
+import numpy as np
 
 from strata.errors import CorruptStoreError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
@@ -15,6 +18,30 @@ from strata.format.segment import KIND_CONSUME_QUEUE, file_name
 log = logging.getLogger(__name__)
 
 ALLOC_SUFFIX = ".alloc"
+
+
+def segment_runs(segments: Sequence[MappedSegment], offsets: np.ndarray
+                 ) -> list[tuple[int, int, MappedSegment | None]]:
+    """Split ``offsets`` (positions in the segments' offset space, ascending as one queue's
+    units are) into runs of rows that fall in one segment: ``(first row, end row, segment)``,
+    the segment None for rows below the first segment's base. Ascending offsets are cut at the
+    segments' bases (a search per segment); offsets out of order (damaged units) are placed
+    row by row, so a run is still only ever rows of one segment."""
+    n = len(offsets)
+    if n == 0:
+        return []
+    if not segments:
+        return [(0, n, None)]
+    bases = np.fromiter((s.base_offset for s in segments), np.int64, len(segments))
+    if n == 1 or bool((offsets[1:] >= offsets[:-1]).all()):
+        starts = np.searchsorted(offsets, bases).tolist() + [n]
+        runs = [(0, starts[0], None)] + [(starts[i], starts[i + 1], seg)
+                                         for i, seg in enumerate(segments)]
+        return [r for r in runs if r[1] > r[0]]
+    which = np.searchsorted(bases, offsets, side="right") - 1
+    cuts = (np.flatnonzero(np.diff(which)) + 1).tolist()
+    return [(lo, hi, segments[int(which[lo])] if which[lo] >= 0 else None)
+            for lo, hi in zip([0, *cuts], [*cuts, n])]
 
 
 class SegmentAllocator:

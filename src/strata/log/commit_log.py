@@ -19,7 +19,7 @@ from crc32c import crc32c
 from strata.errors import CorruptRecordError
 from strata.files.io import DEFAULT_FILE_OPS, PAGE, FileOps
 from strata.files.segment import MappedSegment
-from strata.files.segment_queue import SegmentQueue
+from strata.files.segment_queue import SegmentQueue, segment_runs
 from strata.format import record as rec
 from strata.format.record_batch import decode_at, write_records
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
@@ -274,18 +274,9 @@ class CommitLog:
                    verify_crc: bool = False) -> list[rec.StoredMessage | None]:
         """Decode the messages at commit-log ``offsets`` (ascending, e.g. one queue's units);
         None where ``read`` would answer None. Each segment is located once per run of offsets."""
-        segs = list(self.segments.segments)
-        n = len(offsets)
-        if not segs or n == 0:
-            return [None] * n
         offsets = np.asarray(offsets, dtype=np.int64)
-        bases = np.fromiter((s.base_offset for s in segs), np.int64, len(segs))
-        which = np.searchsorted(bases, offsets, side="right") - 1
         out: list[rec.StoredMessage | None] = []
-        cuts = np.flatnonzero(np.diff(which)) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
-            k = int(which[lo])
-            seg = segs[k] if k >= 0 else None
+        for lo, hi, seg in segment_runs(list(self.segments.segments), offsets):
             part = offsets[lo:hi]
             if seg is None or seg.closed:
                 out.extend([None] * (hi - lo))

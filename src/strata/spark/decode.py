@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from strata.errors import CorruptRecordError
+from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
 from strata.format.segment import HEADER_AREA
 from strata.spark import kernels as k
@@ -64,20 +65,10 @@ class Records:
         self._props_index: tuple[np.ndarray, ...] | None = None   # _properties_index()
         # (first row, end row, segment) of each segment's run of rows
         self.spans: list[tuple[int, int, object]] = []
-        if not self.n:
-            return
-        bases = np.array([s.base_offset for s in segments], np.int64)
-        first = int(np.searchsorted(bases, phys[0], side="right")) - 1
-        if first < 0:
-            raise CorruptRecordError(f"commit-log offset {int(phys[0])} is below the oldest "
-                                     "segment (deleted by retention?)")
-        # phys ascends, so a segment's rows are the run up to the next segment's base
-        ends = np.searchsorted(phys, bases[first + 1:]).tolist() + [self.n]
-        lo = 0
-        for i, hi in enumerate(ends):
-            if hi <= lo:
-                continue
-            seg = segments[first + i]
+        for lo, hi, seg in segment_runs(segments, phys):
+            if seg is None:
+                raise CorruptRecordError(f"commit-log offset {int(phys[lo])} is below the "
+                                         "oldest segment (deleted by retention?)")
             self.spans.append((lo, hi, seg))
             bad = k.scan_headers(self._map(seg), self._positions(lo, hi, seg), phys[lo:hi],
                                  self.fields, lo)
@@ -85,7 +76,6 @@ class Records:
                 raise CorruptRecordError(f"no intact message record at commit-log offset "
                                          f"{int(phys[lo + bad])} although a consume queue "
                                          "points there")
-            lo = hi
 
     @staticmethod
     def _map(seg) -> np.ndarray:

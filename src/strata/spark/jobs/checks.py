@@ -28,6 +28,7 @@ import numpy as np
 
 from strata.errors import CorruptStoreError
 from strata.files.segment import MappedSegment
+from strata.files.segment_queue import segment_runs
 from strata.format import key_index as kfmt
 from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE
@@ -384,17 +385,14 @@ def _check_points_at(clog: CommitLog, tb: bytes, queue_id: int, qoff: np.ndarray
     segs = clog.segments.segments
     if not segs or not len(phys):
         return
-    bases = np.array([s.base_offset for s in segs], np.int64)
-    which = np.searchsorted(bases, phys, side="right") - 1
     tlen = len(tb)
     want_topic = np.frombuffer(tb, np.uint8)
-    for si in np.unique(which).tolist():
-        sel = np.flatnonzero(which == si)
-        if si < 0:
+    for lo, hi, seg in segment_runs(segs, phys):
+        sel = np.arange(lo, hi)
+        if seg is None:
             bad = sel
             fits = np.zeros(0, np.int64)
         else:
-            seg = segs[si]
             rel = phys[sel] - seg.base_offset
             inside = rel + rec.HEADER_SIZE + 12 <= seg.data_size
             bad = sel[~inside]
@@ -404,7 +402,6 @@ def _check_points_at(clog: CommitLog, tb: bytes, queue_id: int, qoff: np.ndarray
                      f"unit points at commit-log offset {int(phys[i])}, outside every segment")
         if not len(fits):
             continue
-        seg = segs[si]
         data = np.frombuffer(seg.mm, np.uint8)
         pos = HEADER_AREA + phys[fits] - seg.base_offset
         hdr = _rows(data, pos, rec.HEADER_SIZE).view(HDR_DTYPE).ravel()
