@@ -629,27 +629,27 @@ class MessageStore:
             candidates &= np.isin(units["tag"], [tag_hash(t) for t in wanted])
         picked = np.flatnonzero(candidates)
         phys = units["offset"]
-        read_batch = self.log.read_batch
         nxt = offset + len(units)
+
+        def read(rows: np.ndarray) -> tuple[list, int | None]:
+            """The messages of units ``rows``; a read-only opener's are cut before a unit the
+            writer is still copying, and then the offset to go on from comes too."""
+            msgs = self.log.read_batch(phys[rows], limit, verify_crc=verify)
+            stop = self._first_unit_in_flight(topic, queue_id, offset, rows, phys, msgs,
+                                              limit) if self.readonly else None
+            return (msgs, None) if stop is None else (msgs[:stop], offset + int(rows[stop]))
+
         if wanted is None:  # at most max_messages units were read
-            msgs = read_batch(phys[picked], limit, verify_crc=verify)
-            if self.readonly:
-                stop = self._first_unit_in_flight(topic, queue_id, offset, picked, phys, msgs,
-                                                  limit)
-                if stop is not None:
-                    msgs, nxt = msgs[:stop], offset + int(picked[stop])
+            msgs, cut = read(picked)
+            nxt = nxt if cut is None else cut
             out = [m for m in msgs if m is not None]
         else:  # decode candidates a chunk at a time; the real tag decides (hashes collide)
             out = []
             step = max(max_messages, 64)
             for lo in range(0, len(picked), step):
                 part = picked[lo:lo + step]
-                msgs = read_batch(phys[part], limit, verify_crc=verify)
-                if self.readonly:
-                    stop = self._first_unit_in_flight(topic, queue_id, offset, part, phys,
-                                                      msgs, limit)
-                    if stop is not None:
-                        msgs, nxt = msgs[:stop], offset + int(part[stop])
+                msgs, cut = read(part)
+                nxt = nxt if cut is None else cut
                 for i, m in zip(part.tolist(), msgs):
                     if m is not None and m.tags in wanted:
                         out.append(m)
