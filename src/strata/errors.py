@@ -15,6 +15,10 @@ class InvalidTopicError(InvalidInputError):
     """A topic name does not match ``^[%|a-zA-Z0-9_-]{1,127}$``."""
 
 
+class TopicExistsError(InvalidInputError):
+    """``create_topic`` named an existing topic with a queue count other than its own."""
+
+
 class MessageTooLargeError(InvalidInputError):
     """A body or its properties exceed the configured limits."""
 

@@ -9,7 +9,7 @@ import strata
 import strata.format.consume_queue as cq_format
 import strata.index.dispatch_batch as dispatch_batch_mod
 import strata.store.message_store as ms_mod
-from strata.errors import CorruptStoreError, InvalidInputError
+from strata.errors import CorruptStoreError, InvalidInputError, TopicExistsError
 from strata.store.message import GetStatus
 
 from store_helpers import config, drain, open_store, settle
@@ -333,7 +333,11 @@ def test_create_topic_queue_count_and_topics(tmp_path):
     with open_store(tmp_path / "s", default_queues=3) as store:
         assert store.topics() == [] and store.queue_count("x") == 0
         assert store.create_topic("orders", queues=5) is True
-        assert store.create_topic("orders", queues=2) is False       # unchanged
+        assert store.create_topic("orders", queues=5) is False       # exists as asked
+        assert store.create_topic("orders") is False                 # any count will do
+        for other in (2, 8):                                          # not silently kept
+            with pytest.raises(TopicExistsError, match="exists with 5 queues, not"):
+                store.create_topic("orders", queues=other)
         assert store.queue_count("orders") == 5
         assert store.create_topic("b-topic") is True
         assert store.queue_count("b-topic") == 3

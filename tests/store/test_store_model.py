@@ -13,8 +13,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+import pytest
 
 import strata
+from strata.errors import TopicExistsError
 from strata.store.message import GetStatus
 
 from store_helpers import config
@@ -189,6 +191,11 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule(topic=st.sampled_from(TOPICS), n=st.integers(1, 5))
     def create_topic(self, topic, n):
+        if self.queues.get(topic, n) != n:      # another count: refused, nothing changes
+            with pytest.raises(TopicExistsError):
+                self.store.create_topic(topic, queues=n)
+            assert self.store.queue_count(topic) == self.queues[topic]
+            return
         created = self.store.create_topic(topic, queues=n)
         assert created == (topic not in self.queues)
         if created:

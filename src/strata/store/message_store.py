@@ -14,7 +14,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from strata.errors import (CorruptRecordError, DiskFullError, InvalidInputError,
-                           ReadOnlyStoreError, StoreClosedError, StoreNotFoundError)
+                           ReadOnlyStoreError, StoreClosedError, StoreNotFoundError,
+                           TopicExistsError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
@@ -442,12 +443,20 @@ class MessageStore:
     def create_topic(self, topic: str, queues: int | None = None) -> bool:
         """Create ``topic`` with ``queues`` queues (default ``config.default_queues``).
 
-        Returns False if it exists already (its queue count is not changed).
+        Returns False if it exists already with ``queues`` queues (or ``queues`` is None).
+        An existing topic with another count raises TopicExistsError naming its count and
+        changes nothing: ``set_queue_count`` adds queues.
         """
         self._check_writable()
         with self._put_lock:
-            return self.topic_table.create(topic, self.config.default_queues if queues is None
-                                      else queues, since=self.log.max_offset())
+            created = self.topic_table.create(topic, self.config.default_queues if queues is None
+                                              else queues, since=self.log.max_offset())
+            have = self.topic_table.queues[topic]
+            if not created and queues is not None and queues != have:
+                raise TopicExistsError(
+                    f"topic {topic!r} exists with {have} queues, not {queues}; it keeps its "
+                    f"{have} (set_queue_count({topic!r}, n) adds queues; a count never shrinks)")
+            return created
 
     def set_queue_count(self, topic: str, queues: int) -> int:
         """Give an existing ``topic`` more queues (RocketMQ's topic update); returns the count.
