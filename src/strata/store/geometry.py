@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 
 from strata.errors import CorruptStoreError
@@ -19,26 +20,50 @@ from strata.format import key_index as kfmt
 from strata.format import segment as sfmt
 from strata.store.config import StoreConfig
 
+log = logging.getLogger(__name__)
+
 GEOMETRY_FILE = Path("config") / "geometry.json"
 FIELDS = ("segment_size", "consume_queue_units", "index_slots", "index_entries")
 
 
 def stored_geometry(root: str | Path) -> dict[str, int]:
-    """The geometry fields known for the store at ``root`` ({} for a new store)."""
+    """The geometry fields known for the store at ``root`` ({} for a new store).
+
+    A damaged ``config/geometry.json`` is recovered from the files' headers when they give
+    every field (the sizes the files were made with are the truth); otherwise it is a
+    CorruptStoreError that names the file and how to repair it."""
     root = Path(root)
     path = root / GEOMETRY_FILE
     try:
-        raw = path.read_text("utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return _geometry_from_files(root)
-    try:
+    problem = geometry_problem(raw)
+    if problem is None:
         data = json.loads(raw)
+        return {f: int(data[f]) for f in FIELDS if f in data}
+    recovered = _geometry_from_files(root)
+    if set(recovered) == set(FIELDS):
+        log.warning("%s: %s; using the sizes in the store's file headers instead (%s)", path,
+                    problem, ", ".join(f"{k}={v}" for k, v in recovered.items()))
+        return recovered
+    raise CorruptStoreError(
+        f"{path}: {problem}, and the store's file headers do not give every size (found "
+        f"{', '.join(sorted(recovered)) or 'none'}); open the store once with an explicit "
+        "strata.StoreConfig holding the sizes it was made with to rewrite the file")
+
+
+def geometry_problem(raw: bytes) -> str | None:
+    """What is wrong with the bytes of a geometry file (None: nothing)."""
+    try:
+        data = json.loads(raw)    # bytes: a byte that is not UTF-8 is a ValueError too
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON object expected, found {type(data).__name__}")
         out = {f: int(data[f]) for f in FIELDS if f in data}
         dataclasses.replace(StoreConfig(), **out).validate()
     except (ValueError, TypeError, KeyError) as exc:
-        raise CorruptStoreError(f"{path}: unreadable store geometry ({exc}); open the store "
-                                "once with an explicit strata.StoreConfig to rewrite it") from None
-    return out
+        return f"unreadable store geometry ({exc})"
+    return None
 
 
 def stored_config(root: str | Path) -> StoreConfig:
@@ -46,16 +71,25 @@ def stored_config(root: str | Path) -> StoreConfig:
     return dataclasses.replace(StoreConfig(), **stored_geometry(root))
 
 
-def save_geometry(root: str | Path, config: StoreConfig, file_ops: FileOps) -> None:
+def save_geometry(root: str | Path, config: StoreConfig, file_ops: FileOps, *,
+                  explicit: bool = True) -> None:
     """Remember ``config``'s geometry for the store at ``root`` (a writer's open), unless the
-    file already says exactly that."""
+    file already says exactly that. A config the caller did not give (``explicit=False``: the
+    store's own geometry, defaults for what it does not know) only ever writes a missing or
+    damaged file, never replaces what the file remembers."""
     path = Path(root) / GEOMETRY_FILE
     data = {"version": 1, **{f: getattr(config, f) for f in FIELDS}}
     try:
-        if json.loads(path.read_text("utf-8")) == data:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raw = None
+    if raw is not None:
+        damaged = geometry_problem(raw) is not None
+        if not damaged and (not explicit or json.loads(raw) == data):
             return
-    except (FileNotFoundError, ValueError):
-        pass
+        if damaged:
+            log.warning("%s: rewriting a damaged geometry file (%s)", path,
+                        ", ".join(f"{f}={data[f]}" for f in FIELDS))
     path.parent.mkdir(parents=True, exist_ok=True)
     file_ops.write_atomic(path, json.dumps(data, indent=1).encode())
 

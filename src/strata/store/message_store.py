@@ -71,6 +71,23 @@ def writer_alive(directory: Path) -> bool:
     return False
 
 
+def check_messages(path: str | os.PathLike, msgs: Sequence[Message],
+                   config: StoreConfig | None = None) -> None:
+    """Raise what a put of ``msgs`` into the store at ``path`` would raise for its input
+    (InvalidInputError and subclasses) without opening or creating anything: a command that
+    opens a store only to put checks first, so a refused put never touches the disk."""
+    path = Path(path)
+    if config is None:
+        config = stored_config(path) if path.is_dir() else StoreConfig()
+    table = TopicTable(path, readonly=True)
+    table.load()
+    encoder = Encoder(config.store_host, config.max_body_size,
+                      config.segment_size - rec.BLANK_MIN_SIZE, config.segment_size)
+    batch = encoder.prepare(list(msgs))
+    if len(batch):
+        batch.choose_queues(table.queues, config.default_queues, {}, {})
+
+
 class MessageStore:
     """An embedded message store in one directory. Open it with ``strata.open``."""
 
@@ -78,6 +95,7 @@ class MessageStore:
                  readonly: bool = False, file_ops: FileOps | None = None,
                  create: bool = True) -> None:
         self.path = Path(path)
+        self._explicit_config = config is not None
         if config is None:   # the sizes the store was made with, defaults for the rest
             config = stored_config(self.path) if self.path.is_dir() else StoreConfig()
         self.config = config
@@ -159,7 +177,8 @@ class MessageStore:
             self._write_checkpoint(clean_end=-1)
             self.abort_marker.create()
             self.state.open(confirmed=end, dispatched=end, min_offset=self.log.min_offset())
-            save_geometry(self.path, self.config, self.file_ops)
+            save_geometry(self.path, self.config, self.file_ops,
+                          explicit=self._explicit_config)
             if self.log.segments.last() is None and self.config.preallocate:
                 self.log.segments.allocator.request(0)  # the first segment, in the background
             self._start_services()
