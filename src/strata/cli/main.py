@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -16,8 +18,9 @@ from strata.cli.refstore_cmd import refstore_group
 from strata.cli.spark_cmd import spark_group
 from strata.errors import CorruptRecordError, StrataError, StoreNotFoundError
 from strata.store.config import StoreConfig
+from strata.store.geometry import stored_geometry
 from strata.store.message import Message
-from strata.store.message_store import COMMITLOG_DIR, MessageStore
+from strata.store.message_store import COMMITLOG_DIR, MessageStore, check_messages
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -56,13 +59,25 @@ def _message_dict(m) -> dict:
 
 
 class StrataGroup(click.Group):
-    """Turns strata's own errors into one-line messages and exit code 1."""
+    """Turns strata's own errors, and the operating system's (a full disk, a permission, a
+    missing file), into one-line messages and exit code 1: never a traceback."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except StrataError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        except OSError as exc:
+            raise click.ClickException(_os_error_line(exc)) from None
+
+
+def _os_error_line(exc: OSError) -> str:
+    """``OSError [Errno 28] No space left on device: 'DIR/lock'`` as one readable line."""
+    what = exc.strerror or str(exc)
+    where = f": {exc.filename}" if exc.filename else ""
+    hint = " (free space on that file system, then retry)" if exc.errno in (
+        errno.ENOSPC, errno.EDQUOT) else ""
+    return f"{type(exc).__name__}: {what}{where}{hint}"
 
 
 @click.group(cls=StrataGroup)
@@ -87,11 +102,14 @@ def info(directory: str, as_json: bool) -> None:
                  "records": s.footer.record_count if s.footer else None}
                 for s in segs]
         cp = store.checkpoint.load()
+        running = store._live_writer
         data = {"directory": str(store.path), "segments": rows,
                 "min_offset": store.log.min_offset(), "confirmed_offset": store.confirmed_offset(),
                 "flushed_offset_checkpoint": cp.flushed_offset if cp else None,
-                "clean_shutdown": not store.abort_marker.exists(),
-                "writer_running": store._live_writer,
+                # while a writer runs its abort marker is there by design: no shutdown to judge
+                "clean_shutdown": None if running else not store.abort_marker.exists(),
+                "writer_running": running,
+                "writer_pid": (store.state.read()[0] or None) if running else None,
                 "topics": len(store.topics())}
     if as_json:
         click.echo(json.dumps(data, indent=1))
@@ -104,9 +122,19 @@ def info(directory: str, as_json: bool) -> None:
                   "yes" if r["sealed"] else "no", "" if r["records"] is None else str(r["records"]))
     console.print(t)
     console.print(f"min offset {data['min_offset']}, confirmed offset {data['confirmed_offset']}, "
-                  f"checkpoint flushed offset {data['flushed_offset_checkpoint']}, "
-                  f"{'writer running' if data['writer_running'] else 'no writer'}, last shutdown "
-                  f"{'clean' if data['clean_shutdown'] else 'UNCLEAN (abort marker present)'}")
+                  f"checkpoint flushed offset {data['flushed_offset_checkpoint']}")
+    console.print(_writer_line(data))
+
+
+def _writer_line(data: dict) -> str:
+    """Who has the store open, or how its last writer left it."""
+    if data["writer_running"]:
+        pid = f" (pid {data['writer_pid']})" if data["writer_pid"] else ""
+        return f"open for writing by a running process{pid}"
+    if data["clean_shutdown"]:
+        return "no writer running; last shutdown clean"
+    return ("no writer running; last shutdown UNCLEAN (its writer stopped without closing the "
+            "store; the next writer recovers it)")
 
 
 @cli.command()
@@ -115,17 +143,56 @@ def info(directory: str, as_json: bool) -> None:
 @click.option("--limit", default=0, help="Stop after this many records (0 = all).")
 @click.option("--topic", default=None, help="Only records of this topic.")
 def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> None:
-    """Print records in log order, one JSON object per line."""
+    """Print records in log order, one JSON object per line.
+
+    An offset inside a record starts at the next record and says so on stderr; on a terminal
+    stderr shows the progress through the log."""
     store = open_readonly(directory)
     n = 0
     with store:
-        for m in store.scan(from_offset):
-            if topic is not None and m.topic != topic:
-                continue
-            click.echo(json.dumps(_message_dict(m)))
-            n += 1
-            if limit and n >= limit:
-                break
+        end = store.confirmed_offset()
+        start = _scan_start(store, from_offset, end)
+        if start is None:
+            return
+        with _progress() as prog:
+            task = prog.add_task("scanning", total=max(0, end - start))
+            for i, m in enumerate(store.scan(start, to_offset=end)):
+                if i % 1024 == 1023:
+                    prog.update(task, completed=m.commitlog_offset - start)
+                if topic is not None and m.topic != topic:
+                    continue
+                click.echo(json.dumps(_message_dict(m)))
+                n += 1
+                if limit and n >= limit:
+                    break
+
+
+def _scan_start(store: MessageStore, offset: int, end: int) -> int | None:
+    """Where ``scan --from-offset offset`` starts: the offset itself if a record starts there,
+    else the next record start (said on stderr); None (said) if no record lies at or after it."""
+    low = store.log.min_offset()
+    if offset < low:
+        if offset > 0:
+            err.print(f"offset {offset} is below the log's first offset {low} (older segments "
+                      f"were deleted); starting at {low}")
+        return low
+    if offset >= end:
+        err.print(f"offset {offset} is at or beyond the end of the log ({end}): no records")
+        return None
+    if store.log.check_at(offset, end) is not None:
+        return offset
+    seg = store.log.segments.find(offset)
+    held = "not a record start"
+    for s, pos, size in store.log.iter_records(seg.base_offset if seg else offset, end):
+        at = s.base_offset + pos
+        if at >= offset:
+            err.print(f"offset {offset} is {held}; starting at the next record, {at}")
+            return at
+        if at + size > offset:
+            held = f"inside the record at {at} ({size} bytes)"
+    err.print(f"offset {offset} is not a record start and no whole record follows it before "
+              f"the end of the log ({end}): no records")
+    return None
 
 
 @cli.command()
@@ -184,6 +251,18 @@ def topics(directory: str) -> None:
         console.print(t)
 
 
+def _require_queue(store: MessageStore, directory: str, topic: str,
+                   queue: int | None = None) -> None:
+    """A clear error (exit 1) for a topic the store does not have, or a queue it lacks."""
+    n = store.queue_count(topic)
+    if n == 0:
+        have = ", ".join(store.topics()[:10]) or "none"
+        raise click.ClickException(f"no topic {topic!r} in {directory} (its topics: {have})")
+    if queue is not None and not 0 <= queue < n:
+        raise click.ClickException(f"topic {topic!r} has {n} queue(s), 0..{n - 1}; "
+                                   f"there is no queue {queue}")
+
+
 @cli.command()
 @click.argument("directory", metavar="DIR")
 @click.argument("topic")
@@ -196,6 +275,7 @@ def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
     """Read messages of one queue from OFFSET (JSON lines; status on stderr)."""
     store = open_readonly(directory)
     with store:
+        _require_queue(store, directory, topic, queue)
         r = store.get(topic, queue, offset, max_messages, tags=tags)
         for m in r.messages:
             click.echo(json.dumps(_message_dict(m)))
@@ -215,6 +295,7 @@ def query(directory: str, topic: str, key: str, begin_ms: int, end_ms: int | Non
     """Messages of TOPIC with KEY, newest first (JSON lines)."""
     store = open_readonly(directory)
     with store:
+        _require_queue(store, directory, topic)
         found = store.query(topic, key, begin_ms=begin_ms, end_ms=end_ms, max_results=max_results)
         for m in found:
             click.echo(json.dumps(_message_dict(m)))
@@ -274,10 +355,13 @@ def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tag
             raise click.BadParameter(f"{p!r} is not NAME=VALUE", param_hint="--property")
         k, v = p.split("=", 1)
         properties[k] = v
-    cfg = StoreConfig(flush="sync" if sync else "async")
+    # the store's own geometry (an explicit default config would replace it for new files)
+    cfg = StoreConfig(flush="sync", **stored_geometry(directory)) if sync else None
+    msg = Message(topic, data, keys=keys, tags=tags, properties=properties or None,
+                  queue_id=queue_id, born_timestamp=time.time_ns() // 1_000_000)
+    check_messages(directory, [msg], cfg)   # refused input never opens (or creates) the store
     with MessageStore(directory, cfg) as store:
-        r = store.put(Message(topic, data, keys=keys, tags=tags, properties=properties or None,
-                              queue_id=queue_id))
+        r = store.put(msg)
     click.echo(json.dumps({"status": r.status.name, "msg_id": r.msg_id, "topic": r.topic,
                            "queue_id": r.queue_id, "queue_offset": r.queue_offset,
                            "commitlog_offset": r.commitlog_offset, "size": r.size}))
