@@ -39,6 +39,7 @@ class RecoveryReport:
     seconds: float = 0.0
     redispatched_records: int = 0          # replayed into consume queues and key index
     consume_queue_units_dropped: int = 0   # units past the replay point, rebuilt by replay
+    repaired_files: list[str] = field(default_factory=list)  # damaged files rebuilt, and how
 
     @property
     def lost_anything(self) -> bool:
@@ -55,6 +56,8 @@ class RecoveryReport:
                   f"{self.zeroed_bytes} bytes discarded")
         if self.dropped_segments:
             s += f"; dropped segment files {', '.join(self.dropped_segments)}"
+        for repair in self.repaired_files:
+            s += f"; {repair}"
         return s
 
 

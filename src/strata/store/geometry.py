@@ -72,26 +72,30 @@ def stored_config(root: str | Path) -> StoreConfig:
 
 
 def save_geometry(root: str | Path, config: StoreConfig, file_ops: FileOps, *,
-                  explicit: bool = True) -> None:
+                  explicit: bool = True) -> str | None:
     """Remember ``config``'s geometry for the store at ``root`` (a writer's open), unless the
     file already says exactly that. A config the caller did not give (``explicit=False``: the
     store's own geometry, defaults for what it does not know) only ever writes a missing or
-    damaged file, never replaces what the file remembers."""
+    damaged file, never replaces what the file remembers. Returns what it repaired (None:
+    nothing)."""
     path = Path(root) / GEOMETRY_FILE
     data = {"version": 1, **{f: getattr(config, f) for f in FIELDS}}
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         raw = None
+    repaired = None
     if raw is not None:
-        damaged = geometry_problem(raw) is not None
-        if not damaged and (not explicit or json.loads(raw) == data):
-            return
-        if damaged:
-            log.warning("%s: rewriting a damaged geometry file (%s)", path,
-                        ", ".join(f"{f}={data[f]}" for f in FIELDS))
+        problem = geometry_problem(raw)
+        if problem is None and (not explicit or json.loads(raw) == data):
+            return None
+        if problem is not None:
+            repaired = (f"{path}: {problem}; rewritten with "
+                        f"{', '.join(f'{f}={data[f]}' for f in FIELDS)}")
+            log.warning("%s", repaired)
     path.parent.mkdir(parents=True, exist_ok=True)
     file_ops.write_atomic(path, json.dumps(data, indent=1).encode())
+    return repaired
 
 
 def _first_file(directory: Path, depth: int) -> Path | None:

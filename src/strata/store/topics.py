@@ -3,42 +3,78 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
+import numpy as np
+
 from strata.errors import CorruptStoreError, InvalidInputError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.format.consume_queue import BLANK_SIZE, UNIT_DTYPE, UNIT_SIZE
 from strata.format.record import encode_topic
+from strata.format.segment import HEADER_AREA
+
+log = logging.getLogger(__name__)
 
 TOPICS_FILE = Path("config") / "topics.json"
 MAX_QUEUES = 1024
+SCAN_UNITS = 4096  # units of a queue's first file looked at for its oldest one
 
 
 class TopicTable:
-    """Which topics exist and how many queues each has."""
+    """Which topics exist and how many queues each has.
+
+    ``queues_dir`` (the store's ``consumequeue/``) lets a damaged file be recovered: every
+    topic that has a queue directory comes back with as many queues as its highest queue
+    directory says, created at its oldest unit's commit-log offset."""
 
     def __init__(self, directory: Path, *, readonly: bool = False,
-                 file_ops: FileOps = DEFAULT_FILE_OPS) -> None:
+                 file_ops: FileOps = DEFAULT_FILE_OPS, queues_dir: Path | None = None) -> None:
         self.path = Path(directory) / TOPICS_FILE
         self.readonly = readonly
         self.file_ops = file_ops
+        self.queues_dir = queues_dir
         self.queues: dict[str, int] = {}
         self.since: dict[str, int] = {}   # commit-log offset at which the topic was created
         self._loaded_stamp: tuple | None = None  # (inode, mtime, size) of the file last read
+        self.recovered: str | None = None  # what load() did about a damaged file
 
     def load(self) -> None:
         try:
             st = os.stat(self.path)
-            raw = self.path.read_text("utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return
         try:
-            data = json.loads(raw)
-            self.queues = {str(t): int(v["queues"]) for t, v in data["topics"].items()}
-            self.since = {str(t): int(v.get("since", 0)) for t, v in data["topics"].items()}
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptStoreError(f"{self.path}: unreadable topic table ({exc})") from None
+            data = json.loads(raw)    # bytes: a byte that is not UTF-8 is a ValueError too
+            queues = {str(t): int(v["queues"]) for t, v in data["topics"].items()}
+            since = {str(t): int(v.get("since", 0)) for t, v in data["topics"].items()}
+            for t in queues:
+                encode_topic(t)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self._recover(f"unreadable topic table ({exc})")
+        else:
+            self.queues, self.since = queues, since
         self._loaded_stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _recover(self, problem: str) -> None:
+        """A damaged file: the topics come back from the queue directories (a writer rewrites
+        the file), or CorruptStoreError says what is wrong and how to repair it."""
+        if self.queues_dir is None:
+            raise CorruptStoreError(
+                f"{self.path}: {problem}; open the store for writing once to rebuild it from "
+                "the consume-queue directories")
+        queues, since = topics_from_queue_dirs(self.queues_dir)
+        self.queues, self.since = queues, since
+        self.recovered = (
+            f"{self.path}: {problem}; recovered {len(queues)} topic(s) from {self.queues_dir} "
+            "(queue counts from the queue directories; topics that never held a message are "
+            "gone and come back with the next put or create_topic)")
+        log.warning("%s", self.recovered)
+        if not self.readonly:
+            self.save()
+            self.recovered += "; file rewritten"
 
     def reload(self) -> None:
         """Read-only openers: pick up topics the writer created since. The writer replaces the
@@ -51,9 +87,14 @@ class TopicTable:
             self.load()
 
     def save(self) -> None:
+        self._write(self.queues, self.since)
+
+    def _write(self, queues: dict[str, int], since: dict[str, int]) -> None:
+        """Replace the file crash-safely with this table (DiskFullError if there is no room;
+        the caller's table is then unchanged)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"version": 1, "topics": {t: {"queues": n, "since": self.since.get(t, 0)}
-                                         for t, n in sorted(self.queues.items())}}
+        data = {"version": 1, "topics": {t: {"queues": n, "since": since.get(t, 0)}
+                                         for t, n in sorted(queues.items())}}
         self.file_ops.write_atomic(self.path, json.dumps(data, indent=1).encode())
 
     def create(self, topic: str, queues: int, since: int = 0) -> bool:
@@ -63,26 +104,67 @@ class TopicTable:
             raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
         if topic in self.queues:
             return False
-        self.queues[topic] = queues
-        self.since[topic] = since
-        self.save()
+        self._change(topic, queues, since)
         return True
 
     def ensure(self, topic: str, queues: int, *, at_least: int = 0, since: int = 0) -> int:
         """The queue count of ``topic``, creating it (or widening it to ``at_least``)."""
         n = self.queues.get(topic)
         if n is None:
-            self.queues[topic] = max(queues, at_least)
-            self.since[topic] = since
-            self.save()
+            self._change(topic, max(queues, at_least), since)
         elif n < at_least:
-            self.queues[topic] = at_least
-            self.save()
+            self._change(topic, at_least, self.since.get(topic, 0))
         return self.queues[topic]
 
     def delete(self, topic: str) -> bool:
-        if self.queues.pop(topic, None) is None:
+        if topic not in self.queues:
             return False
-        self.since.pop(topic, None)
-        self.save()
+        self._change(topic, None, None)
         return True
+
+    def _change(self, topic: str, queues: int | None, since: int | None) -> None:
+        """Set (or with None, drop) one topic: the file first, then the table, so a write
+        that fails (a full disk) leaves both as they were."""
+        new_queues, new_since = dict(self.queues), dict(self.since)
+        if queues is None:
+            new_queues.pop(topic, None)
+            new_since.pop(topic, None)
+        else:
+            new_queues[topic], new_since[topic] = queues, since
+        self._write(new_queues, new_since)
+        self.queues, self.since = new_queues, new_since
+
+
+def topics_from_queue_dirs(root: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """Topics as the consume-queue directories show them: ``root/<topic>/<queue id>/``, the
+    queue count one more than the highest queue id, created at (no later than) the commit-log
+    offset of the oldest unit found."""
+    queues: dict[str, int] = {}
+    since: dict[str, int] = {}
+    if not Path(root).is_dir():
+        return queues, since
+    for tdir in sorted(Path(root).iterdir()):
+        try:
+            encode_topic(tdir.name)
+        except InvalidInputError:
+            continue
+        ids = [int(q.name) for q in tdir.iterdir() if q.is_dir() and q.name.isdigit()]
+        if not ids or max(ids) >= MAX_QUEUES:
+            continue
+        queues[tdir.name] = max(ids) + 1
+        firsts = [f for f in (_oldest_unit_offset(tdir / str(q)) for q in ids) if f is not None]
+        since[tdir.name] = min(firsts, default=0)
+    return queues, since
+
+
+def _oldest_unit_offset(qdir: Path) -> int | None:
+    """The commit-log offset of the first real unit in a queue's first file (None: none)."""
+    files = sorted(p for p in qdir.iterdir() if p.name.isdigit() and len(p.name) == 20)
+    if not files:
+        return None
+    with open(files[0], "rb") as f:
+        f.seek(HEADER_AREA)
+        raw = f.read(UNIT_SIZE * SCAN_UNITS)
+    units = np.frombuffer(raw, UNIT_DTYPE, len(raw) // UNIT_SIZE)
+    real = np.flatnonzero((units["size"] > 0) & (units["size"] != BLANK_SIZE))
+    return int(units["offset"][real[0]]) if len(real) else None
