@@ -53,6 +53,16 @@ def make_message(seq: int = 0, *, topic: str = "t", size: int = 100, **kw) -> st
     return strata.Message(topic, body_for(seq, size), **kw)
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every test marked ``spark`` (tests/spark, tests/docs)."""
+    from strata.spark.jobs import spark_session  # checks Java first: a clear error without it
+    s = spark_session("local[2]", "strata-tests")
+    s.conf.set("spark.sql.shuffle.partitions", "2")
+    yield s
+    s.stop()
+
+
 @pytest.fixture
 def tmp_store_dir(tmp_path: Path) -> Path:
     """A path where a store may be created (the directory does not exist yet)."""

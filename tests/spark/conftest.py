@@ -1,5 +1,6 @@
-"""One local[2] SparkSession for the whole Spark suite, and a small strata store to read
-(helpers in spark_support.py, importable by that unique name)."""
+"""A small strata store for the Spark suite to read (helpers in spark_support.py, importable
+by that unique name); the session fixture ``spark`` is in tests/support.py (the doc-block test
+runs Spark examples in it too)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,6 @@ from pathlib import Path
 import pytest
 
 from spark_support import fill_store
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from strata.spark.jobs import spark_session  # checks Java first: a clear error without it
-    s = spark_session("local[2]", "strata-tests")
-    s.conf.set("spark.sql.shuffle.partitions", "2")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="session")
