@@ -386,11 +386,14 @@ def open_and_check(path: Path, cfg, acks: dict[int, Ack], tally: Tally, ctx: dic
     return True
 
 
-def close_checked(store, tally: Tally, ctx: dict) -> None:
+def close_checked(store, tally: Tally, ctx: dict, *, disk_full_ok: bool = False) -> None:
+    """Close; an exception is counted (DiskFullError is a fair answer on a full disk: the
+    checkpoint cannot be written) and the store is then dropped as a crash would."""
     try:
         store.close()
     except Exception as e:  # noqa: BLE001
-        tally.raised(ctx, "close", e)
+        if not (disk_full_ok and isinstance(e, DiskFullError)):
+            tally.raised(ctx, "close", e)
         try:
             store._abandon()
         except Exception:  # noqa: BLE001
@@ -807,7 +810,7 @@ def _fill_and_check(store_factory, free_space, tally: Tally, ctx: dict, rng: ran
     except Exception as e:  # noqa: BLE001
         tally.raised(ctx, "check", e)
     ctx["phase"] = "close while full"
-    close_checked(store, tally, ctx)
+    close_checked(store, tally, ctx, disk_full_ok=True)
     ctx["phase"] = "reopen while full"
     try:
         s = store_factory()
@@ -820,7 +823,7 @@ def _fill_and_check(store_factory, free_space, tally: Tally, ctx: dict, rng: ran
         try:
             check_store(s, acks, tally, ctx, sample=set())
         finally:
-            close_checked(s, tally, ctx)
+            close_checked(s, tally, ctx, disk_full_ok=True)
     free_space()
     ctx["phase"] = "after freeing space"
     s = open_checked(store_factory, tally, ctx, len(acks))
@@ -876,7 +879,7 @@ def scenario_disk(rounds: int, workdir: Path, seed: int, deadline: float,
             def factory():
                 s = strata.MessageStore(path, store_config(), file_ops=fops)
                 if not made:   # the disk fills up a little after the first open
-                    fops.fill_disk(rng.randrange(0, 6) * SEGMENT)
+                    fops.fill_disk(rng.randrange(1, 6) * SEGMENT)
                 made.append(s)
                 return s
 
@@ -892,12 +895,21 @@ def scenario_disk(rounds: int, workdir: Path, seed: int, deadline: float,
 # --------------------------------------------------------------------------- driver
 
 
-def git_head() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return ""
+def code_under_test() -> dict:
+    """Which strata ran: its directory, and the repository's commit when it ran from there
+    (``dirty``: the working tree's src/ differs from that commit)."""
+    src = Path(strata.__file__).resolve().parent
+    out: dict = {"strata": str(src)}
+    if REPO / "src" in src.parents:
+        try:
+            git = ["git", "-C", str(REPO)]
+            out["commit"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"],
+                                           capture_output=True, text=True).stdout.strip()
+            out["dirty"] = bool(subprocess.run(git + ["status", "--porcelain", "src"],
+                                               capture_output=True, text=True).stdout.strip())
+        except OSError:
+            pass
+    return out
 
 
 SHARES = {"kills": 0.40, "power": 0.10, "flips": 0.40, "disk": 0.10}
@@ -951,7 +963,7 @@ def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
     finally:
         if own_dir:
             shutil.rmtree(base, ignore_errors=True)
-    summary = {"event": "summary", "seed": seed, "commit": git_head(), **total.counts(),
+    summary = {"event": "summary", "seed": seed, **code_under_test(), **total.counts(),
                "kills": scenarios.get("kills", {}).get("kills", 0),
                "power_losses": scenarios.get("power", {}).get("power_losses", 0),
                "flips": scenarios.get("flips", {}).get("flips", 0),
