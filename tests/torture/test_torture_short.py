@@ -48,28 +48,36 @@ def test_torture_short(tmp_path):
         f"seed {seed}: {json.dumps({k: s[k] for k in ('lost', 'wrong', 'tracebacks', 'errors', 'failed')})}\n{report}"
 
 
-def test_harness_counts_a_served_corrupt_body(tmp_path):
-    """The checker itself: a message whose body is not what was acknowledged is counted as
+def test_harness_counts_a_served_corrupt_body(tmp_path, monkeypatch):
+    """The checker itself: a message whose bytes are not what was acknowledged is counted as
     wrong, a missing one as lost (so a green short run means something)."""
+    import random
+
     import strata
+    monkeypatch.setattr(torture, "LINES_PER_ROUND", 100)
+    rng = random.Random(1)
+    seqs = iter(range(1000))
     with strata.open(tmp_path / "s", torture.store_config()) as store:
-        seqs = iter(range(100))
         acks = {}
-        for _ in range(5):
-            for a in torture.put_random(store, __import__("random").Random(1), lambda: next(seqs)):
+        for _ in range(10):
+            for a in torture.put_random(store, rng, lambda: next(seqs)):
                 acks[a.seq] = a
         store.wait_dispatched(10)
         tally = torture.Tally()
         torture.check_store(store, acks, tally, {})
-        assert tally.ok() and tally.checks > 4 * len(acks)
-        # a model that expects one message more, and one whose body differs
-        ghost = torture.Ack(999, "t0", 0, 10_000, 1 << 40, 100, "00" * 16)
+        assert tally.ok() and tally.checks == 4 * len(acks) > 10
+        # a model that expects one message more, and one other message in another's place
+        ghost = torture.Ack(5000, "t0", 0, 10_000, 1 << 40, 100, "00" * 16)
         some = next(iter(acks.values()))
-        changed = torture.Ack(some.seq + 1000, some.topic, some.queue_id, some.queue_offset,
+        swapped = torture.Ack(some.seq + 1000, some.topic, some.queue_id, some.queue_offset,
                               some.offset, some.size, some.msg_id)
-        acks2 = {k: v for k, v in acks.items() if k != some.seq}
-        acks2[ghost.seq] = ghost
-        acks2[changed.seq] = changed
+        model = {k: v for k, v in acks.items() if k != some.seq}
+        model[ghost.seq] = ghost
+        model[swapped.seq] = swapped
         tally = torture.Tally()
-        torture.check_store(store, acks2, tally, {})
-        assert tally.lost >= 1 and tally.wrong >= 1
+        torture.check_store(store, model, tally, {})
+        # the ghost is lost four ways; read_at and get_by_id return another message for the
+        # swapped one (wrong), get and query do not find it (lost)
+        assert (tally.lost, tally.wrong, tally.tracebacks, tally.errors) == (6, 2, 0, 0)
+        assert {(f["problem"], f["via"]) for f in tally.failures if f["seq"] == swapped.seq} \
+            == {("wrong", "read_at"), ("wrong", "get_by_id"), ("lost", "get"), ("lost", "query")}
