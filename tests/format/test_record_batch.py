@@ -1,8 +1,11 @@
-"""The batch decoder (strata.format.record_batch) agrees with check_record + decode_record.
+"""The batch decoder (strata.format.record_batch) agrees with the one-record path
+(``rec.message_at``: check_record + decode_record).
 
 Random runs of records (IPv4/IPv6 hosts, properties, empty bodies) are laid out back to back,
 some positions are damaged or wrong; decode_at must return exactly what the one-record path
-returns: the same message where that path accepts the record, None where it refuses it.
+returns: the same message where that path accepts the record, None where it finds none, and
+None reported as damaged where it raises CorruptRecordError. Every single flipped bit of a
+record is reported as damage to that record, never served and never a raw decoding error.
 """
 
 from __future__ import annotations
@@ -21,14 +24,11 @@ from test_record_format import records
 
 
 def one_by_one(buf: bytes, pos: int, phys: int, limit: int, verify_crc: bool):
+    """(message or None, the CorruptRecordError of a damaged record or None)."""
     try:
-        kind, _size = rec.check_record(buf, pos, limit, verify_crc=verify_crc)
-    except CorruptRecordError:
-        return None
-    if kind != rec.RecordKind.MESSAGE:
-        return None
-    m = rec.decode_record(buf, pos)
-    return m if m.commitlog_offset == phys else None
+        return rec.message_at(buf, pos, limit, phys, verify_crc=verify_crc), None
+    except CorruptRecordError as exc:
+        return None, exc
 
 
 @st.composite
@@ -65,10 +65,15 @@ def test_decode_at_matches_the_one_record_path(log, data):
         phys[j] += 1
     verify = data.draw(st.booleans(), "verify crc")
     raw = bytes(buf)
-    want = [one_by_one(raw, p, o, limit, verify) for p, o in zip(pos, phys)]
+    want, errors = zip(*[one_by_one(raw, p, o, limit, verify) for p, o in zip(pos, phys)])
+    damaged: dict[int, str] = {}
     got = decode_at(raw, np.array(pos, np.int64), np.array(phys, np.int64), limit,
-                    verify_crc=verify)
-    assert got == want
+                    verify_crc=verify, damaged=damaged)
+    assert got == list(want)
+    # the damaged records are the ones the one-record path refuses with CorruptRecordError
+    assert sorted(damaged) == [i for i, e in enumerate(errors) if e is not None]
+    for i, why in damaged.items():
+        assert errors[i].offset == phys[i] and why in str(errors[i])
     for m in got:
         if m is None:
             continue
@@ -80,6 +85,75 @@ def test_decode_at_matches_the_one_record_path(log, data):
             continue
         assert (m.keys, m.tags, m.properties) == expected
         assert m.msg_id == rec.make_msg_id(m.store_host, m.commitlog_offset)
+
+
+def one_record(topic: str = "orders") -> tuple[bytes, int]:
+    """A log of 16 zero bytes and one record at offset 16: (bytes, offset)."""
+    return bytes(16) + rec.encode_record(
+        queue_id=1, flag=0, queue_offset=7, physical_offset=16, sys_flag=0, born_ts=1,
+        store_ts=2, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
+        store_host=("10.0.0.2", 2), topic=topic, keys=("k",), tags="t", body=b"x" * 40), 16
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_topic_that_is_not_utf8_is_a_damaged_record_on_both_paths(verify):
+    # the cause of this file's flaky property test: with the CRC left unchecked, a flipped
+    # high bit in the topic made both paths raise a raw UnicodeDecodeError
+    raw, at = one_record()
+    start, _n = rec.topic_span(raw, at)
+    buf = bytearray(raw)
+    buf[start] ^= 0x80
+    buf = bytes(buf)
+    with pytest.raises(CorruptRecordError) as ei:
+        rec.message_at(buf, at, len(buf), at, verify_crc=verify)
+    assert ei.value.offset == at and f"commit-log offset {at}" in str(ei.value)
+    with pytest.raises(CorruptRecordError):
+        rec.decode_record(buf, at)
+    damaged: dict[int, str] = {}
+    assert decode_at(buf, np.array([at]), np.array([at]), len(buf), verify_crc=verify,
+                     damaged=damaged) == [None]
+    assert list(damaged) == [0] and damaged[0] in str(ei.value)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_every_single_bit_flip_in_a_record_is_reported_as_its_damage(verify):
+    raw, at = one_record()
+    intact = rec.message_at(raw, at, len(raw), at, verify_crc=verify)
+    assert intact is not None and intact.commitlog_offset == at
+    size = len(raw) - at
+    served = []
+    for i in range(at, at + size):
+        for bit in range(8):
+            buf = bytearray(raw)
+            buf[i] ^= 1 << bit
+            buf = bytes(buf)
+            damaged: dict[int, str] = {}
+            got = decode_at(buf, np.array([at]), np.array([at]), len(buf), verify_crc=verify,
+                            damaged=damaged)
+            try:
+                one = rec.message_at(buf, at, len(buf), at, verify_crc=verify)
+            except CorruptRecordError as exc:
+                assert exc.offset == at
+                assert got == [None] and 0 in damaged, (i - at, bit)
+                continue
+            assert got == [one] and not damaged, (i - at, bit)
+            served.append((i - at, bit))
+    if verify:   # the CRC catches every one of them
+        assert served == []
+    else:        # the fixed checks still catch flips of the lengths, magic and own offset
+        assert served
+        assert not [i for i, _ in served if i < rec.POS_CRC or i >= size - rec.TRAILER_SIZE
+                    or rec.POS_PHYSICAL_OFFSET <= i < rec.POS_PHYSICAL_OFFSET + 8]
+
+
+def test_other_records_and_no_records_are_not_damage():
+    raw, at = one_record()
+    log = raw + raw[at:]        # a second copy of the same record, still claiming offset 16
+    assert rec.message_at(log, len(raw), len(log), len(raw), verify_crc=True) is None
+    for pos in (0, 4, at + 1, at + 8, at + 40):   # zeros, the middle of a record
+        assert rec.record_damage(log, pos, len(log), pos) is None
+        assert rec.message_at(log, pos, len(log), pos, verify_crc=True) is None
+    assert rec.message_at(log, at, at + 20, at, verify_crc=True) is None  # beyond the limit
 
 
 @given(records())

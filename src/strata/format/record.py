@@ -456,21 +456,84 @@ def check_record(buf, pos: int, limit: int, *, verify_crc: bool = True) -> tuple
     return RecordKind.MESSAGE, total
 
 
+def decode_topic(raw, pos: int) -> str:
+    """The topic name from its bytes ``raw``; CorruptRecordError (naming ``pos``) if they are
+    not UTF-8, as only a damaged record's can be (names are ASCII)."""
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptRecordError(f"topic bytes {bytes(raw)[:40]!r} are not UTF-8", pos) from None
+
+
 def decode_record(buf, pos: int = 0) -> StoredMessage:
-    """The message record at ``pos`` (already validated by ``check_record``)."""
+    """The message record at ``pos`` (already validated by ``check_record``); CorruptRecordError
+    if its topic cannot be decoded (a flipped bit that a check without the CRC let through)."""
     (total, _magic, _crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, store_ts,
      tx_offset, reconsume, body_len, topic_len, props_len) = HEADER.unpack_from(buf, pos)
     hosts = pos + HEADER_SIZE
     p = hosts + (18 if sys_flag & SYSFLAG_BORN_HOST_V6 else 6) + \
         (18 if sys_flag & SYSFLAG_STORE_HOST_V6 else 6)
     hosts_raw = bytes(buf[hosts:p])
-    topic = bytes(buf[p:p + topic_len]).decode("utf-8")
+    topic = decode_topic(buf[p:p + topic_len], pos)
     p += topic_len
     props_raw = bytes(buf[p:p + props_len])
     p += props_len
     body = bytes(buf[p:p + body_len])
     return StoredMessage((topic, queue_id, queue_offset, phys, body, born_ts, store_ts,
                           reconsume, flag, sys_flag, tx_offset, total, props_raw, hosts_raw))
+
+
+def record_damage(buf, pos: int, limit: int, phys: int) -> str | None:
+    """Why the bytes at ``pos`` of ``buf[:limit]`` are a damaged message record of commit-log
+    offset ``phys``; None if they are that record intact, or not that record at all (another
+    offset's intact record, a blank, zeros, the middle of a record, nothing below ``limit``).
+
+    A record start is recognised by its magic or by its own offset field, so a flipped bit in
+    either of those still counts as damage to the record, not as "no record here". Checks the
+    CRC whatever the caller's setting: this is the slow path, taken after a check failed.
+    """
+    if limit - pos < POS_PHYSICAL_OFFSET + 8 or pos < 0:
+        return None
+    total, magic = struct.unpack_from("<II", buf, pos)
+    (own,) = I64_AT.unpack_from(buf, pos + POS_PHYSICAL_OFFSET)
+    if magic == BLANK_MAGIC or (magic != MESSAGE_MAGIC and
+                                (own != phys or (total == 0 and magic == 0))):
+        return None
+    try:
+        check_record(buf, pos, limit, verify_crc=True)
+        start, length = topic_span(buf, pos)
+        decode_topic(buf[start:start + length], pos)
+    except CorruptRecordError as exc:
+        return str(exc)
+    return None  # intact: this offset's record, or another offset's
+
+
+def message_at(buf, pos: int, limit: int, phys: int, *,
+               verify_crc: bool) -> StoredMessage | None:
+    """The message record of commit-log offset ``phys`` at ``pos`` of ``buf[:limit]``.
+
+    None where there is no such record (not a record start, a blank, another offset's record,
+    beyond ``limit``); CorruptRecordError naming ``phys`` where that record is but fails its
+    checks (CRC with ``verify_crc``, lengths, magic, its own offset, an undecodable topic).
+    """
+    try:
+        kind, _size = check_record(buf, pos, limit, verify_crc=verify_crc)
+        if kind == RecordKind.MESSAGE and \
+                I64_AT.unpack_from(buf, pos + POS_PHYSICAL_OFFSET)[0] == phys:
+            return decode_record(buf, pos)
+    except CorruptRecordError:
+        pass
+    why = record_damage(buf, pos, limit, phys)
+    if why is None:
+        return None
+    raise damaged_record_error(phys, why)
+
+
+def damaged_record_error(phys: int, why: str) -> CorruptRecordError:
+    """The error for a damaged record at commit-log offset ``phys`` (``why``: what failed)."""
+    return CorruptRecordError(
+        f"the record at commit-log offset {phys} is damaged: {why} (it is never served; "
+        "`strata verify DIR` lists every damaged record)", phys)
 
 
 def peek(buf, pos: int = 0) -> tuple[int, int, int, int, int, int]:

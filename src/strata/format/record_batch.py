@@ -73,32 +73,81 @@ def check_headers(buf, positions: np.ndarray, phys, limit: int
 
 
 def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
-              *, verify_crc: bool = False,
-              topics: dict[bytes, str] | None = None) -> list[rec.StoredMessage | None]:
+              *, verify_crc: bool = False, topics: dict[bytes, str] | None = None,
+              damaged: dict[int, str] | None = None) -> list[rec.StoredMessage | None]:
     """Messages whose records start at ``positions`` of ``buf`` (an mmap or bytes).
 
     ``phys`` holds the commit-log offset each record must carry; ``limit`` is the end of the
-    readable bytes. An entry is None where there is no whole, matching message record (blank,
-    torn, beyond the limit, a different offset, or a CRC mismatch with ``verify_crc``), as
-    ``check_record`` would decide.
+    readable bytes. An entry is None where there is no whole, intact, matching message record
+    (blank, torn, beyond the limit, a different offset, a CRC mismatch with ``verify_crc``, a
+    topic that is not UTF-8). Where that None is a damaged record of the offset asked for
+    (``rec.message_at`` would raise CorruptRecordError), ``damaged`` (if given) gets the
+    entry's index and the reason (``rec.record_damage``).
     """
     n = len(positions)
     if n == 0:
         return []
     positions = positions.astype(np.int64, copy=False)
     hdr, ok, total, hosts = check_headers(buf, positions, phys, limit)
-    if not ok.any():
-        return [None] * n
-    if verify_crc:
+    if verify_crc and ok.any():
         with memoryview(buf) as mv:
             for i in np.flatnonzero(ok).tolist():
                 p = int(positions[i])
                 if crc32c(mv[p + rec.CRC_START:p + int(total[i])]) != int(hdr["crc"][i]):
                     ok[i] = False
-    every = bool(ok.all())
-    if not every:
-        keep = np.flatnonzero(ok)
-        hdr, positions, hosts, total = hdr[keep], positions[keep], hosts[keep], total[keep]
+    if topics is None:
+        topics = {}
+    while True:  # a second round only when a topic turned out not to be UTF-8
+        every = bool(ok.all())
+        if not every:
+            if damaged is not None:
+                for i in np.flatnonzero(~ok).tolist():
+                    if i not in damaged:
+                        why = rec.record_damage(buf, int(positions[i]), limit, int(phys[i]))
+                        if why is not None:
+                            damaged[i] = why
+            if not ok.any():
+                return [None] * n
+            keep = np.flatnonzero(ok)
+            k_hdr, k_positions, k_hosts, k_total = \
+                hdr[keep], positions[keep], hosts[keep], total[keep]
+        else:
+            k_hdr, k_positions, k_hosts, k_total = hdr, positions, hosts, total
+        topic_at = k_positions + rec.HEADER_SIZE + k_hosts
+        topic_end = topic_at + k_hdr["topic_len"].astype(np.int64)
+        # comprehensions slice inline: about twice as fast as map(slice, ...)
+        raw_topics = [buf[a:b] for a, b in zip(topic_at.tolist(), topic_end.tolist())]
+        topic_names = list(map(topics.get, raw_topics))
+        if None not in topic_names:
+            break
+        undecodable = _learn_topics(raw_topics, topics)  # topics this reader has not met yet
+        if not undecodable:
+            topic_names = list(map(topics.__getitem__, raw_topics))
+            break
+        for j in undecodable:
+            ok[j if every else int(keep[j])] = False
+    return _messages(buf, n, None if every else keep, k_hdr, k_positions, k_hosts, k_total,
+                     topic_names)
+
+
+def _learn_topics(raw_topics: list, topics: dict[bytes, str]) -> list[int]:
+    """Add the names of ``raw_topics`` missing from ``topics``; the indices of those that are
+    not UTF-8 (only a damaged record's topic can be: names are ASCII)."""
+    bad: list[int] = []
+    for j, tb in enumerate(raw_topics):
+        if tb not in topics:
+            try:
+                topics[bytes(tb)] = bytes(tb).decode("utf-8")
+            except UnicodeDecodeError:
+                bad.append(j)
+    return bad
+
+
+def _messages(buf, n: int, keep: np.ndarray | None, hdr: np.ndarray, positions: np.ndarray,
+              hosts: np.ndarray, total: np.ndarray,
+              topic_names: list[str]) -> list[rec.StoredMessage | None]:
+    """The StoredMessages of the records kept (``keep``: their indices among ``n``, None for
+    all), each in its place of a list of ``n`` (None elsewhere)."""
     topic_len = hdr["topic_len"].astype(np.int64)
     props_len = hdr["props_len"].astype(np.int64)
     body_len = hdr["body_len"].astype(np.int64)
@@ -110,16 +159,7 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
     host_list, topic_list, props_list, body_list, end_list = (
         host_at.tolist(), topic_at.tolist(), props_at.tolist(), body_at.tolist(),
         body_end.tolist())
-    if topics is None:
-        topics = {}
     # comprehensions slice inline: about twice as fast as map(slice, ...)
-    raw_topics = [buf[a:b] for a, b in zip(topic_list, props_list)]
-    topic_names = list(map(topics.get, raw_topics))
-    if None in topic_names:  # a topic this reader has not met yet
-        for tb in raw_topics:
-            if tb not in topics:
-                topics[tb] = bytes(tb).decode("utf-8")
-        topic_names = list(map(topics.__getitem__, raw_topics))
     rows = zip(topic_names, hdr["queue_id"].tolist(), hdr["queue_offset"].tolist(),
                hdr["phys"].tolist(), [buf[a:b] for a, b in zip(body_list, end_list)],
                hdr["born_ts"].tolist(), hdr["store_ts"].tolist(), hdr["reconsume"].tolist(),
@@ -128,7 +168,7 @@ def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
                [buf[a:b] for a, b in zip(props_list, body_list)],
                [buf[a:b] for a, b in zip(host_list, topic_list)])
     made = list(map(_new_message, rows))
-    if every:
+    if keep is None:
         return made
     out: list[rec.StoredMessage | None] = [None] * n
     for i, m in zip(keep.tolist(), made):
