@@ -281,6 +281,10 @@ def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
             click.echo(json.dumps(_message_dict(m)))
         err.print(f"status {r.status.name}, next offset {r.next_offset}, "
                   f"min {r.min_offset}, max {r.max_offset}")
+        if r.corrupt:   # passed over, never printed: say so and fail
+            raise click.ClickException("\n".join(
+                f"CorruptRecordError: {topic}/{queue} offset {c.queue_offset}: {c.error()}"
+                for c in r.corrupt))
 
 
 @cli.command()

@@ -241,16 +241,24 @@ class CommitLog:
             return None
         return seg, offset - seg.base_offset
 
-    def check_at(self, offset: int, limit: int, *, verify_crc: bool = False) -> tuple[MappedSegment, int, int] | None:
-        """(segment, position, size) of the message record at ``offset`` if it is whole and
-        lies below ``limit``; None otherwise (not a record start, blank, beyond the end)."""
+    def _readable(self, offset: int, limit: int) -> tuple[MappedSegment, int, int] | None:
+        """(segment, position of ``offset`` in it, end of its readable data) if ``offset`` lies
+        in [min offset, ``limit``); positions count from the segment's first data byte."""
         if offset < 0 or offset >= limit:
             return None
         loc = self.locate(offset)
         if loc is None:
             return None
         seg, pos = loc
-        end = min(seg.committed, limit - seg.base_offset)
+        return seg, pos, min(seg.committed, limit - seg.base_offset)
+
+    def check_at(self, offset: int, limit: int, *, verify_crc: bool = False) -> tuple[MappedSegment, int, int] | None:
+        """(segment, position, size) of the message record at ``offset`` if it is whole and
+        lies below ``limit``; None otherwise (not a record start, blank, beyond the end)."""
+        found = self._readable(offset, limit)
+        if found is None:
+            return None
+        seg, pos, end = found
         try:
             with seg.view(0, end) as mv:
                 kind, size = rec.check_record(mv, pos, end, verify_crc=verify_crc)
@@ -262,18 +270,31 @@ class CommitLog:
             return None
         return seg, pos, size
 
-    def read(self, offset: int, limit: int, *, verify_crc: bool = False) -> rec.StoredMessage | None:
-        """Decode the message at ``offset`` (None if there is no whole record there)."""
-        found = self.check_at(offset, limit, verify_crc=verify_crc)
+    def read(self, offset: int, limit: int, *, verify_crc: bool = False,
+             strict: bool = False) -> rec.StoredMessage | None:
+        """Decode the message at ``offset`` (None if there is no whole record there). A record
+        of that offset that fails its checks (``rec.message_at``) is None too, or with
+        ``strict`` raises CorruptRecordError naming the offset."""
+        found = self._readable(offset, limit)
         if found is None:
             return None
-        seg, pos, _size = found
-        return rec.decode_record(seg.mm, HEADER_AREA + pos)
+        seg, pos, end = found
+        try:
+            return rec.message_at(seg.mm, HEADER_AREA + pos, HEADER_AREA + end, offset,
+                                  verify_crc=verify_crc)
+        except CorruptRecordError:
+            if strict:
+                raise
+            return None
+        except ValueError:  # closed by retention just now
+            return None
 
-    def read_batch(self, offsets: np.ndarray, limit: int, *,
-                   verify_crc: bool = False) -> list[rec.StoredMessage | None]:
+    def read_batch(self, offsets: np.ndarray, limit: int, *, verify_crc: bool = False,
+                   damaged: dict[int, str] | None = None) -> list[rec.StoredMessage | None]:
         """Decode the messages at commit-log ``offsets`` (ascending, e.g. one queue's units);
-        None where ``read`` would answer None. Each segment is located once per run of offsets."""
+        None where ``read`` would answer None. ``damaged`` (if given) gets the index and the
+        reason of each None that is a damaged record (where ``read(strict=True)`` raises).
+        Each segment is located once per run of offsets."""
         offsets = np.asarray(offsets, dtype=np.int64)
         out: list[rec.StoredMessage | None] = []
         for lo, hi, seg in segment_runs(list(self.segments.segments), offsets):
@@ -282,11 +303,16 @@ class CommitLog:
                 out.extend([None] * (hi - lo))
                 continue
             end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
+            found: dict[int, str] | None = None if damaged is None else {}
             try:  # numpy views of the mapping pin it while decode_at reads
                 out.extend(decode_at(seg.mm, part - seg.base_offset + HEADER_AREA, part, end,
-                                     verify_crc=verify_crc, topics=self._topic_names))
+                                     verify_crc=verify_crc, topics=self._topic_names,
+                                     damaged=found))
             except ValueError:  # closed by retention just now
                 out.extend([None] * (hi - lo))
+                continue
+            if found:
+                damaged.update((lo + i, why) for i, why in found.items())
         return out
 
     def iter_records(self, from_offset: int, limit: int, *, verify_crc: bool = False,

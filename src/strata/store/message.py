@@ -6,12 +6,12 @@ import enum
 from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from strata.errors import InvalidInputError
-from strata.format.record import Host, StoredMessage  # noqa: F401  (re-exported)
+from strata.errors import CorruptRecordError, InvalidInputError
+from strata.format.record import Host, StoredMessage, damaged_record_error  # noqa: F401
 
 
 class PutStatus(enum.Enum):
@@ -268,15 +268,31 @@ class GetStatus(enum.Enum):
     OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
 
 
+class CorruptRecord(NamedTuple):
+    """A damaged record that ``get`` passed over (it fails its CRC or cannot be decoded): it is
+    never served, and reported with what failed."""
+
+    queue_offset: int
+    commitlog_offset: int
+    reason: str
+
+    def error(self) -> CorruptRecordError:
+        """The damage as the error that ``read_at`` raises for it (names the offset)."""
+        return damaged_record_error(self.commitlog_offset, self.reason)
+
+
 @dataclass
 class GetResult:
-    """Messages of one queue from an offset; ``next_offset`` is where to continue."""
+    """Messages of one queue from an offset; ``next_offset`` is where to continue.
+    ``corrupt`` lists the damaged records passed over on the way (in queue order), which
+    ``messages`` leaves out."""
 
     status: GetStatus
     messages: list[StoredMessage]
     next_offset: int
     min_offset: int
     max_offset: int
+    corrupt: tuple[CorruptRecord, ...] = ()
 
     @property
     def found(self) -> bool:
