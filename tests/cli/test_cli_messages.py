@@ -107,6 +107,17 @@ def test_scan_shows_progress_on_a_terminal_and_nothing_on_a_pipe(tmp_path):
     assert b"scanning" in shown
 
 
+def test_scan_into_a_reader_that_stops_early_ends_quietly(tmp_path):
+    make_store(tmp_path / "s", n=3000)             # far more than a pipe's buffer holds
+    p = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "scan", str(tmp_path / "s")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = p.stdout.readline()
+    p.stdout.close()                               # as `strata scan DIR | head -1` does
+    stderr = p.stderr.read()
+    assert p.wait(timeout=60) == 0 and stderr == ""
+    assert '"commitlog_offset": 0' in first
+
+
 # --------------------------------------------------------------------------- get, query
 
 
