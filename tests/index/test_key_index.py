@@ -345,7 +345,10 @@ def test_bad_configuration(tmp_path, kw):
 
 
 @pytest.mark.parametrize("damage", ["magic", "length", "geometry", "name"])
-def test_corrupt_header_names_the_file(tmp_path, damage):
+def test_corrupt_header_sets_the_file_aside(tmp_path, damage):
+    """A file that cannot be used never keeps the index from opening: a reader skips it, a
+    writer renames it to ``<name>.damaged``, says so naming it, and asks for re-dispatch from
+    the offset its name gives (the index is derived from the commit log)."""
     build(tmp_path, stream(5), slots=4, entries=11).close()
     path = tmp_path / fmt.file_name(0)
     raw = bytearray(path.read_bytes())
@@ -359,9 +362,17 @@ def test_corrupt_header_names_the_file(tmp_path, damage):
         path.rename(tmp_path / fmt.file_name(7))
         path = tmp_path / fmt.file_name(7)
     path.write_bytes(bytes(raw))
-    for readonly in (False, True):
-        with pytest.raises(CorruptStoreError, match=str(path.name)):
-            KeyIndex(tmp_path, slots=4, entries=11, readonly=readonly).files()
+    view = KeyIndex(tmp_path, slots=4, entries=11, readonly=True)
+    assert view.files() == [] and view.damaged_from is None
+    ki = KeyIndex(tmp_path, slots=4, entries=11)
+    assert ki.files() == [] and ki.indexed_end() == 0
+    assert ki.damaged_from == (7 if damage == "name" else 0)
+    (line,) = ki.set_aside
+    assert path.name in line and "key index" in line
+    assert not path.exists() and path.with_name(path.name + ".damaged").exists()
+    ki.put_batch(stream(5))
+    assert ki.indexed_end() > 0
+    ki.close(), view.close()
 
 
 def test_full_disk_leaves_earlier_data_intact(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import mmap
 import os
 from pathlib import Path
 
-from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
 from strata.format.checkpoint import (STATE_OFFSET, STATE_POS_CONFIRMED, STATE_POS_DISPATCHED,
                                       STATE_POS_MIN, Checkpoint, decode_state, encode_state)
 
@@ -90,7 +90,11 @@ class StatePage:
             self.mm = mmap.mmap(fd, STATE_SIZE, access=mmap.ACCESS_READ)
             return True
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(fd, STATE_SIZE)
+        try:   # blocks reserved, not a sparse page: a full disk is DiskFullError, not SIGBUS
+            os.posix_fallocate(fd, 0, STATE_SIZE)
+        except OSError as exc:
+            os.close(fd)
+            raise disk_full_or_same(exc, f"no space left to create {self.path}")
         self._fd = fd
         self.mm = mmap.mmap(fd, STATE_SIZE)
         raw = encode_state(os.getpid(), confirmed, dispatched, min_offset)

@@ -3,8 +3,8 @@
 ``FaultInjectingFileOps`` records which byte ranges of which files were made durable; after the
 store is abandoned (an in-process crash), ``power_loss()`` zeroes every byte that was never
 synced, which is what a preallocated file looks like after the page cache is lost. It can also
-refuse allocations to simulate a full disk. The module-level helpers edit files offline: flip a
-bit, tear a write, zero a tail.
+refuse allocations and small files' writes to simulate a full disk (deleting a file gives its
+bytes back). The module-level helpers edit files offline: flip a bit, tear a write, zero a tail.
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ class FaultInjectingFileOps(FileOps):
         with self._lock:
             self.synced[Path(path)] = []
 
+    def reserve(self, fd: int, size: int, path: Path) -> None:
+        """A small file's bytes (checkpoint, abort marker, config files) need room too."""
+        with self._lock:
+            if self.space_left is not None:
+                if size > self.space_left:
+                    raise DiskFullError(errno.ENOSPC, f"no space left to write {path}")
+                self.space_left -= size
+
     def msync(self, path: Path, mm: mmap.mmap, start: int, length: int,
               fd: int | None = None) -> None:
         super().msync(path, mm, start, length, fd)
@@ -55,9 +63,15 @@ class FaultInjectingFileOps(FileOps):
                 self.synced[Path(dst)] = self.synced.pop(Path(src))
 
     def remove(self, path: Path) -> None:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            size = 0
         super().remove(path)
         with self._lock:
             self.synced.pop(Path(path), None)
+            if self.space_left is not None:
+                self.space_left += size   # deleting files makes room, as on a real disk
 
     # ------------------------------------------------------------------ faults
 

@@ -20,6 +20,16 @@ MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 PAGE = mmap.PAGESIZE
 
 
+def disk_full_or_same(exc: OSError, message: str) -> OSError:
+    """``exc`` as a DiskFullError saying ``message`` when it is ENOSPC or EDQUOT (a full disk
+    or quota), else ``exc`` itself: raise the result."""
+    if isinstance(exc, DiskFullError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return exc
+    full = DiskFullError(exc.errno, message)
+    full.__cause__ = exc
+    return full
+
+
 class FileOps:
     """Plain POSIX file operations (the production implementation)."""
 
@@ -45,10 +55,7 @@ class FileOps:
         try:
             os.posix_fallocate(fd, 0, size)
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(
-                    exc.errno, f"no space left to create {path} ({size} bytes)") from exc
-            raise
+            raise disk_full_or_same(exc, f"no space left to create {path} ({size} bytes)")
 
     def msync(self, path: Path, mm: mmap.mmap, start: int, length: int,
               fd: int | None = None) -> None:
@@ -74,16 +81,30 @@ class FileOps:
             os.close(fd)
 
     def write_atomic(self, path: Path, data: bytes) -> None:
-        """Replace ``path`` with ``data`` so a crash leaves the old or the new bytes, whole."""
+        """Replace ``path`` with ``data`` so a crash leaves the old or the new bytes, whole.
+
+        With no room for the new bytes it raises DiskFullError, and ``path`` keeps its old
+        bytes (the temporary file is removed)."""
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data)
-            self.fsync(tmp, fd)
-        finally:
-            os.close(fd)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                self.reserve(fd, len(data), tmp)
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+                self.fsync(tmp, fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.remove(tmp)
+            raise disk_full_or_same(exc, f"no space left to write {path} ({len(data)} bytes); "
+                                    "it keeps its previous contents")
         os.replace(tmp, path)
         self.fsync_dir(path.parent)
+
+    def reserve(self, fd: int, size: int, path: Path) -> None:
+        """Hook before a small file's bytes are written (the fault layer refuses it when its
+        simulated disk is full)."""
 
     def rename(self, src: Path, dst: Path) -> None:
         os.replace(src, dst)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
 
 from strata.errors import StoreLockedError
+from strata.files.io import disk_full_or_same
 
 LOCK_NAME = "lock"
 
@@ -19,7 +21,10 @@ class DirectoryLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise disk_full_or_same(exc, f"no space left to create the lock file {self.path}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -33,9 +38,27 @@ class DirectoryLock:
             raise StoreLockedError(
                 f"store {self.path.parent} is open for writing by another process{who}; "
                 "open it with readonly=True to read") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+        try:
+            self._write_pid(fd)
+        except BaseException:
+            self.release()
+            raise
+
+    def _write_pid(self, fd: int) -> None:
+        """Say who holds the lock (only informative: the flock is the lock). On a full disk
+        the file may have no room for it, and then it says nothing: the store still opens."""
+        pid = f"{os.getpid()}\n".encode()
+        try:
+            os.pwrite(fd, pid, 0)
+            os.ftruncate(fd, len(pid))
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            try:
+                os.ftruncate(fd, 0)   # no stale pid of an earlier writer
+            except OSError:
+                pass
 
     def release(self) -> None:
         if self._fd is not None:

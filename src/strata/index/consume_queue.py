@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from strata.errors import CorruptStoreError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
@@ -19,6 +20,8 @@ from strata.format.consume_queue import BLANK_SIZE, BLANK_UNIT, UNIT, UNIT_DTYPE
 from strata.format.segment import HEADER_AREA, KIND_CONSUME_QUEUE
 
 log = logging.getLogger(__name__)
+
+DAMAGED_SUFFIX = ".damaged"   # a file set aside by recovery (kept for inspection)
 
 
 def _units(seg: MappedSegment, first: int, n: int) -> np.ndarray:
@@ -40,13 +43,14 @@ class ConsumeQueue:
                                      prefault=False)
         self.readonly = readonly
         self.min_unit = 0
+        self.set_aside: list[str] = []   # files load() set aside as unusable
         self.max_phys_end = 0   # commit-log offset just past the newest unit's record
         self._copied_upto = (-1, 0)   # read-only openers: (file base, units seen complete)
 
     # ------------------------------------------------------------------ load / recover
 
     def load(self) -> None:
-        self.segments.load()
+        self.set_aside = self._load_files()
         self._adopt_file_geometry()
         segs = self.segments.segments
         for seg in segs[:-1]:
@@ -57,6 +61,51 @@ class ConsumeQueue:
             last.set_positions((self._copied(last, n) if self.readonly else n) * UNIT_SIZE)
         self._reset_min()
         self._update_phys_end()
+
+    def _load_files(self) -> list[str]:
+        """Open the queue's files. A writer sets aside a file it cannot use (a damaged header,
+        a wrong size, a gap before it: the queue is derived from the commit log, so such a
+        file must not keep the store from opening) together with every later file, renaming
+        each to ``<name>.damaged``; recovery re-dispatches their units from the log. Returns
+        ``"<file>: <problem>"`` for each file set aside."""
+        try:
+            self.segments.load()
+            return []
+        except CorruptStoreError as exc:
+            if self.readonly:
+                raise
+            problem = str(exc)
+        segs = self.segments.segments
+        keep = 1 if segs else 0
+        while keep < len(segs) and segs[keep - 1].end_offset == segs[keep].base_offset:
+            keep += 1
+        last_kept = segs[keep - 1].base_offset if keep else -1
+        while len(segs) > keep:
+            segs.pop().close()
+            self.segments._bases.pop()
+        out = []
+        for p in sorted(self.segments.directory.iterdir()):
+            if len(p.name) == 20 and p.name.isdigit() and int(p.name) > last_kept:
+                self.segments.file_ops.rename(p, p.with_name(p.name + DAMAGED_SUFFIX))
+                out.append(f"{p}: {problem}" if not out else f"{p}: follows a damaged file")
+        log.warning("consume queue %s/%d: set aside %s; its units are re-dispatched from the "
+                    "commit log", self.topic, self.queue_id, "; ".join(out))
+        return out
+
+    def truncate_units(self, n: int) -> int:
+        """Drop units ``n`` and later (zeroed, later files deleted); returns units dropped."""
+        before = self.max_offset()
+        byte = n * UNIT_SIZE
+        self.segments.truncate(byte)
+        seg = self.segments.find(byte) or self.segments.last()
+        if seg is not None and seg.base_offset <= byte <= seg.end_offset:
+            pos = byte - seg.base_offset
+            seg.zero(pos, seg.data_size)
+            seg.set_positions(pos)
+        if not self.segments.segments or self.max_offset() < self.min_unit:
+            self.min_unit = min(self.min_unit, n)
+        self._update_phys_end()
+        return max(0, before - n)
 
     def refresh(self) -> None:
         """Read-only openers: see units the writer appended since."""
@@ -278,17 +327,7 @@ class ConsumeQueue:
                 lo = m + 1
         if lo >= before:
             return 0
-        byte = lo * UNIT_SIZE
-        self.segments.truncate(byte)
-        seg = self.segments.find(byte) or self.segments.last()
-        if seg is not None and seg.base_offset <= byte <= seg.end_offset:
-            pos = byte - seg.base_offset
-            seg.zero(pos, seg.data_size)
-            seg.set_positions(pos)
-        if not self.segments.segments or self.max_offset() < self.min_unit:
-            self.min_unit = min(self.min_unit, lo)
-        self._update_phys_end()
-        return before - lo
+        return self.truncate_units(lo)
 
     def correct_min_offset(self, min_phys: int) -> None:
         """After the commit log lost its head: the first unit whose record still exists."""

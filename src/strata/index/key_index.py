@@ -15,6 +15,7 @@ or other processes, see a batch once its header counters are written.
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
 import threading
@@ -27,7 +28,10 @@ from crc32c import crc32c
 
 from strata.errors import (CorruptStoreError, DiskFullError, InvalidConfigError,
                            InvalidInputError, ReadOnlyStoreError, StoreClosedError)
+from strata.files.io import DEFAULT_FILE_OPS
 from strata.format import key_index as fmt
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SLOTS = 5_000_000
 DEFAULT_ENTRIES = 20_000_000
@@ -40,6 +44,7 @@ _DELTA_MAX = fmt.DELTA_MAX
 _NOT_MONO = fmt.FLAG_TIMES_NOT_MONOTONE
 _SEALED = fmt.FLAG_SEALED
 _TMP_SUFFIX = ".tmp"
+DAMAGED_SUFFIX = ".damaged"   # a file set aside by a writer's open (kept for inspection)
 _SLOTS_AT = fmt.HEADER_BYTES
 assert fmt.ENTRY_BYTES == 20 and fmt.SLOT_BYTES == 4   # hard-coded in the hot loops
 
@@ -149,10 +154,16 @@ class KeyIndex:
         self._files: list[_IndexFile] = []
         self._closed = False
         self.repairs: list[_Repair] = []
+        self.set_aside: list[str] = []      # unusable files a writer's open set aside
+        # The first commit-log offset whose entries opening lost (files set aside, entries
+        # cut by a repair): the log must be re-dispatched into the index from there.
+        self.damaged_from: int | None = None
         if readonly:
             self._rescan()
         else:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if not self.directory.is_dir():
+                self.directory.mkdir(parents=True)
+                DEFAULT_FILE_OPS.fsync_dir(self.directory.parent)
             self._open_for_writing()
 
     # ------------------------------------------------------------------ opening
@@ -199,8 +210,14 @@ class KeyIndex:
         for e in os.scandir(self.directory):
             if e.name.endswith(_TMP_SUFFIX) and fmt.parse_file_name(e.name[:-4]) is not None:
                 os.unlink(e.path)        # a creation interrupted before its rename
-        for order, name, _ino in self._listing():
-            self._files.append(self._map(self.directory / name, order))
+        listing = self._listing()
+        for i, (order, name, _ino) in enumerate(listing):
+            try:
+                self._files.append(self._map(self.directory / name, order))
+            except CorruptStoreError as exc:
+                self._set_aside([n for _o, n, _i in listing[i:]], str(exc))
+                self._lost_from(order[0])
+                break
         # A file whose first batch never reached its header holds nothing: drop it.
         while self._files and self._files[-1].count == 1:
             self._delete(self._files.pop())
@@ -210,10 +227,28 @@ class KeyIndex:
             # Entries were lost (power loss before a flush): later files would leave a hole that
             # replay from indexed_end() cannot fill, so they go, and so does an emptied file.
             keep = i + 1 if f.count > 1 else i
+            self._lost_from(int(f.entries_view()[f.count - 1]["offset"]) if f.count > 1
+                            else f.begin_offset)
             for later in self._files[keep:]:
                 self._delete(later)
             del self._files[keep:]
             break
+
+    def _set_aside(self, names: list[str], problem: str) -> None:
+        """Rename unusable files (the first of ``names`` is damaged: ``problem``; the rest
+        follow it) to ``<name>.damaged``: the index is derived from the commit log, so they
+        never keep a store from opening; the caller re-dispatches their entries."""
+        for n, name in enumerate(names):
+            path = self.directory / name
+            os.replace(path, path.with_name(name + DAMAGED_SUFFIX))
+            self.set_aside.append(f"{path}: {problem if n == 0 else 'follows a damaged file'}")
+        DEFAULT_FILE_OPS.fsync_dir(self.directory)
+        log.warning("key index: set aside %s; its entries are re-dispatched from the commit "
+                    "log", "; ".join(self.set_aside))
+
+    def _lost_from(self, offset: int) -> None:
+        if self.damaged_from is None or offset < self.damaged_from:
+            self.damaged_from = offset
 
     def _rescan(self) -> None:
         """Readonly: follow the writer's files (new, deleted, replaced) without locks."""
@@ -226,6 +261,9 @@ class KeyIndex:
                     f = self._map(self.directory / name, order)
                 except FileNotFoundError:
                     continue                    # deleted by the writer meanwhile
+                except CorruptStoreError as exc:  # the writer's next open rebuilds it
+                    log.warning("key index: skipping %s", exc)
+                    continue
             files.append(f)
         self._files = files                     # dropped maps unmap when no walk holds them
 
@@ -317,8 +355,10 @@ class KeyIndex:
                         "existing index files are intact") from exc
                 raise
             os.pwrite(fd, header.encode(), 0)
+            os.fsync(fd)             # header and size durable before the name appears
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
             os.rename(tmp, path)
+            DEFAULT_FILE_OPS.fsync_dir(self.directory)
             ino = os.fstat(fd).st_ino
         except BaseException:
             os.close(fd)

@@ -62,8 +62,12 @@ class ConsumeQueueSet:
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.queues.get((topic, queue_id))
         if cq is None:
+            made = not (self.root / topic / str(queue_id)).is_dir()
             cq = self._make(topic, queue_id)
             cq.load()
+            if made and not self.readonly:   # the new directories' names durable too
+                for d in (self.root / topic, self.root, self.root.parent):
+                    self.file_ops.fsync_dir(d)
             self.queues[(topic, queue_id)] = cq
         return cq
 

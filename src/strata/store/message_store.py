@@ -31,6 +31,7 @@ from strata.format.segment import HEADER_AREA
 from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
+from strata.index.queue_recovery import recover_queues
 from strata.store.message import (GetResult, GetStatus, Message, PutResult, PutResults,
                                   PutStatus)
 from strata.store.prepared import Encoder
@@ -171,7 +172,7 @@ class MessageStore:
             self.topic_table.load()
             self.log.load()
             self.recovery_report = recover(self.log, cp, clean)
-            self._after_log_recovered(cp)
+            self._after_log_recovered(cp, clean)
             end = self.log.max_offset()
             # From here on a crash is unclean: the marker says so, the checkpoint loses its end.
             self._write_checkpoint(clean_end=-1)
@@ -187,23 +188,45 @@ class MessageStore:
             self._lock.release()
             raise
 
-    def _after_log_recovered(self, cp: Checkpoint | None) -> None:
-        """Bring consume queues and key index in line with the recovered log, then replay."""
+    def _after_log_recovered(self, cp: Checkpoint | None, clean: bool) -> None:
+        """Bring consume queues and key index in line with the recovered log, then replay.
+
+        Every unit after the checkpoint is checked against the record it points at and the
+        queue cut after its last right one (``recover_queues``); unusable queue or index files
+        were set aside when loaded. The log is re-dispatched from the checkpoint, or from
+        further back where a queue or the index lost what the checkpoint had covered."""
         end = self.log.max_offset()
+        log_min = self.log.min_offset()
         start = cp.dispatched_offset if cp is not None else 0
-        start = max(self.log.min_offset(), min(start, end))
+        start = max(log_min, min(start, end))
         self.queues.load()
-        dropped = self.queues.truncate_by_phys(start)
+        fixed = recover_queues(self.queues, self.log, start, end, thorough=not clean)
         self.key_index.truncate(start)
-        self.queues.correct_min_offsets(self.log.min_offset())
+        self.queues.correct_min_offsets(log_min)
+        replay = start
+        for q in fixed:
+            if q.damaged:
+                replay = min(replay, max(q.replay_from, log_min,
+                                         self.topic_table.since.get(q.topic, 0)))
+        if self.key_index.damaged_from is not None:
+            replay = min(replay, max(self.key_index.damaged_from, log_min))
         self._reput = ReputService(self.log, self.confirmed_offset,
                                    [TopicGate(self.topic_table, self.queues),
                                     KeyIndexDispatcher(self.key_index)],
-                                   start, on_advance=self._on_dispatched)
+                                   replay, on_advance=self._on_dispatched)
         replayed = self._reput.catch_up(end)
-        if self.recovery_report is not None:
-            self.recovery_report.redispatched_records = replayed
-            self.recovery_report.consume_queue_units_dropped = dropped
+        report = self.recovery_report
+        if report is not None:
+            report.redispatched_records = replayed
+            report.consume_queue_units_dropped = sum(q.dropped for q in fixed)
+            repaired = [q.describe() for q in fixed if q.damaged]
+            if self.key_index.set_aside:
+                repaired.append(f"key index file(s) set aside: "
+                                f"{'; '.join(self.key_index.set_aside)}; rebuilt from the "
+                                f"commit log from offset {replay}")
+            for line in repaired:
+                log.warning("store %s: %s", self.path, line)
+            report.repaired_files += repaired
         self._queue_next = {k: cq.max_offset() for k, cq in self.queues.queues.items()}
 
     def _on_dispatched(self, offset: int) -> None:

@@ -1,0 +1,123 @@
+"""Recovery of consume queues after the commit log is recovered: keep only units that lead to
+their own records, so that re-dispatch from the log rebuilds the rest.
+
+A checkpoint records the dispatched offset ``start`` after flushing every queue, so the units
+of records below it are durable. Units written after it may come back from a power loss in any
+state: lost (zero), partly written (the commit-log offset lost, the size kept), or present
+while the log lost their records. A binary search over such units is not sound, so each queue
+is walked back from the last unit that holds any byte, checking every unit against the record
+it points at (``units_lead_to_records``), until a right unit of a record below ``start`` (or
+one of a record retention deleted, which cannot be checked); the
+queue is cut after it and the log re-dispatched from ``start``. When a wrong unit was found,
+re-dispatch must start earlier, right after that last right unit's record, in case the wrong
+unit was one of a record below ``start``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
+from strata.format.segment import HEADER_AREA
+from strata.index.consume_queue import ConsumeQueue
+from strata.index.queues import ConsumeQueueSet
+from strata.index.unit_check import units_lead_to_records
+from strata.log.commit_log import CommitLog
+
+CHUNK = 4096   # units checked at once
+
+
+@dataclass(frozen=True)
+class QueueRecovery:
+    """What recovery did to one consume queue."""
+
+    topic: str
+    queue_id: int
+    dropped: int          # units cut (re-dispatch writes those whose records exist again)
+    wrong: int            # units found that did not lead to their own record (holes included)
+    replay_from: int      # commit-log offset re-dispatch must start from (0: the topic's start)
+    set_aside: tuple[str, ...] = ()   # unusable files set aside at load
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.wrong or self.set_aside)
+
+    def describe(self) -> str:
+        what = []
+        if self.wrong:
+            what.append(f"{self.wrong} unit(s) after the checkpoint did not lead to their record")
+        if self.set_aside:
+            what.append(f"file(s) set aside: {'; '.join(self.set_aside)}")
+        return (f"consume queue {self.topic}/{self.queue_id}: {', '.join(what)}; "
+                f"{self.dropped} unit(s) dropped, the queue re-dispatched from the commit log")
+
+
+def _data_end(cq: ConsumeQueue) -> int:
+    """One past the last unit of the queue's files that holds any non-zero byte."""
+    for seg in reversed(cq.segments.segments):
+        n = seg.data_size // UNIT_SIZE
+        words = np.frombuffer(seg.mm, "<u4", n * UNIT_SIZE // 4,
+                              HEADER_AREA).reshape(n, UNIT_SIZE // 4)
+        used = np.flatnonzero(words.any(axis=1))
+        del words
+        if len(used):
+            return seg.base_offset // UNIT_SIZE + int(used[-1]) + 1
+    return cq.min_offset()
+
+
+def recover_queue(cq: ConsumeQueue, clog: CommitLog, start: int, end: int, *,
+                  thorough: bool) -> QueueRecovery:
+    """Check ``cq``'s units after the checkpoint (``start``) against the log, which ends at
+    ``end``, and cut the queue after its last right unit of a record below ``start``.
+    ``thorough`` (after an unclean stop) also looks at units past the queue's apparent end."""
+    last = cq.segments.last()
+    n_end = cq.max_offset()
+    if thorough and last is not None:
+        n_end = max(n_end, _data_end(cq))
+        if n_end > cq.max_offset():
+            last.set_positions((n_end - last.base_offset // UNIT_SIZE) * UNIT_SIZE)
+    log_min = clog.min_offset()
+    lo_bound = cq.min_offset()
+    first = cq.segments.first()
+    if first is not None:
+        lo_bound = max(lo_bound, first.base_offset // UNIT_SIZE)
+    wrong = 0
+    keep = lo_bound            # units [lo_bound, keep) stay
+    replay_from = 0
+    hi = n_end
+    while hi > lo_bound:
+        file_first = (hi - 1) // cq.units_per_file * cq.units_per_file
+        lo = max(lo_bound, file_first, hi - CHUNK)
+        units = cq.read_units(lo, hi - lo)
+        if len(units) < hi - lo:   # no file holds them
+            break
+        real = np.flatnonzero(units["size"] != BLANK_SIZE)
+        phys = units["offset"][real].astype(np.int64)
+        _starts, leads = units_lead_to_records(
+            clog, cq.topic, cq.queue_id, lo + real, phys, units["size"][real], end)
+        # A unit of a record retention deleted cannot be checked; it is taken as right (a
+        # unit whose offset was lost reads 0, which only queue offset 0 may hold).
+        expired = (phys < log_min) & ((phys > 0) | (lo + real == 0))
+        good = np.flatnonzero((leads & (phys < start)) | expired)
+        after = real[good[-1] + 1:] if len(good) else real
+        wrong += int(np.count_nonzero(~leads[len(real) - len(after):]))   # none expired
+        if len(good):
+            i = int(real[good[-1]])
+            keep = lo + i + 1
+            replay_from = int(units["offset"][i]) + int(units["size"][i])
+            break
+        hi = lo
+    dropped = cq.truncate_units(keep) if keep < cq.max_offset() else 0
+    set_aside = tuple(cq.set_aside)
+    damaged = bool(wrong or set_aside)
+    return QueueRecovery(cq.topic, cq.queue_id, dropped, wrong,
+                         replay_from if damaged else start, set_aside)
+
+
+def recover_queues(queues: ConsumeQueueSet, clog: CommitLog, start: int, end: int, *,
+                   thorough: bool) -> list[QueueRecovery]:
+    """``recover_queue`` for every loaded queue."""
+    return [recover_queue(cq, clog, start, end, thorough=thorough)
+            for cq in list(queues.queues.values())]
