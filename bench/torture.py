@@ -147,6 +147,8 @@ class Tally:
     checks: int = 0
     failures: list = field(default_factory=list)
     failed_rounds: list = field(default_factory=list)
+    # "kind or phase/problem/via" -> [count, rounds hit, the first failure of that signature]
+    signatures: dict = field(default_factory=dict)
     _lines_per_round: dict = field(default_factory=dict)
 
     def fail(self, what: str, ctx: dict, **detail) -> None:
@@ -154,10 +156,23 @@ class Tally:
         rnd = ctx.get("round")
         if rnd not in self.failed_rounds and what != "refused":
             self.failed_rounds.append(rnd)
+        line = {"event": "failure", "problem": what, **ctx, **detail}
+        sig = f"{ctx.get('kind') or ctx.get('phase') or ctx.get('flush')}/{what}/" \
+              f"{detail.get('via')}"
+        seen = self.signatures.setdefault(sig, [0, set(), line])
+        seen[0] += 1
+        seen[1].add(rnd)
         shown = self._lines_per_round.get(rnd, 0)
         if len(self.failures) < MAX_FAILURE_LINES and shown < LINES_PER_ROUND:
             self._lines_per_round[rnd] = shown + 1
-            self.failures.append({"event": "failure", "problem": what, **ctx, **detail})
+            self.failures.append(line)
+        elif len(seen[1]) == 1 and seen[0] == 1:
+            self.failures.append(line)   # every signature shows at least one example
+
+    def table(self) -> dict:
+        """signature -> {count, rounds}: what failed how often, and in how many rounds."""
+        return {sig: {"count": n, "rounds": len(rounds)}
+                for sig, (n, rounds, _) in sorted(self.signatures.items())}
 
     def raised(self, ctx: dict, via: str, e: BaseException) -> None:
         """An exception where none belonged: a traceback, or a strata error."""
@@ -769,6 +784,7 @@ def _fill_and_check(store_factory, free_space, tally: Tally, ctx: dict, rng: ran
     data, the close, a reopen while full and a reopen after space is freed."""
     acks: dict[int, Ack] = {}
     seqs = iter(range(10**9))
+    ctx["phase"] = "filling"
     store = store_factory()
     full_errors = 0
     topics = list(TOPICS)
@@ -799,7 +815,10 @@ def _fill_and_check(store_factory, free_space, tally: Tally, ctx: dict, rng: ran
         if not full_errors:
             tally.fail("errors", ctx, via="put", error="the disk never filled up")
         ctx["phase"] = "full, still open"
-        store.wait_dispatched(10)   # get reads what the dispatcher has put in the queues
+        try:   # get reads what the dispatcher has put in the queues
+            store.wait_dispatched(10)
+        except Exception as e:  # noqa: BLE001 - counted; what it cost is counted below
+            tally.raised(ctx, "wait_dispatched", e)
         check_store(store, acks, tally, ctx, sample=set(rng.sample(sorted(acks),
                                                                       min(300, len(acks)))))
     except Exception as e:  # noqa: BLE001
@@ -950,7 +969,7 @@ def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
             for f in tally.failures:
                 emit(json.dumps(f, default=str))
             line = {"event": "scenario", "scenario": name, "seed": seed, **tally.counts(),
-                    **stats, "failed_rounds": tally.failed_rounds,
+                    **stats, "failed_rounds": tally.failed_rounds, "signatures": tally.table(),
                     "seconds": round(time.monotonic() - t0, 1)}
             emit(json.dumps(line))
             total.add(tally)
