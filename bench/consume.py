@@ -2,7 +2,8 @@
 memory as the log grows, and SQLite as a peer in the same run; prints JSON lines.
 
     python bench/consume.py [--quick] [--keys N] [--size B] [--seconds S] [--log-gib G]
-                            [--lag-seconds S] [--peer-msgs N] [--dir DIR]
+                            [--lag-seconds S] [--peer-msgs N] [--crc-msgs N] [--crc-rounds R]
+                            [--crc-only] [--dir DIR]
 
 One JSON object per line, each with "bench": "consume" and a "case":
 
@@ -30,6 +31,11 @@ One JSON object per line, each with "bench": "consume" and a "case":
   transaction; range read ``WHERE id > ? ORDER BY id LIMIT 1000``) and strata for the same
   count and size (put_batch of 1000 plain messages, async flush; get of 1000 per call over the
   8 queues), 1,000,000 x 100 B and 200,000 x 1 KiB (``--peer-msgs`` scales both).
+* ``get_crc``: what checking every record's CRC32C on read costs (``verify_crc_on_read``, on
+  by default): for 100 B and 1 KiB bodies, a topic of ``--crc-msgs`` messages (default
+  1,000,000 of 100 B, a fifth of that of 1 KiB) consumed whole through ``store.get`` with
+  max_messages 1024 and 32, CRC off and on alternating on the same open store, best of
+  ``--crc-rounds`` passes each (default 3); ``--crc-only`` runs just this.
 * ``rss``: RSS at start and after each phase.
 
 Nothing is asserted about time. The scratch directory is deleted at the end.
@@ -348,15 +354,7 @@ def strata_peer(d: Path, n: int, size: int, seg: int) -> dict:
         store.wait_dispatched(600)
         pub_disp = time.perf_counter() - t
         t = time.perf_counter()
-        got = 0
-        for q in range(QUEUES):
-            off = 0
-            while True:
-                r = store.get(TOPIC, q, off, 1000)
-                if not r.messages:
-                    break
-                got += len(r.messages)
-                off = r.next_offset
+        got = drain_topic(store, 1000)
         rd = time.perf_counter() - t
     finally:
         store.close()
@@ -366,6 +364,54 @@ def strata_peer(d: Path, n: int, size: int, seg: int) -> dict:
                  "publish_incl_dispatch_msgs_s": round(n / pub_disp),
                  "consume_msgs_s": round(got / rd), "consumed": got,
                  "note": "message construction included in publish, as in the SQLite loop"})
+
+
+def drain_topic(store, batch: int) -> int:
+    """Consume every queue of the topic from offset 0 with get; the messages read."""
+    got = 0
+    for q in range(QUEUES):
+        off = 0
+        while True:
+            r = store.get(TOPIC, q, off, batch)
+            if not r.messages:
+                break
+            got += len(r.messages)
+            off = r.next_offset
+    return got
+
+
+def crc_phase(d: Path, n: int, size: int, seg: int, rounds: int) -> list[dict]:
+    """get with and without the CRC check, side by side on one store of ``n`` messages."""
+    sd = d / f"crc{size}"
+    store = strata.open(sd, strata.StoreConfig(segment_size=seg))
+    out = []
+    try:
+        bodies = pool(size)
+        for start in range(0, n, 1024):
+            store.put_batch([strata.Message(TOPIC, bodies[i & 1023])
+                             for i in range(start, min(n, start + 1024))])
+        store.wait_dispatched(600)
+        store.flush()
+        drain_topic(store, 1024)  # warm: every page read once
+        for batch in (1024, 32):
+            best = {False: float("inf"), True: float("inf")}
+            for _ in range(rounds):
+                for verify in (False, True):   # alternating: both see the same machine load
+                    store.config.verify_crc_on_read = verify
+                    t = time.perf_counter()
+                    got = drain_topic(store, batch)
+                    best[verify] = min(best[verify], time.perf_counter() - t)
+                    assert got == n, (got, n)
+            off, on = best[False], best[True]
+            out.append(emit({
+                "bench": "consume", "case": "get_crc", "msgs": n, "body": size,
+                "batch": batch, "rounds": rounds, "crc_off_msgs_s": round(n / off),
+                "crc_on_msgs_s": round(n / on), "crc_cost_pct": round(100 * (on / off - 1), 1),
+                "crc_ns_per_msg": round((on - off) / n * 1e9)}))
+    finally:
+        store.close()
+        shutil.rmtree(sd, ignore_errors=True)
+    return out
 
 
 # ------------------------------------------------------------------ main
@@ -388,6 +434,11 @@ def main() -> None:
     ap.add_argument("--peer-msgs", type=int, default=None,
                     help="messages of 100 B for the SQLite comparison (1 KiB: a fifth); "
                     "default 1,000,000 (50,000 quick); 0 to skip")
+    ap.add_argument("--crc-msgs", type=int, default=None,
+                    help="messages of 100 B for the CRC-on-read comparison (1 KiB: a fifth); "
+                    "default 1,000,000 (50,000 quick); 0 to skip")
+    ap.add_argument("--crc-rounds", type=int, default=3, help="passes per CRC setting")
+    ap.add_argument("--crc-only", action="store_true", help="run only the CRC comparison")
     ap.add_argument("--dir", default=None, help="scratch directory (default: new under /tmp); "
                     "deleted afterwards")
     a = ap.parse_args()
@@ -398,16 +449,24 @@ def main() -> None:
     lag_s = a.lag_seconds if a.lag_seconds is not None else (1.0 if q else 5.0)
     log_gib = a.log_gib if a.log_gib is not None else (0.05 if q else 1.0)
     peer_n = a.peer_msgs if a.peer_msgs is not None else (50_000 if q else 1_000_000)
+    crc_n = a.crc_msgs if a.crc_msgs is not None else (50_000 if q else 1_000_000)
     seg = 64 * MiB if q else GiB
 
     scratch, remove_scratch = scratch_dir("consume", a.dir)
     emit({"bench": "consume", "case": "env", "python": sys.version.split()[0],
           "strata": getattr(strata, "__version__", "?"), "cpus": os.cpu_count(),
           "keys": n_keys, "body": a.size, "segment_size": seg, "seconds_per_phase": seconds,
-          "queries": queries, "log_gib": log_gib, "peer_msgs": peer_n, "quick": q,
+          "queries": queries, "log_gib": log_gib, "peer_msgs": peer_n, "crc_msgs": crc_n,
+          "quick": q,
           "dir": str(scratch), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     rss_line("start")
     try:
+        if crc_n > 0:
+            for n, size in ((crc_n, 100), (max(1, crc_n // 5), 1024)):
+                crc_phase(scratch, n, size, seg, a.crc_rounds)
+            rss_line("after get_crc")
+        if a.crc_only:
+            return
         store = strata.open(scratch / "store", strata.StoreConfig(segment_size=seg))
         try:
             store.create_topic(TOPIC, QUEUES)
