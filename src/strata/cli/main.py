@@ -18,6 +18,7 @@ from rich.table import Table
 from strata.cli.refstore_cmd import refstore_group
 from strata.cli.spark_cmd import spark_group
 from strata.errors import CorruptRecordError, StrataError, StoreNotFoundError
+from strata.log.verify import verify_log
 from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
 from strata.store.message import Message
@@ -206,35 +207,17 @@ def _scan_start(store: MessageStore, offset: int, end: int) -> int | None:
 def verify(directory: str) -> None:
     """Check every record's CRC and lengths; exit 1 and list offsets if any is corrupt."""
     store = open_readonly(directory)
-    problems = []
-    records = 0
     with store:
         segs = list(store.log.segments.segments)
-        total = sum(s.committed for s in segs)
         with _progress() as prog:
-            task = prog.add_task("verifying", total=total)
-            for seg in segs:
-                limit = min(seg.committed, store.confirmed_offset() - seg.base_offset)
-                try:
-                    for _s, pos, size in store.log.iter_records(
-                            seg.base_offset, seg.base_offset + limit, verify_crc=True, strict=True):
-                        records += 1
-                        prog.update(task, completed=seg.base_offset - segs[0].base_offset + pos + size)
-                        if _s is not seg:
-                            break
-                except CorruptRecordError as exc:
-                    problems.append({"offset": exc.offset, "segment": seg.path.name,
-                                     "problem": str(exc)})
-                if seg.footer is not None and seg.committed == seg.data_size:
-                    crc = seg.data_crc(seg.footer.data_length)
-                    if crc != seg.footer.data_crc:
-                        problems.append({"offset": seg.base_offset, "segment": seg.path.name,
-                                         "problem": "segment data checksum does not match its footer"})
-                prog.update(task, completed=seg.base_offset - segs[0].base_offset + seg.committed)
-    for p in problems:
-        err.print(f"[red]CORRUPT[/red] segment {p['segment']} offset {p['offset']}: {p['problem']}")
-    click.echo(json.dumps({"records": records, "segments": len(segs), "problems": len(problems)}))
-    if problems:
+            task = prog.add_task("verifying", total=sum(s.committed for s in segs))
+            found = verify_log(store.log.segments, store.confirmed_offset(),
+                               progress=lambda done: prog.update(task, completed=done))
+    for p in found.problems:
+        err.print(f"[red]CORRUPT[/red] {p.file} offset {p.offset}: {p.kind}: {p.detail}")
+    click.echo(json.dumps({"records": found.records, "segments": found.segments,
+                           "problems": len(found.problems)}))
+    if found.problems:
         sys.exit(1)
 
 

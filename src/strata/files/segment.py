@@ -15,8 +15,8 @@ from crc32c import crc32c
 
 from strata.errors import CorruptStoreError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
-from strata.format.segment import (FOOTER_AREA, HEADER_AREA, KIND_NAMES, SegmentFooter,
-                                   SegmentHeader, file_size)
+from strata.format.segment import (FOOTER_AREA, HEADER_AREA, KIND_COMMIT_LOG, KIND_NAMES,
+                                   SegmentFooter, SegmentHeader, file_size)
 
 
 class MappedSegment:
@@ -41,6 +41,7 @@ class MappedSegment:
         self.max_store_timestamp = 0
         self.footer: SegmentFooter | None = None
         self.closed = False
+        self.restored_from: int | None = None  # the file's size if open() had to zero-extend it
 
     # ------------------------------------------------------------------ creation / opening
 
@@ -67,8 +68,15 @@ class MappedSegment:
 
     @classmethod
     def open(cls, path: Path, kind: int, *, readonly: bool = False,
-             file_ops: FileOps = DEFAULT_FILE_OPS) -> "MappedSegment":
-        """Open an existing segment, checking its header and size; the footer is read too."""
+             file_ops: FileOps = DEFAULT_FILE_OPS,
+             restore_short: bool | None = None) -> "MappedSegment":
+        """Open an existing segment, checking its header and size; the footer is read too.
+
+        A file shorter than its header implies (a tail lost in a copy) is CorruptStoreError,
+        unless ``restore_short`` (default: for a writer's commit-log segment): then it is
+        zero-extended to its size and synced, and ``restored_from`` says how long it was (the
+        commit log's recovery decides what the cut cost)."""
+        restored = None
         fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
@@ -85,19 +93,34 @@ class MappedSegment:
                 raise CorruptStoreError(
                     f"{path}: header says base offset {header.base_offset}, name disagrees")
             expected = file_size(header.data_size)
+            if restore_short is None:
+                restore_short = header.kind == KIND_COMMIT_LOG
+            if actual < expected and restore_short and not readonly:
+                file_ops.allocate(fd, expected, path)
+                file_ops.fsync(path, fd)
+                restored, actual = actual, expected
             if actual != expected:
+                hint = ("; its tail was lost (a cut copy?): opening the store for writing "
+                        "recovers the whole records before the cut" if actual < expected and
+                        kind == KIND_COMMIT_LOG else "")
                 raise CorruptStoreError(
-                    f"{path}: file is {actual} bytes, its header implies {expected}")
+                    f"{path}: file is {actual} bytes, its header implies {expected}{hint}")
             mm = mmap.mmap(fd, actual, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
         except BaseException:
             os.close(fd)
             raise
         seg = cls(path, header, fd, mm, readonly, file_ops)
+        seg.restored_from = restored
         seg.footer = SegmentFooter.decode(mm[HEADER_AREA + header.data_size:
                                              HEADER_AREA + header.data_size + FOOTER_AREA])
         return seg
 
     # ------------------------------------------------------------------ positions
+
+    @property
+    def file_size(self) -> int:
+        """The file's size in bytes: header page, data area, footer page."""
+        return file_size(self.data_size)
 
     @property
     def end_offset(self) -> int:

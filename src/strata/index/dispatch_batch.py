@@ -10,19 +10,26 @@ one slice); ``requests()`` gives the per-record view for anything that wants it.
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import Sequence
 
 import numpy as np
 
+from strata.errors import CorruptRecordError
 from strata.format import record as rec
 from strata.format.consume_queue import tag_hash
 from strata.format.record_batch import check_headers
 from strata.format.segment import HEADER_AREA
+from strata.log.record_walk import resync
+
+log = logging.getLogger(__name__)
 
 _LENGTH_MAGIC = struct.Struct("<II")
 _MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
 SMALL_BATCH = 16  # up to this many records, plain Python beats numpy's per-call cost
+# What parsing a damaged record's topic or properties can raise.
+PARSE_ERRORS = (CorruptRecordError, struct.error, UnicodeDecodeError, ValueError, IndexError)
 
 
 class DispatchBatch:
@@ -254,6 +261,37 @@ def _take_hints(hints: dict, seg, start: int, max_records: int) -> np.ndarray | 
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def read_parseable(seg, positions: list[int], end: int, names: TopicNames) -> DispatchBatch:
+    """``read_segment_batch``, ending before a record whose topic or properties cannot even be
+    parsed (a damaged record that its header checks let through)."""
+    try:
+        return read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
+    except PARSE_ERRORS:
+        pass
+    good = 0
+    for p in positions:
+        try:
+            read_segment_batch(seg.mm, seg.base_offset, [p], end, names)
+        except PARSE_ERRORS:
+            break
+        good += 1
+    return read_segment_batch(seg.mm, seg.base_offset, positions[:good], end, names) \
+        if good else EMPTY
+
+
+def _past_damage(seg, rel: int, end: int) -> int:
+    """Where dispatch goes on when no record can be read at data byte ``rel`` of ``seg``: there
+    if nothing is committed there yet, else past the damaged record (the next good one, found
+    by ``resync``), logged as an error: a damaged record is skipped, never the rest of the log."""
+    if HEADER_AREA + rel >= end:
+        return seg.base_offset + rel
+    nxt = resync(seg, rel, end - HEADER_AREA)
+    log.error("dispatch skips the damaged record at commit-log offset %d (%d bytes up to the "
+              "next good record are not dispatched; `strata verify` lists the damage)",
+              seg.base_offset + rel, nxt - rel)
+    return seg.base_offset + nxt
+
+
 def read_batch(clog, start: int, limit: int, max_records: int,
                names: TopicNames) -> tuple[DispatchBatch, int]:
     """Up to ``max_records`` records of ``clog`` from ``start`` (a record start) below
@@ -274,16 +312,16 @@ def read_batch(clog, start: int, limit: int, max_records: int,
             clog.recent_appends[int(rest[0])] = rest
         positions, blank = (mine - seg.base_offset + HEADER_AREA).tolist(), False
         if positions:
-            batch = read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
+            batch = read_parseable(seg, positions, end, names)
     if not batch:  # no hint, or one the headers contradict: walk the log
         positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
         if not positions:
-            if blank and seg.end_offset <= limit:
-                return EMPTY, seg.end_offset  # the rest of this segment is a blank record
-            return EMPTY, seg.base_offset + rel
-        batch = read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
+            if blank:   # the rest of this segment is a blank record
+                return EMPTY, seg.end_offset if seg.end_offset <= limit else seg.base_offset + rel
+            return EMPTY, _past_damage(seg, rel, end)
+        batch = read_parseable(seg, positions, end, names)
         if not batch:
-            return batch, seg.base_offset + rel
+            return batch, _past_damage(seg, rel, end)
     nxt = batch.end
     if blank and len(batch) == len(positions) and nxt < seg.end_offset <= limit:
         nxt = seg.end_offset

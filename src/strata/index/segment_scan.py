@@ -12,7 +12,6 @@ with certainty.
 
 from __future__ import annotations
 
-import struct
 from typing import Iterator
 
 import numpy as np
@@ -23,11 +22,9 @@ from strata.files.segment import MappedSegment
 from strata.format import record as rec
 from strata.format.record_batch import u32_windows
 from strata.format.segment import HEADER_AREA
-from strata.index.dispatch_batch import DispatchBatch, TopicNames, read_segment_batch, walk_records
+from strata.index.dispatch_batch import (PARSE_ERRORS, DispatchBatch, TopicNames, read_parseable,
+                                         walk_records)
 from strata.log.verify import Problem, check_footer, record_problem_kind
-
-
-_PARSE_ERRORS = (CorruptRecordError, struct.error, UnicodeDecodeError, ValueError, IndexError)
 
 
 class SegmentScan:
@@ -79,19 +76,8 @@ class SegmentScan:
         A record whose properties cannot even be parsed ends the batch there too."""
         if not positions:
             return None
-        mm, base = self.seg.mm, self.seg.base_offset
-        try:
-            return read_segment_batch(mm, base, positions, end, names)
-        except _PARSE_ERRORS:
-            pass
-        good = 0
-        for p in positions:                  # find the record the reader cannot parse
-            try:
-                read_segment_batch(mm, base, [p], end, names)
-            except _PARSE_ERRORS:
-                break
-            good += 1
-        return read_segment_batch(mm, base, positions[:good], end, names) if good else None
+        batch = read_parseable(self.seg, positions, end, names)
+        return batch if len(batch) else None
 
     def _first_bad_crc(self, positions: list[int]) -> int | None:
         """Index of the first record whose CRC32C fails (lengths from their first field)."""
@@ -148,7 +134,7 @@ class SegmentScan:
         try:
             rec.decode_properties(seg.mm[start:start + length])
             why = "the dispatch reader rejects it"
-        except _PARSE_ERRORS as exc:
+        except PARSE_ERRORS as exc:
             why = f"its properties section cannot be read ({exc})"
         self._problem(rel, "bad-record", why)
 

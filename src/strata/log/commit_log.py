@@ -23,6 +23,7 @@ from strata.files.segment_queue import SegmentQueue, segment_runs
 from strata.format import record as rec
 from strata.format.record_batch import decode_at, write_records
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
+from strata.log.record_walk import record_start, walk_log
 
 log = logging.getLogger(__name__)
 
@@ -347,6 +348,27 @@ class CommitLog:
             if pos < seg.data_size:
                 return  # reached limit inside this segment
             offset = seg.end_offset
+
+    def scan(self, from_offset: int, limit: int, *,
+             verify_crc: bool) -> Iterator[rec.StoredMessage]:
+        """Every message in ``[from_offset, limit)`` in log order. A damaged record (one that
+        fails its checks, the CRC32C with ``verify_crc``, or cannot be decoded) is skipped with
+        a logged error naming its offset; the walk goes on at the next good record
+        (``strata.log.record_walk``). A ``from_offset`` inside a record starts at the next."""
+        for seg, pos, _size, why in walk_log(self.segments, from_offset, limit,
+                                             verify_crc=verify_crc):
+            if why is None:
+                try:
+                    m = rec.decode_record(seg.mm, HEADER_AREA + pos)
+                except CorruptRecordError as exc:
+                    why = str(exc)
+                else:
+                    yield m
+                    continue
+            elif seg.base_offset + pos == from_offset and not record_start(seg, pos):
+                continue
+            log.error("commit log %s: scan skips %s", self.directory,
+                      rec.damaged_record_error(seg.base_offset + pos, why))
 
     # ------------------------------------------------------------------ durability
 
