@@ -441,12 +441,14 @@ def child_main(store_dir: str, flush: str, first_seq: int, seed: int) -> None:
             traceback.print_exc()
             os._exit(3)
 
+    parent = os.getppid()
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
     os.write(1, b"ready\n")
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    while os.getppid() == parent:   # never outlive the harness (its kill is the normal end)
+        time.sleep(0.2)
+    os._exit(4)
 
 
 def kill_round(store_dir: Path, flush: str, first_seq: int, rng: random.Random,
@@ -1014,6 +1016,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-tmpfs", action="store_true",
                     help="full disk through the fault layer even as root")
     a = ap.parse_args(argv)
+    # a SIGTERM unwinds like ^C: children are killed and a tmpfs unmounted on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     s = run(kills=a.kills, flips=a.flips, power=a.power, disk=a.disk, seconds=a.seconds,
             seed=a.seed, directory=a.dir, only=tuple(a.only.split(",")),
             use_tmpfs=not a.no_tmpfs, emit=lambda line: print(line, flush=True))
