@@ -63,6 +63,7 @@ class SegmentAllocator:
         self._pending: MappedSegment | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._ready: dict[int, MappedSegment] = {}   # prepared now by prepare()
 
     def _prepare(self, base: int) -> MappedSegment:
         tmp = self.directory / (file_name(base) + ALLOC_SUFFIX)
@@ -90,8 +91,26 @@ class SegmentAllocator:
             self._thread = threading.Thread(target=work, name="strata-allocate", daemon=True)
             self._thread.start()
 
+    def prepare(self, base: int) -> None:
+        """Prepare the segment at ``base`` now, on the calling thread, for a later ``take``: a
+        writer that must know the file can be made (a full disk raises DiskFullError here)
+        before it promises what the file will hold."""
+        with self._lock:
+            if base in self._ready or self._pending_base == base:
+                return
+        seg = self._prepare(base)
+        with self._lock:
+            old = self._ready.pop(base, None)
+            self._ready[base] = seg
+        if old is not None:
+            old.destroy()
+
     def take(self, base: int) -> MappedSegment:
         """The segment at ``base``, renamed into place; prepared now if it was not ready."""
+        with self._lock:
+            ready = self._ready.pop(base, None)
+        if ready is not None:
+            return self._into_place(ready, base)
         with self._lock:
             thread, pending_base = self._thread, self._pending_base
         if thread is not None:
@@ -105,6 +124,9 @@ class SegmentAllocator:
             stale.destroy()
         if seg is None:
             seg = self._prepare(base)
+        return self._into_place(seg, base)
+
+    def _into_place(self, seg: MappedSegment, base: int) -> MappedSegment:
         final = self.directory / file_name(base)
         self.file_ops.rename(seg.path, final)
         seg.path = final
@@ -120,6 +142,9 @@ class SegmentAllocator:
             if self._pending is not None:
                 self._pending.destroy()
             self._pending_base = self._pending = self._thread = None
+            ready, self._ready = list(self._ready.values()), {}
+        for seg in ready:
+            seg.destroy()
 
 
 class SegmentQueue:

@@ -8,6 +8,7 @@ crash changes nothing that is already there.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,7 @@ class ConsumeQueue:
                                      readonly=readonly, file_ops=file_ops, preallocate=False,
                                      prefault=False)
         self.readonly = readonly
+        self._files_lock = threading.Lock()   # reserve() and dispatch adding a file
         self.min_unit = 0
         self.set_aside: list[str] = []   # files load() set aside as unusable
         self.max_phys_end = 0   # commit-log offset just past the newest unit's record
@@ -242,10 +244,26 @@ class ConsumeQueue:
         if last is not None and base != last.end_offset:
             log.warning("consume queue %s/%d: jumping from %d to unit %d", self.topic,
                         self.queue_id, self.max_offset(), n)
-        seg = self.segments.new_segment(base)
+        with self._files_lock:
+            seg = self.segments.new_segment(base)
         if last is None and self.max_offset() < n:
             self.min_unit = n
         return seg
+
+    def reserve(self, first: int, end: int) -> None:
+        """Make sure the files that units ``first .. end - 1`` go to exist or are prepared
+        (DiskFullError if the disk has no room), before the records they will point at are
+        acknowledged: dispatch then never needs a file it cannot make."""
+        last = self.segments.last()
+        lo, hi = first * UNIT_SIZE, end * UNIT_SIZE
+        if hi <= lo or (last is not None and last.base_offset <= lo and hi <= last.end_offset):
+            return
+        base = lo - lo % self.file_bytes
+        with self._files_lock:   # not while dispatch is taking a file into the queue
+            while base < hi:
+                if self.segments.find(base) is None:
+                    self.segments.allocator.prepare(base)
+                base += self.file_bytes
 
     def put_batch(self, units: list[tuple[int, int, int, int]]) -> int:
         """Append ``(queue_offset, commitlog_offset, size, tag_hash)`` units in order.
@@ -401,6 +419,8 @@ class ConsumeQueue:
         self.segments.close()
 
     def destroy(self) -> None:
+        if self.segments.allocator is not None:
+            self.segments.allocator.cancel()   # files reserve() prepared
         for seg in list(self.segments.segments):
             seg.destroy()
         self.segments.segments.clear()

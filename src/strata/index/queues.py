@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
 from strata.format.consume_queue import UNIT_DTYPE
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, DispatchRequest
@@ -70,6 +70,15 @@ class ConsumeQueueSet:
                     self.file_ops.fsync_dir(d)
             self.queues[(topic, queue_id)] = cq
         return cq
+
+    def reserve(self, topic: str, queue_id: int, first: int, end: int) -> None:
+        """Create the queue's directory and the files its units ``first .. end - 1`` need
+        (DiskFullError on a full disk), ahead of the records they will index."""
+        try:
+            self.get_or_create(topic, queue_id).reserve(first, end)
+        except OSError as exc:
+            raise disk_full_or_same(exc, f"no space left for consume queue {topic}/{queue_id} "
+                                    f"under {self.root}")
 
     def dispatch(self, batch: DispatchBatch | Sequence[DispatchRequest]) -> None:
         """Append each record's unit to its queue (prepared and rolled-back transactional
