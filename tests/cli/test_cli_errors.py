@@ -14,13 +14,9 @@ import pytest
 import strata
 from strata.store.geometry import GEOMETRY_FILE
 
-KiB = 1 << 10
-SMALL = 64 * KiB
+from support import SMALL_SEGMENT, small_store_config
 
-
-def small_config() -> strata.StoreConfig:
-    return strata.StoreConfig(segment_size=SMALL, prefault=False, consume_queue_units=4096,
-                              index_slots=1024, index_entries=8192)
+SMALL = SMALL_SEGMENT
 
 
 def strata_cmd(*args: str) -> subprocess.CompletedProcess:
@@ -45,7 +41,7 @@ def one_error_line(r: subprocess.CompletedProcess) -> str:
 @pytest.fixture
 def small_store(tmp_path) -> Path:
     path = tmp_path / "s"
-    with strata.open(path, small_config()) as store:
+    with strata.open(path, small_store_config()) as store:
         store.create_topic("t", queues=2)
         store.put(strata.Message("t", b"kept"))
     return path
@@ -79,7 +75,7 @@ def test_a_config_less_open_never_replaces_the_remembered_geometry(small_store):
     is missing, never over what it remembers (here: sizes no file shows yet)."""
     geometry = small_store / GEOMETRY_FILE
     remembered = geometry.read_bytes()
-    with strata.open(small_store, dataclasses.replace(small_config(), index_slots=2048)):
+    with strata.open(small_store, dataclasses.replace(small_store_config(), index_slots=2048)):
         pass                                              # an explicit config is remembered
     assert geometry.read_bytes() != remembered
     changed = geometry.read_bytes()
