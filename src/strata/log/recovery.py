@@ -203,19 +203,23 @@ def _recover_unclean(clog: CommitLog, checkpoint: Checkpoint | None, *,
         # file that is not the last one lost bytes in a copy, not in a crash: passed over too.
         lost_in_copy = seg.restored_from is not None and not last
         lost_flushed = False
-        walk = RecordWalk(seg, 0, seg.data_size, crc_from=trust,
+        walk = RecordWalk(seg, 0, seg.data_size, crc_from=trust, light_until=trust,
                           resync_until=seg.data_size if lost_in_copy else trust)
-        count, tmin, tmax = 0, 0, 0
-        stamp = rec.I64_AT.unpack_from
+        count = verified = 0
+        first = last_good = -1
         for pos, size, why in walk:
             if why is None:
-                ts = stamp(seg.mm, HEADER_AREA + pos + rec.POS_STORE_TIMESTAMP)[0]
-                if count == 0:
-                    tmin = ts
-                tmax, count = ts, count + 1
-                if pos + size > trust:
-                    report.records_verified += 1
+                if first < 0:
+                    first = pos
+                last_good = pos
+                count += 1
+                verified += pos + size > trust
         report.records_walked += count
+        report.records_verified += verified
+        stamp = rec.I64_AT.unpack_from
+        tmin = stamp(seg.mm, HEADER_AREA + first + rec.POS_STORE_TIMESTAMP)[0] if count else 0
+        tmax = stamp(seg.mm, HEADER_AREA + last_good + rec.POS_STORE_TIMESTAMP)[0] \
+            if count else 0
         damage = walk.damage
         position = walk.position
         if damage and damage[-1].end == seg.end_offset and not walk.closed:
