@@ -270,12 +270,14 @@ def check_store(store, acks: dict[int, Ack], tally: Tally, ctx: dict, *,
     def judge(topic: str, q: int, pos: int, m) -> None:
         tally.checks += 1
         try:
-            seq = int(m.properties.get("seq", "-1"))
-        except Exception as e:  # noqa: BLE001
+            seq_text = m.properties.get("seq", "")
+        except Exception as e:  # noqa: BLE001 - the store failed to decode what it served
             if not deliberate(e):
                 tally.fail("tracebacks", ctx, via="get", queue=f"{topic}/{q}",
                            error=describe(e))
-            seq = -1
+            seq_text = ""
+        # a seq that is not a number: damaged bytes were served (judged wrong below)
+        seq = int(seq_text) if seq_text.isdigit() else -1
         a = acks.get(seq)
         where = dict(via="get", queue=f"{topic}/{q}", queue_offset=pos, seq=seq)
         if m.topic != topic or m.queue_id != q or m.queue_offset != pos:
