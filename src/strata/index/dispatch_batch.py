@@ -21,7 +21,7 @@ from strata.format import record as rec
 from strata.format.consume_queue import tag_hash
 from strata.format.record_batch import check_headers
 from strata.format.segment import HEADER_AREA
-from strata.log.record_walk import resync
+from strata.log.record_walk import record_problem, resync
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +285,9 @@ def _past_damage(seg, rel: int, end: int) -> int:
     by ``resync``), logged as an error: a damaged record is skipped, never the rest of the log."""
     if HEADER_AREA + rel >= end:
         return seg.base_offset + rel
+    _kind, size, why = record_problem(seg, rel, seg.committed, verify_crc=False)
+    if why is None and HEADER_AREA + rel + size > end:
+        return seg.base_offset + rel   # a whole record that is not confirmed yet: wait for it
     nxt = resync(seg, rel, end - HEADER_AREA)
     log.error("dispatch skips the damaged record at commit-log offset %d (%d bytes up to the "
               "next good record are not dispatched; `strata verify` lists the damage)",

@@ -61,7 +61,9 @@ class RecoveryReport:
 
     @property
     def lost_anything(self) -> bool:
-        return bool(self.truncated_at is not None and (self.zeroed_bytes or self.dropped_segments))
+        """Records were cut, dropped, found damaged or lost with a cut file."""
+        return bool(self.truncated_at is not None and (self.zeroed_bytes or self.dropped_segments)
+                    or self.corrupt_records or self.closed_gaps)
 
     def summary(self) -> str:
         if self.new_store:
