@@ -205,7 +205,8 @@ def _scan_start(store: MessageStore, offset: int, end: int) -> int | None:
 @cli.command()
 @click.argument("directory", metavar="DIR")
 def verify(directory: str) -> None:
-    """Check every record's CRC and lengths; exit 1 and list offsets if any is corrupt."""
+    """Check every record's CRC and lengths, and that every consume-queue unit and key-index
+    entry leads to its record; exit 1 and list file, offset and kind of each problem."""
     store = open_readonly(directory)
     with store:
         segs = list(store.log.segments.segments)
@@ -213,12 +214,30 @@ def verify(directory: str) -> None:
             task = prog.add_task("verifying", total=sum(s.committed for s in segs))
             found = verify_log(store.log.segments, store.confirmed_offset(),
                                progress=lambda done: prog.update(task, completed=done))
-    for p in found.problems:
+    derived, queues, index_files = _verify_derived(directory)
+    for p in [*found.problems, *derived]:
         err.print(f"[red]CORRUPT[/red] {p.file} offset {p.offset}: {p.kind}: {p.detail}")
     click.echo(json.dumps({"records": found.records, "segments": found.segments,
-                           "problems": len(found.problems)}))
-    if found.problems:
+                           "problems": len(found.problems), "queues": queues,
+                           "index_files": index_files, "index_problems": len(derived)}))
+    if found.problems or derived:
         sys.exit(1)
+
+
+def _verify_derived(directory: str) -> tuple[list, int, int]:
+    """Consume queues and key index against the log, in this process (the checks of
+    ``strata spark verify``, ``strata.index.verify``): (problems, queues, index files)."""
+    from strata.index.verify import run_task
+    from strata.spark.jobs.verify import VerifySummary, plan   # plain Python, no Spark
+    try:
+        p = plan(directory, VerifySummary(store=str(directory)))
+    except StrataError as exc:
+        raise click.ClickException(str(exc)) from None
+    problems = []
+    for task in p.tasks:
+        problems += run_task(task, p.limits, records=False)[0]
+    kinds = [t[0] for t in p.tasks]
+    return problems, kinds.count("queue"), kinds.count("index")
 
 
 # ---------------------------------------------------------------------- topics and queues

@@ -15,48 +15,78 @@ import numpy as np
 
 from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
-from strata.format.record_batch import check_headers
+from strata.format.record_batch import HEADER_DTYPE, check_headers, header_windows
 from strata.format.segment import HEADER_AREA
 from strata.log.commit_log import CommitLog
 
 
-def byte_rows(buf, starts: np.ndarray, width: int, limit: int) -> np.ndarray:
-    """``buf[s:s + width]`` for every start (each below ``limit - width``), as an (n, width)
-    uint8 array: each window is gathered as one opaque item."""
-    windows = np.ndarray(shape=(max(0, limit - width + 1),), dtype=(np.void, width),
-                         buffer=buf, strides=(1,))
-    return windows[starts].view(np.uint8).reshape(len(starts), width)
+_V6 = rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6
+
+
+def _same_message(buf, pos: np.ndarray, limit: int, ok: np.ndarray, hdr: np.ndarray,
+                  queue_id: int, queue_offsets: np.ndarray, sizes: np.ndarray,
+                  topic: bytes) -> np.ndarray:
+    """Which of the fixed headers ``hdr`` of whole records (where ``ok``) at ``pos`` of
+    ``buf[:limit]`` name ``topic``/``queue_id``, their queue offset and their size."""
+    same = ok & (hdr["queue_offset"] == queue_offsets) & (hdr["total"] == sizes) & \
+        (hdr["queue_id"] == queue_id) & (hdr["topic_len"] == len(topic))
+    if not same.any():
+        return same
+    flags = hdr["sys_flag"]
+    tpos = pos + rec.HEADER_SIZE + 12   # IPv4 born and store hosts, 6 bytes each
+    if (flags & _V6).any():
+        tpos = tpos + np.where(flags & rec.SYSFLAG_BORN_HOST_V6, 12, 0) + \
+            np.where(flags & rec.SYSFLAG_STORE_HOST_V6, 12, 0)
+    names = np.ndarray(shape=(max(0, limit - len(topic) + 1),), dtype=(np.void, len(topic)),
+                       buffer=buf, strides=(1,))
+    same &= names[tpos if same.all() else np.where(same, tpos, HEADER_AREA)] == np.void(topic)
+    return same
 
 
 def units_lead_to_records(clog: CommitLog, topic: str, queue_id: int,
                           queue_offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
-                          limit: int) -> tuple[np.ndarray, np.ndarray]:
+                          limit: int, *, whole: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
     """For units ``(phys[i], sizes[i])`` at ``queue_offsets[i]`` of ``(topic, queue_id)``:
     ``(starts, leads)``, two bool arrays. ``starts[i]``: a whole message record carrying
     commit-log offset ``phys[i]`` starts there and ends at or below ``limit``; ``leads[i]``:
-    it is the record of that queue offset, of ``sizes[i]`` bytes (the unit is right)."""
+    it is the record of that queue offset, of ``sizes[i]`` bytes (the unit is right).
+
+    ``whole`` (e.g. ``get``, whose reader already checked the records it decoded) says which
+    units are known to start whole records; only their fields are compared then."""
     phys = np.asarray(phys, np.int64)
     queue_offsets = np.asarray(queue_offsets, np.int64)
     sizes = np.asarray(sizes, np.int64)
     n = len(phys)
-    starts = np.zeros(n, bool)
+    starts = np.zeros(n, bool) if whole is None else whole
     leads = np.zeros(n, bool)
-    want = np.frombuffer(topic.encode("utf-8"), np.uint8)
-    tlen = len(want)
-    for lo, hi, seg in segment_runs(list(clog.segments.segments), phys):
+    if n == 0 or (whole is not None and not whole.any()):
+        return starts, leads
+    name = topic.encode("utf-8")
+    segs = clog.segments.segments
+    last = segs[-1] if segs else None
+    if last is not None and last.base_offset <= int(phys.min()) and \
+            int(phys.max()) < last.end_offset:
+        runs = [(0, n, last)]          # the usual case: one run in the newest segment
+    else:
+        runs = segment_runs(list(segs), phys)
+    for lo, hi, seg in runs:
         if seg is None or seg.closed:
+            starts[lo:hi] = False
             continue
         end = HEADER_AREA + max(0, min(seg.data_size, limit - seg.base_offset))
         pos = phys[lo:hi] - seg.base_offset + HEADER_AREA
         try:   # numpy views of the mapping pin it while they live
-            hdr, ok, total, hosts = check_headers(seg.mm, pos, phys[lo:hi], end)
-            same = ok & (hdr["queue_id"] == queue_id) & (hdr["topic_len"] == tlen) & \
-                (hdr["queue_offset"] == queue_offsets[lo:hi]) & (total == sizes[lo:hi])
-            if same.any():
-                tpos = np.where(same, pos + rec.HEADER_SIZE + hosts, HEADER_AREA)
-                same &= (byte_rows(seg.mm, tpos, tlen, end) == want).all(axis=1)
-        except (ValueError, TypeError):   # unmapped by retention just now: nothing there
-            continue
-        starts[lo:hi] = ok
-        leads[lo:hi] = same
+            if whole is None:
+                hdr, ok, _total, _hosts = check_headers(seg.mm, pos, phys[lo:hi], end)
+                starts[lo:hi] = ok
+            else:
+                ok = whole[lo:hi]
+                hdr = header_windows(seg.mm, end)[pos if ok.all() else
+                                                  np.where(ok, pos, HEADER_AREA)].view(
+                    HEADER_DTYPE)
+            leads[lo:hi] = _same_message(seg.mm, pos, end, ok, hdr, queue_id,
+                                         queue_offsets[lo:hi], sizes[lo:hi], name)
+        except (ValueError, TypeError, IndexError):   # unmapped by retention just now
+            starts[lo:hi] = False
     return starts, leads

@@ -4,7 +4,8 @@ One task per commit-log segment (every record: lengths at both ends, magic, CRC3
 offset; the footer of a sealed segment; each record's consume-queue unit and key-index entries),
 one per consume queue (every unit points at a record of its topic, queue and offset, in log
 order) and one per key-index file (chains, slot heads, counters). The checks are in
-``checks.py``; this module plans them on the driver and runs them.
+``strata.index.verify`` (``strata verify`` runs them too, in one process); this module plans
+them on the driver and runs them.
 
 The store is opened read-only and no lock is taken, so a stopped store and one that a writer
 has open can both be verified. For a live store verify takes the writer's confirmed and
@@ -22,8 +23,7 @@ from pathlib import Path
 
 from strata.errors import CorruptStoreError
 from strata.log.verify import Problem
-from strata.spark.jobs.checks import (Limits, TaskStats, check_index_file, check_queue,
-                                      check_segment)
+from strata.index.verify import Limits, queue_dirs, run_task
 from strata.spark.jobs.progress import NullProgress
 
 REPORT_SCHEMA = "file string, offset long, kind string, detail string"
@@ -112,7 +112,7 @@ def plan(path: str | Path, summary: VerifySummary) -> _Plan:
             tasks.append(("segment", str(s.path), f"commitlog/{s.path.name}", limit))
         if live:
             store.topic_table.reload()
-        tasks += [("queue", t, q) for t, q in _queue_dirs(store.path)]
+        tasks += [("queue", t, q) for t, q in queue_dirs(store.path)]
         tasks += [("index", f["name"]) for f in store.key_index.files()]
         limits = Limits(root=str(store.path), log_min=log_min, confirmed=confirmed,
                         dispatched=dispatched, topics=dict(store.topic_table.queues),
@@ -126,27 +126,10 @@ def plan(path: str | Path, summary: VerifySummary) -> _Plan:
     return _Plan(limits, tasks, problems)
 
 
-def _queue_dirs(root: Path) -> list[tuple[str, int]]:
-    base = root / "consumequeue"
-    if not base.is_dir():
-        return []
-    return sorted((t.name, int(q.name)) for t in base.iterdir() if t.is_dir()
-                  for q in t.iterdir() if q.is_dir() and q.name.isdigit())
-
-
-def _run_task(task: tuple, lim: Limits) -> tuple[list[Problem], TaskStats]:
-    kind = task[0]
-    if kind == "segment":
-        return check_segment(task[1], task[2], task[3], lim)
-    if kind == "queue":
-        return check_queue(task[1], task[2], lim)
-    return check_index_file(task[1], lim)
-
-
 def _run_tasks(numbers, tasks: list, lim: Limits):
     """Partition body: run the tasks whose numbers arrive; yield problems and one stats row each."""
     for i in numbers:
-        problems, st = _run_task(tasks[i], lim)
+        problems, st = run_task(tasks[i], lim)
         for p in problems:
             yield ("problem", p.file, p.offset, p.kind, p.detail)
         yield ("stats", tasks[i][0], st.records, st.bytes, st.units, st.entries)

@@ -1,15 +1,15 @@
-"""The checks ``verify`` runs inside its Spark tasks (plain Python + numpy, no Spark here).
+"""Checks of a store's consume queues and key index against its commit log (plain Python +
+numpy): ``strata verify`` runs them in one process, ``strata spark verify`` one Spark task per
+file. Each check looks at its own files only:
 
-Three kinds of task, each looking at its own files only, so no shuffle is needed:
-
-* **segment** — every record of one commit-log segment (``strata.index.segment_scan``: the
-  dispatch pipeline's reader plus CRC32C; lengths at both ends, magic, physical offset, footer),
-  then for those records: the
-  consume-queue unit at each record's queue offset must point back at it (offset, size, tag
-  hash), and the key-index entries in the segment's offset range must be exactly one per key
-  (hash of ``topic#key``, offset, time delta).
-* **queue** — every unit of one consume queue: units in log order, each pointing at the start
-  of a record of that topic, queue and queue offset (blank units are skipped).
+* **segment** — the records of one commit-log segment (``strata.index.segment_scan``: the
+  dispatch pipeline's reader plus, with ``records``, CRC32C, lengths at both ends, magic,
+  physical offset and footer), then for those records: the consume-queue unit at each record's
+  queue offset must point back at it (offset, size, tag hash; a missing one is a hole), and the
+  key-index entries in the segment's offset range must be exactly one per key (hash of
+  ``topic#key``, offset, time delta): an entry that no key of its record hashes to is reported.
+* **queue** — every unit of one consume queue: units in log order, each leading to its own
+  record (``units_lead_to_records``: a record of that topic, queue, queue offset and size).
 * **index** — the structure of one key-index file: header, offsets in order, every chain link
   and slot head exactly where a query walk needs it, counters that cover every entry.
 
@@ -20,6 +20,8 @@ store, what the writer's dispatch pipeline had covered when verify started); abo
 
 from __future__ import annotations
 
+import mmap
+import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,37 +30,19 @@ import numpy as np
 
 from strata.errors import CorruptStoreError
 from strata.files.segment import MappedSegment
-from strata.files.segment_queue import segment_runs
 from strata.format import key_index as kfmt
-from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE
-from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
+from strata.format.segment import KIND_COMMIT_LOG
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK
 from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet
-from strata.log.commit_log import CommitLog
 from strata.index.segment_scan import SegmentScan
+from strata.index.unit_check import units_lead_to_records
+from strata.log.commit_log import CommitLog
 from strata.log.verify import Problem
 
 MAX_PROBLEMS_PER_KIND = 100   # per task; the rest is summarised in one row
-
-# The fixed 76-byte message header (docs/format.md section 3) as a numpy record.
-HDR_DTYPE = np.dtype([
-    ("total", "<u4"), ("magic", "<u4"), ("crc", "<u4"), ("queue_id", "<i4"), ("flag", "<i4"),
-    ("queue_offset", "<i8"), ("phys", "<i8"), ("sys_flag", "<i4"), ("born_ts", "<i8"),
-    ("store_ts", "<i8"), ("prepared", "<i8"), ("reconsume", "<i4"), ("body_len", "<u4"),
-    ("topic_len", "<u2"), ("props_len", "<u2")])
-assert HDR_DTYPE.itemsize == rec.HEADER_SIZE
-
-
-def _rows(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """``data[s:s+width]`` for every start, as an (n, width) uint8 array (each window copied
-    as one opaque item, far faster than a per-byte index)."""
-    windows = np.ndarray(shape=(max(0, len(data) - width + 1),), dtype=(np.void, width),
-                         buffer=data, strides=(1,))
-    return windows[starts].view(np.uint8).reshape(len(starts), width)
-
 
 @dataclass(frozen=True)
 class Limits:
@@ -124,7 +108,10 @@ def cq_file(topic: str, queue_id: int, queue_offset: int, units_per_file: int) -
 # --------------------------------------------------------------------------- segment task
 
 
-def check_segment(path: str, file: str, limit: int, lim: Limits) -> tuple[list[Problem], TaskStats]:
+def check_segment(path: str, file: str, limit: int, lim: Limits, *,
+                  records: bool = True) -> tuple[list[Problem], TaskStats]:
+    """The units and key-index entries of the records of one segment; with ``records`` the
+    records themselves and the footer too (``strata verify`` checks those on its own)."""
     sink = ProblemSink()
     stats = TaskStats(file)
     try:
@@ -138,11 +125,12 @@ def check_segment(path: str, file: str, limit: int, lim: Limits) -> tuple[list[P
         return sink.finish(), stats
     indexes = _Indexes(lim, sink)
     try:
-        scan = SegmentScan(seg, limit, file)
+        scan = SegmentScan(seg, limit, file, verify_crc=records)
         for batch in scan.batches():
             indexes.check(batch)
-        scan.check_footer()
-        sink.extend(scan.problems)
+        if records:
+            scan.check_footer()
+            sink.extend(scan.problems)
         stats.records, stats.bytes = scan.records, scan.checked_bytes
     finally:
         indexes.close()
@@ -344,7 +332,6 @@ def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], 
         if cq is None:
             return sink.finish(), stats
         clog.load()
-        tb = topic.encode("utf-8")
         upf = cq.units_per_file
         off, end = cq.min_offset(), cq.max_offset()
         last_phys = -1
@@ -360,6 +347,11 @@ def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], 
             stats.units += int(np.count_nonzero(size != BLANK_SIZE))
             real = size != BLANK_SIZE     # blank units fill a queue's start (retention) and
             #                                the offsets of prepared/rolled-back records
+            for i in np.flatnonzero(size == 0).tolist():
+                q = int(qoffs[i])
+                sink.add(cq_file(topic, queue_id, q, upf), q, "cq-hole",
+                         "unit was never written (zero), though later units were")
+            real &= size != 0
             rp, rq, rs = phys[real], qoffs[real], size[real]
             if len(rp):
                 seq = np.r_[last_phys, rp]
@@ -369,8 +361,7 @@ def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], 
                              f"previous unit's {int(seq[i])}")
                 last_phys = int(rp[-1])
                 keep = (rp >= lim.log_min) & (rp < lim.confirmed)
-                _check_points_at(clog, tb, queue_id, rq[keep], rp[keep], rs[keep], topic, upf,
-                                 sink)
+                _check_points_at(clog, queue_id, rq[keep], rp[keep], rs[keep], topic, upf, sink)
             off += len(units)
     finally:
         queues.close()
@@ -378,67 +369,33 @@ def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], 
     return sink.finish(), stats
 
 
-def _check_points_at(clog: CommitLog, tb: bytes, queue_id: int, qoff: np.ndarray,
+def _check_points_at(clog: CommitLog, queue_id: int, qoff: np.ndarray,
                      phys: np.ndarray, size: np.ndarray, topic: str, upf: int,
                      sink: ProblemSink) -> None:
-    """Each unit must point at the start of a record of (topic, queue_id, its queue offset)."""
-    segs = clog.segments.segments
-    if not segs or not len(phys):
+    """Each unit must lead to its own record: one of (topic, queue_id, its queue offset) and
+    its size, starting at the unit's commit-log offset."""
+    if not len(phys):
         return
-    tlen = len(tb)
-    want_topic = np.frombuffer(tb, np.uint8)
-    for lo, hi, seg in segment_runs(segs, phys):
-        sel = np.arange(lo, hi)
-        if seg is None:
-            bad = sel
-            fits = np.zeros(0, np.int64)
-        else:
-            rel = phys[sel] - seg.base_offset
-            inside = rel + rec.HEADER_SIZE + 12 <= seg.data_size
-            bad = sel[~inside]
-            fits = sel[inside]
-        for i in bad.tolist():
-            sink.add(cq_file(topic, queue_id, int(qoff[i]), upf), int(qoff[i]), "cq-dangling",
-                     f"unit points at commit-log offset {int(phys[i])}, outside every segment")
-        if not len(fits):
+    starts, leads = units_lead_to_records(clog, topic, queue_id, qoff, phys, size, 1 << 62)
+    for i in np.flatnonzero(~leads).tolist():
+        q, p = int(qoff[i]), int(phys[i])
+        f = cq_file(topic, queue_id, q, upf)
+        if not starts[i]:
+            sink.add(f, q, "cq-dangling",
+                     f"unit points at commit-log offset {p}, where no record starts")
             continue
-        data = np.frombuffer(seg.mm, np.uint8)
-        pos = HEADER_AREA + phys[fits] - seg.base_offset
-        hdr = _rows(data, pos, rec.HEADER_SIZE).view(HDR_DTYPE).ravel()
-        start = (hdr["magic"] == rec.MESSAGE_MAGIC) & (hdr["phys"] == phys[fits])
-        hosts = np.where(hdr["sys_flag"] & rec.SYSFLAG_BORN_HOST_V6, 18, 6) + \
-            np.where(hdr["sys_flag"] & rec.SYSFLAG_STORE_HOST_V6, 18, 6)
-        same = start & (hdr["topic_len"] == tlen) & (hdr["queue_id"] == queue_id) & \
-            (hdr["queue_offset"] == qoff[fits]) & (hdr["total"] == size[fits])
-        if same.any() and tlen:
-            tpos = np.where(same, pos + rec.HEADER_SIZE + hosts, 0)
-            tpos = np.minimum(tpos, len(data) - tlen)
-            names = _rows(data, tpos, tlen)
-            same &= (names == want_topic).all(axis=1)
-        del data
-        for j in np.flatnonzero(~same).tolist():
-            i = int(fits[j])
-            q, p = int(qoff[i]), int(phys[i])
-            f = cq_file(topic, queue_id, q, upf)
-            if not start[j]:
-                sink.add(f, q, "cq-dangling",
-                         f"unit points at commit-log offset {p}, where no record starts")
-                continue
-            found = clog.read(p, 1 << 62)
-            what = (f"{found.topic}/{found.queue_id} offset {found.queue_offset}, size "
-                    f"{found.size}" if found is not None else "an unreadable record")
-            sink.add(f, q, "cq-mismatch",
-                     f"unit ({topic}/{queue_id} offset {q}, size {int(size[i])}) points at "
-                     f"commit-log offset {p}, which holds {what}")
+        found = clog.read(p, 1 << 62)
+        what = (f"{found.topic}/{found.queue_id} offset {found.queue_offset}, size "
+                f"{found.size}" if found is not None else "an unreadable record")
+        sink.add(f, q, "cq-mismatch",
+                 f"unit ({topic}/{queue_id} offset {q}, size {int(size[i])}) points at "
+                 f"commit-log offset {p}, which holds {what}")
 
 
 # --------------------------------------------------------------------------- index task
 
 
 def check_index_file(name: str, lim: Limits) -> tuple[list[Problem], TaskStats]:
-    import mmap
-    import os
-
     sink = ProblemSink()
     file = f"index/{name}"
     stats = TaskStats(file)
@@ -523,3 +480,27 @@ def _check_index_structure(mm, header, file: str, sink: ProblemSink, stats: Task
     if n > 1 and bool((d[1:] < d[:-1]).any()) and not flags & kfmt.FLAG_TIMES_NOT_MONOTONE:
         sink.add(file, -1, "index-counters", "entry times go backwards but the file is not "
                  "flagged TIMES_NOT_MONOTONE (queries would stop walking too early)")
+
+
+# --------------------------------------------------------------------------- running
+
+
+def queue_dirs(root: Path) -> list[tuple[str, int]]:
+    """(topic, queue id) of every consume-queue directory of the store at ``root``."""
+    base = Path(root) / "consumequeue"
+    if not base.is_dir():
+        return []
+    return sorted((t.name, int(q.name)) for t in base.iterdir() if t.is_dir()
+                  for q in t.iterdir() if q.is_dir() and q.name.isdigit())
+
+
+def run_task(task: tuple, lim: Limits, *, records: bool = True
+             ) -> tuple[list[Problem], TaskStats]:
+    """One check: ``("segment", path, file, limit)``, ``("queue", topic, queue id)`` or
+    ``("index", file name)``; ``records=False`` leaves a segment's records to the caller."""
+    kind = task[0]
+    if kind == "segment":
+        return check_segment(task[1], task[2], task[3], lim, records=records)
+    if kind == "queue":
+        return check_queue(task[1], task[2], lim)
+    return check_index_file(task[1], lim)
