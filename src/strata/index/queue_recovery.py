@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
 from strata.format.segment import HEADER_AREA
 from strata.index.consume_queue import ConsumeQueue
@@ -26,7 +27,8 @@ from strata.index.queues import ConsumeQueueSet
 from strata.index.unit_check import units_lead_to_records
 from strata.log.commit_log import CommitLog
 
-CHUNK = 4096   # units checked at once
+FIRST_CHUNK, MAX_CHUNK = 16, 4096   # units checked at once: few first (a clean stop's
+#                                     last unit is right), more as the walk goes back
 
 
 @dataclass(frozen=True)
@@ -54,17 +56,23 @@ class QueueRecovery:
                 f"{self.dropped} unit(s) dropped, the queue re-dispatched from the commit log")
 
 
-def _data_end(cq: ConsumeQueue) -> int:
-    """One past the last unit of the queue's files that holds any non-zero byte."""
-    for seg in reversed(cq.segments.segments):
-        n = seg.data_size // UNIT_SIZE
-        words = np.frombuffer(seg.mm, "<u4", n * UNIT_SIZE // 4,
-                              HEADER_AREA).reshape(n, UNIT_SIZE // 4)
+def _data_end(cq: ConsumeQueue, n0: int, most: int) -> int:
+    """One past the last unit in ``[n0, n0 + most)`` that holds any non-zero byte (``n0`` if
+    none): where units a power loss left behind can be, past the apparent end ``n0`` (units
+    before the checkpoint are all there, and at most ``most`` came after it)."""
+    found = n0
+    for seg in cq.segments.segments:
+        first = seg.base_offset // UNIT_SIZE
+        lo, hi = max(n0, first), min(n0 + most, first + seg.data_size // UNIT_SIZE)
+        if hi <= lo:
+            continue
+        words = np.frombuffer(seg.mm, "<u4", (hi - lo) * UNIT_SIZE // 4,
+                              HEADER_AREA + (lo - first) * UNIT_SIZE).reshape(-1, UNIT_SIZE // 4)
         used = np.flatnonzero(words.any(axis=1))
         del words
         if len(used):
-            return seg.base_offset // UNIT_SIZE + int(used[-1]) + 1
-    return cq.min_offset()
+            found = lo + int(used[-1]) + 1
+    return found
 
 
 def recover_queue(cq: ConsumeQueue, clog: CommitLog, start: int, end: int, *,
@@ -74,8 +82,8 @@ def recover_queue(cq: ConsumeQueue, clog: CommitLog, start: int, end: int, *,
     ``thorough`` (after an unclean stop) also looks at units past the queue's apparent end."""
     last = cq.segments.last()
     n_end = cq.max_offset()
-    if thorough and last is not None:
-        n_end = max(n_end, _data_end(cq))
+    if thorough and last is not None:   # at most one unit per record after the checkpoint
+        n_end = _data_end(cq, n_end, (end - start) // rec.HEADER_SIZE + 1)
         if n_end > cq.max_offset():
             last.set_positions((n_end - last.base_offset // UNIT_SIZE) * UNIT_SIZE)
     log_min = clog.min_offset()
@@ -87,9 +95,11 @@ def recover_queue(cq: ConsumeQueue, clog: CommitLog, start: int, end: int, *,
     keep = lo_bound            # units [lo_bound, keep) stay
     replay_from = 0
     hi = n_end
+    chunk = FIRST_CHUNK
     while hi > lo_bound:
         file_first = (hi - 1) // cq.units_per_file * cq.units_per_file
-        lo = max(lo_bound, file_first, hi - CHUNK)
+        lo = max(lo_bound, file_first, hi - chunk)
+        chunk = min(2 * chunk, MAX_CHUNK)
         units = cq.read_units(lo, hi - lo)
         if len(units) < hi - lo:   # no file holds them
             break
