@@ -261,3 +261,22 @@ def test_a_new_store_says_it_was_created(tmp_path, caplog):
     assert "unclean" not in caplog.text
     with strata.open(d, config()) as store:
         assert not store.recovery_report.new_store and store.recovery_report.clean
+
+
+@pytest.mark.parametrize("which", ["first", "last"])
+@pytest.mark.parametrize("where_in_header", [0, 4, 17, 24])
+def test_a_damaged_segment_header_is_rewritten_from_the_name(tmp_store_dir, which,
+                                                             where_in_header):
+    results = fill(tmp_store_dir, 3000)
+    files = sorted((tmp_store_dir / "commitlog").iterdir())
+    path = files[0] if which == "first" else files[-1]
+    flip_bit(path, where_in_header, bit=2)
+    with pytest.raises(strata.errors.CorruptStoreError, match=path.name):
+        strata.open(tmp_store_dir, readonly=True)   # a reader changes nothing
+    with strata.open(tmp_store_dir, config()) as store:
+        rep = store.recovery_report
+        assert any(path.name in s and "header" in s for s in rep.restored_segments)
+        assert rep.truncated_at is None and not rep.corrupt_records
+        assert_all_but(store, results, set())
+    with strata.open(tmp_store_dir, readonly=True) as reader:
+        assert len(list(reader.scan())) == len(results)

@@ -19,6 +19,20 @@ from strata.format.segment import (FOOTER_AREA, HEADER_AREA, KIND_COMMIT_LOG, KI
                                    SegmentFooter, SegmentHeader, file_size)
 
 
+def _header_to_rebuild(path: Path, kind: int, problem: str, data_size: int | None, actual: int,
+                       readonly: bool) -> SegmentHeader | None:
+    """The header a writer's damaged commit-log segment header must have been, or None when it
+    cannot be known or must not be rewritten (a reader, another format version, a file whose
+    name or size does not fit the log's geometry)."""
+    if readonly or kind != KIND_COMMIT_LOG or data_size is None or "version" in problem:
+        return None
+    if len(path.name) != 20 or not path.name.isdigit() or int(path.name) % data_size:
+        return None
+    if not HEADER_AREA < actual <= file_size(data_size):
+        return None
+    return SegmentHeader(kind=kind, base_offset=int(path.name), data_size=data_size)
+
+
 class MappedSegment:
     """A segment file mapped into memory. Data byte ``i`` lives at ``mm[HEADER_AREA + i]``."""
 
@@ -42,6 +56,7 @@ class MappedSegment:
         self.footer: SegmentFooter | None = None
         self.closed = False
         self.restored_from: int | None = None  # the file's size if open() had to zero-extend it
+        self.repaired_header: str | None = None  # what was wrong with a header open() rewrote
 
     # ------------------------------------------------------------------ creation / opening
 
@@ -69,14 +84,20 @@ class MappedSegment:
     @classmethod
     def open(cls, path: Path, kind: int, *, readonly: bool = False,
              file_ops: FileOps = DEFAULT_FILE_OPS,
-             restore_short: bool | None = None) -> "MappedSegment":
+             restore_short: bool | None = None,
+             data_size: int | None = None) -> "MappedSegment":
         """Open an existing segment, checking its header and size; the footer is read too.
 
         A file shorter than its header implies (a tail lost in a copy) is CorruptStoreError,
         unless ``restore_short`` (default: for a writer's commit-log segment): then it is
         zero-extended to its size and synced, and ``restored_from`` says how long it was (the
-        commit log's recovery decides what the cut cost)."""
+        commit log's recovery decides what the cut cost).
+
+        A writer's commit-log segment whose header is damaged (bad magic or checksum) gets it
+        rewritten from what the header must say: its kind, its name (the base offset) and
+        ``data_size`` (the log's segment size); ``repaired_header`` says what was wrong."""
         restored = None
+        rewrite = None
         fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
@@ -84,7 +105,10 @@ class MappedSegment:
             try:
                 header = SegmentHeader.decode(head)
             except ValueError as exc:
-                raise CorruptStoreError(f"{path}: {exc}") from None
+                header = _header_to_rebuild(path, kind, str(exc), data_size, actual, readonly)
+                if header is None:
+                    raise CorruptStoreError(f"{path}: {exc}") from None
+                rewrite = str(exc)
             if header.kind != kind:
                 raise CorruptStoreError(
                     f"{path}: is a {KIND_NAMES.get(header.kind, header.kind)} segment, expected "
@@ -111,6 +135,11 @@ class MappedSegment:
             raise
         seg = cls(path, header, fd, mm, readonly, file_ops)
         seg.restored_from = restored
+        if rewrite is not None:
+            raw = header.encode()
+            mm[:len(raw)] = raw
+            file_ops.msync(path, mm, 0, len(raw), fd)
+            seg.repaired_header = rewrite
         seg.footer = SegmentFooter.decode(mm[HEADER_AREA + header.data_size:
                                              HEADER_AREA + header.data_size + FOOTER_AREA])
         return seg

@@ -182,7 +182,8 @@ class SegmentQueue:
                 names.append(p.name)
         for name in sorted(names):
             self._append(MappedSegment.open(self.directory / name, self.kind,
-                                            readonly=self.readonly, file_ops=self.file_ops))
+                                            readonly=self.readonly, file_ops=self.file_ops,
+                                            data_size=self.data_size))
         self.check_continuity()
 
     def refresh(self) -> None:

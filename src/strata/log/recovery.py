@@ -57,7 +57,7 @@ class RecoveryReport:
     records_walked: int = 0                # records walked after the trusted sealed segments
     corrupt_records: list[Damage] = field(default_factory=list)  # in the flushed range, kept out
     closed_gaps: list[Damage] = field(default_factory=list)  # lost stretches closed with a blank
-    restored_segments: list[str] = field(default_factory=list)  # short files zero-extended
+    restored_segments: list[str] = field(default_factory=list)  # cut files, damaged headers
 
     @property
     def lost_anything(self) -> bool:
@@ -116,6 +116,8 @@ def recover(clog: CommitLog, checkpoint: Checkpoint | None, clean: bool, *,
     restored = [f"segment file {s.path.name} was {s.restored_from} bytes, its header implies "
                 f"{s.file_size}: zero-extended, the bytes after the cut are lost"
                 for s in segs if s.restored_from is not None]
+    restored += [f"segment file {s.path.name}: damaged header ({s.repaired_header}) rewritten "
+                 f"from its name and the segment size" for s in segs if s.repaired_header]
     if not segs and checkpoint is None:
         report = RecoveryReport(clean=True, new_store=True)
     elif clean and checkpoint is not None and checkpoint.clean_end_offset >= 0 and not restored:
