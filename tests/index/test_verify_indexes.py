@@ -55,6 +55,7 @@ def test_wrong_units_and_holes_are_listed(tmp_path):
     assert code == 1 and out["problems"] == 0 and out["index_problems"] >= 2
     name = f"consumequeue/pay/0/{qfile.name}"
     assert f"{name} offset 5: cq-mismatch" in err
+    assert "which holds pay/0 offset 0" in " ".join(err.split())   # the record at offset 0
     assert f"{name} offset 7: cq-" in err               # a hole: the record has no unit
 
 

@@ -332,6 +332,8 @@ def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], 
         if cq is None:
             return sink.finish(), stats
         clog.load()
+        for seg in clog.segments.segments:   # readable up to lim.confirmed (checks say so)
+            seg.committed = seg.data_size
         upf = cq.units_per_file
         off, end = cq.min_offset(), cq.max_offset()
         last_phys = -1
@@ -361,7 +363,8 @@ def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], 
                              f"previous unit's {int(seq[i])}")
                 last_phys = int(rp[-1])
                 keep = (rp >= lim.log_min) & (rp < lim.confirmed)
-                _check_points_at(clog, queue_id, rq[keep], rp[keep], rs[keep], topic, upf, sink)
+                _check_points_at(clog, queue_id, rq[keep], rp[keep], rs[keep], topic, upf,
+                                 lim.confirmed, sink)
             off += len(units)
     finally:
         queues.close()
@@ -370,13 +373,13 @@ def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], 
 
 
 def _check_points_at(clog: CommitLog, queue_id: int, qoff: np.ndarray,
-                     phys: np.ndarray, size: np.ndarray, topic: str, upf: int,
+                     phys: np.ndarray, size: np.ndarray, topic: str, upf: int, limit: int,
                      sink: ProblemSink) -> None:
     """Each unit must lead to its own record: one of (topic, queue_id, its queue offset) and
     its size, starting at the unit's commit-log offset."""
     if not len(phys):
         return
-    starts, leads = units_lead_to_records(clog, topic, queue_id, qoff, phys, size, 1 << 62)
+    starts, leads = units_lead_to_records(clog, topic, queue_id, qoff, phys, size, limit)
     for i in np.flatnonzero(~leads).tolist():
         q, p = int(qoff[i]), int(phys[i])
         f = cq_file(topic, queue_id, q, upf)
@@ -384,7 +387,7 @@ def _check_points_at(clog: CommitLog, queue_id: int, qoff: np.ndarray,
             sink.add(f, q, "cq-dangling",
                      f"unit points at commit-log offset {p}, where no record starts")
             continue
-        found = clog.read(p, 1 << 62)
+        found = clog.read(p, limit)
         what = (f"{found.topic}/{found.queue_id} offset {found.queue_offset}, size "
                 f"{found.size}" if found is not None else "an unreadable record")
         sink.add(f, q, "cq-mismatch",
