@@ -547,14 +547,15 @@ def scenario_kills(n: int, workdir: Path, seed: int, deadline: float) -> tuple[T
 # --------------------------------------------------------------------------- power loss
 
 
-def scenario_power(rounds: int, workdir: Path, seed: int, deadline: float) -> tuple[Tally, dict]:
+def scenario_power(rounds: int, workdir: Path, seed: int, deadline: float,
+                   first: int = 0) -> tuple[Tally, dict]:
     from strata.files.faults import FaultInjectingFileOps
 
     tally = Tally()
     stats = {"power_losses": 0, "by_mode": {"sync": 0, "async": 0}, "acked": 0,
              "required": 0, "zeroed_bytes": 0}
-    for rnd in range(rounds):
-        if time.monotonic() > deadline and rnd >= 2:
+    for rnd in range(first, first + rounds):
+        if time.monotonic() > deadline and rnd >= first + 2:
             break
         flush = ("sync", "async")[rnd % 2]
         rng = random.Random(f"{seed}-power-{rnd}")
@@ -720,7 +721,8 @@ def flip_target(kind: str, p: Pristine, rng: random.Random) -> tuple[Path, int, 
     return f, rng.randrange(f.stat().st_size), None
 
 
-def scenario_flips(n: int, workdir: Path, seed: int, deadline: float) -> tuple[Tally, dict]:
+def scenario_flips(n: int, workdir: Path, seed: int, deadline: float,
+                   first: int = 0) -> tuple[Tally, dict]:
     from strata.files.faults import flip_bit
 
     tally = Tally()
@@ -728,7 +730,7 @@ def scenario_flips(n: int, workdir: Path, seed: int, deadline: float) -> tuple[T
              "failed_by_kind": {k: 0 for k in FLIP_KINDS}}
     pristine = [build_pristine(workdir / "pristine-clean", seed, False),
                 build_pristine(workdir / "pristine-unclean", seed, True)]
-    for rnd in range(n):
+    for rnd in range(first, first + n):
         if time.monotonic() > deadline:
             break
         rng = random.Random(f"{seed}-flip-{rnd}")
@@ -860,14 +862,14 @@ def _fill_and_check(store_factory, free_space, tally: Tally, ctx: dict, rng: ran
         close_checked(s, tally, ctx)
 
 
-def scenario_disk(rounds: int, workdir: Path, seed: int, deadline: float,
+def scenario_disk(rounds: int, workdir: Path, seed: int, deadline: float, first: int = 0,
                   use_tmpfs: bool = True) -> tuple[Tally, dict]:
     from strata.files.faults import FaultInjectingFileOps
 
     tally = Tally()
     stats = {"disk_rounds": 0, "tmpfs": 0, "fault_layer": 0, "disk_full_errors": 0, "acked": 0}
-    for rnd in range(rounds):
-        if time.monotonic() > deadline and rnd >= 1:
+    for rnd in range(first, first + rounds):
+        if time.monotonic() > deadline and rnd > first:
             break
         rng = random.Random(f"{seed}-disk-{rnd}")
         mnt = workdir / f"disk-{rnd}"
@@ -936,7 +938,8 @@ SCENARIOS = ("kills", "power", "flips", "disk")
 
 def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
         seconds: float = 60.0, seed: int | None = None, directory: Path | None = None,
-        only: tuple[str, ...] = SCENARIOS, emit=print, use_tmpfs: bool = True) -> dict:
+        only: tuple[str, ...] = SCENARIOS, emit=print, use_tmpfs: bool = True,
+        first_round: int = 0) -> dict:
     """Run the scenarios within about ``seconds`` (each gets a share of it; a scenario that
     finishes early leaves its time to the next); emits JSON lines and returns the summary,
     whose ``failures`` holds the failure events."""
@@ -967,11 +970,11 @@ def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
             if name == "kills":
                 tally, stats = scenario_kills(n, work, seed, deadline)
             elif name == "power":
-                tally, stats = scenario_power(n, work, seed, deadline)
+                tally, stats = scenario_power(n, work, seed, deadline, first_round)
             elif name == "flips":
-                tally, stats = scenario_flips(n, work, seed, deadline)
+                tally, stats = scenario_flips(n, work, seed, deadline, first_round)
             else:
-                tally, stats = scenario_disk(n, work, seed, deadline, use_tmpfs)
+                tally, stats = scenario_disk(n, work, seed, deadline, first_round, use_tmpfs)
             for f in tally.failures:
                 emit(json.dumps(f, default=str))
             line = {"event": "scenario", "scenario": name, "seed": seed, **tally.counts(),
@@ -1009,6 +1012,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flips", type=int, default=200, help="single-bit flips")
     ap.add_argument("--power", type=int, default=4, help="power-loss rounds (sync and async)")
     ap.add_argument("--disk", type=int, default=1, help="full-disk rounds")
+    ap.add_argument("--first-round", type=int, default=0,
+                    help="power, flip and disk rounds start here: with --seed and --only, "
+                         "repeats a reported round (kill rounds depend on the ones before)")
     ap.add_argument("--seconds", type=float, default=300, help="time budget (roughly kept)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--dir", type=Path, default=None,
@@ -1022,7 +1028,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     s = run(kills=a.kills, flips=a.flips, power=a.power, disk=a.disk, seconds=a.seconds,
             seed=a.seed, directory=a.dir, only=tuple(a.only.split(",")),
-            use_tmpfs=not a.no_tmpfs, emit=lambda line: print(line, flush=True))
+            use_tmpfs=not a.no_tmpfs, first_round=a.first_round,
+            emit=lambda line: print(line, flush=True))
     return 0 if s["lost"] == s["wrong"] == s["tracebacks"] == 0 else 1
 
 
