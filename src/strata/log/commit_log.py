@@ -367,7 +367,7 @@ class CommitLog:
                     continue
             elif seg.base_offset + pos == from_offset and not record_start(seg, pos):
                 continue
-            log.error("commit log %s: scan skips %s", self.directory,
+            log.error("commit log %s: scan skips a damaged record: %s", self.directory,
                       rec.damaged_record_error(seg.base_offset + pos, why))
 
     # ------------------------------------------------------------------ durability
