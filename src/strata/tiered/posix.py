@@ -1,0 +1,128 @@
+"""The POSIX directory backend: one file per object under a root directory.
+
+A write goes to a temporary file in the object's directory, is fsynced and renamed over the
+object, and the directory is fsynced (``FileOps.write_atomic``), so a crash leaves the old
+object or the new one, whole. Conditional writes hold an ``flock`` on ``<root>/.lock`` while
+they compare versions; a version is the CRC32C and size of the object's bytes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from crc32c import crc32c
+
+from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.tiered.backend import TierBackend
+from strata.tiered.errors import TierConflictError, TierUnavailableError
+
+TMP_SUFFIX = ".tmp"
+LOCK_FILE = ".lock"
+
+
+def check_path(path: str) -> str:
+    """A backend path: relative, '/'-separated, no empty, '.' or '..' part."""
+    parts = path.split("/")
+    if not path or any(p in ("", ".", "..") for p in parts) or path.endswith(TMP_SUFFIX):
+        raise ValueError(f"bad tier object path {path!r}")
+    return path
+
+
+def content_version(data) -> str:
+    return f"{crc32c(data):08x}-{len(data)}"
+
+
+class PosixBackend(TierBackend):
+    """Objects as files under ``root`` (created if missing)."""
+
+    def __init__(self, root: str | os.PathLike, file_ops: FileOps | None = None) -> None:
+        self.root = Path(root)
+        self.url = f"file://{self.root}"
+        self.file_ops = file_ops or DEFAULT_FILE_OPS
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TierUnavailableError(f"tier {self.url}: cannot create the directory: "
+                                       f"{exc.strerror or exc}") from None
+
+    def _file(self, path: str) -> Path:
+        return self.root / check_path(path)
+
+    def _fail(self, what: str, path: str, exc: OSError) -> TierUnavailableError:
+        return TierUnavailableError(f"tier {self.url}: {what} {path}: {exc.strerror or exc}")
+
+    def put(self, path: str, data) -> None:
+        f = self._file(path)
+        try:
+            if not f.parent.is_dir():
+                f.parent.mkdir(parents=True, exist_ok=True)
+                self.file_ops.fsync_dir(f.parent.parent)
+            self.file_ops.write_atomic(f, bytes(data))
+        except OSError as exc:
+            raise self._fail("writing", path, exc) from None
+
+    def put_if(self, path: str, data: bytes, expect: str | None) -> str:
+        lock = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            now = self.version(path)
+            if now != expect:
+                raise TierConflictError(
+                    f"tier {self.url}: {path} is at version {now}, expected {expect} (another "
+                    "store writes to this tier?)")
+            self.put(path, data)
+            return content_version(data)
+        finally:
+            os.close(lock)
+
+    def version(self, path: str) -> str | None:
+        try:
+            return content_version(self._file(path).read_bytes())
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._fail("reading", path, exc) from None
+
+    def read(self, path: str, start: int = 0, length: int | None = None) -> bytes:
+        try:
+            with open(self._file(path), "rb") as fh:
+                fh.seek(start)
+                return fh.read() if length is None else fh.read(length)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise self._fail("reading", path, exc) from None
+
+    def size(self, path: str) -> int | None:
+        try:
+            return self._file(path).stat().st_size
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._fail("stat of", path, exc) from None
+
+    def delete(self, path: str) -> None:
+        try:
+            self.file_ops.remove(self._file(path))
+        except OSError as exc:
+            raise self._fail("deleting", path, exc) from None
+
+    def _walk(self):
+        for dirpath, _dirs, files in os.walk(self.root):
+            rel = os.path.relpath(dirpath, self.root)
+            for name in files:
+                yield name, name if rel == "." else f"{rel}/{name}"
+
+    def list(self, prefix: str = "") -> list[str]:
+        return sorted(p for name, p in self._walk() if p.startswith(prefix)
+                      and not name.endswith(TMP_SUFFIX) and name != LOCK_FILE)
+
+    def clean_partial(self) -> int:
+        n = 0
+        for name, p in list(self._walk()):
+            if name.endswith(TMP_SUFFIX):
+                self.file_ops.remove(self.root / p)
+                n += 1
+        return n

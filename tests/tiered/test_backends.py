@@ -1,0 +1,115 @@
+"""Both backends behind one interface: whole-object writes, ranged reads, sizes, deletes,
+listing, conditional writes, leftovers of interrupted writes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from strata.tiered.errors import TierConflictError, TierUnavailableError
+from strata.tiered.posix import PosixBackend
+
+MiB = 1 << 20
+
+
+def test_objects_round_trip(tier):
+    b = tier.backend()
+    b.put("a/b/one", b"0123456789")
+    b.put("a/two", memoryview(b"xy"))
+    b.put("c", b"")
+    assert b.read("a/b/one") == b"0123456789"
+    assert b.read("a/b/one", 3, 4) == b"3456"
+    assert b.read("a/b/one", 8, 100) == b"89"      # fewer bytes only at the end
+    assert b.read("a/b/one", 10, 5) == b""
+    assert b.size("a/b/one") == 10 and b.size("c") == 0 and b.size("nothing") is None
+    assert b.list() == ["a/b/one", "a/two", "c"]
+    assert b.list("a/") == ["a/b/one", "a/two"]
+    b.put("a/b/one", b"new")                        # replaced whole
+    assert b.read("a/b/one") == b"new"
+    b.delete("a/b/one")
+    b.delete("a/b/one")                             # deleting what is gone is no error
+    assert b.size("a/b/one") is None
+    with pytest.raises(FileNotFoundError):
+        b.read("a/b/one")
+    assert b.list() == ["a/two", "c"]
+
+
+def test_bad_paths_are_refused(tier):
+    b = tier.backend()
+    for bad in ("", "/abs", "a//b", "a/../b", "./a"):
+        with pytest.raises(ValueError, match="bad tier object path"):
+            b.put(bad, b"x")
+    assert b.list() == []
+
+
+def test_conditional_writes(tier):
+    b = tier.backend()
+    v1 = b.put_if("meta/m", b"first", None)
+    assert b.version("meta/m") == v1
+    with pytest.raises(TierConflictError):      # create-only, but it exists
+        b.put_if("meta/m", b"other", None)
+    with pytest.raises(TierConflictError):      # replace-only over a version never seen
+        b.put_if("meta/m", b"other", "not-a-version")
+    assert b.read("meta/m") == b"first"
+    v2 = b.put_if("meta/m", b"second", v1)
+    assert v2 != v1 and b.read("meta/m") == b"second"
+    with pytest.raises(TierConflictError):      # v1 is stale now
+        b.put_if("meta/m", b"third", v1)
+    assert b.read("meta/m") == b"second"
+
+
+def test_large_object(tier):
+    """Above the threshold the S3 backend uploads in parts (its ETag says how many)."""
+    b = tier.backend(multipart_threshold=5 * MiB, part_size=5 * MiB) if tier.kind == "s3" \
+        else tier.backend()
+    data = os.urandom(11 * MiB + 17)
+    b.put("big", data)
+    assert b.size("big") == len(data)
+    assert b.read("big", 5 * MiB - 3, 10) == data[5 * MiB - 3:5 * MiB + 7]
+    assert b.read("big") == data
+    if tier.kind == "s3":
+        assert b.version("big").strip('"').endswith("-3")   # three parts
+
+
+def test_leftovers_of_interrupted_writes_are_cleaned(tier):
+    b = tier.backend()
+    b.put("q/keep", b"k")
+    if tier.kind == "posix":
+        (b.root / "q" / "half.tmp").write_bytes(b"torn")
+    else:
+        b.client.create_multipart_upload(Bucket=b.bucket, Key=b._key("q/half"))
+    assert b.list() == ["q/keep"]
+    assert b.clean_partial() == 1
+    assert b.clean_partial() == 0
+    assert b.list() == ["q/keep"]
+    if tier.kind == "s3":
+        assert not b.client.list_multipart_uploads(Bucket=b.bucket).get("Uploads")
+
+
+def test_unreachable_s3_endpoint_is_a_clear_error(s3_endpoint):
+    from conftest import free_port
+    from strata.tiered.s3 import S3Backend
+    url = f"http://127.0.0.1:{free_port()}"   # nobody listens there
+    b = S3Backend("bucket", "p", endpoint_url=url, max_attempts=2, connect_timeout_s=0.5)
+    with pytest.raises(TierUnavailableError, match="127.0.0.1"):
+        b.put("x", b"1")
+    with pytest.raises(TierUnavailableError):
+        b.read("x")
+
+
+def test_missing_bucket_is_named(s3_endpoint):
+    from strata.tiered.s3 import S3Backend
+    b = S3Backend("no-such-bucket-here", endpoint_url=s3_endpoint, max_attempts=1)
+    with pytest.raises(TierUnavailableError, match="no bucket 'no-such-bucket-here'"):
+        b.put("x", b"1")
+
+
+def test_posix_backend_that_cannot_write_says_where(tmp_path):
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(TierUnavailableError, match="cannot create the directory"):
+        PosixBackend(tmp_path / "file" / "tier")
+    b = PosixBackend(tmp_path / "t")
+    (tmp_path / "t" / "a").write_bytes(b"")     # a file where a directory must go
+    with pytest.raises(TierUnavailableError, match="a/b"):
+        b.put("a/b", b"x")
