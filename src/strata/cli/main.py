@@ -16,6 +16,7 @@ from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
 from rich.table import Table
 
 from strata.cli.refstore_cmd import refstore_group
+from strata.cli.serve import serve_command
 from strata.cli.spark_cmd import spark_group
 from strata.errors import CorruptRecordError, StrataError, StoreNotFoundError
 from strata.log.verify import verify_log
@@ -396,6 +397,7 @@ def demo(directory: str, messages: int, batch: int, spark: bool) -> None:
 
 cli.add_command(refstore_group, "refstore")
 cli.add_command(spark_group, "spark")
+cli.add_command(serve_command, "serve")
 
 
 def main() -> None:

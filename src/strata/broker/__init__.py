@@ -1,0 +1,9 @@
+"""strata.broker: the RocketMQ 5 gRPC service that ``strata serve`` runs on a store.
+
+Layers inside (each imports only those above it in this list): ``protocol`` (the official
+client's generated stubs), ``errors``, ``names``, ``receipt`` (signed receipt handles),
+``journal`` (the consumer-group journal's bytes), ``group_state`` (offsets, in-flight
+receipts, delivery attempts), ``convert`` (protobuf <-> store messages), ``send`` (group
+commit across clients), ``receive`` (pops across a topic's queues), ``service`` (the RPCs),
+``server`` (grpc.aio server, signals, shutdown).
+"""

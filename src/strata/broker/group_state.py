@@ -1,0 +1,224 @@
+"""Consumer-group state: per group, topic and queue the next offset never delivered (the
+pop offset) and the deliveries in flight (deadline, attempt, handle id), kept in memory and
+journaled (``strata.broker.journal``) so that a restart, clean or after SIGKILL, neither
+redelivers an acked message nor forgets an unacked one.
+
+All methods run on one thread (the server's event loop); times are ms since the epoch and
+passed in, so the rules are testable without a clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from strata.broker import journal as jr
+from strata.broker.errors import InvalidReceiptHandleError
+from strata.broker.receipt import Receipt
+
+COMPACT_BYTES = 64 << 20   # rewrite the journal as a snapshot past this size
+JOURNAL_NAME = "groups.journal"
+
+QueueKey = tuple[str, str, int]   # group, topic, queue id
+
+
+@dataclass
+class Delivery:
+    """A message handed out and not acked yet."""
+
+    deadline_ms: int
+    attempt: int
+    handle_id: int
+
+
+@dataclass
+class QueueState:
+    pop_offset: int
+    in_flight: dict[int, Delivery] = field(default_factory=dict)
+    # (deadline, offset, handle id); stale items (acked, replaced) are skipped when met
+    _due: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def commit_offset(self) -> int:
+        """Every offset below this one is done (acked or filtered out)."""
+        return min(self.in_flight) if self.in_flight else self.pop_offset
+
+    def _live(self, item: tuple[int, int, int]) -> bool:
+        d = self.in_flight.get(item[1])
+        return d is not None and d.handle_id == item[2] and d.deadline_ms == item[0]
+
+    def next_deadline(self) -> int | None:
+        while self._due and not self._live(self._due[0]):
+            heapq.heappop(self._due)
+        return self._due[0][0] if self._due else None
+
+    def due(self, now_ms: int, limit: int) -> list[tuple[int, int]]:
+        """Up to ``limit`` deliveries whose invisible time is over: (offset, attempt so far),
+        oldest deadline first. They stay in flight until ``pop`` hands them out again."""
+        out: list[tuple[int, int]] = []
+        kept: list[tuple[int, int, int]] = []
+        while self._due and len(out) < limit and self._due[0][0] <= now_ms:
+            item = heapq.heappop(self._due)
+            if self._live(item):
+                out.append((item[1], self.in_flight[item[1]].attempt))
+                kept.append(item)
+        for item in kept:
+            heapq.heappush(self._due, item)
+        return out
+
+    def put(self, offset: int, d: Delivery) -> None:
+        self.in_flight[offset] = d
+        heapq.heappush(self._due, (d.deadline_ms, offset, d.handle_id))
+
+
+class ConsumerGroups:
+    """All groups' state of one broker, backed by its journal."""
+
+    def __init__(self, directory: Path, journal: jr.Journal | None = None) -> None:
+        self.journal = journal or jr.Journal(directory / JOURNAL_NAME)
+        self.queues: dict[QueueKey, QueueState] = {}
+        self.next_handle_id = 1
+        for rec in self.journal.open():
+            self._apply(rec)
+        self.compact()
+
+    # ------------------------------------------------------------------ replay
+
+    def _apply(self, rec: jr.JournalRecord) -> None:
+        if rec.kind is jr.Kind.COUNTER:
+            self.next_handle_id = max(self.next_handle_id, rec.counter)
+            return
+        key = (rec.group, rec.topic, rec.queue_id)
+        if rec.kind is jr.Kind.STATE:
+            q = self.queues[key] = QueueState(rec.offset)
+            for e in rec.entries:
+                q.put(e.offset, Delivery(e.deadline_ms, e.attempt, e.handle_id))
+                self.next_handle_id = max(self.next_handle_id, e.handle_id + 1)
+            return
+        q = self.queues.get(key)
+        if rec.kind is jr.Kind.POP:
+            if q is None:
+                q = self.queues[key] = QueueState(rec.offset)
+            q.pop_offset = max(q.pop_offset, rec.offset)
+            for e in rec.entries:
+                q.put(e.offset, Delivery(rec.deadline_ms, e.attempt, e.handle_id))
+                self.next_handle_id = max(self.next_handle_id, e.handle_id + 1)
+        elif q is None:
+            return
+        elif rec.kind is jr.Kind.ACK:
+            for e in rec.entries:
+                q.in_flight.pop(e.offset, None)
+        elif rec.kind is jr.Kind.CHANGE:
+            d = q.in_flight.get(rec.offset)
+            if d is not None:
+                q.put(rec.offset, Delivery(rec.deadline_ms, d.attempt, rec.entries[0].handle_id))
+                self.next_handle_id = max(self.next_handle_id, rec.entries[0].handle_id + 1)
+
+    def snapshot_records(self):
+        yield jr.encode_counter(self.next_handle_id)
+        for (g, t, qid), q in self.queues.items():
+            yield jr.encode_state(g, t, qid, q.pop_offset, [
+                (o, d.deadline_ms, d.attempt, d.handle_id) for o, d in q.in_flight.items()])
+
+    def compact(self) -> None:
+        """Rewrite the journal as the current state (atomically)."""
+        self.journal.rewrite(self.snapshot_records())
+
+    # ------------------------------------------------------------------ reads
+
+    def queue(self, group: str, topic: str, queue_id: int) -> QueueState | None:
+        return self.queues.get((group, topic, queue_id))
+
+    def next_deadline(self) -> int | None:
+        """The earliest invisible-time end over all queues (when a long poll should look
+        again for redeliveries)."""
+        ds = [d for q in self.queues.values() if (d := q.next_deadline()) is not None]
+        return min(ds) if ds else None
+
+    # ------------------------------------------------------------------ changes
+
+    def pop(self, group: str, topic: str, queue_id: int, start_offset: int,
+            picked: list[tuple[int, int]], pop_offset: int, deadline_ms: int) -> list[int]:
+        """Hand out ``picked`` (queue offset, attempts so far; 0 = never delivered) until
+        ``deadline_ms`` and move the queue's pop offset to ``pop_offset``; returns a new
+        handle id per delivery. ``start_offset`` is where a queue the group never read
+        starts."""
+        key = (group, topic, queue_id)
+        q = self.queues.get(key)
+        if q is None:
+            q = self.queues[key] = QueueState(start_offset)
+        first = self.next_handle_id
+        self.next_handle_id += len(picked)
+        entries = [(o, a + 1, first + i) for i, (o, a) in enumerate(picked)]
+        q.pop_offset = max(q.pop_offset, pop_offset)
+        self.journal.append(jr.encode_pop(group, topic, queue_id, q.pop_offset, deadline_ms,
+                                          entries))
+        for o, a, h in entries:
+            q.put(o, Delivery(deadline_ms, a, h))
+        self._maybe_compact()
+        return [h for _o, _a, h in entries]
+
+    def _live_delivery(self, r: Receipt, now_ms: int) -> tuple[QueueState, Delivery]:
+        q = self.queues.get((r.group, r.topic, r.queue_id))
+        d = q.in_flight.get(r.queue_offset) if q is not None else None
+        if d is None:
+            raise InvalidReceiptHandleError(
+                f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset}: the message "
+                f"is not in flight for group {r.group} (already acknowledged)")
+        if d.handle_id != r.handle_id:
+            raise InvalidReceiptHandleError(
+                f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset} was replaced "
+                "(by ChangeInvisibleDuration or a redelivery); use the newest handle")
+        if now_ms > r.deadline_ms:
+            raise InvalidReceiptHandleError(
+                f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset} expired "
+                f"{now_ms - r.deadline_ms} ms ago (its invisible time is over; the message will "
+                "be delivered again)")
+        return q, d
+
+    def ack(self, receipts: list[Receipt], now_ms: int) -> list[InvalidReceiptHandleError | None]:
+        """Acknowledge deliveries; per receipt None (done) or the error saying why not.
+        All of one call's acks go to the journal in one write per queue."""
+        results: list[InvalidReceiptHandleError | None] = []
+        done: dict[QueueKey, list[int]] = {}
+        for r in receipts:
+            try:
+                q, _d = self._live_delivery(r, now_ms)
+            except InvalidReceiptHandleError as exc:
+                results.append(exc)
+                continue
+            del q.in_flight[r.queue_offset]
+            done.setdefault((r.group, r.topic, r.queue_id), []).append(r.queue_offset)
+            results.append(None)
+        self.journal.append(b"".join(jr.encode_ack(g, t, qid, offs)
+                                     for (g, t, qid), offs in done.items()))
+        return results
+
+    def forget(self, group: str, topic: str, queue_id: int, offsets: list[int]) -> None:
+        """Take deliveries out of flight without a receipt (their message is gone)."""
+        q = self.queues.get((group, topic, queue_id))
+        if q is None:
+            return
+        for o in offsets:
+            q.in_flight.pop(o, None)
+        self.journal.append(jr.encode_ack(group, topic, queue_id, offsets))
+
+    def change_invisible(self, r: Receipt, deadline_ms: int, now_ms: int) -> int:
+        """Give a delivery a new invisible-time end; returns its new handle id (the old
+        handle stops working)."""
+        q, d = self._live_delivery(r, now_ms)
+        handle = self.next_handle_id
+        self.next_handle_id += 1
+        self.journal.append(jr.encode_change(r.group, r.topic, r.queue_id, r.queue_offset,
+                                             deadline_ms, handle))
+        q.put(r.queue_offset, Delivery(deadline_ms, d.attempt, handle))
+        return handle
+
+    def _maybe_compact(self) -> None:
+        if self.journal.size > COMPACT_BYTES:
+            self.compact()
+
+    def close(self) -> None:
+        """Snapshot, sync and close the journal (clean shutdown)."""
+        self.compact()
+        self.journal.close()

@@ -1,0 +1,247 @@
+"""The consumer-group journal: the bytes of ``broker/groups.journal`` and the file itself.
+
+An append-only file: a 16-byte header, then records ``[u32 length][u32 crc32c][payload]``
+(little-endian; the CRC covers the payload). Each payload starts with a type byte. Pops,
+acks and invisible-time changes are appended as they happen (``os.write``: a process crash
+loses none of them); ``compact`` rewrites the file as one STATE record per queue plus the
+handle counter (written whole to a temporary file, fsynced, renamed). Reading stops at the
+first record whose length or CRC does not hold (a torn tail) and the opener truncates there.
+docs/format.md ("Broker state") describes every byte.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from crc32c import crc32c
+
+from strata.broker.errors import CorruptJournalError
+from strata.files.io import FileOps
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"STRATAGJ"
+VERSION = 1
+HEADER = struct.Struct("<8sII")           # magic, version, crc32c of the first 12 bytes
+RECORD_HEAD = struct.Struct("<II")        # payload length, crc32c(payload)
+MAX_PAYLOAD = 64 << 20
+_STR_LEN = struct.Struct("<H")
+_QUEUE = struct.Struct("<I")
+_POP_HEAD = struct.Struct("<qqI")         # pop offset after, deadline ms, entry count
+_POP_ENTRY = struct.Struct("<qIQ")        # queue offset, delivery attempt, handle id
+_ACK_HEAD = struct.Struct("<I")
+_OFFSET = struct.Struct("<q")
+_CHANGE = struct.Struct("<qqQ")           # queue offset, deadline ms, handle id
+_STATE_HEAD = struct.Struct("<qI")        # pop offset, in-flight count
+_STATE_ENTRY = struct.Struct("<qqIQ")     # queue offset, deadline ms, attempt, handle id
+_COUNTER = struct.Struct("<Q")
+
+
+class Kind(enum.IntEnum):
+    POP = 1
+    ACK = 2
+    CHANGE = 3
+    STATE = 4
+    COUNTER = 5
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One in-flight delivery: a queue offset, its attempt (1 = first), its handle id and,
+    where the record has one per entry, its deadline."""
+
+    offset: int
+    attempt: int
+    handle_id: int
+    deadline_ms: int = 0
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    """A decoded record. ``offset`` is the pop offset after a POP / the pop offset of a STATE;
+    ``entries`` the deliveries (POP, STATE, CHANGE) or acked offsets (ACK, attempt 0)."""
+
+    kind: Kind
+    group: str = ""
+    topic: str = ""
+    queue_id: int = 0
+    offset: int = 0
+    deadline_ms: int = 0
+    entries: tuple[Entry, ...] = ()
+    counter: int = 0
+
+
+def _names(group: str, topic: str, queue_id: int) -> bytes:
+    g, t = group.encode(), topic.encode()
+    return _STR_LEN.pack(len(g)) + g + _STR_LEN.pack(len(t)) + t + _QUEUE.pack(queue_id)
+
+
+def _frame(payload: bytes) -> bytes:
+    return RECORD_HEAD.pack(len(payload), crc32c(payload)) + payload
+
+
+def encode_pop(group: str, topic: str, queue_id: int, pop_offset: int, deadline_ms: int,
+               entries: list[tuple[int, int, int]]) -> bytes:
+    """A POP record: ``entries`` are (queue offset, attempt, handle id)."""
+    body = b"".join(_POP_ENTRY.pack(*e) for e in entries)
+    return _frame(bytes((Kind.POP,)) + _names(group, topic, queue_id)
+                  + _POP_HEAD.pack(pop_offset, deadline_ms, len(entries)) + body)
+
+
+def encode_ack(group: str, topic: str, queue_id: int, offsets: list[int]) -> bytes:
+    return _frame(bytes((Kind.ACK,)) + _names(group, topic, queue_id)
+                  + _ACK_HEAD.pack(len(offsets)) + struct.pack(f"<{len(offsets)}q", *offsets))
+
+
+def encode_change(group: str, topic: str, queue_id: int, offset: int, deadline_ms: int,
+                  handle_id: int) -> bytes:
+    return _frame(bytes((Kind.CHANGE,)) + _names(group, topic, queue_id)
+                  + _CHANGE.pack(offset, deadline_ms, handle_id))
+
+
+def encode_state(group: str, topic: str, queue_id: int, pop_offset: int,
+                 entries: list[tuple[int, int, int, int]]) -> bytes:
+    """A STATE record: ``entries`` are (queue offset, deadline ms, attempt, handle id)."""
+    body = b"".join(_STATE_ENTRY.pack(*e) for e in entries)
+    return _frame(bytes((Kind.STATE,)) + _names(group, topic, queue_id)
+                  + _STATE_HEAD.pack(pop_offset, len(entries)) + body)
+
+
+def encode_counter(next_handle_id: int) -> bytes:
+    return _frame(bytes((Kind.COUNTER,)) + _COUNTER.pack(next_handle_id))
+
+
+def encode_header() -> bytes:
+    head = struct.pack("<8sI", MAGIC, VERSION)
+    return head + struct.pack("<I", crc32c(head))
+
+
+def decode_payload(p: bytes) -> JournalRecord:
+    """One record's payload; ValueError (or struct.error) if it does not parse whole."""
+    kind = Kind(p[0])
+    if kind is Kind.COUNTER:
+        if len(p) != 1 + _COUNTER.size:
+            raise ValueError("COUNTER record of the wrong size")
+        return JournalRecord(kind, counter=_COUNTER.unpack_from(p, 1)[0])
+    pos = 1
+    (gl,) = _STR_LEN.unpack_from(p, pos)
+    group = p[pos + 2:pos + 2 + gl].decode()
+    pos += 2 + gl
+    (tl,) = _STR_LEN.unpack_from(p, pos)
+    topic = p[pos + 2:pos + 2 + tl].decode()
+    pos += 2 + tl
+    (queue_id,) = _QUEUE.unpack_from(p, pos)
+    pos += _QUEUE.size
+    if kind is Kind.POP:
+        pop_offset, deadline, n = _POP_HEAD.unpack_from(p, pos)
+        pos += _POP_HEAD.size
+        entries = tuple(Entry(o, a, h, deadline) for o, a, h in
+                        _POP_ENTRY.iter_unpack(p[pos:pos + n * _POP_ENTRY.size]))
+        pos += n * _POP_ENTRY.size
+        rec = JournalRecord(kind, group, topic, queue_id, pop_offset, deadline, entries)
+    elif kind is Kind.ACK:
+        (n,) = _ACK_HEAD.unpack_from(p, pos)
+        pos += _ACK_HEAD.size
+        offsets = struct.unpack_from(f"<{n}q", p, pos)
+        pos += 8 * n
+        rec = JournalRecord(kind, group, topic, queue_id,
+                            entries=tuple(Entry(o, 0, 0) for o in offsets))
+    elif kind is Kind.CHANGE:
+        offset, deadline, handle = _CHANGE.unpack_from(p, pos)
+        pos += _CHANGE.size
+        rec = JournalRecord(kind, group, topic, queue_id, offset, deadline,
+                            (Entry(offset, 0, handle, deadline),))
+    else:
+        pop_offset, n = _STATE_HEAD.unpack_from(p, pos)
+        pos += _STATE_HEAD.size
+        entries = tuple(Entry(o, a, h, d) for o, d, a, h in
+                        _STATE_ENTRY.iter_unpack(p[pos:pos + n * _STATE_ENTRY.size]))
+        pos += n * _STATE_ENTRY.size
+        rec = JournalRecord(kind, group, topic, queue_id, pop_offset, 0, entries)
+    if pos != len(p):
+        raise ValueError(f"{kind.name} record has {len(p) - pos} bytes too many")
+    return rec
+
+
+def read_records(data: bytes) -> tuple[list[JournalRecord], int]:
+    """The whole records after the header and the byte position where they end."""
+    if len(data) < HEADER.size:
+        raise CorruptJournalError(f"journal is {len(data)} bytes, shorter than its header")
+    magic, version, crc = HEADER.unpack_from(data)
+    if magic != MAGIC or crc != crc32c(data[:12]):
+        raise CorruptJournalError("journal header is damaged (magic or checksum)")
+    if version != VERSION:
+        raise CorruptJournalError(f"journal version {version} is not one this strata reads")
+    out: list[JournalRecord] = []
+    pos = HEADER.size
+    while pos + RECORD_HEAD.size <= len(data):
+        length, crc = RECORD_HEAD.unpack_from(data, pos)
+        start = pos + RECORD_HEAD.size
+        if length == 0 or length > MAX_PAYLOAD or start + length > len(data):
+            break
+        payload = data[start:start + length]
+        if crc32c(payload) != crc:
+            break
+        try:
+            out.append(decode_payload(payload))
+        except (ValueError, struct.error, UnicodeDecodeError):
+            break
+        pos = start + length
+    return out, pos
+
+
+class Journal:
+    """The open journal file of one broker (appends with O_APPEND)."""
+
+    def __init__(self, path: Path, file_ops: FileOps | None = None) -> None:
+        self.path = path
+        self.file_ops = file_ops or FileOps()
+        self._fd: int | None = None
+        self.size = 0
+        self.dropped_tail = 0
+
+    def open(self) -> list[JournalRecord]:
+        """Open (creating it if needed), return its records; a torn tail is cut off."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            self.file_ops.write_atomic(self.path, encode_header())
+        data = self.path.read_bytes()
+        records, end = read_records(data)
+        if end < len(data):
+            self.dropped_tail = len(data) - end
+            log.warning("%s: %d bytes after offset %d do not form whole records (a write cut "
+                        "short by a crash); they are cut off", self.path, len(data) - end, end)
+            os.truncate(self.path, end)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self.size = end
+        return records
+
+    def append(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self.size += len(data)
+
+    def sync(self) -> None:
+        if self._fd is not None:
+            self.file_ops.fsync(self.path, self._fd)
+
+    def rewrite(self, records: Iterator[bytes]) -> None:
+        """Replace the journal with a header and ``records``, atomically."""
+        data = encode_header() + b"".join(records)
+        self.close()
+        self.file_ops.write_atomic(self.path, data)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self.size = len(data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,404 @@
+"""The RocketMQ 5 ``MessagingService`` on a strata store (grpc.aio servicer).
+
+Every reply carries a protocol status; bad input gets the protocol's code and a sentence
+saying what was wrong, and changes nothing stored. What is not supported yet answers
+``UNSUPPORTED`` / ``NOT_IMPLEMENTED`` (see docs/broker.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from strata.broker.convert import ACCEPTED_TYPES, to_protocol, to_store
+from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
+                                  InvalidReceiptHandleError)
+from strata.broker.group_state import ConsumerGroups
+from strata.broker.names import check_group, check_topic
+from strata.broker.protocol import Code, pb, svc, svc_grpc
+from strata.broker.receipt import Receipt, ReceiptSigner
+from strata.broker.receive import Popper, parse_tag_expression
+from strata.broker.send import SendBatcher
+from strata.errors import (DiskFullError, InvalidInputError, InvalidTopicError,
+                           MessageTooLargeError, StrataError)
+from strata.store.message import PutStatus
+from strata.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+MIN_INVISIBLE_MS = 1_000
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+MAX_BATCH = 32
+DEFAULT_POLL_MS = 20_000
+POLL_MARGIN_S = 1.0     # answer a long poll this long before the client's deadline
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Refused(Exception):
+    """A request refused with a protocol status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _status(code: int = Code.OK, message: str = "OK"):
+    return pb.Status(code=code, message=message)
+
+
+def _duration_ms(d) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+@dataclass
+class BrokerOptions:
+    auto_create: bool = True
+    broker_name: str = "strata"
+
+
+def _input_error(exc: InvalidInputError) -> Refused:
+    if isinstance(exc, InvalidMessageError):
+        return Refused(exc.code, str(exc))
+    if isinstance(exc, InvalidTopicError):
+        return Refused(Code.ILLEGAL_TOPIC, str(exc))
+    if isinstance(exc, InvalidGroupError):
+        return Refused(Code.ILLEGAL_CONSUMER_GROUP, str(exc))
+    if isinstance(exc, InvalidReceiptHandleError):
+        return Refused(Code.INVALID_RECEIPT_HANDLE, str(exc))
+    if isinstance(exc, MessageTooLargeError):
+        code = Code.MESSAGE_PROPERTIES_TOO_LARGE if "propert" in str(exc) else \
+            Code.MESSAGE_BODY_TOO_LARGE
+        return Refused(code, str(exc))
+    return Refused(Code.BAD_REQUEST, str(exc))
+
+
+class MessagingService(svc_grpc.MessagingServiceServicer):
+    """The RPCs. Runs on one event loop; store puts run on the batcher's writer thread."""
+
+    def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
+                 endpoint: tuple[str, int], options: BrokerOptions) -> None:
+        self.store = store
+        self.groups = groups
+        self.signer = signer
+        self.endpoint = endpoint
+        self.options = options
+        self.batcher = SendBatcher(store)
+        self.popper = Popper(store, groups, signer)
+        self._arrived: asyncio.Event | None = None
+        self.clients: dict[str, int] = {}   # client id -> client type (live sessions)
+        self.stopping = False
+
+    def start(self) -> None:
+        self.batcher.start()
+        self._arrived = asyncio.Event()
+
+    async def close(self) -> None:
+        await self.batcher.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _topic(self, resource) -> str:
+        """A checked topic that exists, or may be created by a first send (an unknown topic
+        is then an empty one)."""
+        try:
+            topic = check_topic(resource.name)
+        except InvalidTopicError as exc:
+            raise Refused(Code.ILLEGAL_TOPIC, str(exc)) from None
+        if self.store.queue_count(topic) == 0 and not self.options.auto_create:
+            raise Refused(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist (this broker "
+                          "runs with --no-auto-create)")
+        return topic
+
+    @staticmethod
+    def _group(resource) -> str:
+        try:
+            return check_group(resource.name)
+        except InvalidGroupError as exc:
+            raise Refused(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+
+    def _queue_count(self, topic: str) -> int:
+        return self.store.queue_count(topic) or self.store.config.default_queues
+
+    def _endpoints(self, requested) -> pb.Endpoints:
+        if requested is not None and len(requested.addresses):
+            e = pb.Endpoints()
+            e.CopyFrom(requested)
+            return e
+        host, port = self.endpoint
+        return pb.Endpoints(scheme=pb.AddressScheme.IPv4,
+                            addresses=[pb.Address(host=host, port=port)])
+
+    def _queue(self, topic_resource, qid: int, endpoints) -> pb.MessageQueue:
+        return pb.MessageQueue(
+            topic=pb.Resource(name=topic_resource.name,
+                              resource_namespace=topic_resource.resource_namespace),
+            id=qid, permission=pb.Permission.READ_WRITE,
+            broker=pb.Broker(name=self.options.broker_name, id=0, endpoints=endpoints),
+            accept_message_types=list(ACCEPTED_TYPES))
+
+    def wake_polls(self) -> None:
+        """Wake every long poll (a send arrived, or the server is stopping)."""
+        self._notify_arrival()
+
+    def _notify_arrival(self) -> None:
+        ev, self._arrived = self._arrived, asyncio.Event()
+        ev.set()
+
+    # ------------------------------------------------------------------ routes and sessions
+
+    async def QueryRoute(self, request, context):
+        try:
+            topic = self._topic(request.topic)
+        except Refused as r:
+            return svc.QueryRouteResponse(status=_status(r.code, str(r)))
+        endpoints = self._endpoints(request.endpoints)
+        queues = [self._queue(request.topic, q, endpoints)
+                  for q in range(self._queue_count(topic))]
+        return svc.QueryRouteResponse(status=_status(), message_queues=queues)
+
+    async def Heartbeat(self, request, context):
+        if request.HasField("group") and request.group.name:
+            try:
+                self._group(request.group)
+            except Refused as r:
+                return svc.HeartbeatResponse(status=_status(r.code, str(r)))
+        self.clients[_client_id(context)] = request.client_type
+        return svc.HeartbeatResponse(status=_status())
+
+    async def NotifyClientTermination(self, request, context):
+        self.clients.pop(_client_id(context), None)
+        return svc.NotifyClientTerminationResponse(status=_status())
+
+    async def QueryAssignment(self, request, context):
+        try:
+            self._topic(request.topic)
+            self._group(request.group)
+        except Refused as r:
+            return svc.QueryAssignmentResponse(status=_status(r.code, str(r)))
+        # receives pop across all of the topic's queues, so one assignment covers them
+        q = self._queue(request.topic, 0, self._endpoints(request.endpoints))
+        return svc.QueryAssignmentResponse(status=_status(),
+                                           assignments=[pb.Assignment(message_queue=q)])
+
+    def settings_for(self, client: pb.Settings) -> pb.Settings:
+        """The server's settings built on the client's."""
+        s = pb.Settings()
+        s.CopyFrom(client)
+        s.publishing.max_body_size = self.store.config.max_body_size
+        s.publishing.validate_message_type = True
+        backoff = s.backoff_policy
+        backoff.max_attempts = 3 if client.client_type == pb.ClientType.PRODUCER else 16
+        backoff.exponential_backoff.initial.nanos = 10_000_000
+        backoff.exponential_backoff.max.seconds = 1
+        backoff.exponential_backoff.multiplier = 2.0
+        if client.HasField("subscription"):
+            sub = s.subscription
+            sub.fifo = False
+            sub.receive_batch_size = MAX_BATCH
+            if not sub.HasField("long_polling_timeout"):
+                sub.long_polling_timeout.seconds = DEFAULT_POLL_MS // 1000
+        return s
+
+    async def Telemetry(self, request_iterator, context):
+        client_id = _client_id(context)
+        async for cmd in request_iterator:
+            if cmd.HasField("settings"):
+                self.clients[client_id] = cmd.settings.client_type
+                yield svc.TelemetryCommand(status=_status(),
+                                           settings=self.settings_for(cmd.settings))
+
+    # ------------------------------------------------------------------ send
+
+    async def SendMessage(self, request, context):
+        if not request.messages:
+            return svc.SendMessageResponse(status=_status(Code.BAD_REQUEST,
+                                                          "a send needs at least one message"))
+        try:
+            msgs = []
+            for m in request.messages:
+                topic = self._topic(m.topic)
+                msgs.append(to_store(m, topic, self.store.config.max_body_size))
+            results = await self.batcher.submit(msgs)
+        except Refused as r:
+            return svc.SendMessageResponse(status=_status(r.code, str(r)))
+        except InvalidInputError as exc:
+            r = _input_error(exc)
+            return svc.SendMessageResponse(status=_status(r.code, str(r)))
+        except DiskFullError as exc:
+            return svc.SendMessageResponse(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        except StrataError as exc:
+            log.exception("send failed")
+            return svc.SendMessageResponse(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        self._notify_arrival()
+        if any(r.status is PutStatus.FLUSH_DISK_TIMEOUT for r in results):
+            st = _status(Code.MASTER_PERSISTENCE_TIMEOUT,
+                         "the store did not flush the message to disk in time")
+        else:
+            st = _status()
+        entries = [svc.SendResultEntry(status=st, message_id=m.system_properties.message_id
+                                       or r.msg_id, offset=r.queue_offset)
+                   for m, r in zip(request.messages, results)]
+        return svc.SendMessageResponse(status=st, entries=entries)
+
+    # ------------------------------------------------------------------ receive
+
+    def _receive_args(self, request):
+        group = self._group(request.group)
+        topic = self._topic(request.message_queue.topic)
+        fe = request.filter_expression
+        if fe.type == pb.FilterType.SQL:
+            raise Refused(Code.UNSUPPORTED, "SQL92 filter expressions are not supported yet; "
+                          "use a tag expression")
+        try:
+            tags = parse_tag_expression(fe.expression)
+        except InvalidMessageError as exc:
+            raise Refused(exc.code, str(exc)) from None
+        if not request.HasField("invisible_duration"):
+            raise Refused(Code.ILLEGAL_INVISIBLE_TIME, "a receive needs an invisible duration")
+        invisible = _duration_ms(request.invisible_duration)
+        if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+            raise Refused(Code.ILLEGAL_INVISIBLE_TIME,
+                          f"invisible duration {invisible} ms is outside "
+                          f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms")
+        batch = request.batch_size or 1
+        if not 1 <= batch <= MAX_BATCH:
+            raise Refused(Code.BAD_REQUEST, f"batch size {batch} is outside [1, {MAX_BATCH}]")
+        poll = _duration_ms(request.long_polling_timeout) \
+            if request.HasField("long_polling_timeout") else DEFAULT_POLL_MS
+        return group, topic, tags, batch, invisible, poll
+
+    async def ReceiveMessage(self, request, context):
+        try:
+            group, topic, tags, batch, invisible, poll_ms = self._receive_args(request)
+        except Refused as r:
+            yield svc.ReceiveMessageResponse(status=_status(r.code, str(r)))
+            return
+        began = time.monotonic()
+        remaining = context.time_remaining()
+        poll_s = poll_ms / 1000
+        if remaining is not None:
+            poll_s = min(poll_s, remaining - POLL_MARGIN_S)
+        end = began + max(poll_s, 0.0)
+        while True:
+            arrived = self._arrived
+            got = self.popper.pop(group, topic, tags, batch, invisible, now_ms())
+            if got:
+                break
+            left = end - time.monotonic()
+            if left <= 0 or self.stopping:
+                yield svc.ReceiveMessageResponse(status=_status(
+                    Code.MESSAGE_NOT_FOUND, "no new message (long polling timed out)"))
+                return
+            wait = min(left, 0.5)
+            nxt = self.groups.next_deadline()
+            if nxt is not None:
+                wait = min(wait, max(0.0, (nxt - now_ms()) / 1000) + 0.001)
+            try:
+                await asyncio.wait_for(arrived.wait(), wait)
+                # what a send stored may still be on its way into the consume queue
+                for _ in range(40):
+                    got = self.popper.pop(group, topic, tags, batch, invisible, now_ms())
+                    if got:
+                        break
+                    await asyncio.sleep(0.005)
+                if got:
+                    break
+            except asyncio.TimeoutError:
+                pass
+        yield svc.ReceiveMessageResponse(status=_status())
+        for d in got:
+            yield svc.ReceiveMessageResponse(
+                message=to_protocol(d.message, d.receipt_handle, d.attempt, invisible))
+        resp = svc.ReceiveMessageResponse()
+        t = now_ms()
+        resp.delivery_timestamp.seconds, ms = divmod(t, 1000)
+        resp.delivery_timestamp.nanos = ms * 1_000_000
+        yield resp
+
+    # ------------------------------------------------------------------ ack, invisible time
+
+    def _receipt(self, handle: str, group: str, topic: str) -> Receipt:
+        r = self.signer.decode(handle)
+        if r.group != group or r.topic != topic:
+            raise InvalidReceiptHandleError(
+                f"receipt handle belongs to group {r.group!r} and topic {r.topic!r}, not "
+                f"{group!r} and {topic!r}")
+        return r
+
+    async def AckMessage(self, request, context):
+        try:
+            group = self._group(request.group)
+            topic = self._topic(request.topic)
+        except Refused as r:
+            return svc.AckMessageResponse(status=_status(r.code, str(r)))
+        if not request.entries:
+            return svc.AckMessageResponse(status=_status(Code.BAD_REQUEST,
+                                                         "an ack needs at least one entry"))
+        receipts: list[Receipt | None] = []
+        errors: list[str | None] = []
+        for e in request.entries:
+            try:
+                receipts.append(self._receipt(e.receipt_handle, group, topic))
+                errors.append(None)
+            except InvalidReceiptHandleError as exc:
+                receipts.append(None)
+                errors.append(str(exc))
+        outcome = iter(self.groups.ack([r for r in receipts if r is not None], now_ms()))
+        entries = []
+        for e, r, err in zip(request.entries, receipts, errors):
+            if r is not None:
+                exc = next(outcome)
+                err = None if exc is None else str(exc)
+            st = _status() if err is None else _status(Code.INVALID_RECEIPT_HANDLE, err)
+            entries.append(svc.AckMessageResultEntry(message_id=e.message_id,
+                                                     receipt_handle=e.receipt_handle,
+                                                     status=st))
+        codes = {e.status.code for e in entries}
+        if len(codes) == 1:
+            top = entries[0].status
+        else:
+            top = _status(Code.MULTIPLE_RESULTS, "some acks failed; see the entries")
+        return svc.AckMessageResponse(status=top, entries=entries)
+
+    async def ChangeInvisibleDuration(self, request, context):
+        try:
+            group = self._group(request.group)
+            topic = self._topic(request.topic)
+            invisible = _duration_ms(request.invisible_duration)
+            if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+                raise Refused(Code.ILLEGAL_INVISIBLE_TIME,
+                              f"invisible duration {invisible} ms is outside "
+                              f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms")
+            r = self._receipt(request.receipt_handle, group, topic)
+            t = now_ms()
+            handle = self.groups.change_invisible(r, t + invisible, t)
+        except Refused as r:
+            return svc.ChangeInvisibleDurationResponse(status=_status(r.code, str(r)))
+        except InvalidReceiptHandleError as exc:
+            return svc.ChangeInvisibleDurationResponse(
+                status=_status(Code.INVALID_RECEIPT_HANDLE, str(exc)))
+        new = self.signer.encode(Receipt(group, topic, r.queue_id, r.queue_offset, handle,
+                                         t + invisible))
+        return svc.ChangeInvisibleDurationResponse(status=_status(), receipt_handle=new)
+
+    # ------------------------------------------------------------------ not yet
+
+    async def EndTransaction(self, request, context):
+        return svc.EndTransactionResponse(status=_status(
+            Code.UNSUPPORTED, "transactional messages are not supported by this broker yet"))
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        return svc.ForwardMessageToDeadLetterQueueResponse(status=_status(
+            Code.UNSUPPORTED, "dead-letter queues are not supported by this broker yet"))
+
+
+def _client_id(context) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == "x-mq-client-id":
+            return v
+    return ""

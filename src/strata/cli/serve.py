@@ -1,0 +1,53 @@
+"""``strata serve DIR --listen HOST:PORT``: the RocketMQ 5 gRPC broker (docs/broker.md)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import click
+
+from strata.store.config import StoreConfig
+
+
+def _store_options(pairs: tuple[str, ...]) -> dict:
+    types = {f.name: f.type for f in fields(StoreConfig)}
+    out: dict = {}
+    for p in pairs:
+        name, sep, value = p.partition("=")
+        if not sep or name not in types or name == "flush":
+            raise click.BadParameter(f"{p!r}: expected NAME=VALUE with NAME a StoreConfig "
+                                     "field other than flush", param_hint="--store-option")
+        kind = types[name]
+        try:
+            out[name] = (int(value) if kind == "int" else float(value) if kind == "float"
+                         else value.lower() in ("1", "true", "yes") if kind == "bool"
+                         else value)
+        except ValueError:
+            raise click.BadParameter(f"{p!r}: {name} takes a {kind}",
+                                     param_hint="--store-option") from None
+    return out
+
+
+@click.command("serve")
+@click.argument("directory", metavar="DIR")
+@click.option("--listen", required=True, metavar="HOST:PORT",
+              help="Address to serve gRPC on (port 0: any free port, printed at start).")
+@click.option("--flush", type=click.Choice(["async", "sync"]), default="async",
+              show_default=True, help="sync: a send is acknowledged after an fsync covers it.")
+@click.option("--no-auto-create", is_flag=True,
+              help="Refuse sends to topics that do not exist (TOPIC_NOT_FOUND).")
+@click.option("--exit-with-parent", is_flag=True,
+              help="Stop (cleanly) when the process that started this one exits.")
+@click.option("--store-option", "store_options", multiple=True, metavar="NAME=VALUE",
+              help="A StoreConfig field, e.g. segment_size=67108864 (repeatable).")
+def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
+                  exit_with_parent: bool, store_options: tuple[str, ...]) -> None:
+    """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext)."""
+    from strata.broker.server import ServeConfig, parse_listen, run
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    run(ServeConfig(Path(directory), host, port, flush, not no_auto_create, exit_with_parent,
+                    _store_options(store_options)))

@@ -1,0 +1,153 @@
+"""Starting `strata serve` as its own process and driving it with the official RocketMQ
+client (rocketmq-python-client) in client processes of their own (importing the client writes
+logs under $HOME, so each client process gets a temporary HOME)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+SMALL_STORE = ("segment_size=4194304", "index_slots=4096", "index_entries=16384",
+               "prefault=false")
+
+# Helpers every client script starts with: the official client's API, nothing else.
+PRELUDE = '''
+import json, sys, time
+from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer,
+                      SimpleConsumer)
+from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as svc
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+import grpc
+
+ENDPOINT = sys.argv[1]
+
+def config():
+    return ClientConfiguration(ENDPOINT, Credentials(), request_timeout=5)
+
+def producer(*topics):
+    p = Producer(config(), topics)
+    p.startup()
+    return p
+
+def message(topic, body, tag=None, keys=(), props=None, group=None):
+    m = Message()
+    m.topic = topic
+    m.body = body.encode() if isinstance(body, str) else body
+    if tag:
+        m.tag = tag
+    for k in keys:
+        m.keys = k
+    for k, v in (props or {}).items():
+        m.add_property(k, v)
+    if group:
+        m.message_group = group
+    return m
+
+def consumer(group, topic, expr="*", await_s=2):
+    c = SimpleConsumer(config(), group, {topic: FilterExpression(expr)}, await_duration=await_s)
+    c.startup()
+    return c
+
+def stub():
+    return MessagingServiceStub(grpc.insecure_channel(ENDPOINT))
+
+def meta():
+    return [("x-mq-client-id", "raw-test-client")]
+
+def out(**kw):
+    print("RESULT " + json.dumps(kw), flush=True)
+'''
+
+
+class Broker:
+    """A running `strata serve` process."""
+
+    def __init__(self, directory: Path, *args: str) -> None:
+        self.directory = directory
+        self.args = args
+        self.proc: subprocess.Popen | None = None
+        self.endpoint = ""
+        self.lines: list[str] = []
+
+    def start(self, port: int = 0) -> "Broker":
+        cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(self.directory),
+               "--listen", f"127.0.0.1:{port}", "--exit-with-parent", *self.args]
+        for opt in SMALL_STORE:
+            cmd += ["--store-option", opt]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     text=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError(f"strata serve exited: {''.join(self.lines)}")
+            self.lines.append(line)
+            m = re.search(r"listening on ([\d.]+):(\d+)", line)
+            if m:
+                self.endpoint = f"{m.group(1)}:{m.group(2)}"
+                return self
+        raise RuntimeError("strata serve did not start in 30 s")
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        """Stop with ``sig``; returns the exit code and keeps the remaining log lines."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            rest, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rest, _ = self.proc.communicate()
+        self.lines.append(rest or "")
+        return self.proc.returncode
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+
+def run_client(tmp_path: Path, endpoint: str, code: str, timeout: float = 90) -> dict:
+    """Run ``code`` (after PRELUDE) in a client process; the dict it passed to ``out``."""
+    home = tmp_path / "client-home"
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, HOME=str(home))
+    script = PRELUDE + textwrap.dedent(code)
+    p = subprocess.run([sys.executable, "-c", script, endpoint], capture_output=True,
+                       text=True, timeout=timeout, env=env)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise AssertionError(f"client failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n"
+                         f"{p.stderr[-5000:]}")
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path):
+    started: list[Broker] = []
+
+    def make(*args: str, directory: Path | None = None) -> Broker:
+        b = Broker(directory or tmp_path / "store", *args).start()
+        started.append(b)
+        return b
+
+    yield make
+    for b in started:
+        b.stop(signal.SIGKILL if b.proc.poll() is None and False else signal.SIGTERM)
+
+
+@pytest.fixture
+def broker(broker_factory) -> Broker:
+    return broker_factory()

@@ -1,0 +1,1 @@
+from broker_support import broker, broker_factory  # noqa: F401
