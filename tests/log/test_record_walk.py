@@ -3,7 +3,10 @@ the next good one, and bytes that merely look like a record start do not fool it
 
 from __future__ import annotations
 
+import pytest
+
 import strata
+from strata.errors import CorruptRecordError
 from strata.files.faults import flip_bit
 from strata.format import record as rec
 from strata.format.segment import HEADER_AREA, file_name
@@ -39,6 +42,11 @@ def test_resync_skips_false_magic_inside_bodies(tmp_store_dir):
         assert [(d.offset, d.length) for d in walk.damage] == \
             [(results[5].commitlog_offset, results[5].size)]
         assert "trailer" in walk.damage[0].why
+        limit = store.confirmed_offset()
+        assert [pos for _s, pos, _n in store.log.iter_records(0, limit)] == good
+        with pytest.raises(CorruptRecordError) as ei:
+            list(store.log.iter_records(0, limit, strict=True))
+        assert ei.value.offset == results[5].commitlog_offset
 
 
 def test_a_walk_that_may_not_resync_stops_at_the_damage(tmp_store_dir):

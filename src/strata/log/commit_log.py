@@ -318,36 +318,19 @@ class CommitLog:
 
     def iter_records(self, from_offset: int, limit: int, *, verify_crc: bool = False,
                      strict: bool = False) -> Iterator[tuple[MappedSegment, int, int]]:
-        """Yield (segment, position, size) of each message record in [from_offset, limit).
+        """Yield (segment, position, size) of each good message record in [from_offset, limit).
 
-        Blank records move on to the next segment. With ``strict`` a bad record raises
-        CorruptRecordError; otherwise iteration stops there.
+        Blank records move on to the next segment. A damaged record is passed over (the walk
+        resynchronises at the next good one: ``strata.log.record_walk``); with ``strict`` it
+        raises CorruptRecordError naming its offset instead.
         """
-        offset = max(from_offset, self.min_offset())
-        while offset < limit:
-            loc = self.locate(offset)
-            if loc is None:
-                return
-            seg, pos = loc
-            end = min(seg.committed, limit - seg.base_offset)
-            with seg.view(0, seg.data_size) as mv:
-                while pos < end:
-                    try:
-                        kind, size = rec.check_record(mv, pos, end, verify_crc=verify_crc)
-                    except CorruptRecordError as exc:
-                        if strict:
-                            raise CorruptRecordError(
-                                f"commit log offset {seg.base_offset + pos}: {exc}",
-                                seg.base_offset + pos) from None
-                        return
-                    if kind == rec.RecordKind.BLANK:
-                        pos = seg.data_size
-                        break
-                    yield seg, pos, size
-                    pos += size
-            if pos < seg.data_size:
-                return  # reached limit inside this segment
-            offset = seg.end_offset
+        for seg, pos, size, why in walk_log(self.segments, from_offset, limit,
+                                            verify_crc=verify_crc):
+            if why is None:
+                yield seg, pos, size
+            elif strict:
+                raise CorruptRecordError(f"commit log offset {seg.base_offset + pos}: {why}",
+                                         seg.base_offset + pos)
 
     def scan(self, from_offset: int, limit: int, *,
              verify_crc: bool) -> Iterator[rec.StoredMessage]:
