@@ -36,3 +36,105 @@ def test_send_then_receive_and_ack(broker, tmp_path):
     assert s0["tag"] == "created" and s0["keys"] == ["k0"]
     assert s0["props"] == {"region": "eu"} and s0["attempt"] == 1
     assert got["again"] == 0
+
+
+def test_route_and_settings_carry_the_queues_types_and_body_limit(broker, tmp_path):
+    got = run_client(tmp_path, broker.endpoint, '''
+        s = stub()
+        r = s.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name="routes")), metadata=meta())
+        qs = [(q.id, list(q.accept_message_types), q.permission,
+               q.broker.endpoints.addresses[0].port) for q in r.message_queues]
+        settings = pb.Settings(client_type=pb.ClientType.PRODUCER)
+        settings.publishing.topics.add().name = "routes"
+        replies = s.Telemetry(iter([svc.TelemetryCommand(settings=settings)]), metadata=meta())
+        reply = next(iter(replies))
+        out(code=r.status.code, queues=qs, tcode=reply.status.code,
+            max_body=reply.settings.publishing.max_body_size,
+            validate=reply.settings.publishing.validate_message_type,
+            hb=s.Heartbeat(svc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER),
+                           metadata=meta()).status.code)
+    ''')
+    OK = 20000
+    assert got["code"] == OK and got["tcode"] == OK and got["hb"] == OK
+    assert [q[0] for q in got["queues"]] == list(range(8))
+    assert all(sorted(q[1]) == [1, 2] for q in got["queues"])        # NORMAL, FIFO
+    assert all(q[2] == 4 and q[3] == broker.port for q in got["queues"])  # READ_WRITE
+    assert got["max_body"] == 4 * 1024 * 1024 and got["validate"] is True
+
+
+def test_tag_filter_takes_only_the_subscribed_tags_even_when_hashes_collide(broker, tmp_path):
+    from strata.format.consume_queue import tag_hash
+    assert tag_hash("tag1371838") == tag_hash("tag2000402")     # a real CRC32C collision
+    got = run_client(tmp_path, broker.endpoint, '''
+        p = producer("tagged")
+        for i, tag in enumerate(["a", "b", "c", "tag2000402", "a", "tag1371838", "c", "b"]):
+            p.send(message("tagged", f"{tag}-{i}", tag=tag))
+        p.shutdown()
+        seen = {}
+        for group, expr in (("ab", "a||b"), ("col", "tag1371838")):
+            c = consumer(group, "tagged", expr, await_s=1)
+            bodies = []
+            for _ in range(4):
+                ms = c.receive(32, 10)
+                for m in ms:
+                    bodies.append(m.body.decode())
+                    c.ack(m)
+            seen[group] = sorted(bodies)
+            c.shutdown()
+        out(**seen)
+    ''')
+    assert got["ab"] == ["a-0", "a-4", "b-1", "b-7"]
+    assert got["col"] == ["tag1371838-5"]
+
+
+def test_unacked_message_comes_back_after_its_invisible_time_with_the_attempt_counted(
+        broker, tmp_path):
+    got = run_client(tmp_path, broker.endpoint, '''
+        p = producer("redo")
+        mid = p.send(message("redo", "again")).message_id
+        p.shutdown()
+        c = consumer("g", "redo", await_s=4)
+        first = c.receive(1, 1)
+        second = c.receive(1, 10)       # long-polls until the first delivery times out
+        try:
+            c.ack(first[0])             # the first delivery's handle was superseded
+            old = "accepted"
+        except Exception as exc:
+            old = str(exc)
+        c.ack(second[0])
+        after = c.receive(1, 10)
+        c.shutdown()
+        out(mid=mid, ids=[m.message_id for m in first + second],
+            attempts=[m.delivery_attempt for m in first + second], old=old, after=len(after))
+    ''')
+    assert got["ids"] == [got["mid"], got["mid"]]
+    assert got["attempts"] == [1, 2]
+    assert "replaced" in got["old"]
+    assert got["after"] == 0
+
+
+def test_change_invisible_duration_gives_a_new_handle_and_the_old_one_fails(broker, tmp_path):
+    got = run_client(tmp_path, broker.endpoint, '''
+        p = producer("inv")
+        p.send(message("inv", "x"))
+        p.shutdown()
+        c = consumer("g", "inv", await_s=1)
+        m = c.receive(1, 1)[0]
+        old = m.receipt_handle
+        c.change_invisible_duration(m, 30)  # the client keeps the new handle in m
+        new = m.receipt_handle
+        time.sleep(1.5)                     # past the first invisible time: not redelivered
+        hidden = c.receive(1, 10)
+        m.receipt_handle = old
+        try:
+            c.ack(m)
+            old_ack = "accepted"
+        except Exception as exc:
+            old_ack = f"{type(exc).__name__}: {exc}"
+        m.receipt_handle = new
+        c.ack(m)
+        c.shutdown()
+        out(changed=old != new, hidden=len(hidden), old_ack=old_ack)
+    ''')
+    assert got["changed"] and got["hidden"] == 0
+    assert got["old_ack"].startswith("BadRequestException") and "replaced" in got["old_ack"]
