@@ -61,7 +61,7 @@ def test_wrong_units_and_holes_are_listed(tmp_path):
 
 def test_an_index_entry_of_another_key_is_listed(tmp_path):
     make_store(tmp_path / "s")
-    (ifile,) = (tmp_path / "s" / "index").iterdir()
+    (ifile,) = [p for p in (tmp_path / "s" / "index").iterdir() if p.name.isdigit()]
     raw = bytearray(ifile.read_bytes())
     header = kfmt.KeyIndexHeader.decode(bytes(raw[:kfmt.HEADER_BYTES]))
     at = kfmt.entries_position(header.slots) + 3 * kfmt.ENTRY_BYTES   # entry 3
