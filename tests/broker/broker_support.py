@@ -107,10 +107,10 @@ class Broker:
             return self.proc.returncode if self.proc else 0
         self.proc.send_signal(sig)
         try:
-            rest, _ = self.proc.communicate(timeout=timeout)
+            _, rest = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            rest, _ = self.proc.communicate()
+            _, rest = self.proc.communicate()
         self.lines.append(rest or "")
         return self.proc.returncode
 
