@@ -14,6 +14,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
 import secrets
 import struct
 from dataclasses import dataclass
@@ -63,7 +64,8 @@ class ReceiptSigner:
         """The receipt a handle stands for; InvalidReceiptHandleError unless this broker
         signed it exactly so."""
         try:
-            raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4))
+            raw = base64.b64decode(handle + "=" * (-len(handle) % 4), altchars=b"-_",
+                                   validate=True)
         except (binascii.Error, ValueError, TypeError):
             raise InvalidReceiptHandleError("receipt handle is not valid base64") from None
         if len(raw) < _FIXED.size + 4 + MAC_BYTES:
@@ -86,12 +88,14 @@ class ReceiptSigner:
 
 
 def load_or_create_secret(path: Path, file_ops: FileOps | None = None) -> bytes:
-    """The store's receipt secret, made once (random; written whole or not at all)."""
+    """The store's receipt secret, made once (random; written whole or not at all; the
+    ``broker/`` directory is made owner-only, the key file readable by its owner only)."""
     try:
         secret = path.read_bytes()
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         (file_ops or FileOps()).write_atomic(path, secrets.token_bytes(SECRET_BYTES))
+        os.chmod(path, 0o600)
         secret = path.read_bytes()
     if len(secret) != SECRET_BYTES:
         raise CorruptStoreError(f"{path}: a receipt secret is {SECRET_BYTES} bytes, this file "
