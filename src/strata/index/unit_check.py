@@ -24,12 +24,15 @@ _V6 = rec.SYSFLAG_BORN_HOST_V6 | rec.SYSFLAG_STORE_HOST_V6
 
 
 def _same_message(buf, pos: np.ndarray, limit: int, ok: np.ndarray, hdr: np.ndarray,
-                  queue_id: int, queue_offsets: np.ndarray, sizes: np.ndarray,
+                  queue_id: int, queue_offsets: np.ndarray, sizes: np.ndarray | None,
                   topic: bytes) -> np.ndarray:
     """Which of the fixed headers ``hdr`` of whole records (where ``ok``) at ``pos`` of
-    ``buf[:limit]`` name ``topic``/``queue_id``, their queue offset and their size."""
-    same = ok & (hdr["queue_offset"] == queue_offsets) & (hdr["total"] == sizes) & \
+    ``buf[:limit]`` name ``topic``/``queue_id``, their queue offset and (unless ``sizes`` is
+    None) their size."""
+    same = ok & (hdr["queue_offset"] == queue_offsets) & \
         (hdr["queue_id"] == queue_id) & (hdr["topic_len"] == len(topic))
+    if sizes is not None:
+        same &= hdr["total"] == sizes
     if not same.any():
         return same
     flags = hdr["sys_flag"]
@@ -44,19 +47,21 @@ def _same_message(buf, pos: np.ndarray, limit: int, ok: np.ndarray, hdr: np.ndar
 
 
 def units_lead_to_records(clog: CommitLog, topic: str, queue_id: int,
-                          queue_offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
-                          limit: int, *, whole: np.ndarray | None = None
+                          queue_offsets: np.ndarray, phys: np.ndarray,
+                          sizes: np.ndarray | None, limit: int, *,
+                          whole: np.ndarray | None = None
                           ) -> tuple[np.ndarray, np.ndarray]:
     """For units ``(phys[i], sizes[i])`` at ``queue_offsets[i]`` of ``(topic, queue_id)``:
     ``(starts, leads)``, two bool arrays. ``starts[i]``: a whole message record carrying
     commit-log offset ``phys[i]`` starts there and ends at or below ``limit``; ``leads[i]``:
-    it is the record of that queue offset, of ``sizes[i]`` bytes (the unit is right).
+    it is the record of that queue offset, of ``sizes[i]`` bytes (the unit is right; with
+    ``sizes`` None the size is not compared: ``get`` serves the record the unit leads to).
 
     ``whole`` (e.g. ``get``, whose reader already checked the records it decoded) says which
     units are known to start whole records; only their fields are compared then."""
     phys = np.asarray(phys, np.int64)
     queue_offsets = np.asarray(queue_offsets, np.int64)
-    sizes = np.asarray(sizes, np.int64)
+    sizes = None if sizes is None else np.asarray(sizes, np.int64)
     n = len(phys)
     starts = np.zeros(n, bool) if whole is None else whole
     leads = np.zeros(n, bool)
@@ -86,7 +91,8 @@ def units_lead_to_records(clog: CommitLog, topic: str, queue_id: int,
                                                   np.where(ok, pos, HEADER_AREA)].view(
                     HEADER_DTYPE)
             leads[lo:hi] = _same_message(seg.mm, pos, end, ok, hdr, queue_id,
-                                         queue_offsets[lo:hi], sizes[lo:hi], name)
+                                         queue_offsets[lo:hi],
+                                         None if sizes is None else sizes[lo:hi], name)
         except (ValueError, TypeError, IndexError):   # unmapped by retention just now
             starts[lo:hi] = False
     return starts, leads
