@@ -39,8 +39,8 @@ class RecoveryReport:
 
     clean: bool
     end_offset: int = 0
-    verified_from: int = 0
-    records_verified: int = 0
+    verified_from: int = 0                 # records from here on were CRC-verified
+    records_verified: int = 0              # records CRC-verified (past the flushed offset)
     trusted_segments: int = 0
     scanned_segments: int = 0
     truncated_at: int | None = None
@@ -71,8 +71,9 @@ class RecoveryReport:
         kind = "clean" if self.clean else "unclean"
         s = (f"{kind} recovery: log ends at offset {self.end_offset}; "
              f"{self.trusted_segments} sealed segment(s) trusted, {self.scanned_segments} "
-             f"scanned ({self.records_verified} records verified from offset "
-             f"{self.verified_from}) in {self.seconds:.3f}s")
+             f"scanned ({self.records_walked} records walked, {self.records_verified} of them "
+             f"CRC-verified from offset {self.verified_from}, where the checkpoint's flushed "
+             f"range ends) in {self.seconds:.3f}s")
         if self.truncated_at is not None and self.problem:
             s += (f"; truncated at offset {self.truncated_at} ({self.problem}); "
                   f"{self.zeroed_bytes} bytes discarded")
