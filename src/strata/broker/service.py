@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_BATCH = 32
+# a push consumer's receive (auto_renew, no duration): invisible this long; not renewed yet
+AUTO_RENEW_INVISIBLE_MS = 60_000
+MAX_DELIVERY_ATTEMPTS = 16
+# invisible time after a consumer's n-th failed attempt (RocketMQ's retry levels from 1 s)
+CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,
+                      1800, 3600, 7200)
 DEFAULT_POLL_MS = 20_000
 POLL_MARGIN_S = 1.0     # answer a long poll this long before the client's deadline
 
@@ -192,10 +198,16 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         s.publishing.max_body_size = self.store.config.max_body_size
         s.publishing.validate_message_type = True
         backoff = s.backoff_policy
-        backoff.max_attempts = 3 if client.client_type == pb.ClientType.PRODUCER else 16
-        backoff.exponential_backoff.initial.nanos = 10_000_000
-        backoff.exponential_backoff.max.seconds = 1
-        backoff.exponential_backoff.multiplier = 2.0
+        if client.client_type == pb.ClientType.PRODUCER:   # resends of a failed send
+            backoff.max_attempts = 3
+            backoff.exponential_backoff.initial.nanos = 10_000_000
+            backoff.exponential_backoff.max.seconds = 1
+            backoff.exponential_backoff.multiplier = 2.0
+        else:                      # how long a message a consumer failed stays invisible
+            backoff.max_attempts = MAX_DELIVERY_ATTEMPTS
+            backoff.customized_backoff.ClearField("next")
+            for sec in CONSUMER_BACKOFF_S:
+                backoff.customized_backoff.next.add(seconds=sec)
         if client.HasField("subscription"):
             sub = s.subscription
             sub.fifo = False
@@ -258,9 +270,12 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             tags = parse_tag_expression(fe.expression)
         except InvalidMessageError as exc:
             raise Refused(exc.code, str(exc)) from None
-        if not request.HasField("invisible_duration"):
+        if request.HasField("invisible_duration"):
+            invisible = _duration_ms(request.invisible_duration)
+        elif request.auto_renew:   # push consumers leave it to the broker
+            invisible = AUTO_RENEW_INVISIBLE_MS
+        else:
             raise Refused(Code.ILLEGAL_INVISIBLE_TIME, "a receive needs an invisible duration")
-        invisible = _duration_ms(request.invisible_duration)
         if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
             raise Refused(Code.ILLEGAL_INVISIBLE_TIME,
                           f"invisible duration {invisible} ms is outside "
