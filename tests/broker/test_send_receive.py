@@ -138,3 +138,39 @@ def test_change_invisible_duration_gives_a_new_handle_and_the_old_one_fails(brok
     ''')
     assert got["changed"] and got["hidden"] == 0
     assert got["old_ack"].startswith("BadRequestException") and "replaced" in got["old_ack"]
+
+
+def test_after_max_attempts_a_message_goes_to_the_groups_dead_letter_topic(
+        broker_factory, tmp_path):
+    b = broker_factory("--max-delivery-attempts", "2")
+    got = run_client(tmp_path, b.endpoint, '''
+        p = producer("fragile")
+        mid = p.send(message("fragile", "poison", tag="t", keys=["k1"])).message_id
+        p.send(message("fragile", "fine"))
+        p.shutdown()
+        c = consumer("dg", "fragile", await_s=2)
+        attempts = []
+        for _ in range(8):
+            for m in c.receive(1, 1):
+                if m.body == b"poison":
+                    attempts.append(m.delivery_attempt)     # never acked
+                else:
+                    c.ack(m)
+            if len(attempts) == 2:
+                break
+        time.sleep(1.1)
+        attempts += [m.delivery_attempt for m in c.receive(1, 1)]   # now dead-lettered
+        c.shutdown()
+        out(mid=mid, attempts=attempts)
+    ''')
+    assert got["attempts"] == [1, 2]
+    assert b.stop() == 0
+    import strata
+    with strata.open(b.directory, readonly=True) as store:
+        dlq = [m for q in range(store.queue_count("%DLQ%dg"))
+               for m in store.get("%DLQ%dg", q, 0, 32).messages]
+    assert [m.body for m in dlq] == [b"poison"]
+    m = dlq[0]
+    assert m.tags == "t" and m.keys == ("k1",) and m.reconsume_times == 2
+    assert m.properties["DLQ_ORIGIN_TOPIC"] == "fragile"
+    assert m.properties["UNIQ_KEY"] == got["mid"]

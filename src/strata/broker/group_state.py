@@ -176,6 +176,10 @@ class ConsumerGroups:
                 "be delivered again)")
         return q, d
 
+    def check(self, r: Receipt, now_ms: int) -> Delivery:
+        """The delivery a receipt stands for, if it is the live one (else the error)."""
+        return self._live_delivery(r, now_ms)[1]
+
     def ack(self, receipts: list[Receipt], now_ms: int) -> list[InvalidReceiptHandleError | None]:
         """Acknowledge deliveries; per receipt None (done) or the error saying why not.
         All of one call's acks go to the journal in one write per queue."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import InvalidMessageError
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.protocol import Code
@@ -35,9 +36,11 @@ def parse_tag_expression(expression: str) -> frozenset[str] | None:
 class Popper:
     """Pops for the server (one event-loop thread)."""
 
-    def __init__(self, store: MessageStore, groups: ConsumerGroups,
-                 signer: ReceiptSigner) -> None:
+    def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
+                 max_attempts: int = 16) -> None:
         self.store = store
+        self.max_attempts = max_attempts
+        self.dead_lettered = 0
         self.groups = groups
         self.signer = signer
         self._rotation: dict[tuple[str, str], int] = {}
@@ -65,15 +68,23 @@ class Popper:
         picked: list[tuple[int, int]] = []
         msgs: list[StoredMessage] = []
         gone: list[int] = []
+        dead = []
         if qs is not None:
             for off, attempt in qs.due(now_ms, need):
                 r = store.get(topic, q, off, 1)
                 m = r.messages[0] if r.found and r.messages[0].queue_offset == off else None
                 if m is None or (tags is not None and m.tags not in tags):
                     gone.append(off)       # removed by retention, or no longer subscribed
+                elif attempt >= self.max_attempts:
+                    dead.append(dead_letter(m, group, attempt))
+                    gone.append(off)
                 else:
                     picked.append((off, attempt))
                     msgs.append(m)
+        if dead:
+            # rare: stored right here, before the deliveries leave the group's flight
+            store.put_batch(dead)
+            self.dead_lettered += len(dead)
         if gone:
             self.groups.forget(group, topic, q, gone)
         pop_offset = qs.pop_offset if qs is not None else store.min_offset(topic, q)

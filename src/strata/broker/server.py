@@ -37,6 +37,7 @@ class ServeConfig:
     flush: str = "async"
     auto_create: bool = True
     exit_with_parent: bool = False
+    max_delivery_attempts: int = 16
     store_options: dict = field(default_factory=dict)
 
 
@@ -67,7 +68,8 @@ async def serve(cfg: ServeConfig) -> None:
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit)])
     service = MessagingService(store, groups, signer, (cfg.host, cfg.port),
-                               BrokerOptions(auto_create=cfg.auto_create))
+                               BrokerOptions(auto_create=cfg.auto_create,
+                                             max_delivery_attempts=cfg.max_delivery_attempts))
     svc_grpc.add_MessagingServiceServicer_to_server(service, server)
     address = f"[{cfg.host}]:{cfg.port}" if ":" in cfg.host else f"{cfg.host}:{cfg.port}"
     try:

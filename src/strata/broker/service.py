@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from strata.broker.convert import ACCEPTED_TYPES, to_protocol, to_store
+from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
                                   InvalidReceiptHandleError)
 from strata.broker.group_state import ConsumerGroups
@@ -65,6 +66,7 @@ def _duration_ms(d) -> int:
 class BrokerOptions:
     auto_create: bool = True
     broker_name: str = "strata"
+    max_delivery_attempts: int = MAX_DELIVERY_ATTEMPTS
 
 
 def _input_error(exc: InvalidInputError) -> Refused:
@@ -94,7 +96,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self.endpoint = endpoint
         self.options = options
         self.batcher = SendBatcher(store)
-        self.popper = Popper(store, groups, signer)
+        self.popper = Popper(store, groups, signer, options.max_delivery_attempts)
         self._arrived: asyncio.Event | None = None
         self.clients: dict[str, int] = {}   # client id -> client type (live sessions)
         self.stopping = False
@@ -204,7 +206,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             backoff.exponential_backoff.max.seconds = 1
             backoff.exponential_backoff.multiplier = 2.0
         else:                      # how long a message a consumer failed stays invisible
-            backoff.max_attempts = MAX_DELIVERY_ATTEMPTS
+            backoff.max_attempts = self.options.max_delivery_attempts
             backoff.customized_backoff.ClearField("next")
             for sec in CONSUMER_BACKOFF_S:
                 backoff.customized_backoff.next.add(seconds=sec)
@@ -408,8 +410,23 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             Code.UNSUPPORTED, "transactional messages are not supported by this broker yet"))
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):
-        return svc.ForwardMessageToDeadLetterQueueResponse(status=_status(
-            Code.UNSUPPORTED, "dead-letter queues are not supported by this broker yet"))
+        Resp = svc.ForwardMessageToDeadLetterQueueResponse
+        try:
+            group = self._group(request.group)
+            topic = self._topic(request.topic)
+            r = self._receipt(request.receipt_handle, group, topic)
+            d = self.groups.check(r, now_ms())
+            got = self.store.get(topic, r.queue_id, r.queue_offset, 1)
+            if got.found and got.messages[0].queue_offset == r.queue_offset:
+                await self.batcher.submit([dead_letter(got.messages[0], group, d.attempt)])
+            self.groups.forget(group, topic, r.queue_id, [r.queue_offset])
+        except Refused as exc:
+            return Resp(status=_status(exc.code, str(exc)))
+        except InvalidReceiptHandleError as exc:
+            return Resp(status=_status(Code.INVALID_RECEIPT_HANDLE, str(exc)))
+        except StrataError as exc:
+            return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        return Resp(status=_status())
 
 
 def _client_id(context) -> str:
