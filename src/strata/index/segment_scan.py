@@ -5,9 +5,9 @@ The records are read by the dispatch pipeline's own reader (``walk_records`` +
 ``read_segment_batch``: lengths at both ends, magic, field lengths and physical offset checked
 for a whole run of headers at once), so a scan and the reput service cannot disagree about a
 record's fields. On top, every record's CRC32C is checked (unless ``verify_crc=False``). The
-scan stops at the first record that fails; ``check_record`` then says exactly what is wrong
-with it. Records are found by their lengths, so nothing after a damaged one can be located
-with certainty.
+scan names the first record that fails (``check_record`` says exactly what is wrong with it)
+and goes on at the next good record, found by ``strata.log.record_walk.resync`` (a record of
+that very offset with a good CRC), so every damaged record of a segment is listed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from strata.format.record_batch import u32_windows
 from strata.format.segment import HEADER_AREA
 from strata.index.dispatch_batch import (PARSE_ERRORS, DispatchBatch, TopicNames, read_parseable,
                                          walk_records)
+from strata.log.record_walk import resync
 from strata.log.verify import Problem, check_footer, record_problem_kind
 
 
@@ -63,13 +64,18 @@ class SegmentScan:
                 pos = HEADER_AREA + batch.end - base
                 yield batch
             if n < len(positions) or crc_stop or (not positions and not blank):
-                self._stopped(pos - HEADER_AREA)
-                return
+                rel = pos - HEADER_AREA   # a damaged record: name it, go on at the next good one
+                nxt = resync(seg, rel, self.limit)
+                self._stopped(rel, nxt)
+                if nxt >= self.limit:
+                    return
+                pos = HEADER_AREA + nxt
+                continue
             if not positions and blank:
                 self._blank(pos - HEADER_AREA)
                 return
         self.checked_bytes = pos - HEADER_AREA
-        self.complete = True
+        self.complete = not self.problems
 
     def _read(self, positions: list[int], end: int, names: TopicNames) -> DispatchBatch | None:
         """The dispatch reader over ``positions``; it stops before the first record it rejects.
@@ -115,20 +121,21 @@ class SegmentScan:
         self.checked_bytes = seg.data_size
         self.complete = True
 
-    def _stopped(self, rel: int) -> None:
-        """Say exactly why the record at data byte ``rel`` was not accepted."""
+    def _stopped(self, rel: int, nxt: int) -> None:
+        """Say exactly why the record at data byte ``rel`` was not accepted (the scan goes on
+        at data byte ``nxt``, the next good record)."""
         seg = self.seg
         p = HEADER_AREA + rel
         try:
             with seg.view(0, seg.data_size) as mv:
                 rec.check_record(mv, rel, self.limit, verify_crc=self.verify_crc)
         except CorruptRecordError as exc:
-            self._problem(rel, record_problem_kind(exc), str(exc))
+            self._problem(rel, record_problem_kind(exc), str(exc), nxt)
             return
         phys = rec.I64_AT.unpack_from(seg.mm, p + rec.POS_PHYSICAL_OFFSET)[0]
         if phys != seg.base_offset + rel:
             self._problem(rel, "offset-mismatch", f"record claims commit-log offset {phys} "
-                          "(stale bytes from an earlier write?)")
+                          "(stale bytes from an earlier write?)", nxt)
             return
         start, length = rec.properties_span(seg.mm, p)
         try:
@@ -136,15 +143,17 @@ class SegmentScan:
             why = "the dispatch reader rejects it"
         except PARSE_ERRORS as exc:
             why = f"its properties section cannot be read ({exc})"
-        self._problem(rel, "bad-record", why)
+        self._problem(rel, "bad-record", why, nxt)
 
-    def _problem(self, rel: int, kind: str, detail: str) -> None:
+    def _problem(self, rel: int, kind: str, detail: str, nxt: int | None = None) -> None:
         self.checked_bytes = rel
-        rest = self.limit - rel
-        self.problems.append(Problem(
-            self.file, self.seg.base_offset + rel, kind,
-            f"{detail} (file byte {HEADER_AREA + rel}; the remaining {rest} bytes of the "
-            "segment were not checked)"))
+        if nxt is None or nxt >= self.limit:
+            rest = f"the remaining {self.limit - rel} bytes of the segment were not checked"
+        else:
+            rest = (f"the next {nxt - rel} bytes hold no good record and were passed over; the "
+                    f"scan went on at offset {self.seg.base_offset + nxt}")
+        self.problems.append(Problem(self.file, self.seg.base_offset + rel, kind,
+                                     f"{detail} (file byte {HEADER_AREA + rel}; {rest})"))
 
     def check_footer(self) -> None:
         """After iterating: compare a sealed segment's footer with what the scan found."""
