@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import strata
-from strata.files.faults import FaultInjectingFileOps, zero_range
+from strata.files.faults import FaultInjectingFileOps, flip_bit, zero_range
 from strata.format.consume_queue import UNIT_SIZE
 from strata.format.segment import HEADER_AREA
 from strata.store.message import GetStatus
@@ -124,6 +124,64 @@ def test_power_loss_of_units_after_the_checkpoint(tmp_store_dir):
         assert_serves_exactly(store, merge(before, after))
     with strata.open(tmp_store_dir, config()) as store:
         assert_serves_exactly(store, merge(before, after))
+
+
+def test_writer_get_rederives_a_damaged_unit_from_the_log(tmp_store_dir):
+    """A unit damaged under a running writer (its offset lost, its size kept) leads to the
+    record at commit-log offset 0, pay's message 0: get finds the unit's own record in the
+    log between its neighbours' records, rewrites the unit and serves the right message."""
+    with strata.open(tmp_store_dir, config()) as store:
+        for t in TOPICS:
+            store.create_topic(t, 1)
+        acked = put(store, range(20))
+        assert store.wait_dispatched()
+        qfile = queue_file(tmp_store_dir, "pay")
+        good = qfile.read_bytes()[unit_at(3):unit_at(4)]
+        zero_range(qfile, unit_at(3), unit_at(3) + 8)
+        r = store.get("pay", 0, 0, 10)
+        assert [m.body for m in r.messages] == [body_for(s) for s in acked["pay"][:10]]
+        assert [m.queue_offset for m in r.messages] == list(range(10)) and not r.corrupt
+        assert qfile.read_bytes()[unit_at(3):unit_at(4)] == good
+
+
+def test_writer_get_never_serves_another_units_record(tmp_store_dir):
+    """When the unit's record cannot be found (here its header names another queue offset
+    too), get passes over the unit and says why; it never serves the record at offset 0."""
+    with strata.open(tmp_store_dir, config()) as store:
+        for t in TOPICS:
+            store.create_topic(t, 1)
+        acked = put(store, range(20))
+        assert store.wait_dispatched()
+        qfile = queue_file(tmp_store_dir, "pay")
+        target = store.get("pay", 0, 3, 1).messages[0].commitlog_offset
+        zero_range(qfile, unit_at(3), unit_at(3) + 8)
+        seg = sorted(p for p in (tmp_store_dir / "commitlog").iterdir() if p.name.isdigit())[0]
+        flip_bit(seg, HEADER_AREA + target + 20, 5)       # its queue offset field
+        r = store.get("pay", 0, 0, 10)
+        assert [m.queue_offset for m in r.messages] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+        assert [m.body for m in r.messages] == [body_for(s) for s in acked["pay"][:10]
+                                                if s != acked["pay"][3]]
+        assert [(c.queue_offset, c.commitlog_offset) for c in r.corrupt] == [(3, 0)]
+        assert "another record" in r.corrupt[0].reason
+        r = store.get("pay", 0, 3, 1)
+        assert r.messages == [] and r.next_offset == 4 and r.corrupt[0].queue_offset == 3
+
+
+def test_get_serves_the_record_a_unit_with_a_flipped_size_leads_to(tmp_store_dir):
+    """The unit's offset still leads to its own message: get serves it (the size in the unit
+    is not what makes a record the unit's); on a writer and on a read-only opener alike."""
+    with strata.open(tmp_store_dir, config()) as store:
+        for t in TOPICS:
+            store.create_topic(t, 1)
+        acked = put(store, range(20))
+        assert store.wait_dispatched()
+        flip_bit(queue_file(tmp_store_dir, "pay"), unit_at(4) + 8, 3)
+        r = store.get("pay", 0, 0, 10)
+        assert [m.body for m in r.messages] == [body_for(s) for s in acked["pay"][:10]]
+        assert not r.corrupt
+    with strata.open(tmp_store_dir, readonly=True) as ro:
+        assert [m.body for m in ro.get("pay", 0, 0, 10).messages] == \
+            [body_for(s) for s in acked["pay"][:10]]
 
 
 # --------------------------------------------------------------------------- damaged files

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from strata.errors import CorruptRecordError
 from strata.format import record as rec
-from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
+from strata.format.consume_queue import BLANK_SIZE, UNIT, UNIT_DTYPE, UNIT_SIZE, tag_hash
 from strata.format.segment import HEADER_AREA
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.queues import ConsumeQueueSet
@@ -131,3 +132,46 @@ def recover_queues(queues: ConsumeQueueSet, clog: CommitLog, start: int, end: in
     """``recover_queue`` for every loaded queue."""
     return [recover_queue(cq, clog, start, end, thorough=thorough)
             for cq in list(queues.queues.values())]
+
+
+NEIGHBOURS = 64   # units looked at on each side of a wrong one for a right one to bound the walk
+
+
+def rederive_unit(cq: ConsumeQueue, clog: CommitLog, q: int, limit: int) -> bool:
+    """Rewrite unit ``q`` of ``cq`` (found wrong: it does not lead to its own record) from the
+    log: the record of ``q`` lies between the records of the nearest right units around it,
+    and is looked for there (the whole log below ``limit`` if there is none). True if it was
+    found and the unit rewritten (and synced); False leaves the unit as it was."""
+    lo_q, hi_q = max(cq.min_offset(), q - NEIGHBOURS), min(cq.max_offset(), q + 1 + NEIGHBOURS)
+    parts, offs = [], []
+    for a, b in ((lo_q, q), (q + 1, hi_q)):
+        while a < b:    # read_units stops at a file's end
+            got = cq.read_units(a, b - a)
+            if len(got) == 0:
+                break
+            parts.append(got)
+            offs.append(np.arange(a, a + len(got)))
+            a += len(got)
+    around = np.concatenate(parts) if parts else np.empty(0, UNIT_DTYPE)
+    qoffs = np.concatenate(offs) if offs else np.empty(0, np.int64)
+    real = around["size"] != BLANK_SIZE
+    _s, leads = units_lead_to_records(clog, cq.topic, cq.queue_id, qoffs[real],
+                                      around["offset"][real], None, limit)
+    right_q, right_p = qoffs[real][leads], around["offset"][real][leads].astype(np.int64)
+    before, after = right_p[right_q < q], right_p[right_q > q]
+    start = int(before[-1]) if len(before) else clog.min_offset()
+    stop = int(after[0]) if len(after) else limit
+    for seg, pos, size in clog.iter_records(start, stop):
+        try:
+            m = rec.decode_record(seg.mm, HEADER_AREA + pos)
+        except CorruptRecordError:
+            continue
+        if m.queue_offset == q and m.queue_id == cq.queue_id and m.topic == cq.topic:
+            unit = cq.segments.find(q * UNIT_SIZE)
+            if unit is None:
+                return False
+            at = HEADER_AREA + q * UNIT_SIZE - unit.base_offset
+            UNIT.pack_into(unit.mm, at, seg.base_offset + pos, size, tag_hash(m.tags))
+            unit.file_ops.msync(unit.path, unit.mm, at, UNIT_SIZE)
+            return True
+    return False

@@ -31,9 +31,10 @@ from strata.format.segment import HEADER_AREA
 from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
-from strata.index.queue_recovery import recover_queues
-from strata.store.message import (GetResult, GetStatus, Message, PutResult, PutResults,
-                                  PutStatus)
+from strata.index.queue_recovery import recover_queues, rederive_unit
+from strata.index.unit_check import units_lead_to_records
+from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
+                                  PutResults, PutStatus)
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
 from strata.store.topics import MAX_QUEUES, TopicTable
@@ -682,12 +683,40 @@ class MessageStore:
         phys = units["offset"]
         nxt = offset + len(units)
 
+        corrupt: list[CorruptRecord] = []
+
         def read(rows: np.ndarray) -> tuple[list, int | None]:
             """The messages of units ``rows``; a read-only opener's are cut before a unit the
-            writer is still copying, and then the offset to go on from comes too."""
+            writer is still copying, and then the offset to go on from comes too. The writer
+            rewrites a damaged unit from the log, or passes over it (listed in ``corrupt``)."""
             msgs = self.log.read_batch(phys[rows], limit, verify_crc=verify)
-            stop = self._first_unit_in_flight(topic, queue_id, offset, rows, phys, msgs,
-                                              limit) if self.readonly else None
+            stop = None
+            # The unit check (numpy over the records' headers): does each unit lead to a
+            # record of its own topic, queue and queue offset?
+            whole = np.fromiter((m is not None for m in msgs), bool, len(msgs)) \
+                if None in msgs else np.ones(len(msgs), bool)
+            _starts, leads = units_lead_to_records(self.log, topic, queue_id, offset + rows,
+                                                   phys[rows], None, limit, whole=whole)
+            if self.readonly:
+                stop = self._first_unit_in_flight(topic, queue_id, offset, rows, phys, msgs,
+                                                  limit, leads)
+            else:  # the writer: a unit damaged on disk is re-derived from the log, or passed
+                #        over; never is a record another unit's served
+                for j in np.flatnonzero(~leads).tolist():
+                    q, at = offset + int(rows[j]), int(phys[rows[j]])
+                    if msgs[j] is None and at < self.log.min_offset():
+                        continue    # (deleted by retention since the units were read)
+                    if rederive_unit(cq, self.log, q, limit):
+                        msgs[j] = self.log.read(cq.unit(q)[0], limit, verify_crc=verify)
+                        log.warning("store %s: %s/%d offset %d: its consume-queue unit led to "
+                                    "commit-log offset %d, not to its record; rewritten from "
+                                    "the log", self.path, topic, queue_id, q, at)
+                        if msgs[j] is not None:
+                            continue
+                    msgs[j] = None
+                    corrupt.append(CorruptRecord(q, at, "its consume-queue unit leads to "
+                                                 "another record (repair with `strata spark "
+                                                 "rebuild-index`)"))
             return (msgs, None) if stop is None else (msgs[:stop], offset + int(rows[stop]))
 
         if wanted is None:  # at most max_messages units were read
@@ -710,13 +739,18 @@ class MessageStore:
                 if len(out) >= max_messages or len(msgs) < len(part):
                     break
         status = GetStatus.FOUND if out else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, out, nxt, mn, mx)
+        passed = tuple(sorted(c for c in corrupt if c.queue_offset < nxt))
+        for c in passed:
+            log.error("store %s: %s/%d offset %d: %s", self.path, topic, queue_id,
+                      c.queue_offset, c.reason)
+        return GetResult(status, out, nxt, mn, mx, passed)
 
     def _first_unit_in_flight(self, topic: str, queue_id: int, offset: int, rows: np.ndarray,
-                              phys: np.ndarray, msgs: list, limit: int) -> int | None:
+                              phys: np.ndarray, msgs: list, limit: int,
+                              leads: np.ndarray) -> int | None:
         """Read-only openers: the index in ``msgs`` (read up to commit-log offset ``limit``)
         of the first message whose consume-queue unit (``rows``: the units' positions after
-        ``offset``) does not lead to its own record; None if all do.
+        ``offset``) does not lead to its own record (``leads`` False); None if all do.
 
         The writer copies a run of units with one memcpy, whose stores can land in any order,
         so for an instant a unit can show its size while its commit-log offset is still zero
@@ -726,10 +760,8 @@ class MessageStore:
         before a unit whose record lies past what this opener may read yet. With no writer it
         can only be damage, and is reported instead of answered with the wrong message.
         """
-        # StoredMessage is a tuple: (topic, queue_id, queue_offset, ...)
-        for j, (i, m) in enumerate(zip(rows.tolist(), msgs)):
-            if m is not None and m[2] == offset + i and m[1] == queue_id and m[0] == topic:
-                continue
+        for j in np.flatnonzero(~leads).tolist():
+            i, m = int(rows[j]), msgs[j]
             at = int(phys[i])
             if m is None:
                 if at < self._readonly_min_offset():   # deleted by retention since
