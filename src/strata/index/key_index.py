@@ -44,6 +44,7 @@ _DELTA_MAX = fmt.DELTA_MAX
 _NOT_MONO = fmt.FLAG_TIMES_NOT_MONOTONE
 _SEALED = fmt.FLAG_SEALED
 _TMP_SUFFIX = ".tmp"
+SPARE_NAME = "next.spare"   # the next file's space, reserved ahead (see KeyIndex.ensure_spare)
 DAMAGED_SUFFIX = ".damaged"   # a file set aside by a writer's open (kept for inspection)
 _SLOTS_AT = fmt.HEADER_BYTES
 assert fmt.ENTRY_BYTES == 20 and fmt.SLOT_BYTES == 4   # hard-coded in the hot loops
@@ -152,6 +153,7 @@ class KeyIndex:
         self._hash = hash_fn if hash_fn is not None else fmt.key_hash
         self._lock = threading.Lock()
         self._files: list[_IndexFile] = []
+        self._spare: Path | None = None      # a reserved file the next _create takes
         self._closed = False
         self.repairs: list[_Repair] = []
         self.set_aside: list[str] = []      # unusable files a writer's open set aside
@@ -210,6 +212,8 @@ class KeyIndex:
         for e in os.scandir(self.directory):
             if e.name.endswith(_TMP_SUFFIX) and fmt.parse_file_name(e.name[:-4]) is not None:
                 os.unlink(e.path)        # a creation interrupted before its rename
+            elif e.name == SPARE_NAME:
+                self._spare = Path(e.path)   # reserved by an earlier writer: still good
         listing = self._listing()
         for i, (order, name, _ino) in enumerate(listing):
             try:
@@ -344,7 +348,16 @@ class KeyIndex:
         size = fmt.file_size(self.slots, self.entries)
         header = fmt.KeyIndexHeader(slots=self.slots, entries=self.entries,
                                     begin_offset=begin_offset, base_timestamp=base_ts)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                if os.stat(spare).st_size == size:   # blocks already reserved: no new space
+                    os.rename(spare, tmp)
+                else:
+                    os.unlink(spare)
+            except FileNotFoundError:
+                pass
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
                 os.posix_fallocate(fd, 0, size)
@@ -372,6 +385,31 @@ class KeyIndex:
         f.dirty = True
         self._files.append(f)
         return f
+
+    def ensure_spare(self) -> None:
+        """Once the index holds a file, keep the next file's space reserved (``next.spare``,
+        zero-filled, taken by the next roll), so that a writer learns of a full disk before it
+        acknowledges a put whose keys may need that roll: DiskFullError here, not in dispatch
+        afterwards. Cheap when the spare is there."""
+        if self._spare is not None or not self._files or self.readonly:
+            return
+        path = self.directory / SPARE_NAME
+        size = fmt.file_size(self.slots, self.entries)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(path)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(
+                    exc.errno, f"no space left to reserve the next key index file {path} "
+                    f"({size:,} bytes); existing index files are intact") from exc
+            raise
+        os.close(fd)
+        with self._lock:
+            if self._spare is None:
+                self._spare = path
 
     def put_batch(self, items: Sequence[tuple[str, int, int]]) -> None:
         """Index ``(key, physical_offset, store_timestamp_ms)`` items in commit-log order.
