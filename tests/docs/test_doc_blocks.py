@@ -10,7 +10,11 @@ The blocks are found afresh on each run, so a section someone adds is tested too
   ``/out/...`` and ``/chk/...`` moved into a temporary directory (``/data/store`` a small store
   holding the topics ``orders`` and ``payments``);
 * ``sh`` blocks run each ``strata ...`` line, in order, in a fresh temporary directory, and
-  fail on a non-zero exit; any other command needs the marker below;
+  fail on a non-zero exit; any other command needs the marker below. ``strata serve`` (a server:
+  it runs until stopped) must come up (on a free port instead of the one shown) and stop cleanly
+  on SIGTERM;
+* a ``python`` block that connects to a broker (it names ``"127.0.0.1:PORT"``) runs in a child
+  process against a ``strata serve`` of a fresh store, on a free port in place of PORT;
 * ``json`` blocks must parse;
 * untagged and ``text`` blocks (usage synopses, file layouts, diagrams) are not code.
 
@@ -21,10 +25,13 @@ A block that truly cannot run says so right above its fence, with the reason:
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,10 +122,64 @@ def run_python(block: Block, cwd: Path, namespace: dict, monkeypatch=None) -> di
     return namespace
 
 
+BROKER_ADDRESS = re.compile(r'"(?:127\.0\.0\.1|localhost):(\d+)"')
+
+
+class Serve:
+    """``strata serve DIR [options]`` in the background, on a free port."""
+
+    def __init__(self, cwd: Path, args: list[str]) -> None:
+        args = list(args)
+        if "--listen" in args:
+            i = args.index("--listen") + 1
+            args[i] = args[i].rsplit(":", 1)[0] + ":0"
+        else:
+            args += ["--listen", "127.0.0.1:0"]
+        self.proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", *args,
+                                      "--exit-with-parent"], cwd=cwd, text=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.log = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            self.log.append(line)
+            if not line:
+                break
+            m = re.search(r"listening on ([\d.]+:\d+)", line)
+            if m:
+                self.address = m[1]
+                return
+        self.stop()
+        raise AssertionError(f"strata {shlex.join(args)} did not come up: {''.join(self.log)}")
+
+    def stop(self) -> int:
+        """SIGTERM; the exit code (a clean stop is 0)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+        return self.proc.returncode
+
+
 @pytest.mark.parametrize("block", [b for b in RUN if b.lang in PYTHON and not b.spark],
                          ids=lambda b: b.name)
 def test_python_block_runs(block, tmp_path, monkeypatch):
-    run_python(block, tmp_path, {}, monkeypatch)
+    if not BROKER_ADDRESS.search(block.body):
+        run_python(block, tmp_path, {}, monkeypatch)
+        return
+    server = Serve(tmp_path, ["serve", "./data"])
+    try:
+        code = BROKER_ADDRESS.sub(json.dumps(server.address), block.body)
+        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, text=True, timeout=120,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=dict(os.environ, HOME=str(tmp_path)))  # the client logs to ~
+    finally:
+        stopped = server.stop()
+    assert r.returncode == 0, f"{block.name} against {server.address}:\n{r.stderr}"
+    assert stopped == 0, "".join(server.log)
 
 
 def shell_commands(block: Block) -> list[list[str]]:
@@ -137,6 +198,9 @@ def shell_commands(block: Block) -> list[list[str]]:
 @pytest.mark.parametrize("block", [b for b in RUN if b.lang in SHELL], ids=lambda b: b.name)
 def test_shell_block_runs(block, tmp_path):
     for args in shell_commands(block):
+        if args[:1] == ["serve"]:                      # a server: it must come up and stop
+            assert Serve(tmp_path, args).stop() == 0, f"{block.name}: strata {shlex.join(args)}"
+            continue
         r = subprocess.run([sys.executable, "-m", "strata.cli.main", *args], cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=120)
