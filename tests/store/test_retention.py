@@ -241,9 +241,36 @@ def test_above_75_percent_expired_files_go_at_any_hour_but_only_expired(tmp_path
         check_consistent(store, filled)
 
 
-def test_above_85_percent_oldest_files_go_regardless_of_age(tmp_path, clock):
+def test_by_default_unexpired_files_are_kept_however_full_the_disk(tmp_path, clock):
+    """Forced deletion of unexpired messages is opt-in: by default a full disk refuses puts
+    and keeps every acknowledged message; clean_expired(force=True) is the operator's way out."""
     now = T0 + HOUR                                      # nothing has expired
-    cfg = config(delete_when=other_hour(now), max_files_deleted_per_run=3)
+    cfg = config(delete_when=other_hour(now), max_files_deleted_per_run=2)
+    with open_store(tmp_path / "s", cfg) as store:
+        filled = fill(store, clock, 5)
+        bases = seg_bases(store)
+        for usage in (0.87, 0.95, 1.0):
+            store.retention.disk_usage = lambda: usage
+            assert store.retention.run_once(now) == 0
+            assert seg_bases(store) == bases
+        assert store._disk_full
+        with pytest.raises(DiskFullError, match="disk"):
+            store.put(strata.Message("t", b"no"))
+        check_consistent(store, filled)
+        assert store.clean_expired(now, force=True) == 2  # the operator decides
+        assert seg_bases(store) == bases[2:]
+        assert store._disk_full                          # still 100 %: still refused
+        store.retention.disk_usage = lambda: 0.5
+        store.retention.run_once(now)
+        filled.put(store)
+        settle(store)
+        check_consistent(store, filled)
+
+
+def test_above_85_percent_oldest_files_go_regardless_of_age_when_enabled(tmp_path, clock):
+    now = T0 + HOUR                                      # nothing has expired
+    cfg = config(delete_when=other_hour(now), max_files_deleted_per_run=3,
+                 delete_unexpired_when_full=True)
     with open_store(tmp_path / "s", cfg) as store:
         filled = fill(store, clock, 6)
         bases = seg_bases(store)
@@ -264,7 +291,8 @@ def test_above_85_percent_oldest_files_go_regardless_of_age(tmp_path, clock):
 
 def test_above_90_percent_puts_are_refused_until_space_is_back(tmp_path, clock):
     now = T0 + HOUR
-    cfg = config(delete_when=other_hour(now), max_files_deleted_per_run=1)
+    cfg = config(delete_when=other_hour(now), max_files_deleted_per_run=1,
+                 delete_unexpired_when_full=True)
     with open_store(tmp_path / "s", cfg) as store:
         filled = fill(store, clock, 4)
         bases = seg_bases(store)
@@ -300,7 +328,8 @@ def test_above_90_percent_puts_are_refused_until_space_is_back(tmp_path, clock):
 
 def test_above_90_percent_clears_in_the_same_pass_once_deletion_frees_space(tmp_path, clock):
     now = T0 + HOUR
-    with open_store(tmp_path / "s", delete_when=other_hour(now)) as store:
+    with open_store(tmp_path / "s", delete_when=other_hour(now),
+                    delete_unexpired_when_full=True) as store:
         filled = fill(store, clock, 5)
         # usage falls below 90 % once only three segments are left
         store.retention.disk_usage = lambda: 0.95 if len(store.log.segments.segments) > 3 \

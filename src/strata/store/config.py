@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from strata.errors import InvalidConfigError
+from strata.store.tier_url import check_endpoint_url, parse_tier_url
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -25,7 +26,7 @@ class StoreConfig:
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
     preallocate: bool = True           # prepare the next segment in the background
     prefault: bool = True              # touch its pages ahead of the writer
-    verify_crc_on_read: bool = False   # reads always check magic, lengths and offset; CRC optional
+    verify_crc_on_read: bool = True    # reads check magic, lengths and offset, and the CRC32C
     # puts wait while the dispatch pipeline is this far behind the log (0: never wait)
     max_dispatch_lag_bytes: int = 64 * MiB
 
@@ -40,9 +41,16 @@ class StoreConfig:
     delete_when: str = "04"            # hours (";"-separated) when expired files are deleted
     max_files_deleted_per_run: int = 10
     disk_warning_ratio: float = 0.90   # above: refuse puts (DiskFullError) and clean at once
-    disk_clean_forcibly_ratio: float = 0.85  # above: delete oldest files regardless of age
+    # above: delete the oldest files regardless of age, only if delete_unexpired_when_full
+    disk_clean_forcibly_ratio: float = 0.85
     disk_max_used_ratio: float = 0.75  # above: delete expired files at any hour
+    # opt-in data loss (RocketMQ's default): on a full disk, unexpired messages go too
+    delete_unexpired_when_full: bool = False
     retention_check_interval_ms: int = 10_000
+    # tiered storage (README "Tiered storage"): None, "file:///abs/dir" or "s3://bucket/prefix"
+    tier_url: str | None = None
+    tier_endpoint_url: str | None = None   # S3-compatible endpoint; None: AWS
+    tier_retention_hours: float = 720.0    # how long the tier keeps data, by stored time
 
     def __post_init__(self) -> None:
         self.validate()
@@ -94,6 +102,11 @@ class StoreConfig:
             hours = [-1]
         if not hours or any(not 0 <= h <= 23 for h in hours):
             bad("delete_when", 'must be hours 0-23 separated by ";", e.g. "04" or "03;15"')
+        if self.tier_url is not None:
+            parse_tier_url(self.tier_url, "StoreConfig.tier_url")
+        check_endpoint_url(self.tier_endpoint_url, "StoreConfig.tier_endpoint_url")
+        if self.tier_retention_hours <= 0:
+            bad("tier_retention_hours", "must be > 0")
         h = self.store_host
         if (not isinstance(h, tuple) or len(h) != 2 or not isinstance(h[0], str)
                 or not isinstance(h[1], int)):

@@ -3,6 +3,7 @@ the topic table and (from the queues layer) consume queues, key index and retent
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -18,7 +19,7 @@ from strata.errors import (CorruptRecordError, DiskFullError, InvalidInputError,
                            TopicExistsError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
-from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
 from strata.files.lock import LOCK_NAME, DirectoryLock
 from strata.format import record as rec
 from strata.format.checkpoint import Checkpoint
@@ -47,6 +48,16 @@ INDEX_DIR = "index"
 DISPATCH_STALL_S = 2.0  # back-pressure gives up on a dispatcher that stopped moving
 DISPATCH_HELP_SHARE = 16  # producers dispatch themselves past 1/16 of max_dispatch_lag_bytes
 MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
+
+# Tiered storage lives a layer above (strata.tiered); importing it registers how a store with
+# a tier_url gets its tier service, of which the store knows only start(), sync(), stop().
+_tier_factory = None
+
+
+def register_tier_factory(factory) -> None:
+    """strata.tiered: ``factory(store)`` makes the tier service of a store with a tier_url."""
+    global _tier_factory
+    _tier_factory = factory
 
 
 def now_ms() -> int:
@@ -120,9 +131,13 @@ class MessageStore:
         self._group_commit: GroupCommitService | None = None
         self._last_checkpoint = 0.0
         self._disk_full = False
+        self._open_writes_pending = False   # opened on a full disk: checkpoint, marker unwritten
+        self._appended_end = 0   # the log's end after the last whole put (what dispatch may read)
+        self._checkpoint_refused = False    # the last periodic checkpoint found no room
         self._live_writer = False
         self._next_writer_probe = 0.0   # read-only openers with no writer: when to look again
         self.recovery_report: RecoveryReport | None = None
+        self.tier = None  # the TierService of a writer with a tier_url (README "Tiered storage")
 
         store_markers = (COMMITLOG_DIR, "checkpoint", "config", LOCK_NAME)
         if not self.path.is_dir():
@@ -142,7 +157,8 @@ class MessageStore:
                     f"{', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); "
                     "give an empty or new directory")
 
-        self.topic_table = TopicTable(self.path, readonly=readonly, file_ops=self.file_ops)
+        self.topic_table = TopicTable(self.path, readonly=readonly, file_ops=self.file_ops,
+                                      queues_dir=self.path / CONSUMEQUEUE_DIR)
         self.log = CommitLog(self.path / COMMITLOG_DIR, self.config.segment_size,
                              readonly=readonly, file_ops=self.file_ops,
                              prefault=self.config.prefault, preallocate=self.config.preallocate)
@@ -173,14 +189,22 @@ class MessageStore:
             self.topic_table.load()
             self.log.load()
             self.recovery_report = recover(self.log, cp, clean)
+            self._appended_end = self.log.max_offset()
             self._after_log_recovered(cp, clean)
             end = self.log.max_offset()
-            # From here on a crash is unclean: the marker says so, the checkpoint loses its end.
-            self._write_checkpoint(clean_end=-1)
-            self.abort_marker.create()
             self.state.open(confirmed=end, dispatched=end, min_offset=self.log.min_offset())
-            save_geometry(self.path, self.config, self.file_ops,
-                          explicit=self._explicit_config)
+            try:
+                self._open_writes()
+            except DiskFullError as exc:
+                # A way out from within: the store opens refusing puts, so that reads,
+                # delete_topic and clean_expired work; _leave_disk_full writes these later.
+                self._open_writes_pending = True
+                self._disk_full = True
+                log.warning("store %s opened on a full disk (%s): puts are refused until "
+                            "space is freed; reads, delete_topic and clean_expired work",
+                            self.path, exc)
+            if self.topic_table.recovered:
+                self.recovery_report.repaired_files.append(self.topic_table.recovered)
             if self.log.segments.last() is None and self.config.preallocate:
                 self.log.segments.allocator.request(0)  # the first segment, in the background
             self._start_services()
@@ -188,6 +212,32 @@ class MessageStore:
             self.log.close()
             self._lock.release()
             raise
+
+    def _open_writes(self) -> None:
+        """What a writer's open writes once the log is recovered (DiskFullError on a full
+        disk). From here on a crash is unclean: the marker says so, the checkpoint loses its
+        end."""
+        self._write_checkpoint(clean_end=-1)
+        self.abort_marker.create()
+        repaired = save_geometry(self.path, self.config, self.file_ops,
+                                 explicit=self._explicit_config)
+        if repaired and self.recovery_report is not None:
+            self.recovery_report.repaired_files.append(repaired)
+
+    def _leave_disk_full(self) -> bool:
+        """Retention found room again: finish the writes a full disk held back at open, then
+        accept puts; False (puts still refused) if there is still no room for them."""
+        with self._put_lock:
+            if self._open_writes_pending:
+                try:
+                    self._open_writes()
+                except DiskFullError as exc:
+                    log.warning("store %s: still no room for its open files (%s); puts stay "
+                                "refused", self.path, exc)
+                    return False
+                self._open_writes_pending = False
+            self._disk_full = False
+        return True
 
     def _after_log_recovered(self, cp: Checkpoint | None, clean: bool) -> None:
         """Bring consume queues and key index in line with the recovered log, then replay.
@@ -273,6 +323,11 @@ class MessageStore:
 
     def _start_services(self) -> None:
         cfg = self.config
+        if cfg.tier_url is not None:  # made first: a bad tier metadata file starts nothing
+            if _tier_factory is None:
+                raise InvalidInputError("StoreConfig.tier_url needs strata.tiered: "
+                                        "import strata (or strata.tiered) first")
+            self.tier = _tier_factory(self)
         if cfg.flush == "sync":
             self._group_commit = GroupCommitService(self.log.flush,
                                                     timeout_ms=cfg.sync_flush_timeout_ms,
@@ -286,13 +341,24 @@ class MessageStore:
         self._reput.start()
         self.retention = RetentionService(self)
         self.retention.start()
+        if self.tier is not None:
+            self.tier.start()
 
     def _background_flush(self, least_pages: int) -> int:
         flushed = self.log.flush(least_pages)
         now = time.monotonic()
-        if now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000.0:
+        if now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000.0 \
+                and not self._open_writes_pending:
             self._last_checkpoint = now
-            self._write_checkpoint(clean_end=-1)
+            try:
+                self._write_checkpoint(clean_end=-1)
+            except DiskFullError as exc:  # the last checkpoint stays: recovery replays more
+                if not self._checkpoint_refused:
+                    log.warning("store %s: no room for the checkpoint (%s); the previous one "
+                                "stays until space is freed", self.path, exc)
+                self._checkpoint_refused = True
+            else:
+                self._checkpoint_refused = False
         return flushed
 
     def _write_checkpoint(self, clean_end: int) -> None:
@@ -330,9 +396,11 @@ class MessageStore:
         if self.readonly:
             self._refresh_readonly()
             return self._readonly_limit
+        # Not the log's own end: mid-append that moves record by record, also over records a
+        # batch refused for a full disk is about to take back, and dispatch must never read them.
         if self._group_commit is not None:
-            return min(self._group_commit.flushed, self.log.max_offset())
-        return self.log.max_offset()
+            return min(self._group_commit.flushed, self._appended_end)
+        return self._appended_end
 
     def min_commitlog_offset(self) -> int:
         return self.log.min_offset()
@@ -380,16 +448,24 @@ class MessageStore:
         with self._put_lock:
             self._check_open()
             if self._disk_full:
+                why = ("it was opened on a full disk" if self._open_writes_pending else
+                       f"disk usage is above the warning ratio "
+                       f"{self.config.disk_warning_ratio:.0%}")
                 raise DiskFullError(
-                    f"store {self.path}: disk usage is above the warning ratio "
-                    f"{self.config.disk_warning_ratio:.0%}; puts are refused until space is "
-                    "freed (stored data is safe)")
+                    errno.ENOSPC, f"store {self.path}: the disk is full ({why}); puts are "
+                    "refused until space is freed (stored data is safe; delete_topic and "
+                    "clean_expired make room)")
             # Nothing shared changes before the append, so a refused message leaves no trace.
             updates, rr_local, new_topics = batch.choose_queues(
                 self.topic_table.queues, self.config.default_queues, self._queue_next,
                 self._round_robin)
             for topic, n_q in new_topics.items():
                 self.topic_table.ensure(topic, n_q, since=self.log.max_offset())
+            # What dispatch will need exists before the put is acknowledged (a full disk
+            # refuses the put here, not the consume queue after it was acknowledged).
+            for (topic, qid), nxt in updates.items():
+                self.queues.reserve(topic, qid, self._queue_next.get((topic, qid), 0), nxt)
+            self.key_index.ensure_spare()
             store_ts = max(now_ms(), self.log.last_store_timestamp)
             if batch.columnar:
                 offsets = self.log.append_headers(batch.headers(), batch.record_bytes(),
@@ -399,6 +475,7 @@ class MessageStore:
             self._queue_next.update(updates)
             self._round_robin.update(rr_local)
             end = self.log.max_offset()
+            self._appended_end = end
             if self._group_commit is None:
                 self.state.set_confirmed(end)
                 self._reput.wakeup()
@@ -453,33 +530,49 @@ class MessageStore:
     # ------------------------------------------------------------------ read
 
     def read_at(self, commitlog_offset: int) -> rec.StoredMessage | None:
-        """The message whose record starts at ``commitlog_offset``, or None."""
+        """The message whose record starts at ``commitlog_offset``, or None; CorruptRecordError
+        (naming the offset) if the record there is damaged."""
         self._check_open()
         if not isinstance(commitlog_offset, int) or isinstance(commitlog_offset, bool):
             raise InvalidInputError(f"commitlog_offset must be an int, got {commitlog_offset!r}")
         return self.log.read(commitlog_offset, self.confirmed_offset(),
-                             verify_crc=self.config.verify_crc_on_read)
+                             verify_crc=self.config.verify_crc_on_read, strict=True)
 
     def get_by_id(self, msg_id: str) -> rec.StoredMessage | None:
-        """The message with this offset message id, or None."""
+        """The message with this offset message id, or None; CorruptRecordError (naming the
+        commit-log offset) if the record there is damaged."""
         self._check_open()
         _host, offset = rec.parse_msg_id(msg_id)
         m = self.log.read(offset, self.confirmed_offset(),
-                          verify_crc=self.config.verify_crc_on_read)
+                          verify_crc=self.config.verify_crc_on_read, strict=True)
         if m is None or m.msg_id != msg_id.upper():
             return None
         return m
 
     def scan(self, from_offset: int = 0, *, to_offset: int | None = None,
              verify_crc: bool = False) -> Iterator[rec.StoredMessage]:
-        """Every message from ``from_offset`` on, in log order."""
+        """Every message from ``from_offset`` on, in log order. A damaged record (one that
+        fails its checks or cannot be decoded) is skipped with a logged error naming its
+        offset, and the scan goes on at the next good record. CRCs are checked with
+        ``verify_crc`` or the store's ``verify_crc_on_read``."""
         self._check_open()
+        if not isinstance(from_offset, int) or isinstance(from_offset, bool):
+            raise InvalidInputError(f"from_offset must be an int, got {from_offset!r}")
+        if to_offset is not None and (not isinstance(to_offset, int) or
+                                      isinstance(to_offset, bool)):
+            raise InvalidInputError(f"to_offset must be an int or None, got {to_offset!r}")
+        if not isinstance(verify_crc, bool):
+            raise InvalidInputError(f"verify_crc must be a bool, got {verify_crc!r}")
+        return self._scan(from_offset, to_offset, verify_crc)
+
+    def _scan(self, from_offset: int, to_offset: int | None,
+              verify_crc: bool) -> Iterator[rec.StoredMessage]:
         limit = self.confirmed_offset()
         if to_offset is not None:
             limit = min(limit, to_offset)
-        for seg, pos, _size in self.log.iter_records(from_offset, limit, verify_crc=verify_crc,
-                                                      strict=verify_crc):
-            yield rec.decode_record(seg.mm, 4096 + pos)
+        # A damaged record is skipped with a logged error (README "Durability").
+        yield from self.log.scan(from_offset, limit,
+                                 verify_crc=verify_crc or self.config.verify_crc_on_read)
 
     # ------------------------------------------------------------------ topics and queues
 
@@ -531,7 +624,13 @@ class MessageStore:
             if topic not in self.topic_table.queues:
                 return False
             self.wait_dispatched()
-            self.topic_table.delete(topic)
+            try:
+                self.topic_table.delete(topic)
+            except DiskFullError:
+                # No room even for the smaller table: the topic's queue files go first (their
+                # space makes room for it), then the table is written.
+                self.queues.delete_topic(topic)
+                self.topic_table.delete(topic)
             self.queues.delete_topic(topic)
             for key in [k for k in self._queue_next if k[0] == topic]:
                 del self._queue_next[key]
@@ -651,7 +750,8 @@ class MessageStore:
         self._check_open()
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise InvalidInputError(f"offset must be an int, got {offset!r}")
-        if not isinstance(max_messages, int) or max_messages < 1:
+        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or \
+                max_messages < 1:
             raise InvalidInputError(f"max_messages must be a positive int, got {max_messages!r}")
         wanted = self._parse_tags(tags)
         cq, exists = self._queue(topic, queue_id)
@@ -686,10 +786,11 @@ class MessageStore:
         corrupt: list[CorruptRecord] = []
 
         def read(rows: np.ndarray) -> tuple[list, int | None]:
-            """The messages of units ``rows``; a read-only opener's are cut before a unit the
-            writer is still copying, and then the offset to go on from comes too. The writer
-            rewrites a damaged unit from the log, or passes over it (listed in ``corrupt``)."""
-            msgs = self.log.read_batch(phys[rows], limit, verify_crc=verify)
+            """The messages of units ``rows`` (None for a damaged record, which goes to
+            ``corrupt``); a read-only opener's are cut before a unit the writer is still
+            copying, and then the offset to go on from comes too."""
+            damaged: dict[int, str] = {}
+            msgs = self.log.read_batch(phys[rows], limit, verify_crc=verify, damaged=damaged)
             stop = None
             # The unit check (numpy over the records' headers): does each unit lead to a
             # record of its own topic, queue and queue offset?
@@ -697,14 +798,19 @@ class MessageStore:
                 if None in msgs else np.ones(len(msgs), bool)
             _starts, leads = units_lead_to_records(self.log, topic, queue_id, offset + rows,
                                                    phys[rows], None, limit, whole=whole)
-            if self.readonly:
-                stop = self._first_unit_in_flight(topic, queue_id, offset, rows, phys, msgs,
-                                                  limit, leads)
+            if self.readonly:  # over the records that are not damaged
+                good = [j for j in range(len(rows)) if j not in damaged] if damaged else None
+                stop = self._first_unit_in_flight(
+                    topic, queue_id, offset, rows if good is None else rows[good], phys,
+                    msgs if good is None else [msgs[j] for j in good], limit,
+                    leads if good is None else leads[good])
+                if stop is not None and good is not None:
+                    stop = good[stop]
             else:  # the writer: a unit damaged on disk is re-derived from the log, or passed
                 #        over; never is a record another unit's served
                 for j in np.flatnonzero(~leads).tolist():
                     q, at = offset + int(rows[j]), int(phys[rows[j]])
-                    if msgs[j] is None and at < self.log.min_offset():
+                    if j in damaged or (msgs[j] is None and at < self.log.min_offset()):
                         continue    # (deleted by retention since the units were read)
                     if rederive_unit(cq, self.log, q, limit):
                         msgs[j] = self.log.read(cq.unit(q)[0], limit, verify_crc=verify)
@@ -714,9 +820,11 @@ class MessageStore:
                         if msgs[j] is not None:
                             continue
                     msgs[j] = None
-                    corrupt.append(CorruptRecord(q, at, "its consume-queue unit leads to "
-                                                 "another record (repair with `strata spark "
-                                                 "rebuild-index`)"))
+                    damaged[j] = ("its consume-queue unit leads to another record (repair "
+                                  "with `strata spark rebuild-index`)")
+            for j, why in damaged.items():
+                if stop is None or j < stop:
+                    corrupt.append(CorruptRecord(offset + int(rows[j]), int(phys[rows[j]]), why))
             return (msgs, None) if stop is None else (msgs[:stop], offset + int(rows[stop]))
 
         if wanted is None:  # at most max_messages units were read
@@ -739,10 +847,12 @@ class MessageStore:
                 if len(out) >= max_messages or len(msgs) < len(part):
                     break
         status = GetStatus.FOUND if out else GetStatus.NO_MATCHED_MESSAGE
+        if not corrupt:
+            return GetResult(status, out, nxt, mn, mx)
         passed = tuple(sorted(c for c in corrupt if c.queue_offset < nxt))
         for c in passed:
-            log.error("store %s: %s/%d offset %d: %s", self.path, topic, queue_id,
-                      c.queue_offset, c.reason)
+            log.error("store %s: get %s/%d passed over offset %d: %s", self.path, topic,
+                      queue_id, c.queue_offset, c.error())
         return GetResult(status, out, nxt, mn, mx, passed)
 
     def _first_unit_in_flight(self, topic: str, queue_id: int, offset: int, rows: np.ndarray,
@@ -779,14 +889,18 @@ class MessageStore:
     def query(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
               max_results: int = 64) -> list[rec.StoredMessage]:
         """Messages of ``topic`` with key (or unique key) ``key`` stored in [begin, end] ms,
-        newest first. Only exact topic and key matches are returned."""
+        newest first. Only exact topic and key matches are returned; a damaged record is
+        passed over (and logged), never returned."""
         self._check_open()
         rec.encode_topic(topic)
         if not isinstance(key, str) or not key:
             raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
         if end_ms is None:
             end_ms = 2**62
-        if not isinstance(max_results, int) or max_results < 1:
+        for name, ms in (("begin_ms", begin_ms), ("end_ms", end_ms)):
+            if not isinstance(ms, int) or isinstance(ms, bool):
+                raise InvalidInputError(f"{name} must be ms since the epoch (an int), got {ms!r}")
+        if not isinstance(max_results, int) or isinstance(max_results, bool) or max_results < 1:
             raise InvalidInputError(f"max_results must be a positive int, got {max_results!r}")
         if self.readonly:
             self.topic_table.reload()
@@ -801,9 +915,14 @@ class MessageStore:
                 continue
             seen.add(phys)
             try:
-                m = self.log.read(phys, limit)
+                m = self.log.read(phys, limit, verify_crc=self.config.verify_crc_on_read,
+                                  strict=True)
             except ValueError:
                 m = None
+            except CorruptRecordError as exc:   # never served; the other candidates are
+                log.error("store %s: query %s#%s passed over a candidate: %s", self.path,
+                          topic, key, exc)
+                continue
             if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
                 continue
             if key not in m.keys and m.properties.get(rec.PROP_UNIQ_KEY) != key:
@@ -846,10 +965,14 @@ class MessageStore:
                 hi = mid
         return lo - 1 if lo > first else first  # before the first message: the first offset
 
-    def clean_expired(self, now_ms: int | None = None) -> int:
-        """Run one retention pass now (as if at a deletion hour); returns files deleted."""
+    def clean_expired(self, now_ms: int | None = None, *, force: bool = False) -> int:
+        """Run one retention pass now (as if at a deletion hour); returns files deleted.
+
+        ``force=True`` deletes the oldest commit-log files (at most
+        ``max_files_deleted_per_run``, never the active one) whether expired or not: an
+        operator's way out of a full disk, at the price of those messages."""
         self._check_writable()
-        return self.retention.run_once(now_ms, manual=True)
+        return self.retention.run_once(now_ms, manual=True, force=force)
 
     # ------------------------------------------------------------------ durability / lifetime
 
@@ -863,7 +986,18 @@ class MessageStore:
             self._group_commit.wait_for(self.log.max_offset())
         return flushed
 
+    def tier_sync(self, timeout_s: float = 60.0) -> None:
+        """Upload everything confirmed now to the tier; return when the tier holds it
+        (TierUnavailableError, naming the last failure, after ``timeout_s``)."""
+        self._check_writable()
+        if self.tier is None:
+            raise InvalidInputError(f"store {self.path} has no tier (StoreConfig.tier_url)")
+        self.tier.sync(timeout_s)
+
     def _stop_services(self) -> None:
+        if self.tier is not None:
+            self.tier.stop()
+            self.tier = None
         if self.retention is not None:
             self.retention.stop()
             self.retention = None
@@ -889,11 +1023,19 @@ class MessageStore:
         try:
             self._stop_services()
             self.log.flush(0)
-            if self._reput is not None:
-                self._reput.catch_up(self.log.max_offset())
-            end = self.log.max_offset()
-            self._write_checkpoint(clean_end=end)
-            self.abort_marker.remove()
+            try:
+                if self._reput is not None:
+                    self._reput.catch_up(self.log.max_offset())
+                end = self.log.max_offset()
+                self._write_checkpoint(clean_end=end)
+                self.abort_marker.remove()
+            except OSError as exc:
+                if not isinstance(disk_full_or_same(exc, ""), DiskFullError):
+                    raise
+                # The log is flushed; without the clean-shutdown checkpoint the next open
+                # recovers from it as after a crash, and loses nothing.
+                log.warning("store %s: closed without a clean-shutdown checkpoint, the disk is "
+                            "full (%s); the next open recovers from the log", self.path, exc)
         finally:
             self._release_files()
 

@@ -3,8 +3,11 @@
 Files older than ``retention_hours`` (by their newest *stored* time, not mtime) are deleted,
 oldest first, at most ``max_files_deleted_per_run`` per pass, never the active segment and never
 one the dispatch pipeline has not finished. Passes run at the configured hours, or at any hour
-when disk usage is above ``disk_max_used_ratio``; above ``disk_clean_forcibly_ratio`` the oldest
-files go regardless of age; above ``disk_warning_ratio`` puts are refused until space is back.
+when disk usage is above ``disk_max_used_ratio``; above ``disk_warning_ratio`` puts are refused
+(DiskFullError) until space is back. Unexpired messages are only ever deleted when the
+operator says so: with ``delete_unexpired_when_full`` (RocketMQ's policy, off by default) the
+oldest files go regardless of age above ``disk_clean_forcibly_ratio``, and
+``run_once(force=True)`` (``MessageStore.clean_expired(force=True)``) deletes them once.
 Consume-queue and key-index files follow the log's new minimum.
 """
 
@@ -58,30 +61,35 @@ class RetentionService:
             except Exception:
                 log.exception("retention pass failed")
 
-    def run_once(self, now_ms: int | None = None, *, manual: bool = False) -> int:
-        """One pass; returns the number of commit-log files deleted."""
+    def run_once(self, now_ms: int | None = None, *, manual: bool = False,
+                 force: bool = False) -> int:
+        """One pass; returns the number of commit-log files deleted. ``force`` deletes the
+        oldest files (at most ``max_files_deleted_per_run``) whether expired or not."""
         with self._lock:
-            return self._pass(self.clock_ms() if now_ms is None else now_ms, manual)
+            return self._pass(self.clock_ms() if now_ms is None else now_ms, manual, force)
 
-    def _pass(self, now_ms: int, manual: bool) -> int:
+    def _pass(self, now_ms: int, manual: bool, forced: bool = False) -> int:
         store = self.store
         cfg = store.config
         usage = self.disk_usage()
         self.last_usage = usage
-        force = False
-        if usage > cfg.disk_warning_ratio:
+        full = usage > cfg.disk_warning_ratio
+        if full:
             if not store._disk_full:
-                log.warning("disk usage %.0f%% is above %.0f%%: refusing puts until space is "
-                            "freed", usage * 100, cfg.disk_warning_ratio * 100)
+                log.warning(
+                    "disk usage %.0f%% is above %.0f%%: refusing puts until space is freed "
+                    "(expired files are deleted now; %s)", usage * 100,
+                    cfg.disk_warning_ratio * 100,
+                    "unexpired ones too, delete_unexpired_when_full is set"
+                    if cfg.delete_unexpired_when_full else "unexpired messages are kept: "
+                    "delete_topic, clean_expired(force=True) or more space make room")
             store._disk_full = True
-            force = True
-        else:
-            if store._disk_full:
-                log.info("disk usage %.0f%%: accepting puts again", usage * 100)
-            store._disk_full = False
-            force = usage > cfg.disk_clean_forcibly_ratio
+        elif store._disk_full and store._leave_disk_full():
+            log.info("disk usage %.0f%%: accepting puts again", usage * 100)
+        force = forced or (cfg.delete_unexpired_when_full
+                           and (full or usage > cfg.disk_clean_forcibly_ratio))
         hour = time.localtime(now_ms / 1000).tm_hour
-        time_up = manual or hour in cfg.delete_hours or usage > cfg.disk_max_used_ratio
+        time_up = manual or full or hour in cfg.delete_hours or usage > cfg.disk_max_used_ratio
         if not (time_up or force):
             return 0
         expire_ms = int(cfg.retention_hours * 3600 * 1000)
@@ -110,8 +118,8 @@ class RetentionService:
             store.key_index.delete_files_below(min_phys)
             store.state.set_min(min_phys)
             self.deleted_total += deleted
-            if force and store._disk_full:
+            if store._disk_full:
                 usage = self.disk_usage()
-                if usage <= cfg.disk_warning_ratio:
-                    store._disk_full = False
+                if usage <= cfg.disk_warning_ratio and store._leave_disk_full():
+                    log.info("disk usage %.0f%%: accepting puts again", usage * 100)
         return deleted
