@@ -301,3 +301,49 @@ def test_dispatch_never_reads_a_batch_a_full_disk_takes_back(tmp_path):
     store.close()
     with strata.open(tmp_path / "s") as store:
         assert_readable(store, acked)
+
+
+def test_a_put_whose_keys_may_need_a_new_index_file_is_refused_without_room(tmp_path,
+                                                                             monkeypatch):
+    """The key index keeps its next file's space reserved (index/next.spare): when that
+    reservation finds no room, the put is refused, and every acknowledged message stays
+    reachable by key (dispatch used to fail to make the file after the acknowledgement). One
+    spare covers one roll: here, with 16-entry files, a producer that waits for dispatch; with
+    the default 20-million-entry files, any dispatch lag that back-pressure allows."""
+    import strata.index.key_index as kx
+    cfg = config(index_slots=8, index_entries=16)
+    if _can_mount(tmp_path):
+        disk = TmpfsDisk(tmp_path)
+    else:   # no mount: the key index's own fallocate finds the simulated disk full
+        disk = FaultDisk(tmp_path)
+        real = os.posix_fallocate
+
+        def fallocate(fd, offset, size):
+            if disk.file_ops.space_left is not None:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            real(fd, offset, size)
+        monkeypatch.setattr(kx.os, "posix_fallocate", fallocate)
+    try:
+        store = open_store(disk, cfg)
+        acked = {}
+        for seq in range(8):
+            acked[seq] = store.put(message(seq)).commitlog_offset
+            assert store.wait_dispatched(10)
+        assert (disk.path / "index" / kx.SPARE_NAME).exists()   # made by puts 1..
+        disk.fill()
+        refused = 0
+        for seq in range(8, 60):   # one at a time: the spare covers the next roll
+            try:
+                acked[seq] = store.put(message(seq)).commitlog_offset
+                assert store.wait_dispatched(10)
+            except DiskFullError as exc:
+                assert "key index" in str(exc)
+                refused += 1
+                break
+        assert refused == 1
+        assert store.wait_dispatched(10)
+        for seq, off in acked.items():
+            assert [m.commitlog_offset for m in store.query("t", f"k{seq}")] == [off]
+        store.close()
+    finally:
+        disk.close()
