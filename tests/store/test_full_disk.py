@@ -347,3 +347,20 @@ def test_a_put_whose_keys_may_need_a_new_index_file_is_refused_without_room(tmp_
         store.close()
     finally:
         disk.close()
+
+
+def test_the_lock_opens_on_a_full_disk_without_its_pid(tmp_path, monkeypatch):
+    """The pid in the lock file only informs; with no room for it the store still opens (a
+    raw OSError from the lock file used to stop the open)."""
+    import strata.files.lock as lock_mod
+    with strata.open(tmp_path / "s", config()) as store:
+        store.put(message(1))
+
+    def no_room(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(lock_mod.os, "pwrite", no_room)
+    with strata.open(tmp_path / "s") as store:
+        assert (tmp_path / "s" / "lock").read_bytes() == b""   # no stale pid either
+        assert store.read_at(0).body == body_for(1, 900)
+        with pytest.raises(strata.errors.StoreLockedError):
+            strata.open(tmp_path / "s")
