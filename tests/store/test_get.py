@@ -417,3 +417,25 @@ def test_deleted_topic_auto_created_again_by_a_put(tmp_path):
         settle(store)
         assert store.queue_count("t") == 2
         assert [m.body for m in drain(store, "t", 1)] == [b"new"]
+
+
+# --------------------------------------------------------------------------- bad arguments
+
+
+def test_reads_refuse_bad_arguments_with_a_named_error(tmp_path):
+    # scan(from_offset="a") and query(begin_ms="a") raised a raw TypeError
+    with open_store(tmp_path / "s") as store:
+        store.put_batch([strata.Message("t", b"m%d" % i, keys=["k"]) for i in range(3)])
+        settle(store)
+        for call, name in ((lambda: store.scan(from_offset="a"), "from_offset"),
+                           (lambda: store.scan(from_offset=True), "from_offset"),
+                           (lambda: store.scan(to_offset=1.5), "to_offset"),
+                           (lambda: store.scan(verify_crc="yes"), "verify_crc"),
+                           (lambda: store.query("t", "k", begin_ms="a"), "begin_ms"),
+                           (lambda: store.query("t", "k", end_ms="a"), "end_ms"),
+                           (lambda: store.query("t", "k", max_results=True), "max_results"),
+                           (lambda: store.get("t", 0, 0, True), "max_messages")):
+            with pytest.raises(InvalidInputError, match=name):
+                call()   # refused at the call, before any reading
+        assert [m.body for m in store.scan(to_offset=None)] == [b"m0", b"m1", b"m2"]
+        assert len(store.query("t", "k", begin_ms=0, end_ms=None)) == 3
