@@ -544,21 +544,44 @@ class KeyIndex:
                 continue
             mono = not flags & _NOT_MONO
             epos = f.entries_pos
-            n = _SLOT.unpack_from(mm, _SLOTS_AT + (h % f.slots) * 4)[0]
-            if n >= f.capacity:                # a damaged head; never follow it out of the file
-                continue
-            while n:
+            slots = f.slots
+            slot = h % slots
+            n = _SLOT.unpack_from(mm, _SLOTS_AT + slot * 4)[0]
+            damaged = n >= f.capacity          # a damaged head; never follow it out of the file
+            while n and not damaged:
                 eh, phys, d, prev = unpack_entry(mm, epos + n * 20)
                 if n < count:                  # entries past the counters are not yet visible
+                    if eh % slots != slot:     # a changed link or hash led out of the chain
+                        damaged = True
+                        break
                     if d < lo:
                         if mono:
                             break
                     elif eh == h and d <= hi and phys not in seen:
                         seen.add(phys)
                         yield phys
-                if prev >= n:                  # links always point backwards; stop on damage
+                if prev >= n:                  # links always point backwards
+                    damaged = True
                     break
                 n = prev
+            if damaged:   # the chain cannot be trusted: look at every entry of the file
+                yield from self._scan_file(f, count, h, lo, hi, seen)
+
+    @staticmethod
+    def _scan_file(f: _IndexFile, count: int, h: int, lo: int, hi: int,
+                   seen: set[int]) -> Iterator[int]:
+        """``_walk`` without the chains, for a file whose chain of ``h`` is damaged (a flipped
+        bit in a slot head or a link): every counted entry of hash ``h`` whose time second is
+        in ``[lo, hi]``, newest first."""
+        ents = np.frombuffer(f.mm, fmt.ENTRY_DTYPE, count, f.entries_pos)[1:]
+        d = ents["delta"]
+        rows = np.flatnonzero((ents["hash"] == h) & (d >= lo) & (d <= hi))
+        found = ents["offset"][rows[::-1]].tolist()
+        del ents, d
+        for phys in found:
+            if phys not in seen:
+                seen.add(phys)
+                yield phys
 
     def entries_between(self, start: int, end: int) -> list[tuple[str, int, int, np.ndarray]]:
         """Counted entries whose physical offset lies in ``[start, end)``, oldest file first,
