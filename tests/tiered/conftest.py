@@ -8,20 +8,11 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-S3_ENV = {"AWS_ACCESS_KEY_ID": "strata-test", "AWS_SECRET_ACCESS_KEY": "strata-test",
-          "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tier_helpers import S3_ENV, Tier, free_port, new_bucket
 
 
 @pytest.fixture(scope="session")
@@ -54,28 +45,6 @@ def s3_endpoint(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-
-
-def new_bucket(endpoint: str) -> str:
-    import boto3
-    name = f"strata-{uuid.uuid4().hex[:12]}"
-    c = boto3.client("s3", endpoint_url=endpoint)
-    c.create_bucket(Bucket=name)
-    c.close()
-    return name
-
-
-@dataclass
-class Tier:
-    """Where a test's tier lives: a URL, an endpoint (S3 only) and its kind."""
-
-    kind: str
-    url: str
-    endpoint: str | None
-
-    def backend(self, **options):
-        from strata.tiered.connect import open_backend
-        return open_backend(self.url, self.endpoint, **options)
 
 
 @pytest.fixture(params=["posix", "s3"])

@@ -88,7 +88,7 @@ def test_leftovers_of_interrupted_writes_are_cleaned(tier):
 
 
 def test_unreachable_s3_endpoint_is_a_clear_error(s3_endpoint):
-    from conftest import free_port
+    from tier_helpers import free_port
     from strata.tiered.s3 import S3Backend
     url = f"http://127.0.0.1:{free_port()}"   # nobody listens there
     b = S3Backend("bucket", "p", endpoint_url=url, max_attempts=2, connect_timeout_s=0.5)

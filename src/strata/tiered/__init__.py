@@ -1,2 +1,15 @@
 """Tiered storage (RocketMQ RIP-65): confirmed history is copied per topic-queue to a slower,
-cheaper tier — a POSIX directory or an S3 bucket — and can be read back from it alone."""
+cheaper tier — a POSIX directory or an S3 bucket — and can be read back from it alone.
+
+Importing this package attaches it to ``MessageStore``: a store opened with
+``StoreConfig.tier_url`` then runs a ``TierService`` (``strata`` imports it for you).
+"""
+
+from __future__ import annotations
+
+from strata.store import message_store as _message_store
+from strata.tiered.service import TierService
+
+_message_store.register_tier_factory(TierService.for_store)
+
+__all__ = ["TierService"]

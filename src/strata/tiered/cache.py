@@ -1,0 +1,87 @@
+"""A bounded read cache for tier objects: fixed-size blocks, least recently used out first."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+MiB = 1 << 20
+
+
+class BlockCache:
+    """Caches ``block_size`` pieces of objects, at most ``max_bytes`` in all.
+
+    ``read(path, start, length, fetch)`` answers from cached blocks and fetches the missing
+    ones with one ranged read per run of missing blocks (``fetch(path, start, length)``).
+    """
+
+    def __init__(self, max_bytes: int = 64 * MiB, block_size: int = MiB) -> None:
+        if max_bytes < block_size:
+            raise ValueError(f"max_bytes {max_bytes} is smaller than one block ({block_size})")
+        self.max_bytes = max_bytes
+        self.block_size = block_size
+        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._bytes
+
+    def _put(self, key: tuple[str, int], data: bytes) -> None:
+        with self._lock:
+            old = self._blocks.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old)
+            self._blocks[key] = data
+            self._bytes += len(data)
+            while self._bytes > self.max_bytes:
+                _k, gone = self._blocks.popitem(last=False)
+                self._bytes -= len(gone)
+
+    def _get(self, key: tuple[str, int]) -> bytes | None:
+        with self._lock:
+            data = self._blocks.get(key)
+            if data is not None:
+                self._blocks.move_to_end(key)
+            return data
+
+    def read(self, path: str, start: int, length: int,
+             fetch: Callable[[str, int, int], bytes]) -> bytes:
+        if length <= 0:
+            return b""
+        bs = self.block_size
+        first, last = start // bs, (start + length - 1) // bs
+        blocks: dict[int, bytes] = {}
+        missing: list[int] = []
+        for b in range(first, last + 1):
+            data = self._get((path, b))
+            if data is None:
+                missing.append(b)
+            else:
+                blocks[b] = data
+                self.hits += 1
+        i = 0
+        while i < len(missing):   # one ranged read per run of consecutive missing blocks
+            j = i
+            while j + 1 < len(missing) and missing[j + 1] == missing[j] + 1:
+                j += 1
+            raw = fetch(path, missing[i] * bs, (missing[j] - missing[i] + 1) * bs)
+            for k, b in enumerate(missing[i:j + 1]):
+                piece = raw[k * bs:(k + 1) * bs]
+                blocks[b] = piece
+                self.misses += 1
+                if len(piece) == bs or b == missing[j]:
+                    self._put((path, b), piece)
+            i = j + 1
+        whole = b"".join(blocks[b] for b in range(first, last + 1))
+        off = start - first * bs
+        return whole[off:off + length]
+
+    def drop(self, path: str) -> None:
+        with self._lock:
+            for key in [k for k in self._blocks if k[0] == path]:
+                self._bytes -= len(self._blocks.pop(key))

@@ -1,0 +1,286 @@
+"""Reading a queue's history back from the tier alone, every record's CRC checked.
+
+``TieredQueueReader`` needs only a backend and the metadata (the local file or the tier's own
+copy, so a tier can be read without the store that wrote it). Record bytes come through a
+bounded block cache; a chunk's .cq and .keys objects are checked against the CRCs in the
+metadata, every record against its own CRC, its queue id and offset. Damaged bytes raise
+CorruptTierError naming the object; they are never returned.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from crc32c import crc32c
+
+from strata.format import record as rec
+from strata.format.consume_queue import UNIT_DTYPE, UNIT_SIZE
+from strata.format.record_batch import HEADER_DTYPE, decode_at, header_windows
+from strata.tiered.backend import TierBackend
+from strata.tiered.cache import BlockCache
+from strata.tiered.errors import CorruptTierError
+from strata.tiered.layout import KEY_ENTRY, chunk_path, key_hash
+from strata.tiered.metadata import ChunkMeta, QueueMeta, TierMetadata, read_tier
+
+MiB = 1 << 20
+MAX_INDEX_OBJECTS = 256   # verified .cq/.keys arrays kept in memory
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` found: totals and one line per problem."""
+
+    chunks: int = 0
+    messages: int = 0
+    bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class TieredQueueReader:
+    """Answers reads of tiered queues: get, min/max offset, earliest time, time and key
+    lookups, verification."""
+
+    def __init__(self, backend: TierBackend,
+                 metadata: TierMetadata | Callable[[], TierMetadata], *,
+                 cache_bytes: int = 64 * MiB, block_size: int = MiB) -> None:
+        self.backend = backend
+        self._metadata = metadata if callable(metadata) else (lambda: metadata)
+        self.cache = BlockCache(cache_bytes, block_size)
+        self._index: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._topics: dict[bytes, str] = {}
+
+    @classmethod
+    def from_tier(cls, backend: TierBackend, **kw) -> "TieredQueueReader":
+        """A reader of the metadata copy on the tier itself (no store directory needed)."""
+        meta, _v = read_tier(backend)
+        if meta is None:
+            raise CorruptTierError(f"tier {backend.url} holds no metadata (meta/tier.json)")
+        return cls(backend, meta, **kw)
+
+    @property
+    def metadata(self) -> TierMetadata:
+        return self._metadata()
+
+    def _queue(self, topic: str, queue_id: int) -> QueueMeta | None:
+        q = self.metadata.queue(topic, queue_id)
+        return q if q is not None and q.chunks else None
+
+    # ------------------------------------------------------------------ offsets and times
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset the tier holds (= max_offset if it holds none of the
+        queue: 0 for a queue never uploaded)."""
+        q = self.metadata.queue(topic, queue_id)
+        return q.min_offset() if q else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last queue offset the tier holds (0 for a queue never uploaded)."""
+        q = self.metadata.queue(topic, queue_id)
+        return q.max_offset() if q else 0
+
+    def earliest_time(self, topic: str, queue_id: int) -> int:
+        """Store time (ms) of the oldest message the tier holds of the queue; -1 if none."""
+        q = self._queue(topic, queue_id)
+        return q.chunks[0].min_ts if q else -1
+
+    # ------------------------------------------------------------------ objects
+
+    def _fetch(self, path: str, start: int, length: int) -> bytes:
+        try:
+            return self.backend.read(path, start, length)
+        except FileNotFoundError:
+            raise CorruptTierError(f"tier {self.backend.url}: object {path} is missing "
+                                   "although the metadata counts it", path) from None
+
+    def _array(self, path: str, crc: int, count: int, dtype: np.dtype) -> np.ndarray:
+        arr = self._index.get(path)
+        if arr is not None:
+            self._index.move_to_end(path)
+            return arr
+        raw = self._fetch(path, 0, count * dtype.itemsize + 1)
+        if len(raw) != count * dtype.itemsize:
+            raise CorruptTierError(f"tier {self.backend.url}: {path} holds {len(raw)} bytes, "
+                                   f"the metadata says {count * dtype.itemsize}", path)
+        if crc32c(raw) != crc:
+            raise CorruptTierError(f"tier {self.backend.url}: {path} fails its CRC32C "
+                                   f"(metadata 0x{crc:08x}, computed 0x{crc32c(raw):08x})", path)
+        arr = np.frombuffer(raw, dtype)
+        self._index[path] = arr
+        while len(self._index) > MAX_INDEX_OBJECTS:
+            self._index.popitem(last=False)
+        return arr
+
+    def _units(self, q: QueueMeta, c: ChunkMeta) -> np.ndarray:
+        return self._array(chunk_path(q.topic, q.queue_id, c.first, "cq"), c.cq_crc, c.count,
+                           UNIT_DTYPE)
+
+    def _keys(self, q: QueueMeta, c: ChunkMeta) -> np.ndarray:
+        if not c.keys_count:
+            return np.empty(0, KEY_ENTRY)
+        return self._array(chunk_path(q.topic, q.queue_id, c.first, "keys"), c.keys_crc,
+                           c.keys_count, KEY_ENTRY)
+
+    def _chunk_at(self, q: QueueMeta, offset: int) -> ChunkMeta | None:
+        i = bisect.bisect_right([c.first for c in q.chunks], offset) - 1
+        if i < 0 or offset >= q.chunks[i].end:
+            return None
+        return q.chunks[i]
+
+    def _records(self, q: QueueMeta, c: ChunkMeta, lo: int, hi: int) -> list[rec.StoredMessage]:
+        """Messages at positions [lo, hi) of chunk ``c``, each checked."""
+        units = self._units(q, c)[lo:hi]
+        pos = units["offset"].astype(np.int64)
+        start = int(pos[0])
+        end = int(pos[-1] + units["size"][-1])
+        path = chunk_path(q.topic, q.queue_id, c.first, "log")
+        if start < 0 or end > c.log_bytes:
+            raise CorruptTierError(f"tier {self.backend.url}: {path}: units point outside "
+                                   f"the object ({start}..{end} of {c.log_bytes} bytes)", path)
+        buf = self.cache.read(path, start, end - start, self._fetch)
+        if len(buf) != end - start:
+            raise CorruptTierError(f"tier {self.backend.url}: {path} is shorter than the "
+                                   f"metadata says ({start + len(buf)} < {end} bytes)", path)
+        rel = pos - start
+        ok = rel + rec.HEADER_SIZE <= len(buf)
+        phys = np.zeros(len(rel), np.int64)
+        if ok.all():
+            phys = header_windows(buf, len(buf))[rel].view(HEADER_DTYPE)["phys"]
+        msgs = decode_at(buf, rel, phys, len(buf), verify_crc=True, topics=self._topics)
+        want = c.first + lo
+        for i, m in enumerate(msgs):
+            if m is None or m[2] != want + i or m[1] != q.queue_id or m[0] != q.topic or \
+                    m[11] != int(units["size"][i]):
+                why = "fails its checks (length, magic or CRC32C)" if m is None else \
+                    f"holds {m[0]}/{m[1]} offset {m[2]}"
+                raise CorruptTierError(
+                    f"tier {self.backend.url}: {path}: the record of {q.topic}/{q.queue_id} "
+                    f"offset {want + i} (byte {int(pos[i])}) {why}", path)
+        return msgs
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, topic: str, queue_id: int, offset: int,
+            max_messages: int = 32) -> list[rec.StoredMessage]:
+        """Up to ``max_messages`` messages of the queue from ``offset`` (fewer at the end of
+        the tiered range; none if the tier does not hold ``offset``)."""
+        q = self._queue(topic, queue_id)
+        out: list[rec.StoredMessage] = []
+        while q is not None and len(out) < max_messages:
+            c = self._chunk_at(q, offset)
+            if c is None:
+                break
+            lo = offset - c.first
+            hi = min(c.count, lo + max_messages - len(out))
+            out.extend(self._records(q, c, lo, hi))
+            offset = c.first + hi
+        return out
+
+    def _store_time(self, q: QueueMeta, c: ChunkMeta, i: int) -> int:
+        u = self._units(q, c)[i]
+        path = chunk_path(q.topic, q.queue_id, c.first, "log")
+        raw = self.cache.read(path, int(u["offset"]) + rec.POS_STORE_TIMESTAMP, 8, self._fetch)
+        return rec.I64_AT.unpack(raw)[0]
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int,
+                        boundary: str = "lower") -> int:
+        """As ``MessageStore.offset_for_time`` over the tiered range: ``lower`` = first
+        message stored at or after the time, ``upper`` = last one at or before it."""
+        q = self._queue(topic, queue_id)
+        if q is None:
+            return 0
+        chunks = q.chunks
+        if boundary == "lower":
+            i = next((i for i, c in enumerate(chunks) if c.max_ts >= timestamp_ms), None)
+            if i is None:
+                return chunks[-1].end
+            c = chunks[i]
+            lo, hi = 0, c.count
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._store_time(q, c, mid) < timestamp_ms:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return c.first + lo
+        i = next((i for i in range(len(chunks) - 1, -1, -1)
+                  if chunks[i].min_ts <= timestamp_ms), None)
+        if i is None:
+            return chunks[0].first
+        c = chunks[i]
+        lo, hi = 0, c.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_time(q, c, mid) <= timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return c.first + lo - 1 if lo > 0 else c.first
+
+    def query(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
+              max_results: int = 64) -> list[rec.StoredMessage]:
+        """Messages of ``topic`` with key (or unique key) ``key`` stored in [begin, end] ms,
+        newest first; only exact topic and key matches (hashes are compared, then the
+        records themselves)."""
+        if end_ms is None:
+            end_ms = 2**62
+        h = np.uint64(key_hash(topic, key))
+        found: list[rec.StoredMessage] = []
+        for q in self.metadata.queues.values():
+            if q.topic != topic:
+                continue
+            for c in q.chunks:
+                if c.max_ts < begin_ms or c.min_ts > end_ms or not c.keys_count:
+                    continue
+                keys = self._keys(q, c)
+                a = int(np.searchsorted(keys["hash"], h, side="left"))
+                b = int(np.searchsorted(keys["hash"], h, side="right"))
+                hits = keys[a:b]
+                hits = hits[(hits["store_ts"] >= begin_ms) & (hits["store_ts"] <= end_ms)]
+                for off in sorted(set(hits["offset"].tolist())):
+                    m = self._records(q, c, off - c.first, off - c.first + 1)[0]
+                    if key in m.keys or m.properties.get(rec.PROP_UNIQ_KEY) == key:
+                        found.append(m)
+        found.sort(key=lambda m: (m.store_timestamp, m.commitlog_offset), reverse=True)
+        return found[:max_results]
+
+    # ------------------------------------------------------------------ verification
+
+    def verify(self, on_chunk: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every chunk the metadata counts: objects present and of the counted sizes,
+        .cq and .keys CRCs, every record's checks and CRC, offsets in order."""
+        report = VerifyReport()
+        for q in sorted(self.metadata.queues.values(), key=lambda q: (q.topic, q.queue_id)):
+            expect = q.chunks[0].first if q.chunks else 0
+            for c in q.chunks:
+                report.chunks += 1
+                if c.first != expect:
+                    report.problems.append(f"{q.topic}/{q.queue_id}: chunk at offset {c.first} "
+                                           f"does not follow the previous one (ends {expect})")
+                expect = c.end
+                try:
+                    size = self.backend.size(chunk_path(q.topic, q.queue_id, c.first, "log"))
+                    if size != c.log_bytes:
+                        raise CorruptTierError(
+                            f"tier {self.backend.url}: "
+                            f"{chunk_path(q.topic, q.queue_id, c.first, 'log')} holds "
+                            f"{size} bytes, the metadata says {c.log_bytes}")
+                    self._keys(q, c)
+                    step = 4096
+                    for lo in range(0, c.count, step):
+                        self._records(q, c, lo, min(c.count, lo + step))
+                except CorruptTierError as exc:
+                    report.problems.append(str(exc))
+                else:
+                    report.messages += c.count
+                    report.bytes += c.log_bytes
+                if on_chunk is not None:
+                    on_chunk(c.log_bytes)
+        return report
