@@ -18,6 +18,7 @@ from rich.table import Table
 from strata.cli.refstore_cmd import refstore_group
 from strata.cli.serve import serve_command
 from strata.cli.spark_cmd import spark_group
+from strata.cli.tier_cmd import tier_group
 from strata.errors import CorruptRecordError, StrataError, StoreNotFoundError
 from strata.log.verify import verify_log
 from strata.store.config import StoreConfig
@@ -397,6 +398,7 @@ def demo(directory: str, messages: int, batch: int, spark: bool) -> None:
 
 cli.add_command(refstore_group, "refstore")
 cli.add_command(spark_group, "spark")
+cli.add_command(tier_group, "tier")
 cli.add_command(serve_command, "serve")
 
 
