@@ -12,6 +12,7 @@ import strata
 from strata.errors import StoreLockedError
 from strata.files.segment import MappedSegment
 from strata.format.segment import KIND_COMMIT_LOG
+from strata.index.key_index import SPARE_NAME
 from strata.index.segment_scan import SegmentScan
 from strata.store.rebuild import NEW_DIR, OLD_DIR, IndexRebuild
 
@@ -33,9 +34,10 @@ def make_store(path: Path) -> int:
 
 
 def snapshot(path: Path) -> dict[str, bytes]:
+    """Queue and index files (not index/next.spare: reserved space, there or not by timing)."""
     return {str(p.relative_to(path)): p.read_bytes()
             for sub in ("consumequeue", "index") for p in sorted((path / sub).rglob("*"))
-            if p.is_file()}
+            if p.is_file() and p.name != SPARE_NAME}
 
 
 def local_batches(rb: IndexRebuild):
