@@ -153,6 +153,12 @@ def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> Non
     stderr shows the progress through the log."""
     store = open_readonly(directory)
     n = 0
+    damaged: list[int] = []
+
+    def on_damage(offset: int, error: str) -> None:   # never printed as a record: say so
+        damaged.append(offset)
+        err.print(f"Error: {error}", markup=False, highlight=False)
+
     with store:
         end = store.confirmed_offset()
         start = _scan_start(store, from_offset, end)
@@ -162,7 +168,7 @@ def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> Non
         with _progress() as prog:
             task = prog.add_task("scanning", total=max(0, end - start))
             try:
-                for i, m in enumerate(store.scan(start, to_offset=end)):
+                for i, m in enumerate(store.scan(start, to_offset=end, on_damage=on_damage)):
                     if i % 1024 == 1023:
                         prog.update(task, completed=m.commitlog_offset - start)
                     if topic is not None and m.topic != topic:
@@ -174,6 +180,10 @@ def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> Non
                 sys.stdout.flush()
             except BrokenPipeError:       # the reader (`| head`) has gone: stop quietly
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if damaged:
+        err.print(f"{len(damaged)} damaged record(s) passed over; `strata verify {directory}` "
+                  "lists every damaged record", markup=False, highlight=False)
+        sys.exit(1)
 
 
 def _scan_start(store: MessageStore, offset: int, end: int) -> int | None:

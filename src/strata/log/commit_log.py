@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from crc32c import crc32c
@@ -332,12 +332,14 @@ class CommitLog:
                 raise CorruptRecordError(f"commit log offset {seg.base_offset + pos}: {why}",
                                          seg.base_offset + pos)
 
-    def scan(self, from_offset: int, limit: int, *,
-             verify_crc: bool) -> Iterator[rec.StoredMessage]:
+    def scan(self, from_offset: int, limit: int, *, verify_crc: bool,
+             on_damage: Callable[[int, str], None] | None = None
+             ) -> Iterator[rec.StoredMessage]:
         """Every message in ``[from_offset, limit)`` in log order. A damaged record (one that
         fails its checks, the CRC32C with ``verify_crc``, or cannot be decoded) is skipped with
-        a logged error naming its offset; the walk goes on at the next good record
-        (``strata.log.record_walk``). A ``from_offset`` inside a record starts at the next."""
+        a logged error naming its offset (or handed to ``on_damage(offset, error)``); the walk
+        goes on at the next good record (``strata.log.record_walk``). A ``from_offset`` inside
+        a record starts at the next."""
         for seg, pos, _size, why in walk_log(self.segments, from_offset, limit,
                                              verify_crc=verify_crc):
             if why is None:
@@ -350,8 +352,12 @@ class CommitLog:
                     continue
             elif seg.base_offset + pos == from_offset and not record_start(seg, pos):
                 continue
-            log.error("commit log %s: scan skips a damaged record: %s", self.directory,
-                      rec.damaged_record_error(seg.base_offset + pos, why))
+            error = rec.damaged_record_error(seg.base_offset + pos, why)
+            if on_damage is not None:
+                on_damage(seg.base_offset + pos, str(error))
+            else:
+                log.error("commit log %s: scan skips a damaged record: %s", self.directory,
+                          error)
 
     # ------------------------------------------------------------------ durability
 

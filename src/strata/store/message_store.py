@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -550,11 +550,14 @@ class MessageStore:
         return m
 
     def scan(self, from_offset: int = 0, *, to_offset: int | None = None,
-             verify_crc: bool = False) -> Iterator[rec.StoredMessage]:
+             verify_crc: bool = False,
+             on_damage: Callable[[int, str], None] | None = None
+             ) -> Iterator[rec.StoredMessage]:
         """Every message from ``from_offset`` on, in log order. A damaged record (one that
         fails its checks or cannot be decoded) is skipped with a logged error naming its
-        offset, and the scan goes on at the next good record. CRCs are checked with
-        ``verify_crc`` or the store's ``verify_crc_on_read``."""
+        offset (or handed to ``on_damage(offset, error)`` instead), and the scan goes on at the
+        next good record. CRCs are checked with ``verify_crc`` or the store's
+        ``verify_crc_on_read``."""
         self._check_open()
         if not isinstance(from_offset, int) or isinstance(from_offset, bool):
             raise InvalidInputError(f"from_offset must be an int, got {from_offset!r}")
@@ -563,16 +566,19 @@ class MessageStore:
             raise InvalidInputError(f"to_offset must be an int or None, got {to_offset!r}")
         if not isinstance(verify_crc, bool):
             raise InvalidInputError(f"verify_crc must be a bool, got {verify_crc!r}")
-        return self._scan(from_offset, to_offset, verify_crc)
+        if on_damage is not None and not callable(on_damage):
+            raise InvalidInputError(f"on_damage must be callable, got {on_damage!r}")
+        return self._scan(from_offset, to_offset, verify_crc, on_damage)
 
-    def _scan(self, from_offset: int, to_offset: int | None,
-              verify_crc: bool) -> Iterator[rec.StoredMessage]:
+    def _scan(self, from_offset: int, to_offset: int | None, verify_crc: bool,
+              on_damage: Callable[[int, str], None] | None) -> Iterator[rec.StoredMessage]:
         limit = self.confirmed_offset()
         if to_offset is not None:
             limit = min(limit, to_offset)
         # A damaged record is skipped with a logged error (README "Durability").
         yield from self.log.scan(from_offset, limit,
-                                 verify_crc=verify_crc or self.config.verify_crc_on_read)
+                                 verify_crc=verify_crc or self.config.verify_crc_on_read,
+                                 on_damage=on_damage)
 
     # ------------------------------------------------------------------ topics and queues
 
