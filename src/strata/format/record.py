@@ -254,7 +254,7 @@ def encode_topic(topic: str) -> bytes:
     """Validate a topic name (``^[%|a-zA-Z0-9_-]{1,127}$``) and return its bytes."""
     if not isinstance(topic, str):
         raise InvalidTopicError(f"topic must be a str, got {type(topic).__name__}")
-    if not topic or len(topic) > MAX_TOPIC_BYTES or not _TOPIC_CHARS.issuperset(topic):
+    if not is_topic_name(topic):
         shown = topic if len(topic) <= 40 else topic[:37] + "..."
         raise InvalidTopicError(
             f"invalid topic name {shown!r} (length {len(topic)}): a topic is 1-127 characters "
@@ -263,6 +263,11 @@ def encode_topic(topic: str) -> bytes:
 
 
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def is_topic_name(name: str) -> bool:
+    """Whether ``name`` is a valid topic name (what ``encode_topic`` accepts)."""
+    return 0 < len(name) <= MAX_TOPIC_BYTES and _TOPIC_CHARS.issuperset(name)
 
 
 # --------------------------------------------------------------------------- records

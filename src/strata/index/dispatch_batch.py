@@ -3,8 +3,10 @@
 ``read_batch`` takes the record offsets the writer just appended (``CommitLog.recent_appends``) or
 walks the log from an offset (record lengths only), then reads every fixed header
 of the run with one numpy take and checks them (magic, lengths at both ends, offsets) the way
-``check_record`` does without the CRC; only topics and non-empty properties sections are read
-per record. Dispatchers work on the columns (``ConsumeQueueSet`` writes each queue's units in
+``check_record`` does; records found by walking (not just appended by this process: a replay
+after an open) get their CRC32C checked too. A record that fails, or whose topic is not a topic
+name, is skipped as damage (logged), never dispatched. Only topics and non-empty properties
+sections are read per record. Dispatchers work on the columns (``ConsumeQueueSet`` writes each queue's units in
 one slice); ``requests()`` gives the per-record view for anything that wants it.
 """
 
@@ -15,11 +17,12 @@ import struct
 from typing import Sequence
 
 import numpy as np
+from crc32c import crc32c
 
 from strata.errors import CorruptRecordError
 from strata.format import record as rec
 from strata.format.consume_queue import tag_hash
-from strata.format.record_batch import check_headers
+from strata.format.record_batch import check_headers, u32_windows
 from strata.format.segment import HEADER_AREA
 from strata.log.record_walk import record_problem, resync
 
@@ -136,10 +139,17 @@ class TopicNames:
         self.names: list[str] = []
 
     def code(self, raw: bytes) -> int:
+        """The code of topic bytes ``raw``; CorruptRecordError (nothing registered) if they are
+        not a valid topic name, as only a damaged record's can be."""
         c = self.codes.get(raw)
         if c is None:
-            c = self.codes[raw] = len(self.names)
-            self.names.append(raw.decode("utf-8"))
+            raw = bytes(raw)
+            name = rec.decode_topic(raw, 0)
+            if not rec.is_topic_name(name):
+                raise CorruptRecordError(f"topic bytes {raw[:40]!r} are not a topic name", 0)
+            c = len(self.names)
+            self.names.append(name)
+            self.codes[raw] = c
         return c
 
     def codes_of(self, raws: list[bytes]) -> list[int]:
@@ -147,6 +157,22 @@ class TopicNames:
         if None in codes:
             codes = list(map(self.code, raws))
         return codes
+
+
+def first_bad_crc(seg, positions: list[int]) -> int | None:
+    """Index of the first record at ``positions`` of ``seg`` (whole records, as
+    ``walk_records`` gives them) whose CRC32C fails; None if every one is intact."""
+    if not positions:
+        return None
+    mm, mv = seg.mm, seg.mv
+    pos = np.asarray(positions, np.int64)
+    stored = u32_windows(mm, len(mm))[pos + rec.POS_CRC]
+    totals = u32_windows(mm, len(mm))[pos].astype(np.int64)
+    starts = (pos + rec.CRC_START).tolist()
+    ends = (pos + totals).tolist()
+    actual = np.array([crc32c(mv[a:b]) for a, b in zip(starts, ends)], np.uint32)
+    bad = np.flatnonzero(actual != stored)
+    return int(bad[0]) if len(bad) else None
 
 
 def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
@@ -318,6 +344,12 @@ def read_batch(clog, start: int, limit: int, max_records: int,
             batch = read_parseable(seg, positions, end, names)
     if not batch:  # no hint, or one the headers contradict: walk the log
         positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
+        # Records found by walking (a replay after an open, a reader's catch-up) were not just
+        # written by this process: their CRCs are checked, so a flipped bit (a topic or queue
+        # that still parses) is skipped as damage, never dispatched to a queue.
+        bad = first_bad_crc(seg, positions)
+        if bad is not None:
+            positions, blank = positions[:bad], False
         if not positions:
             if blank:   # the rest of this segment is a blank record
                 return EMPTY, seg.end_offset if seg.end_offset <= limit else seg.base_offset + rel

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import numpy as np
-from crc32c import crc32c
-
 from strata.errors import CorruptRecordError
 from strata.files.segment import MappedSegment
 from strata.format import record as rec
-from strata.format.record_batch import u32_windows
 from strata.format.segment import HEADER_AREA
-from strata.index.dispatch_batch import (PARSE_ERRORS, DispatchBatch, TopicNames, read_parseable,
-                                         walk_records)
+from strata.index.dispatch_batch import (PARSE_ERRORS, DispatchBatch, TopicNames, first_bad_crc,
+                                         read_parseable, walk_records)
 from strata.log.record_walk import resync
 from strata.log.verify import Problem, check_footer, record_problem_kind
 
@@ -54,7 +50,7 @@ class SegmentScan:
             positions, blank = walk_records(mm, pos, end, max_records)
             crc_stop = False
             if positions and self.verify_crc:   # before anything parses a damaged record
-                bad = self._first_bad_crc(positions)
+                bad = first_bad_crc(self.seg, positions)
                 if bad is not None:
                     positions, crc_stop = positions[:bad], True
             batch = self._read(positions, end, names)
@@ -84,18 +80,6 @@ class SegmentScan:
             return None
         batch = read_parseable(self.seg, positions, end, names)
         return batch if len(batch) else None
-
-    def _first_bad_crc(self, positions: list[int]) -> int | None:
-        """Index of the first record whose CRC32C fails (lengths from their first field)."""
-        mm, mv = self.seg.mm, self.seg.mv
-        pos = np.asarray(positions, np.int64)
-        stored = u32_windows(mm, len(mm))[pos + rec.POS_CRC]
-        totals = u32_windows(mm, len(mm))[pos].astype(np.int64)
-        starts = (pos + rec.CRC_START).tolist()
-        ends = (pos + totals).tolist()
-        actual = np.array([crc32c(mv[a:b]) for a, b in zip(starts, ends)], np.uint32)
-        bad = np.flatnonzero(actual != stored)
-        return int(bad[0]) if len(bad) else None
 
     def _count(self, batch: DispatchBatch) -> None:
         ts = batch.store_timestamps
