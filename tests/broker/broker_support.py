@@ -119,13 +119,16 @@ class Broker:
         return "".join(self.lines)
 
 
-def run_client(tmp_path: Path, endpoint: str, code: str, timeout: float = 90) -> dict:
-    """Run ``code`` (after PRELUDE) in a client process; the dict it passed to ``out``."""
+def run_client(tmp_path: Path, endpoint: str, code: str, timeout: float = 90,
+               args: object = None) -> dict:
+    """Run ``code`` (after PRELUDE) in a client process; the dict it passed to ``out``.
+    ``args`` reaches it as JSON in ``sys.argv[2]``."""
     home = tmp_path / "client-home"
     home.mkdir(exist_ok=True)
     env = dict(os.environ, HOME=str(home))
     script = PRELUDE + textwrap.dedent(code)
-    p = subprocess.run([sys.executable, "-c", script, endpoint], capture_output=True,
+    p = subprocess.run([sys.executable, "-c", script, endpoint, json.dumps(args)],
+                       capture_output=True,
                        text=True, timeout=timeout, env=env)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):

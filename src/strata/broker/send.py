@@ -39,8 +39,11 @@ class SendBatcher:
         return await fut
 
     async def _put(self, msgs: list[Message]):
-        loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(self._executor, self.store.put_batch, msgs)
+        if self.store.config.flush == "sync":     # waits for its fsync: off the event loop
+            loop = asyncio.get_running_loop()
+            results = await loop.run_in_executor(self._executor, self.store.put_batch, msgs)
+        else:       # returns once in the page cache: a thread hand-off would cost more
+            results = self.store.put_batch(msgs)
         self.batches += 1
         self.messages += len(msgs)
         return results
@@ -50,6 +53,7 @@ class SendBatcher:
             await self._wake.wait()
             self._wake.clear()
             self._busy = True
+            await asyncio.sleep(0)     # let the sends already received join this batch
             while self._pending:
                 batch, self._pending = self._pending, []
                 if len(batch) == 1:
