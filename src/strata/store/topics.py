@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 
 import numpy as np
+from crc32c import crc32c
 
 from strata.errors import CorruptStoreError, InvalidInputError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.format.consume_queue import BLANK_SIZE, UNIT_DTYPE, UNIT_SIZE
-from strata.format.record import encode_topic
+from strata.format.record import encode_topic, is_topic_name
 from strata.format.segment import HEADER_AREA
 
 log = logging.getLogger(__name__)
@@ -45,18 +46,36 @@ class TopicTable:
             st = os.stat(self.path)
             raw = self.path.read_bytes()
         except FileNotFoundError:
+            self._check_against_queue_dirs({}, "missing topic table", checked=False)
             return
         try:
-            data = json.loads(raw)    # bytes: a byte that is not UTF-8 is a ValueError too
-            queues = {str(t): int(v["queues"]) for t, v in data["topics"].items()}
-            since = {str(t): int(v.get("since", 0)) for t, v in data["topics"].items()}
-            for t in queues:
-                encode_topic(t)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            queues, since, checked = parse_table(raw)
+        except ValueError as exc:
             self._recover(f"unreadable topic table ({exc})")
         else:
             self.queues, self.since = queues, since
+            self._check_against_queue_dirs(queues, "topic table", checked=checked)
         self._loaded_stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _check_against_queue_dirs(self, queues: dict[str, int], what: str, *,
+                                  checked: bool) -> None:
+        """A topic or queue that has a consume-queue directory but is missing from the table
+        is damage (a table without its checksum: an old file, or none at all): the table is
+        rebuilt from the directories. A table whose checksum holds is what the writer wrote
+        last; directories beyond it are a ``delete_topic`` cut short, only logged."""
+        if self.queues_dir is None or self.readonly:
+            return
+        found = queue_counts_from_dirs(self.queues_dir)
+        extra = sorted(t for t, n in found.items() if queues.get(t, 0) < n)
+        if not extra:
+            return
+        if checked:
+            log.warning("%s: queue directories of %s outlive the topic table (a delete_topic "
+                        "cut short?); the table's checksum holds, so it stands", self.path,
+                        ", ".join(extra[:5]))
+            return
+        self._recover(f"{what} lacks queues that {self.queues_dir} holds "
+                      f"({', '.join(extra[:5])})")
 
     def _recover(self, problem: str) -> None:
         """A damaged file: the topics come back from the queue directories (a writer rewrites
@@ -93,8 +112,9 @@ class TopicTable:
         """Replace the file crash-safely with this table (DiskFullError if there is no room;
         the caller's table is then unchanged)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"version": 1, "topics": {t: {"queues": n, "since": since.get(t, 0)}
-                                         for t, n in sorted(queues.items())}}
+        data: dict = {"version": 1, "topics": {t: {"queues": n, "since": since.get(t, 0)}
+                                               for t, n in sorted(queues.items())}}
+        data["crc32c"] = table_checksum(data)
         self.file_ops.write_atomic(self.path, json.dumps(data, indent=1).encode())
 
     def create(self, topic: str, queues: int, since: int = 0) -> bool:
@@ -135,26 +155,85 @@ class TopicTable:
         self.queues, self.since = new_queues, new_since
 
 
+def table_checksum(data: dict) -> int:
+    """CRC32C of the canonical JSON (sorted keys, no spaces, ASCII) of ``data``, the table's
+    fields other than ``crc32c``."""
+    return crc32c(json.dumps(data, sort_keys=True, separators=(",", ":")).encode("ascii"))
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are all different (a flipped byte can make two equal)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _v in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {dup!r} appears twice")
+    return out
+
+
+def _count(value: object, what: str, lo: int, hi: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo or \
+            (hi is not None and value > hi):
+        raise ValueError(f"{what} is {value!r}")
+    return value
+
+
+def parse_table(raw: bytes) -> tuple[dict[str, int], dict[str, int], bool]:
+    """(queues, since, checksummed) from the bytes of ``topics.json``; ValueError naming what
+    is wrong when they are not a whole, intact table (a checksum that does not match, a key
+    that appears twice or is unknown, a value out of range, a name that is not a topic's).
+    A file without ``crc32c`` (written before strata had it) loads unchecked."""
+    data = json.loads(raw, object_pairs_hook=_unique_keys)  # bytes: non-UTF-8 is a ValueError
+    if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
+        raise ValueError("no topics object")
+    unknown = sorted(set(data) - {"version", "topics", "crc32c"})
+    if unknown or data.get("version") != 1:
+        raise ValueError(f"unknown keys {unknown}" if unknown else
+                         f"version is {data.get('version')!r}")
+    checked = "crc32c" in data
+    if checked:
+        stored = data.pop("crc32c")
+        actual = table_checksum(data)
+        if stored != actual:
+            raise ValueError(f"checksum mismatch (stored {stored!r}, computed {actual})")
+    queues: dict[str, int] = {}
+    since: dict[str, int] = {}
+    for topic, entry in data["topics"].items():
+        if not is_topic_name(topic) or not isinstance(entry, dict) or \
+                not set(entry) <= {"queues", "since"}:
+            raise ValueError(f"bad entry for topic {topic[:40]!r}")
+        queues[topic] = _count(entry.get("queues"), f"{topic}'s queue count", 1, MAX_QUEUES)
+        since[topic] = _count(entry.get("since", 0), f"{topic}'s since", 0)
+    return queues, since, checked
+
+
 def topics_from_queue_dirs(root: Path) -> tuple[dict[str, int], dict[str, int]]:
     """Topics as the consume-queue directories show them: ``root/<topic>/<queue id>/``, the
     queue count one more than the highest queue id, created at (no later than) the commit-log
     offset of the oldest unit found."""
-    queues: dict[str, int] = {}
+    queues = queue_counts_from_dirs(root)
     since: dict[str, int] = {}
+    for topic, n in queues.items():
+        tdir = Path(root) / topic
+        firsts = [f for f in (_oldest_unit_offset(tdir / str(q)) for q in range(n)
+                              if (tdir / str(q)).is_dir()) if f is not None]
+        since[topic] = min(firsts, default=0)
+    return queues, since
+
+
+def queue_counts_from_dirs(root: Path) -> dict[str, int]:
+    """Topic -> one more than its highest queue directory ``root/<topic>/<queue id>/`` (only
+    directory listings: what a writer's open cross-checks the table with)."""
+    queues: dict[str, int] = {}
     if not Path(root).is_dir():
-        return queues, since
+        return queues
     for tdir in sorted(Path(root).iterdir()):
-        try:
-            encode_topic(tdir.name)
-        except InvalidInputError:
+        if not is_topic_name(tdir.name) or not tdir.is_dir():
             continue
         ids = [int(q.name) for q in tdir.iterdir() if q.is_dir() and q.name.isdigit()]
-        if not ids or max(ids) >= MAX_QUEUES:
-            continue
-        queues[tdir.name] = max(ids) + 1
-        firsts = [f for f in (_oldest_unit_offset(tdir / str(q)) for q in ids) if f is not None]
-        since[tdir.name] = min(firsts, default=0)
-    return queues, since
+        if ids and max(ids) < MAX_QUEUES:
+            queues[tdir.name] = max(ids) + 1
+    return queues
 
 
 def _oldest_unit_offset(qdir: Path) -> int | None:
