@@ -57,3 +57,57 @@ def test_a_flipped_chain_bit_loses_at_most_the_entry_it_hits(tmp_path, where):
     expected = [p for p in want(key) if p != hit]
     assert [p for p in got if p in want(key)] == expected
     ro.close()
+
+
+# --------------------------------------------------------------------------- entries in a store
+
+
+def keyed_store(path, entries: int) -> list[tuple[int, str]]:
+    """60 messages of 6 keys: (commit-log offset, key) of each."""
+    import strata
+    from support import small_store_config
+    out = []
+    with strata.open(path, small_store_config(index_slots=SLOTS, index_entries=entries)) as s:
+        for i in range(60):
+            r = s.put(strata.Message("T", b"m%d" % i, keys=(f"k{i % 6}",)))
+            out.append((r.commitlog_offset, f"k{i % 6}"))
+    return out
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["open-file", "sealed-file"])
+def test_a_flipped_entry_offset_or_hash_hides_no_other_message(tmp_path, sealed):
+    """Each bit of an entry's key hash, commit-log offset and time, flipped in turn (in the file a
+    writer checks on open, or in a sealed one it trusts): a writer's open and a query of every
+    key find every message but, at most, the one whose entry was hit."""
+    import shutil
+
+    import strata
+    from support import small_store_config
+
+    pristine = tmp_path / "pristine"
+    msgs = keyed_store(pristine, 32 if sealed else 4096)
+    files = sorted(p for p in (pristine / "index").iterdir() if p.name.isdigit())
+    assert len(files) == (2 if sealed else 1)
+    target = files[0]
+    raw = target.read_bytes()
+    flags, _end, count, *_ = fmt.peek_counters(raw)
+    assert bool(flags & fmt.FLAG_SEALED) == sealed
+    h3 = fmt.key_hash("T#k3")
+    epos = fmt.entries_position(SLOTS)
+    # an entry of k3 in the middle of its chain: it has newer and older entries
+    numbers = [n for n in range(1, count) if fmt.decode_entry(raw, epos + 20 * n)[0] == h3]
+    number = numbers[len(numbers) // 2]
+    own = fmt.decode_entry(raw, epos + 20 * number)[1]
+    cfg = small_store_config(index_slots=SLOTS, index_entries=32 if sealed else 4096)
+    work = tmp_path / "work"
+    for at in range(16):      # key hash (0-3), commit-log offset (4-11), time delta (12-15)
+        for bit in range(8):
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(pristine, work)
+            flip(work / "index" / target.name, epos + 20 * number + at, bit)
+            with strata.open(work, cfg) as s:
+                for key in {k for _p, k in msgs}:
+                    got = [m.commitlog_offset for m in s.query("T", key, max_results=100)]
+                    want_ = [p for p, k in reversed(msgs) if k == key]
+                    assert [p for p in want_ if p not in got] in ([], [own]), (at, bit, key)
+                    assert [p for p in got if p != own] == [p for p in want_ if p != own]

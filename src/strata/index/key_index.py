@@ -276,9 +276,13 @@ class KeyIndex:
 
         A batch writes entries, then slot heads, then the header counters. A crash in between
         leaves slot heads pointing at entries the header does not count; a power loss can also
-        leave counted entries unwritten. Entries are checked (offsets non-decreasing, links
-        pointing backwards); the file is cut at the first bad one and its slots rebuilt from the
-        entries that remain. The caller replays the log from ``indexed_end()`` afterwards.
+        leave counted entries unwritten, and a flipped bit can change one entry. Entries are
+        checked (offsets within the file's range and non-decreasing, links pointing
+        backwards); the file is cut before the first bad one — an entry above both neighbours
+        is bad itself, not the one after it — and its slots are rebuilt from the entries that
+        remain. The caller replays the log from the last kept entry's offset
+        (``damaged_from``), which writes the cut entries again: a damaged entry never hides
+        the entries after it.
         """
         ents = f.entries_view()[1:]
         n = len(ents)
@@ -287,8 +291,13 @@ class KeyIndex:
             offsets = ents["offset"]
             prev = ents["prev"]
             numbers = np.arange(1, n + 1, dtype=np.int64)
-            bad = (prev < 0) | (prev >= numbers) | (offsets < f.begin_offset)
-            bad[1:] |= offsets[1:] < offsets[:-1]
+            bad = ((prev < 0) | (prev >= numbers) | (offsets < f.begin_offset)
+                   | (offsets > f.end_offset))
+            descending = offsets[1:] < offsets[:-1]
+            bad[1:] |= descending
+            # an entry above its successor that its predecessor is not above: a flipped high
+            # bit, not a torn tail (which reads as zeros after good entries)
+            bad[:-1] |= descending & np.concatenate(([True], offsets[:-2] <= offsets[2:]))
             hits = np.flatnonzero(bad)
             if hits.size:
                 good = int(hits[0])
@@ -536,13 +545,14 @@ class KeyIndex:
             mm = f.mm
             if mm.closed:
                 raise StoreClosedError("the key index was closed during a query")
-            flags, _end, count, _used, min_d, max_d = fmt.peek_counters(mm)
+            flags, end, count, _used, min_d, max_d = fmt.peek_counters(mm)
             if count <= 1:
                 continue
             lo, hi = fmt.delta_bounds(begin_ms, end_ms, f.base_ts)
             if max_d < lo or min_d > hi:
                 continue
             mono = not flags & _NOT_MONO
+            begin = f.begin_offset
             epos = f.entries_pos
             slots = f.slots
             slot = h % slots
@@ -554,10 +564,12 @@ class KeyIndex:
                     if eh % slots != slot:     # a changed link or hash led out of the chain
                         damaged = True
                         break
+                    # An entry outside the file's offset or time range is damaged (a flipped
+                    # bit): its own record is lost to queries, never the entries it links to.
                     if d < lo:
-                        if mono:
+                        if mono and d >= min_d:
                             break
-                    elif eh == h and d <= hi and phys not in seen:
+                    elif eh == h and d <= hi and begin <= phys <= end and phys not in seen:
                         seen.add(phys)
                         yield phys
                 if prev >= n:                  # links always point backwards
