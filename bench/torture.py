@@ -15,7 +15,9 @@ read back by ``get`` (a walk of every queue), ``read_at``, ``get_by_id`` and ``q
 * flips: one bit flipped in a copy of a small store, in a commit-log record (header field,
   topic, properties, body, trailer), a segment header or footer, a consume-queue unit, a
   key-index header/slot/entry, the checkpoint, config/topics.json or config/geometry.json. A
-  flip may cost at most the record it hits; damaged bytes are never served as good.
+  flip may cost at most the record it hits; damaged bytes are never served as good. A flip in a
+  key-index entry may cost its own message's ``query`` lookup (decoded from the entry before
+  the flip; such rounds are counted as ``"cost"``, not as lost), nothing else.
 * disk: a 16 MiB tmpfs (as root; the fault layer's full-disk mode otherwise) filled up while
   appending: DiskFullError (never a raw OSError), nothing acknowledged lost, and everything
   readable again once space is freed.
@@ -145,6 +147,9 @@ class Tally:
     errors: int = 0
     refused: int = 0
     checks: int = 0
+    # query lookups missed by a message whose own key-index entry a flip hit (allowed: see
+    # check_store's query_victims); the flip scenario reports the rounds as "cost"
+    cost: int = 0
     failures: list = field(default_factory=list)
     failed_rounds: list = field(default_factory=list)
     # "kind or phase/problem/via" -> [count, rounds hit, the first failure of that signature]
@@ -235,13 +240,16 @@ def _content_differs(m, seq: int) -> str | None:
 
 def check_store(store, acks: dict[int, Ack], tally: Tally, ctx: dict, *,
                 required: set[int] | None = None, victims: frozenset[int] = frozenset(),
-                sample: set[int] | None = None, exact: dict[int, tuple] | None = None) -> None:
+                sample: set[int] | None = None, exact: dict[int, tuple] | None = None,
+                query_victims: frozenset[int] = frozenset()) -> None:
     """Read every acknowledged message back four ways and count what is lost or wrong.
 
     ``required``: the seqs that must survive (None: all of ``acks``); the others may be gone but
     must be exact if returned. ``victims``: seqs whose record a fault hit: they may be missing or
     raise a strata error, never come back different. ``sample``: the seqs read by ``read_at``,
     ``get_by_id`` and ``query`` (None: all); the queue walk always covers every queue.
+    ``query_victims``: seqs whose key-index entry a fault hit: ``query`` may miss them (counted
+    as ``cost``), every other read path must still serve them.
     """
     must = set(acks) if required is None else required
     must = must - victims
@@ -357,7 +365,9 @@ def check_store(store, acks: dict[int, Ack], tally: Tally, ctx: dict, *,
                     mine += 1
             if mine > 1:
                 tally.fail("wrong", ctx, via="query", seq=seq, detail=f"returned {mine} times")
-            if mine == 0 and (seq in must or (present and seq not in victims)):
+            if mine == 0 and seq in query_victims:
+                tally.cost += 1
+            elif mine == 0 and (seq in must or (present and seq not in victims)):
                 tally.fail("lost", ctx, via="query", seq=seq, offset=a.offset)
 
 
@@ -721,13 +731,22 @@ def flip_target(kind: str, p: Pristine, rng: random.Random) -> tuple[Path, int, 
     return f, rng.randrange(f.stat().st_size), None
 
 
+def entry_owner(p: Pristine, f: Path, off: int) -> int | None:
+    """The seq of the message whose key-index entry holds byte ``off`` of index file ``f``
+    (decoded before the flip: the entry's commit-log offset), or None."""
+    entries_at = KX_HEADER + 4 * GEOMETRY["index_slots"]
+    at = off - (off - entries_at) % 20
+    (offset,) = struct.unpack_from("<q", f.read_bytes(), at + 4)
+    return next((s for s, a in p.acks.items() if a.offset == offset), None)
+
+
 def scenario_flips(n: int, workdir: Path, seed: int, deadline: float,
                    first: int = 0) -> tuple[Tally, dict]:
     from strata.files.faults import flip_bit
 
     tally = Tally()
     stats = {"flips": 0, "by_kind": {k: 0 for k in FLIP_KINDS},
-             "failed_by_kind": {k: 0 for k in FLIP_KINDS}}
+             "failed_by_kind": {k: 0 for k in FLIP_KINDS}, "cost": 0}
     pristine = [build_pristine(workdir / "pristine-clean", seed, False),
                 build_pristine(workdir / "pristine-unclean", seed, True)]
     for rnd in range(first, first + n):
@@ -741,23 +760,29 @@ def scenario_flips(n: int, workdir: Path, seed: int, deadline: float,
         shutil.copytree(src.path, work)
         p = Pristine(work, src.acks, src.unclean, src.exact)
         f, off, victim = flip_target(kind, p, rng)
+        # a key-index entry hit may cost its own message's query lookup, nothing else
+        entry_of = entry_owner(p, f, off) if kind == "key_index_entry" else None
         bit = rng.randrange(8)
         flip_bit(f, off, bit)
         ctx = {"scenario": "flip", "seed": seed, "round": rnd, "kind": kind,
                "stop": "unclean" if src.unclean else "clean",
                "file": str(f.relative_to(work)), "file_offset": off, "bit": bit,
-               "victim_seq": victim}
+               "victim_seq": victim, "entry_of_seq": entry_of}
         stats["flips"] += 1
         stats["by_kind"][kind] += 1
         before = tally.lost + tally.wrong + tally.tracebacks + tally.errors
         victims = frozenset() if victim is None else frozenset({victim})
+        query_victims = frozenset() if entry_of is None else frozenset({entry_of})
+        cost_before = tally.cost
         for reopen in range(2):
             ctx["open"] = reopen
             # a config-less open, as the CLI does: it reads config/geometry.json
             if not open_and_check(work, None, p.acks, tally, ctx, len(p.acks) - len(victims),
                                   refusal_allowed=kind in CONFIG_KINDS, victims=victims,
-                                  exact=p.exact):
+                                  exact=p.exact, query_victims=query_victims):
                 break
+        if tally.cost > cost_before:
+            stats["cost"] += 1
         if tally.lost + tally.wrong + tally.tracebacks + tally.errors > before:
             stats["failed_by_kind"][kind] += 1
     shutil.rmtree(workdir / "flip", ignore_errors=True)
