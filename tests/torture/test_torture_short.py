@@ -28,12 +28,16 @@ def load_harness():
 
 torture = load_harness()
 SHORT = dict(kills=10, flips=100, power=2, disk=1, seconds=50)
+CI_SEED = 17
 ARGS = " ".join(f"--{k} {v}" for k, v in SHORT.items())
 
 
 @pytest.mark.slow
 def test_torture_short(tmp_path):
-    seed = int.from_bytes(os.urandom(4), "little")
+    # CI repeats one fixed seed (a red run is reproducible, not a roll of the dice); set
+    # STRATA_TORTURE_SEED to an int, or to "random" to hunt with a new one each run
+    wanted = os.environ.get("STRATA_TORTURE_SEED", str(CI_SEED))
+    seed = int.from_bytes(os.urandom(4), "little") if wanted == "random" else int(wanted)
     lines: list[str] = []
     s = torture.run(**SHORT, seed=seed, directory=tmp_path, emit=lines.append)
     sc = s["scenarios"]
