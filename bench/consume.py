@@ -26,8 +26,8 @@ One JSON object per line, each with "bench": "consume" and a "case":
   every GiB. ``rss`` fields: VmRSS (total), RssAnon (heap: what must stay flat) and RssFile
   (mmapped segment/queue/index pages currently resident: reclaimable page cache, grows with
   what was touched).
-* ``peer_sqlite`` / ``peer_strata`` / ``peer_ratio``: the SQLite table queue of
-  ../shared/peers/bench_sqlite_queue.py (WAL, synchronous=NORMAL, executemany of 1000 per
+* ``peer_sqlite`` / ``peer_strata`` / ``peer_ratio``: a SQLite table used as a queue
+  (``sqlite_peer`` below: WAL, synchronous=NORMAL, executemany of 1000 per
   transaction; range read ``WHERE id > ? ORDER BY id LIMIT 1000``) and strata for the same
   count and size (put_batch of 1000 plain messages, async flush; get of 1000 per call over the
   8 queues), 1,000,000 x 100 B and 200,000 x 1 KiB (``--peer-msgs`` scales both).
