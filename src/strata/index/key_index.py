@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SLOTS = 5_000_000
 DEFAULT_ENTRIES = 20_000_000
+# Files start small and grow: the first has at most FIRST_SLOTS slots and FIRST_ENTRIES entries
+# (about 340 KB), each next one GROWTH times its predecessor's, up to the configured geometry
+# (every file's header holds its own geometry; readers take it from there).
+FIRST_SLOTS = 4096
+FIRST_ENTRIES = 16384
+GROWTH = 4
 
 _ENTRY = fmt.ENTRY
 _SLOT = fmt.SLOT
@@ -354,8 +360,9 @@ class KeyIndex:
         name = fmt.file_name(begin_offset, seq)
         path = self.directory / name
         tmp = self.directory / (name + _TMP_SUFFIX)
-        size = fmt.file_size(self.slots, self.entries)
-        header = fmt.KeyIndexHeader(slots=self.slots, entries=self.entries,
+        slots, entries = self._next_geometry()
+        size = fmt.file_size(slots, entries)
+        header = fmt.KeyIndexHeader(slots=slots, entries=entries,
                                     begin_offset=begin_offset, base_timestamp=base_ts)
         spare, self._spare = self._spare, None
         if spare is not None:
@@ -395,6 +402,15 @@ class KeyIndex:
         self._files.append(f)
         return f
 
+    def _next_geometry(self) -> tuple[int, int]:
+        """(slots, entries) of the next file: small first, GROWTH times the last file's after,
+        never beyond the configured ``slots`` and ``entries``."""
+        if not self._files:
+            return min(self.slots, FIRST_SLOTS), min(self.entries, FIRST_ENTRIES)
+        last = self._files[-1]
+        return (min(self.slots, max(FIRST_SLOTS, last.slots * GROWTH)),
+                min(self.entries, max(FIRST_ENTRIES, last.capacity * GROWTH)))
+
     def ensure_spare(self) -> None:
         """Once the index holds a file, keep the next file's space reserved (``next.spare``,
         zero-filled, taken by the next roll), so that a writer learns of a full disk before it
@@ -403,7 +419,7 @@ class KeyIndex:
         if self._spare is not None or not self._files or self.readonly:
             return
         path = self.directory / SPARE_NAME
-        size = fmt.file_size(self.slots, self.entries)
+        size = fmt.file_size(*self._next_geometry())
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.posix_fallocate(fd, 0, size)
@@ -545,14 +561,14 @@ class KeyIndex:
             mm = f.mm
             if mm.closed:
                 raise StoreClosedError("the key index was closed during a query")
-            flags, end, count, _used, min_d, max_d = fmt.peek_counters(mm)
+            flags, _end, count, _used, min_d, max_d = fmt.peek_counters(mm)
             if count <= 1:
                 continue
             lo, hi = fmt.delta_bounds(begin_ms, end_ms, f.base_ts)
             if max_d < lo or min_d > hi:
                 continue
             mono = not flags & _NOT_MONO
-            begin = f.begin_offset
+            begin = f.begin_offset   # checksummed, unlike the counters (end_offset)
             epos = f.entries_pos
             slots = f.slots
             slot = h % slots
@@ -564,12 +580,12 @@ class KeyIndex:
                     if eh % slots != slot:     # a changed link or hash led out of the chain
                         damaged = True
                         break
-                    # An entry outside the file's offset or time range is damaged (a flipped
+                    # An entry below the file's offset or time range is damaged (a flipped
                     # bit): its own record is lost to queries, never the entries it links to.
                     if d < lo:
                         if mono and d >= min_d:
                             break
-                    elif eh == h and d <= hi and begin <= phys <= end and phys not in seen:
+                    elif eh == h and d <= hi and phys >= begin and phys not in seen:
                         seen.add(phys)
                         yield phys
                 if prev >= n:                  # links always point backwards
