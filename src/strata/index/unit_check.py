@@ -15,7 +15,7 @@ import numpy as np
 
 from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
-from strata.format.record_batch import HEADER_DTYPE, check_headers, header_windows
+from strata.format.record_batch import check_headers
 from strata.format.segment import HEADER_AREA
 from strata.log.commit_log import CommitLog
 
@@ -48,24 +48,21 @@ def _same_message(buf, pos: np.ndarray, limit: int, ok: np.ndarray, hdr: np.ndar
 
 def units_lead_to_records(clog: CommitLog, topic: str, queue_id: int,
                           queue_offsets: np.ndarray, phys: np.ndarray,
-                          sizes: np.ndarray | None, limit: int, *,
-                          whole: np.ndarray | None = None
+                          sizes: np.ndarray | None, limit: int
                           ) -> tuple[np.ndarray, np.ndarray]:
     """For units ``(phys[i], sizes[i])`` at ``queue_offsets[i]`` of ``(topic, queue_id)``:
     ``(starts, leads)``, two bool arrays. ``starts[i]``: a whole message record carrying
     commit-log offset ``phys[i]`` starts there and ends at or below ``limit``; ``leads[i]``:
     it is the record of that queue offset, of ``sizes[i]`` bytes (the unit is right; with
-    ``sizes`` None the size is not compared: ``get`` serves the record the unit leads to).
-
-    ``whole`` (e.g. ``get``, whose reader already checked the records it decoded) says which
-    units are known to start whole records; only their fields are compared then."""
+    ``sizes`` None the size is not compared). ``get`` checks the records it has decoded by
+    their fields instead."""
     phys = np.asarray(phys, np.int64)
     queue_offsets = np.asarray(queue_offsets, np.int64)
     sizes = None if sizes is None else np.asarray(sizes, np.int64)
     n = len(phys)
-    starts = np.zeros(n, bool) if whole is None else whole
+    starts = np.zeros(n, bool)
     leads = np.zeros(n, bool)
-    if n == 0 or (whole is not None and not whole.any()):
+    if n == 0:
         return starts, leads
     name = topic.encode("utf-8")
     segs = clog.segments.segments
@@ -82,14 +79,8 @@ def units_lead_to_records(clog: CommitLog, topic: str, queue_id: int,
         end = HEADER_AREA + max(0, min(seg.data_size, limit - seg.base_offset))
         pos = phys[lo:hi] - seg.base_offset + HEADER_AREA
         try:   # numpy views of the mapping pin it while they live
-            if whole is None:
-                hdr, ok, _total, _hosts = check_headers(seg.mm, pos, phys[lo:hi], end)
-                starts[lo:hi] = ok
-            else:
-                ok = whole[lo:hi]
-                hdr = header_windows(seg.mm, end)[pos if ok.all() else
-                                                  np.where(ok, pos, HEADER_AREA)].view(
-                    HEADER_DTYPE)
+            hdr, ok, _total, _hosts = check_headers(seg.mm, pos, phys[lo:hi], end)
+            starts[lo:hi] = ok
             leads[lo:hi] = _same_message(seg.mm, pos, end, ok, hdr, queue_id,
                                          queue_offsets[lo:hi],
                                          None if sizes is None else sizes[lo:hi], name)

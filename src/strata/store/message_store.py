@@ -33,7 +33,6 @@ from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.index.queue_recovery import recover_queues, rederive_unit
-from strata.index.unit_check import units_lead_to_records
 from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
                                   PutResults, PutStatus)
 from strata.store.prepared import Encoder
@@ -798,12 +797,12 @@ class MessageStore:
             damaged: dict[int, str] = {}
             msgs = self.log.read_batch(phys[rows], limit, verify_crc=verify, damaged=damaged)
             stop = None
-            # The unit check (numpy over the records' headers): does each unit lead to a
-            # record of its own topic, queue and queue offset?
-            whole = np.fromiter((m is not None for m in msgs), bool, len(msgs)) \
-                if None in msgs else np.ones(len(msgs), bool)
-            _starts, leads = units_lead_to_records(self.log, topic, queue_id, offset + rows,
-                                                   phys[rows], None, limit, whole=whole)
+            # The unit check: does each unit lead to a record of its own topic, queue and
+            # queue offset? The records are decoded already (a damaged or unreadable one is
+            # None), so their fields answer it without reading the headers again.
+            leads = np.fromiter(
+                (m is not None and m[2] == q and m[1] == queue_id and m[0] == topic
+                 for m, q in zip(msgs, (offset + rows).tolist())), bool, len(msgs))
             if self.readonly:  # over the records that are not damaged
                 good = [j for j in range(len(rows)) if j not in damaged] if damaged else None
                 stop = self._first_unit_in_flight(
