@@ -16,6 +16,12 @@ One JSON object per line, each with "bench": "append" and a "case":
   as a disk whose cache flush takes milliseconds would. On this VM's disk a flush takes about
   0.1 ms, so the real-disk ratio measures Python's per-put cost and thread hand-offs more than
   group commit; this case shows what group commit gives where the flush dominates.
+* ``sparse``: the A/B of sparse, growing segment files (the default: blocks reserved and
+  pre-faulted in steps ahead of the writer) against the old whole-file reservation and
+  pre-fault at creation (``strata.files.segment.SPARSE = False``): async batches of 1024 x
+  100 B and 1 KiB, the two alternating ``--ab-rounds`` times (default 2); each round's
+  ``msgs_s``, the median ratio sparse / whole (target >= 0.9), and the blocks a new store
+  takes after its first put (``du``, bytes) in each mode.
 * ``ratio``: 1 KiB batch-1024 async MB/s / dd MB/s (target >= 0.25), sync 16 threads /
   sync 1 thread (target >= 10), 100 B batch-1024 async msgs/s (target >= 500,000). Targets are
   reported (``met``), never asserted.
@@ -46,6 +52,7 @@ import time
 from pathlib import Path
 
 import strata
+from strata.files import segment as segment_files
 from strata.files.io import FileOps
 from strata.store.message_store import MessageStore
 
@@ -157,12 +164,33 @@ class Case:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def async_case(root: Path, size: int, batch: int, seconds: float, seg: int) -> dict:
+def allocated_bytes(root: Path) -> int:
+    """Bytes of blocks allocated under ``root`` (what ``du`` counts)."""
+    total = 0
+    for d, _dirs, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(d, f)).st_blocks * 512
+            except FileNotFoundError:   # renamed into place meanwhile
+                pass
+    return total
+
+
+def async_case(root: Path, size: int, batch: int, seconds: float, seg: int,
+               sparse: bool | None = None) -> dict:
+    extra: dict = {}
+    if sparse is not None:
+        segment_files.SPARSE = sparse
+        extra["sparse"] = sparse
     c = Case(root, f"async-{size}-{batch}", strata.StoreConfig(segment_size=seg, flush="async"))
     try:
         store = c.store
         bs = batches(size, batch)
         store.put_batch(bs[0])                     # untimed: waits for the first segment
+        if sparse is not None:
+            store.wait_dispatched(60)
+            store.flush()
+            extra["disk_bytes_after_first_put"] = allocated_bytes(c.dir)
         stall = warm_up(store, bs)
         put = store.put_batch
         nb = len(bs)
@@ -191,7 +219,7 @@ def async_case(root: Path, size: int, batch: int, seconds: float, seg: int) -> d
         t1 = time.perf_counter()
         store.wait_dispatched(120)
         drain = time.perf_counter() - t1
-        return emit({"bench": "append", "case": "async", "body": size, "batch": batch,
+        return emit({"bench": "append", "case": "async", **extra, "body": size, "batch": batch,
                      "threads": 1, "msgs": n, "seconds": round(dt, 3),
                      "msgs_s": round(n / dt), "MBps": round(n * size / dt / 1e6, 1),
                      "log_MBps": round(log_bytes / dt / 1e6, 1), "cpu": round(cpu / dt, 2),
@@ -199,6 +227,27 @@ def async_case(root: Path, size: int, batch: int, seconds: float, seg: int) -> d
                      "dispatch_drain_s": round(drain, 3), "rss_mib": rss_mib()})
     finally:
         c.close()
+        segment_files.SPARSE = True
+
+
+def sparse_ab(root: Path, seconds: float, seg: int, rounds: int) -> dict:
+    """Sparse growing segments against whole-file reservation, alternating in one run."""
+    out: dict = {"bench": "append", "case": "sparse"}
+    for size in (100, 1024):
+        runs: dict[bool, list[dict]] = {True: [], False: []}
+        for _ in range(rounds):
+            for sparse in (False, True):
+                runs[sparse].append(async_case(root, size, 1024, seconds, seg, sparse))
+        ratios = sorted(s["msgs_s"] / w["msgs_s"] for s, w in zip(runs[True], runs[False]))
+        ratio = ratios[len(ratios) // 2] if len(ratios) % 2 else \
+            (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+        out[f"{size}B_b1024_whole_msgs_s"] = [r["msgs_s"] for r in runs[False]]
+        out[f"{size}B_b1024_sparse_msgs_s"] = [r["msgs_s"] for r in runs[True]]
+        out[f"{size}B_b1024_sparse_over_whole"] = round(ratio, 3)
+        out[f"{size}B_target_0.9_met"] = ratio >= 0.9
+        out[f"{size}B_new_store_disk_bytes_whole"] = runs[False][0]["disk_bytes_after_first_put"]
+        out[f"{size}B_new_store_disk_bytes_sparse"] = runs[True][0]["disk_bytes_after_first_put"]
+    return emit(out)
 
 
 def sync_case(root: Path, size: int, threads: int, batch: int, seconds: float, seg: int,
@@ -329,13 +378,15 @@ def main() -> None:
     ap.add_argument("--slow-flush-ms", type=float, default=2.0,
                     help="extra delay per data flush in the simulated slow-device sync cases "
                     "(default 2; 0 skips them)")
-    ap.add_argument("--only", default="", help="comma list of dd,async,sync,recovery")
+    ap.add_argument("--ab-rounds", type=int, default=2,
+                    help="rounds of the sparse / whole-file A/B (default 2)")
+    ap.add_argument("--only", default="", help="comma list of dd,async,sparse,sync,recovery")
     a = ap.parse_args()
     seconds = a.seconds if a.seconds is not None else (1.0 if a.quick else 5.0)
     seg = 64 * MiB if a.quick else GiB
     rec_gib = a.recovery_gib if a.recovery_gib is not None else (0.05 if a.quick else 1.0)
     dd_mib = a.dd_mib if a.dd_mib is not None else (128 if a.quick else 1024)
-    only = set(a.only.split(",")) if a.only else {"dd", "async", "sync", "recovery"}
+    only = set(a.only.split(",")) if a.only else {"dd", "async", "sparse", "sync", "recovery"}
 
     scratch, remove_scratch = scratch_dir("append", a.dir)
     emit({"bench": "append", "case": "env", "python": sys.version.split()[0],
@@ -351,6 +402,8 @@ def main() -> None:
             for size in (100, 1024):
                 for batch in (1, 64, 1024):
                     res[("async", size, batch)] = async_case(scratch, size, batch, seconds, seg)
+        if "sparse" in only:
+            res["sparse"] = sparse_ab(scratch, seconds, seg, a.ab_rounds)
         if "sync" in only:
             for size in (100, 1024):
                 for threads in (1, 16):

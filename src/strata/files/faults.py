@@ -26,6 +26,7 @@ class FaultInjectingFileOps(FileOps):
         self._lock = threading.Lock()
         self.synced: dict[Path, list[tuple[int, int]]] = {}
         self.space_left: int | None = None  # None = unlimited
+        self.allocated: dict[Path, list[tuple[int, int]]] = {}   # sparse files' reserved ranges
         self.syncs = 0
 
     # ------------------------------------------------------------------ recording
@@ -40,6 +41,28 @@ class FaultInjectingFileOps(FileOps):
         super().allocate(fd, size, path)
         with self._lock:
             self.synced[Path(path)] = []
+            self.allocated[Path(path)] = [(0, size)]
+
+    def create_sparse(self, path: Path, size: int, reserve: list[tuple[int, int]]) -> int:
+        fd = super().create_sparse(path, size, reserve)
+        with self._lock:
+            self.synced[Path(path)] = []
+        return fd
+
+    def allocate_range(self, fd: int, offset: int, length: int, path: Path) -> None:
+        """A sparse file's blocks, reserved as it grows: only bytes not reserved before count
+        as new space, as on a real disk."""
+        with self._lock:
+            have = self.allocated.get(Path(path), [])
+            grown = _merge(have + [(offset, offset + length)], 1 << 62)
+            new = sum(b - a for a, b in grown) - sum(b - a for a, b in _merge(have, 1 << 62))
+            if self.space_left is not None:
+                if new > self.space_left:
+                    raise DiskFullError(errno.ENOSPC, f"no space left to reserve {length} "
+                                        f"bytes of {path} at {offset}")
+                self.space_left -= new
+            self.allocated[Path(path)] = grown
+        super().allocate_range(fd, offset, length, path)
 
     def reserve(self, fd: int, size: int, path: Path) -> None:
         """A small file's bytes (checkpoint, abort marker, config files) need room too."""
@@ -61,15 +84,19 @@ class FaultInjectingFileOps(FileOps):
         with self._lock:
             if Path(src) in self.synced:
                 self.synced[Path(dst)] = self.synced.pop(Path(src))
+            if Path(src) in self.allocated:
+                self.allocated[Path(dst)] = self.allocated.pop(Path(src))
 
     def remove(self, path: Path) -> None:
         try:
-            size = os.stat(path).st_size
+            st = os.stat(path)
+            size = min(st.st_size, st.st_blocks * 512)   # a sparse file gives back its blocks
         except OSError:
             size = 0
         super().remove(path)
         with self._lock:
             self.synced.pop(Path(path), None)
+            self.allocated.pop(Path(path), None)
             if self.space_left is not None:
                 self.space_left += size   # deleting files makes room, as on a real disk
 

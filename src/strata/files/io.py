@@ -13,6 +13,7 @@ import mmap
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from strata.errors import DiskFullError
 
@@ -39,9 +40,24 @@ class FileOps:
         Reserving the blocks up front means a full disk is reported here, as DiskFullError,
         instead of as SIGBUS when a page of the mapping is first written.
         """
+        return self._create(path, lambda fd: self.allocate(fd, size, path))
+
+    def create_sparse(self, path: Path, size: int, reserve: list[tuple[int, int]]) -> int:
+        """Create ``path`` at ``size`` bytes with only the ``(offset, length)`` ranges of
+        ``reserve`` allocated (the rest is a hole until ``allocate_range`` reserves it); return
+        an O_RDWR fd. A full disk is DiskFullError here and leaves no file."""
+        def grow(fd: int) -> None:
+            os.ftruncate(fd, size)
+            for offset, length in reserve:
+                self.allocate_range(fd, offset, length, path)
+        return self._create(path, grow)
+
+    @staticmethod
+    def _create(path: Path, reserve: Callable[[int], None]) -> int:
+        """A new file at ``path``, given its blocks by ``reserve(fd)``; removed if that fails."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            self.allocate(fd, size, path)
+            reserve(fd)
         except BaseException:
             os.close(fd)
             try:
@@ -50,6 +66,21 @@ class FileOps:
                 pass
             raise
         return fd
+
+    def holes_are_safe(self, directory: Path) -> bool:
+        """Whether a sparse file in ``directory`` may be mapped: False on a memory-backed file
+        system (tmpfs, ramfs), where even *reading* a hole through a shared mapping takes a
+        page and a full file system answers that with SIGBUS."""
+        return _fs_type(directory) not in MEMORY_FILE_SYSTEMS
+
+    def allocate_range(self, fd: int, offset: int, length: int, path: Path) -> None:
+        """Reserve the blocks of ``[offset, offset + length)`` of an open file, so that writing
+        them through a mapping cannot fault on a full disk (DiskFullError here instead)."""
+        try:
+            os.posix_fallocate(fd, offset, length)
+        except OSError as exc:
+            raise disk_full_or_same(exc, f"no space left to reserve {length} bytes of {path} "
+                                    f"at {offset}")
 
     def allocate(self, fd: int, size: int, path: Path) -> None:
         try:
@@ -146,6 +177,28 @@ class FileOps:
                 mm.madvise(mmap.MADV_DONTNEED)
             except (OSError, ValueError):
                 pass  # only a hint
+
+
+MEMORY_FILE_SYSTEMS = frozenset({"tmpfs", "ramfs", "hugetlbfs", "shm", "devtmpfs"})
+
+
+def _fs_type(directory: Path) -> str:
+    """The type of the file system holding ``directory`` (from /proc/mounts; "" if unknown)."""
+    try:
+        where = os.path.realpath(directory)
+        best, kind = "", ""
+        with open("/proc/mounts", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                point = parts[1].replace("\\040", " ")
+                inside = where == point or where.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, parts[2]
+        return kind
+    except OSError:
+        return ""
 
 
 def _load_madvise():

@@ -9,14 +9,29 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from pathlib import Path
 
 from crc32c import crc32c
 
 from strata.errors import CorruptStoreError
-from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.io import DEFAULT_FILE_OPS, PAGE, FileOps
 from strata.format.segment import (FOOTER_AREA, HEADER_AREA, KIND_COMMIT_LOG, KIND_NAMES,
                                    SegmentFooter, SegmentHeader, file_size)
+
+# A new segment file has its full size but is sparse: only its header and footer pages and a
+# first stretch of its data area are allocated. More is reserved (posix_fallocate) in steps
+# that double from RESERVE_MIN to RESERVE_MAX, ahead of the writer by the background
+# pre-allocator and, when a write would pass the reserved end, synchronously before it (a full
+# disk is DiskFullError then, never SIGBUS from a write into a hole). SPARSE = False restores
+# the old behaviour, the whole file reserved at creation (bench/append.py compares the two).
+SPARSE = True
+RESERVE_MIN = 1 << 20
+RESERVE_MAX = 256 << 20
+
+
+def _page_up(n: int) -> int:
+    return -(-n // PAGE) * PAGE
 
 
 def _header_to_rebuild(path: Path, kind: int, problem: str, data_size: int | None, actual: int,
@@ -57,15 +72,33 @@ class MappedSegment:
         self.closed = False
         self.restored_from: int | None = None  # the file's size if open() had to zero-extend it
         self.repaired_header: str | None = None  # what was wrong with a header open() rewrote
+        # Data bytes [0, reserved) have their blocks allocated; the footer page too when
+        # footer_reserved. A segment opened from disk starts at 0 (not known): the first
+        # reserve() allocates from the start again, which costs nothing where blocks exist.
+        self.reserved = 0
+        self.footer_reserved = False
+        self.prefaulted = 0          # data bytes [0, prefaulted) pre-faulted in the background
+        self.ahead_requested = 0     # how far the background was asked to reserve ahead
+        self.ahead_floor = RESERVE_MIN   # reserve at least this far ahead of the writer
+        self.reserve_min = RESERVE_MIN   # the first (smallest) reservation step
+        self._reserve_lock = threading.Lock()
 
     # ------------------------------------------------------------------ creation / opening
 
     @classmethod
     def create(cls, path: Path, kind: int, base_offset: int, data_size: int,
-               file_ops: FileOps = DEFAULT_FILE_OPS, prefault: bool = False) -> "MappedSegment":
-        """Create a new zero-filled segment with its header written and synced."""
+               file_ops: FileOps = DEFAULT_FILE_OPS, prefault: bool = False,
+               reserve_min: int = RESERVE_MIN) -> "MappedSegment":
+        """Create a new zero-filled segment with its header written and synced: sparse, with
+        its first ``reserve_min`` data bytes reserved (all of it when not ``SPARSE``)."""
         size = file_size(data_size)
-        fd = file_ops.create_preallocated(path, size)
+        sparse = SPARSE and file_ops.holes_are_safe(path.parent)
+        first = min(data_size, _page_up(reserve_min)) if sparse else data_size
+        if first < data_size:
+            fd = file_ops.create_sparse(path, size, [(0, HEADER_AREA + first),
+                                                     (HEADER_AREA + data_size, FOOTER_AREA)])
+        else:
+            fd = file_ops.create_preallocated(path, size)
         try:
             mm = mmap.mmap(fd, size)
         except BaseException:
@@ -77,8 +110,12 @@ class MappedSegment:
         mm[:len(raw)] = raw
         file_ops.msync(path, mm, 0, len(raw))
         seg = cls(path, header, fd, mm, False, file_ops)
+        seg.reserved = first
+        seg.footer_reserved = True
+        seg.reserve_min = seg.ahead_floor = reserve_min
         if prefault:
-            seg.prefault(0, data_size)
+            seg.prefault(0, first)
+            seg.prefaulted = first
         return seg
 
     @classmethod
@@ -134,6 +171,9 @@ class MappedSegment:
             os.close(fd)
             raise
         seg = cls(path, header, fd, mm, readonly, file_ops)
+        st = os.fstat(fd)
+        if st.st_blocks * 512 >= st.st_size:   # all of it allocated (not sparse)
+            seg.reserved, seg.footer_reserved = header.data_size, True
         seg.restored_from = restored
         if rewrite is not None:
             raw = header.encode()
@@ -184,7 +224,33 @@ class MappedSegment:
         return self.flushed
 
     def prefault(self, start: int, end: int) -> None:
-        self.file_ops.prefault(self.mm, HEADER_AREA + start, HEADER_AREA + end)
+        """Touch data pages [start, end) (within the reserved stretch: a sparse file's hole
+        must not be faulted in unreserved)."""
+        end = min(end, self.reserved)
+        if end > start:
+            self.file_ops.prefault(self.mm, HEADER_AREA + start, HEADER_AREA + end)
+
+    def reserve(self, end: int) -> None:
+        """Make sure data bytes [0, ``end``) have their blocks allocated before they are
+        written through the mapping: allocates a step (doubling from RESERVE_MIN to
+        RESERVE_MAX) past the reserved end, at least up to ``end``. DiskFullError (nothing
+        written) when the disk has no room. Cheap when ``end`` is reserved already."""
+        if end <= self.reserved and self.footer_reserved:
+            return
+        with self._reserve_lock:
+            if self.closed:
+                return
+            if not self.footer_reserved:
+                self.file_ops.allocate_range(self.fd, HEADER_AREA + self.data_size,
+                                             FOOTER_AREA, self.path)
+                self.footer_reserved = True
+            if end <= self.reserved:
+                return
+            step = min(RESERVE_MAX, max(self.reserve_min, self.reserved))
+            new = min(self.data_size, _page_up(max(end, self.reserved + step)))
+            self.file_ops.allocate_range(self.fd, HEADER_AREA + self.reserved,
+                                         new - self.reserved, self.path)
+            self.reserved = new
 
     def release_pages(self) -> None:
         """Drop this mapping's resident pages (MADV_DONTNEED on a shared file mapping: the data
@@ -203,6 +269,7 @@ class MappedSegment:
                                max_store_timestamp=self.max_store_timestamp,
                                data_crc=self.data_crc(self.wrote))
         self.flush(self.wrote)
+        self.reserve(0)   # the footer page of a segment opened from disk
         raw = footer.encode()
         pos = HEADER_AREA + self.data_size
         self.mm[pos:pos + len(raw)] = raw
@@ -213,8 +280,9 @@ class MappedSegment:
     def clear_footer(self) -> None:
         """Forget the footer (the segment is being truncated and reopened for appends)."""
         pos = HEADER_AREA + self.data_size
-        self.mm[pos:pos + FOOTER_AREA] = bytes(FOOTER_AREA)
-        self.file_ops.msync(self.path, self.mm, pos, FOOTER_AREA, self.fd)
+        if self.mm[pos:pos + FOOTER_AREA] != bytes(FOOTER_AREA):   # (a hole stays a hole)
+            self.mm[pos:pos + FOOTER_AREA] = bytes(FOOTER_AREA)
+            self.file_ops.msync(self.path, self.mm, pos, FOOTER_AREA, self.fd)
         self.footer = None
 
     def zero(self, start: int, end: int) -> int:
@@ -239,7 +307,8 @@ class MappedSegment:
     def close(self) -> None:
         if self.closed:
             return
-        self.closed = True
+        with self._reserve_lock:   # not while a background reserve() uses the fd
+            self.closed = True
         self.mv.release()
         try:
             self.mm.close()

@@ -10,9 +10,9 @@ from typing import Sequence
 
 import numpy as np
 
-from strata.errors import CorruptStoreError
+from strata.errors import CorruptStoreError, DiskFullError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
-from strata.files.segment import MappedSegment
+from strata.files.segment import RESERVE_MAX, RESERVE_MIN, MappedSegment
 from strata.format.segment import KIND_CONSUME_QUEUE, file_name
 
 log = logging.getLogger(__name__)
@@ -47,29 +47,34 @@ def segment_runs(segments: Sequence[MappedSegment], offsets: np.ndarray
 class SegmentAllocator:
     """Creates the next segment in the background so that a roll does not stall a put.
 
-    A segment is prepared under a temporary name (``<base>.alloc``), pre-allocated on disk and
-    pre-faulted in memory, then renamed into place when the writer takes it.
+    A segment is prepared under a temporary name (``<base>.alloc``), its first stretch
+    reserved on disk and pre-faulted in memory, then renamed into place when the writer takes
+    it. While the writer fills a segment, ``advance`` reserves and pre-faults the stretch
+    ahead of it, on another thread.
     """
 
     def __init__(self, directory: Path, kind: int, data_size: int, file_ops: FileOps,
-                 prefault: bool = True) -> None:
+                 prefault: bool = True, reserve_min: int = RESERVE_MIN) -> None:
         self.directory = directory
         self.kind = kind
         self.data_size = data_size
         self.file_ops = file_ops
         self.prefault = prefault
+        self.reserve_min = reserve_min
         self._lock = threading.Lock()
         self._pending_base: int | None = None
         self._pending: MappedSegment | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._ready: dict[int, MappedSegment] = {}   # prepared now by prepare()
+        self._ahead_seg: MappedSegment | None = None   # what the ahead thread works on
+        self._ahead_thread: threading.Thread | None = None
 
     def _prepare(self, base: int) -> MappedSegment:
         tmp = self.directory / (file_name(base) + ALLOC_SUFFIX)
         self.file_ops.remove(tmp)
         return MappedSegment.create(tmp, self.kind, base, self.data_size, self.file_ops,
-                                    prefault=self.prefault)
+                                    prefault=self.prefault, reserve_min=self.reserve_min)
 
     def request(self, base: int) -> None:
         """Start preparing the segment at ``base`` in a background thread."""
@@ -91,14 +96,69 @@ class SegmentAllocator:
             self._thread = threading.Thread(target=work, name="strata-allocate", daemon=True)
             self._thread.start()
 
-    def prepare(self, base: int) -> None:
-        """Prepare the segment at ``base`` now, on the calling thread, for a later ``take``: a
-        writer that must know the file can be made (a full disk raises DiskFullError here)
-        before it promises what the file will hold."""
+    def advance(self, seg: MappedSegment, target: int) -> None:
+        """Have data bytes [0, ``target``) of ``seg`` reserved and (with ``prefault``)
+        pre-faulted on a background thread; the writer's own ``reserve`` covers any stretch the
+        thread has not reached (and reports a full disk)."""
         with self._lock:
-            if base in self._ready or self._pending_base == base:
+            seg.ahead_requested = max(seg.ahead_requested, target)
+            self._ahead_seg = seg
+            if self._ahead_thread is not None:
                 return
+            self._ahead_thread = threading.Thread(target=self._ahead_work, daemon=True,
+                                                  name=f"strata-reserve-{self.directory.name}")
+            self._ahead_thread.start()
+
+    def _ahead_work(self) -> None:
+        while True:
+            with self._lock:
+                seg = self._ahead_seg
+                if seg is None or seg.closed or seg.prefaulted >= min(seg.ahead_requested,
+                                                                      seg.data_size):
+                    self._ahead_thread = None
+                    return
+                target = seg.ahead_requested
+            try:
+                seg.reserve(target)
+                start = seg.prefaulted
+                if self.prefault:
+                    seg.prefault(start, seg.reserved)
+                seg.prefaulted = max(seg.prefaulted, min(seg.reserved, target))
+            except (DiskFullError, OSError, ValueError) as exc:
+                # Full disk, or the segment closed under us: the writer reserves for itself
+                # and reports a full disk before it acknowledges anything.
+                log.debug("reserving ahead in %s stopped: %s", seg.path, exc)
+                with self._lock:
+                    self._ahead_thread = None
+                    if self._ahead_seg is seg:
+                        self._ahead_seg = None
+                return
+
+    def _stop_ahead(self) -> None:
+        with self._lock:
+            thread, self._ahead_seg = self._ahead_thread, None
+        if thread is not None:
+            thread.join()
+
+    def prepare(self, base: int, upto: int = 0) -> None:
+        """Prepare the segment at ``base`` now, on the calling thread, for a later ``take``,
+        with data bytes [0, ``upto``) reserved: a writer that must know the file can be made
+        and written (a full disk raises DiskFullError here) before it promises what the file
+        will hold."""
+        with self._lock:
+            ready = self._ready.get(base)
+            pending = self._pending_base == base
+        if ready is not None:
+            ready.reserve(upto)
+            return
+        if pending:
+            return
         seg = self._prepare(base)
+        try:
+            seg.reserve(upto)
+        except BaseException:
+            seg.destroy()
+            raise
         with self._lock:
             old = self._ready.pop(base, None)
             self._ready[base] = seg
@@ -133,7 +193,9 @@ class SegmentAllocator:
         return seg
 
     def cancel(self) -> None:
-        """Drop a prepared segment that will not be used (close, truncate)."""
+        """Drop a prepared segment that will not be used (close, truncate); stop reserving
+        ahead."""
+        self._stop_ahead()
         with self._lock:
             thread = self._thread
         if thread is not None:
@@ -152,7 +214,7 @@ class SegmentQueue:
 
     def __init__(self, directory: Path, kind: int, data_size: int, *, readonly: bool = False,
                  file_ops: FileOps = DEFAULT_FILE_OPS, preallocate: bool = True,
-                 prefault: bool = True) -> None:
+                 prefault: bool = True, reserve_min: int = RESERVE_MIN) -> None:
         self.directory = Path(directory)
         self.kind = kind
         self.data_size = data_size
@@ -161,7 +223,8 @@ class SegmentQueue:
         self.segments: list[MappedSegment] = []
         self._bases: list[int] = []
         self.allocator = None if readonly else SegmentAllocator(
-            self.directory, kind, data_size, file_ops, prefault)
+            self.directory, kind, data_size, file_ops, prefault, reserve_min)
+        self.reserve_min = reserve_min
         self.preallocate = preallocate and not readonly
 
     # ------------------------------------------------------------------ loading
@@ -181,9 +244,10 @@ class SegmentQueue:
             if len(p.name) == 20 and p.name.isdigit():
                 names.append(p.name)
         for name in sorted(names):
-            self._append(MappedSegment.open(self.directory / name, self.kind,
-                                            readonly=self.readonly, file_ops=self.file_ops,
-                                            data_size=self.data_size))
+            seg = MappedSegment.open(self.directory / name, self.kind, readonly=self.readonly,
+                                     file_ops=self.file_ops, data_size=self.data_size)
+            seg.reserve_min = self.reserve_min
+            self._append(seg)
         self.check_continuity()
 
     def refresh(self) -> None:
@@ -252,10 +316,21 @@ class SegmentQueue:
         """Append a new segment at ``base`` (pre-allocated in the background when possible)."""
         assert self.allocator is not None, "read-only segment queue"
         seg = self.allocator.take(base)
+        if self.segments:   # a log that fills segments: keep well ahead from the start
+            seg.ahead_floor = RESERVE_MAX
         self._append(seg)
         if self.preallocate:
             self.allocator.request(base + self.data_size)
         return seg
+
+    def keep_ahead(self, seg: MappedSegment) -> None:
+        """After a write to ``seg``: have the stretch ahead of its write position reserved and
+        pre-faulted in the background (a few MiB ahead at first, RESERVE_MAX once the segment
+        or the log is large). Cheap when that is under way."""
+        ahead = min(RESERVE_MAX, max(seg.ahead_floor, seg.wrote))
+        target = min(seg.data_size, seg.wrote + ahead)
+        if seg.wrote + ahead // 2 > seg.ahead_requested and self.preallocate and self.allocator is not None:
+            self.allocator.advance(seg, target)
 
     def truncate(self, offset: int) -> list[Path]:
         """Drop data at and after ``offset``: later segments are deleted; returns their paths."""

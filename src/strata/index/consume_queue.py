@@ -30,6 +30,11 @@ def _units(seg: MappedSegment, first: int, n: int) -> np.ndarray:
     return np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE)
 
 
+# A consume-queue file's first reservation (then doubling as it fills): a topic's queues
+# take 64 KiB each (3,276 units) until they hold more.
+CQ_RESERVE_MIN = 64 << 10
+
+
 class ConsumeQueue:
     """Units of one queue; offsets here are unit numbers (queue offsets)."""
 
@@ -41,7 +46,7 @@ class ConsumeQueue:
         self.file_bytes = units_per_file * UNIT_SIZE
         self.segments = SegmentQueue(Path(directory), KIND_CONSUME_QUEUE, self.file_bytes,
                                      readonly=readonly, file_ops=file_ops, preallocate=False,
-                                     prefault=False)
+                                     prefault=False, reserve_min=CQ_RESERVE_MIN)
         self.readonly = readonly
         self._files_lock = threading.Lock()   # reserve() and dispatch adding a file
         self.min_unit = 0
@@ -256,13 +261,20 @@ class ConsumeQueue:
         acknowledged: dispatch then never needs a file it cannot make."""
         last = self.segments.last()
         lo, hi = first * UNIT_SIZE, end * UNIT_SIZE
-        if hi <= lo or (last is not None and last.base_offset <= lo and hi <= last.end_offset):
+        if hi <= lo:
+            return
+        if last is not None and last.base_offset <= lo and hi <= last.end_offset:
+            last.reserve(hi - last.base_offset)   # files are sparse: their blocks too
             return
         base = lo - lo % self.file_bytes
         with self._files_lock:   # not while dispatch is taking a file into the queue
             while base < hi:
-                if self.segments.find(base) is None:
-                    self.segments.allocator.prepare(base)
+                upto = min(hi, base + self.file_bytes) - base
+                seg = self.segments.find(base)
+                if seg is None:
+                    self.segments.allocator.prepare(base, upto)
+                else:
+                    seg.reserve(upto)
                 base += self.file_bytes
 
     def put_batch(self, units: list[tuple[int, int, int, int]]) -> int:
@@ -285,6 +297,8 @@ class ConsumeQueue:
             if qoff > expected:
                 self._fill_blank(seg, expected, qoff)
             pos = qoff * UNIT_SIZE - seg.base_offset
+            if pos + UNIT_SIZE > seg.reserved:
+                seg.reserve(pos + UNIT_SIZE)
             pack(seg.mm, HEADER_AREA + pos, phys, size, tag)
             seg.wrote = pos + UNIT_SIZE
             expected = qoff + 1
@@ -315,6 +329,7 @@ class ConsumeQueue:
                 self._fill_blank(seg, expected, q)
             pos = q * UNIT_SIZE - seg.base_offset
             k = min(len(units) - done, (seg.data_size - pos) // UNIT_SIZE)
+            seg.reserve(pos + k * UNIT_SIZE)
             seg.mm[HEADER_AREA + pos:HEADER_AREA + pos + k * UNIT_SIZE] = \
                 units[done:done + k].tobytes()
             seg.wrote = seg.committed = pos + k * UNIT_SIZE
@@ -329,6 +344,7 @@ class ConsumeQueue:
         """Blank units for queue offsets [frm, to) that fall in ``seg``."""
         start = max(frm * UNIT_SIZE, seg.base_offset) - seg.base_offset
         end = to * UNIT_SIZE - seg.base_offset
+        seg.reserve(end)
         seg.mm[HEADER_AREA + start:HEADER_AREA + end] = BLANK_UNIT * ((end - start) // UNIT_SIZE)
         seg.wrote = end
 

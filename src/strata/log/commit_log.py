@@ -110,20 +110,25 @@ class CommitLog:
         mm, mv = seg.mm, seg.mv
         base = seg.base_offset
         pos = seg.wrote
-        limit = seg.data_size - BLANK_MIN
+        limit = min(seg.data_size - BLANK_MIN, seg.reserved)   # (blocks reserved up to)
         count = 0
         rolled: list[MappedSegment] = []
         try:
             for r in records:
                 total = r[0]
                 if pos + total > limit:
-                    rec.write_blank(mm, HEADER_AREA + pos, seg.data_size - pos)
-                    self._account(seg, count, store_ts)
-                    seg.wrote = seg.committed = seg.data_size
-                    rolled.append(seg)
-                    seg = self._next_segment(seg)
-                    mm, mv, base, pos, count = seg.mm, seg.mv, seg.base_offset, 0, 0
-                    limit = seg.data_size - BLANK_MIN
+                    if pos + total <= seg.data_size - BLANK_MIN:   # reserve more of the file
+                        seg.reserve(pos + total)
+                    else:   # close this segment with a blank record, go on in the next
+                        seg.reserve(pos + BLANK_MIN)
+                        rec.write_blank(mm, HEADER_AREA + pos, seg.data_size - pos)
+                        self._account(seg, count, store_ts)
+                        seg.wrote = seg.committed = seg.data_size
+                        rolled.append(seg)
+                        seg = self._next_segment(seg)
+                        mm, mv, base, pos, count = seg.mm, seg.mv, seg.base_offset, 0, 0
+                        seg.reserve(total)
+                    limit = min(seg.data_size - BLANK_MIN, seg.reserved)
                 p = HEADER_AREA + pos
                 phys = base + pos
                 # The record layout of strata.format.record, inlined: this is the hot loop.
@@ -143,6 +148,7 @@ class CommitLog:
         for s in rolled:
             self._to_seal.append(s)
         self.last_store_timestamp = store_ts
+        self.segments.keep_ahead(seg)
         return offsets
 
     def append_headers(self, headers: np.ndarray, blob: bytes, store_ts: int) -> np.ndarray:
@@ -164,6 +170,7 @@ class CommitLog:
                 room = seg.data_size - BLANK_MIN - seg.wrote
                 fit = int(np.searchsorted(ends[done:], before + room, side="right"))
                 if fit == 0:  # close this segment with a blank record, go on in the next
+                    seg.reserve(seg.wrote + BLANK_MIN)
                     rec.write_blank(seg.mm, HEADER_AREA + seg.wrote, seg.data_size - seg.wrote)
                     seg.wrote = seg.committed = seg.data_size
                     rolled.append(seg)
@@ -173,6 +180,7 @@ class CommitLog:
                 starts = seg.base_offset + seg.wrote - before + \
                     np.concatenate(([before], ends[done:done + fit - 1]))
                 headers["phys"][part] = starts
+                seg.reserve(seg.wrote + int(ends[done + fit - 1]) - before)
                 write_records(seg.mm, HEADER_AREA + seg.wrote, headers[part],
                               data[before:int(ends[done + fit - 1])])
                 seg.wrote = int(starts[-1] - seg.base_offset + headers["total"][done + fit - 1])
@@ -186,6 +194,7 @@ class CommitLog:
             self._to_seal.append(s)
         seg.committed = seg.wrote
         self.last_store_timestamp = store_ts
+        self.segments.keep_ahead(seg)
         offsets = headers["phys"].copy()
         self._remember(offsets)
         return offsets
@@ -226,7 +235,7 @@ class CommitLog:
         positions and footer statistics."""
         seg, pos, count, min_ts, max_ts, batch_start = point
         self.segments.truncate(batch_start)
-        seg.zero(pos, seg.data_size)
+        seg.zero(pos, min(seg.data_size, seg.reserved))   # nothing was written past that
         seg.wrote = seg.committed = pos
         seg.record_count = count
         seg.min_store_timestamp = min_ts

@@ -1,0 +1,126 @@
+"""A new store with the default settings takes a few MiB on disk and grows as its data does:
+segment and consume-queue files are sparse, their blocks reserved in steps ahead of the writer;
+key index files start small and grow (docs/format.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import strata
+from strata.errors import DiskFullError
+from strata.files import segment
+from strata.files.segment import RESERVE_MIN
+
+from store_helpers import drain
+from test_full_disk import assert_readable, config, disk, message, open_store  # noqa: F401
+
+MiB = 1 << 20
+
+
+def allocated(root: Path) -> int:
+    """Bytes of blocks allocated under ``root`` (what ``du`` counts)."""
+    return sum(os.stat(os.path.join(d, f)).st_blocks * 512
+               for d, _dirs, files in os.walk(root) for f in files)
+
+
+def test_a_new_store_with_the_default_settings_takes_a_few_mib(tmp_path):
+    path = tmp_path / "store"
+    with strata.open(path) as store:
+        store.create_topic("t")
+        store.put(strata.Message(topic="t", body=b"hello", keys=["k1"]))
+        store.wait_dispatched()
+        store.flush()
+        used = allocated(path)
+        assert used < 8 * MiB, f"{used:,} bytes allocated"
+        assert [m.body for m in store.query("t", "k1")] == [b"hello"]
+    assert allocated(path) < 8 * MiB
+
+
+def test_a_growing_store_reserves_as_it_goes_and_reads_everything_back(tmp_path):
+    path = tmp_path / "store"
+    config = strata.StoreConfig(segment_size=256 * MiB, flush="async")
+    body = bytes(range(256)) * 16                                    # 4 KiB
+    n = 24 * MiB // len(body) + 1000                                # past several steps
+    with strata.open(path, config=config) as store:
+        store.create_topic("t", queues=2)
+        for start in range(0, n, 1024):
+            store.put_batch([strata.Message(topic="t", body=body[i % 251:] + i.to_bytes(4, "big"),
+                                            keys=[f"k{i}"])
+                             for i in range(start, min(n, start + 1024))])
+        seg = store.log.segments.last()
+        assert seg.reserved >= seg.wrote > 16 * RESERVE_MIN
+        assert seg.reserved < seg.data_size                         # still sparse
+        store.wait_dispatched()
+    with strata.open(path) as store:
+        got = [m for q in range(2) for m in drain(store, "t", q, batch=1000)]
+        assert len(got) == n
+        assert sorted(int.from_bytes(m.body[-4:], "big") for m in got) == list(range(n))
+        assert all(m.body[:-4] == body[int.from_bytes(m.body[-4:], "big") % 251:] for m in got)
+        assert [m.body[-4:] for m in store.query("t", f"k{n - 1}")] == \
+            [(n - 1).to_bytes(4, "big")]
+    assert allocated(path) < 2 * n * len(body) + 64 * MiB
+
+
+def test_without_sparse_files_the_whole_segment_is_reserved_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(segment, "SPARSE", False)
+    path = tmp_path / "store"
+    with strata.open(path, config=strata.StoreConfig(segment_size=64 * MiB,
+                                                     preallocate=False)) as store:
+        store.create_topic("t")
+        store.put(strata.Message(topic="t", body=b"x"))
+        assert store.log.segments.last().reserved == 64 * MiB
+    assert allocated(path) > 64 * MiB
+
+
+def _written_outside_reservations(file_ops, root: Path) -> list[str]:
+    """Pages of segment files that hold bytes but were never reserved (fault layer)."""
+    bad = []
+    for d, _dirs, files in os.walk(root):
+        for f in files:
+            p = Path(d) / f
+            ranges = file_ops.allocated.get(p)
+            if ranges is None or not (f.isdigit() and len(f) == 20):
+                continue
+            data = p.read_bytes()
+            for page in range(0, len(data), 4096):
+                if data[page:page + 4096].count(0) != len(data[page:page + 4096]) and \
+                        not any(a <= page and page + 4096 <= b for a, b in ranges):
+                    bad.append(f"{p}@{page}")
+    return bad
+
+
+def test_sparse_files_on_a_full_disk_refuse_puts_before_acknowledging(disk):
+    """Segments (4 MiB) and consume-queue files (6 MB) larger than the first reservation: a
+    put that needs blocks the disk does not have is refused, nothing is written into a hole
+    (on tmpfs that would be SIGBUS), and everything acknowledged reads back."""
+    cfg = config(segment_size=4 * MiB, consume_queue_units=300_000, preallocate=True)
+    store = open_store(disk, cfg)
+    store.create_topic("t", queues=2)
+    acked: dict[int, tuple[str, int]] = {}
+    seq = 0
+    if disk.kind == "faults":
+        for _ in range(1100):                          # past the first 1 MiB of the segment
+            r = store.put(message(seq))
+            acked[r.commitlog_offset] = ("t", seq)
+            seq += 1
+        store.flush()
+        disk.fill()
+    with pytest.raises(DiskFullError):
+        for _ in range(100_000):
+            rs = store.put_batch([message(seq + i) for i in range(16)])
+            for i, r in enumerate(rs):
+                acked[r.commitlog_offset] = ("t", seq + i)
+            seq += 16
+    end = store.max_commitlog_offset()
+    with pytest.raises(DiskFullError):
+        store.put_batch([message(seq + i) for i in range(16)])
+    assert store.max_commitlog_offset() == end
+    assert_readable(store, acked)
+    if disk.file_ops is not None:
+        assert _written_outside_reservations(disk.file_ops, disk.path) == []
+    store.close()
+    with strata.open(disk.path, readonly=True) as ro:
+        assert_readable(ro, acked)
