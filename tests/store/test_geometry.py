@@ -9,6 +9,7 @@ import pytest
 
 import strata
 from strata.errors import CorruptStoreError
+from strata.index.key_index import DEFAULT_ENTRIES, DEFAULT_SLOTS
 from strata.store.geometry import GEOMETRY_FILE, stored_config
 
 from support import SMALL_SEGMENT, small_store_config
@@ -41,6 +42,17 @@ def test_a_store_without_the_file_gets_its_sizes_from_its_files(tmp_path):
     with strata.open(path) as store:                      # and a writer writes it again
         assert store.config.segment_size == SMALL_SEGMENT
     assert json.loads((path / GEOMETRY_FILE).read_text())["segment_size"] == SMALL_SEGMENT
+
+
+def test_key_index_files_that_start_small_do_not_make_the_geometry_small(tmp_path):
+    path = tmp_path / "s"
+    with strata.open(path, small_store_config(index_slots=DEFAULT_SLOTS,
+                                              index_entries=DEFAULT_ENTRIES)) as store:
+        store.put_batch([strata.Message("t", b"x", keys=("k",)) for _ in range(10)])
+    (path / GEOMETRY_FILE).unlink()                       # as written by an older strata
+    cfg = stored_config(path)
+    assert (cfg.segment_size, cfg.index_slots, cfg.index_entries) == \
+        (SMALL_SEGMENT, DEFAULT_SLOTS, DEFAULT_ENTRIES)
 
 
 def test_an_explicit_config_wins_and_is_remembered(tmp_path):

@@ -18,6 +18,7 @@ from strata.errors import CorruptStoreError
 from strata.files.io import FileOps
 from strata.format import key_index as kfmt
 from strata.format import segment as sfmt
+from strata.index.key_index import FIRST_ENTRIES, FIRST_SLOTS
 from strata.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,8 @@ def _geometry_from_files(root: Path) -> dict[str, int]:
         if seg is not None:
             out[name] = seg.data_size // per
     kx = _header(_first_file(root / "index", 1), kfmt.KeyIndexHeader, kfmt.HEADER_BYTES)
-    if kx is not None:
+    # A first key-index file of the growing size (docs/format.md section 10) says only that the
+    # configured geometry is at least that: the defaults then, not a store of small files.
+    if kx is not None and (kx.slots, kx.entries) != (FIRST_SLOTS, FIRST_ENTRIES):
         out["index_slots"], out["index_entries"] = kx.slots, kx.entries
     return out
