@@ -149,6 +149,20 @@ def test_put_stamps_the_born_time(tmp_path):
     assert before <= m.born_timestamp <= after
 
 
+def test_put_says_when_it_creates_a_store_and_inspection_creates_none(tmp_path):
+    new = tmp_path / "mistyped" / "store"
+    for cmd in (("info", new), ("scan", new), ("topics", new), ("get", new, "t", "0", "0"),
+                ("verify", new)):
+        r = strata_cmd(*cmd)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, (cmd, r.stderr)
+        assert not (tmp_path / "mistyped").exists(), cmd    # inspection never creates
+    r = strata_cmd("put", new, "t", "--body", "x")
+    assert r.returncode == 0, r.stderr
+    assert f"created a new store at {new}" in r.stderr
+    r = strata_cmd("put", new, "t", "--body", "y")              # it exists now: said once
+    assert r.returncode == 0 and "created" not in r.stderr, r.stderr
+
+
 def test_put_keeps_the_store_geometry(tmp_path):
     make_store(tmp_path / "s", n=1)
     for extra in ((), ("--sync",)):

@@ -157,7 +157,7 @@ def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> Non
 
     def on_damage(offset: int, error: str) -> None:   # never printed as a record: say so
         damaged.append(offset)
-        err.print(f"Error: {error}", markup=False, highlight=False)
+        err.print(f"Error: {error}", markup=False, highlight=False, soft_wrap=True)
 
     with store:
         end = store.confirmed_offset()
@@ -182,7 +182,7 @@ def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> Non
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if damaged:
         err.print(f"{len(damaged)} damaged record(s) passed over; `strata verify {directory}` "
-                  "lists every damaged record", markup=False, highlight=False)
+                  "lists every damaged record", markup=False, highlight=False, soft_wrap=True)
         sys.exit(1)
 
 
@@ -385,6 +385,9 @@ def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tag
                   queue_id=queue_id, born_timestamp=time.time_ns() // 1_000_000)
     check_messages(directory, [msg], cfg)   # refused input never opens (or creates) the store
     with MessageStore(directory, cfg) as store:
+        if store.recovery_report is not None and store.recovery_report.new_store:
+            err.print(f"created a new store at {directory} (no store was there)",
+                      markup=False, highlight=False, soft_wrap=True)
         r = store.put(msg)
     click.echo(json.dumps({"status": r.status.name, "msg_id": r.msg_id, "topic": r.topic,
                            "queue_id": r.queue_id, "queue_offset": r.queue_offset,
