@@ -664,17 +664,8 @@ def build_pristine(path: Path, seed: int, unclean: bool) -> Pristine:
         for a in put_random(store, rng, lambda: next(seqs)):
             acks[a.seq] = a
     exact = {s: tuple(store.read_at(a.offset)) for s, a in acks.items()}
-    if unclean:
-        from strata.files.checkpoint import CheckpointFile
-        store.wait_dispatched(10)
-        store.flush()
-        end = store.max_commitlog_offset()
-        for _ in range(500):   # until a background checkpoint covers everything
-            cp = CheckpointFile(path).load()
-            if cp is not None and cp.flushed_offset >= end and cp.dispatched_offset >= end:
-                break
-            time.sleep(0.01)
-        store._abandon()
+    if unclean:   # a crash right after a checkpoint that covers everything
+        store._abandon(checkpointed=True)
     else:
         store.close()
     return Pristine(path, acks, unclean, exact)

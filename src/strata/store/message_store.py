@@ -1053,13 +1053,19 @@ class MessageStore:
         if self._lock.held:
             self._lock.release()
 
-    def _abandon(self) -> None:
-        """Tests: stop as a crash would (no flush, no checkpoint, abort marker left behind)."""
+    def _abandon(self, *, checkpointed: bool = False) -> None:
+        """Tests: stop as a crash would (no flush, no checkpoint, abort marker left behind).
+        With ``checkpointed``, the crash comes right after a checkpoint that covers every
+        record appended, flushed and dispatched (what a background checkpoint would write)."""
         if self._closed:
             return
         with self._put_lock:
             self._closed = True
         self._stop_services()  # stopping a service never flushes
+        if checkpointed:
+            self._reput.catch_up(self.log.max_offset())
+            self.log.flush(0)
+            self._write_checkpoint(clean_end=-1)
         self._release_files()
 
     @property
