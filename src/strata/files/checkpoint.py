@@ -7,9 +7,11 @@ import mmap
 import os
 from pathlib import Path
 
+import numpy as np
+
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
-from strata.format.checkpoint import (STATE_OFFSET, STATE_POS_CONFIRMED, STATE_POS_DISPATCHED,
-                                      STATE_POS_MIN, Checkpoint, decode_state, encode_state)
+from strata.format.checkpoint import (STATE_POS_CONFIRMED, STATE_POS_DISPATCHED, STATE_POS_MIN,
+                                      Checkpoint, decode_state, encode_state)
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +19,8 @@ CHECKPOINT_NAME = "checkpoint"
 ABORT_NAME = "abort"
 STATE_NAME = "state"
 STATE_SIZE = 4096
+_CONFIRMED, _DISPATCHED, _MIN = ((pos - STATE_POS_CONFIRMED) // 8 for pos in
+                                 (STATE_POS_CONFIRMED, STATE_POS_DISPATCHED, STATE_POS_MIN))
 
 
 class CheckpointFile:
@@ -66,8 +70,12 @@ class AbortMarker:
 class StatePage:
     """``<dir>/state``: offsets the writer publishes to read-only openers in other processes.
 
-    Not a durability record (it is never fsynced on the put path); aligned 8-byte stores are
-    atomic, so a reader sees an old or a new value, never a torn one.
+    Not a durability record (it is never fsynced on the put path). The three offsets are
+    stored and loaded through an int64 numpy view of the page, which is one aligned 8-byte
+    store or load each (atomic), so a reader sees an old or a new value, never a torn one.
+    ``struct.pack_into`` is no way to do it: CPython zero-fills the field and then writes it a
+    byte at a time, and a reader in between saw a confirmed offset of 0 (its gets came back
+    empty) or a mix of two values; ``unpack_from`` reads a byte at a time too.
     """
 
     def __init__(self, directory: Path, *, readonly: bool) -> None:
@@ -75,6 +83,12 @@ class StatePage:
         self.readonly = readonly
         self.mm: mmap.mmap | None = None
         self._fd: int | None = None
+        self._offsets: np.ndarray | None = None   # confirmed, dispatched, min: a view of mm
+
+    def _map(self, fd: int, access: int) -> None:
+        self._fd = fd
+        self.mm = mmap.mmap(fd, STATE_SIZE, access=access)
+        self._offsets = np.frombuffer(self.mm, dtype="<i8", count=3, offset=STATE_POS_CONFIRMED)
 
     def open(self, confirmed: int = 0, dispatched: int = 0, min_offset: int = 0) -> bool:
         """Map the page; the writer (re)initialises it. False if a reader finds none."""
@@ -86,8 +100,7 @@ class StatePage:
             if os.fstat(fd).st_size < STATE_SIZE:
                 os.close(fd)
                 return False
-            self._fd = fd
-            self.mm = mmap.mmap(fd, STATE_SIZE, access=mmap.ACCESS_READ)
+            self._map(fd, mmap.ACCESS_READ)
             return True
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:   # blocks reserved, not a sparse page: a full disk is DiskFullError, not SIGBUS
@@ -95,26 +108,28 @@ class StatePage:
         except OSError as exc:
             os.close(fd)
             raise disk_full_or_same(exc, f"no space left to create {self.path}")
-        self._fd = fd
-        self.mm = mmap.mmap(fd, STATE_SIZE)
+        self._map(fd, mmap.ACCESS_WRITE)
         raw = encode_state(os.getpid(), confirmed, dispatched, min_offset)
         self.mm[:len(raw)] = raw
         return True
 
     def set_confirmed(self, offset: int) -> None:
-        STATE_OFFSET.pack_into(self.mm, STATE_POS_CONFIRMED, offset)
+        self._offsets[_CONFIRMED] = offset
 
     def set_dispatched(self, offset: int) -> None:
-        STATE_OFFSET.pack_into(self.mm, STATE_POS_DISPATCHED, offset)
+        self._offsets[_DISPATCHED] = offset
 
     def set_min(self, offset: int) -> None:
-        STATE_OFFSET.pack_into(self.mm, STATE_POS_MIN, offset)
+        self._offsets[_MIN] = offset
 
     def read(self) -> tuple[int, int, int, int]:
         """(writer pid, confirmed offset, dispatched offset, min offset)."""
-        return decode_state(self.mm)
+        pid = decode_state(self.mm)[0]   # checks the magic too
+        confirmed, dispatched, min_offset = (int(v) for v in self._offsets)
+        return pid, confirmed, dispatched, min_offset
 
     def close(self) -> None:
+        self._offsets = None   # the view pins the map
         if self.mm is not None:
             self.mm.close()
             self.mm = None

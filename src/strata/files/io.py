@@ -153,7 +153,7 @@ class FileOps:
         ``mmap.madvise`` holds the GIL for its whole duration, so libc's madvise is called
         through ctypes, which releases it: a segment is pre-faulted on another core while
         producers keep appending. Without that (no libc, or a kernel without
-        MADV_POPULATE_WRITE) pages are touched one by one in small chunks.
+        MADV_POPULATE_WRITE) pages are read one by one in small chunks.
         """
         pos = start - start % PAGE
         if _populate_write(mm, pos, end - pos):
@@ -163,9 +163,9 @@ class FileOps:
             n = min(chunk, end - pos)
             try:
                 mm.madvise(MADV_POPULATE_WRITE, pos, n)
-            except (OSError, ValueError):
-                for off in range(pos, pos + n, PAGE):
-                    mm[off] = mm[off]
+            except (OSError, ValueError):   # a read touch: writing a byte back could undo
+                for off in range(pos, pos + n, PAGE):   # a store the writer just made there
+                    mm[off]
             pos += n
             time.sleep(0)
 

@@ -172,16 +172,22 @@ class KeyIndexHeader:
                              f"{self.entry_count - 1} entries can fill")
 
 
+# Readers in other processes look at the counters and slots while the writer changes them.
+# Both sides copy a field whole (a slice is one memcpy: each aligned field one load or store);
+# struct's pack_into zero-fills a field and then stores it a byte at a time, and unpack_from
+# loads a byte at a time, so a reader could see 0 or a mix of an old and a new value.
+
+
 def peek_counters(buf) -> tuple[int, int, int, int, int, int]:
     """(flags, end_offset, entry_count, used_slots, min_delta, max_delta) of a mapped file."""
-    return COUNTERS.unpack_from(buf, POS_COUNTERS)
+    return COUNTERS.unpack(buf[POS_COUNTERS:POS_COUNTERS + COUNTERS.size])
 
 
 def write_counters(buf, flags: int, end_offset: int, entry_count: int, used_slots: int,
                    min_delta: int, max_delta: int) -> None:
     """Rewrite the counters in place (one write per batch)."""
-    COUNTERS.pack_into(buf, POS_COUNTERS, flags, end_offset, entry_count, used_slots,
-                       min_delta, max_delta)
+    buf[POS_COUNTERS:POS_COUNTERS + COUNTERS.size] = COUNTERS.pack(
+        flags, end_offset, entry_count, used_slots, min_delta, max_delta)
 
 
 # --------------------------------------------------------------------------- entries

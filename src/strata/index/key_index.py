@@ -460,7 +460,7 @@ class KeyIndex:
         inline_crc = hash_fn is fmt.key_hash      # the default, inlined: saves a call per key
         crc = crc32c
         pack_entry = _ENTRY.pack_into
-        pack_slot = _SLOT.pack_into
+        pack_slot = _SLOT.pack                # stored by slice: one 4-byte store (format)
         read_slot = _SLOT.unpack_from
         mask, dmin, dmax, slots_at = _HASH_MASK, _DELTA_MIN, _DELTA_MAX, _SLOTS_AT
         f = self._files[-1] if self._files else None
@@ -505,7 +505,7 @@ class KeyIndex:
                         max_d = d
                     last_d = d
                 pack_entry(mm, epos + count * 20, h, phys, d, head)
-                pack_slot(mm, spos, count)
+                mm[spos:spos + 4] = pack_slot(count)
                 if not head:
                     used += 1
                 count += 1
@@ -572,7 +572,7 @@ class KeyIndex:
             epos = f.entries_pos
             slots = f.slots
             slot = h % slots
-            n = _SLOT.unpack_from(mm, _SLOTS_AT + slot * 4)[0]
+            n = int.from_bytes(mm[_SLOTS_AT + slot * 4:_SLOTS_AT + slot * 4 + 4], "little")
             damaged = n >= f.capacity          # a damaged head; never follow it out of the file
             while n and not damaged:
                 eh, phys, d, prev = unpack_entry(mm, epos + n * 20)
