@@ -14,6 +14,11 @@ import pytest
 
 from tier_helpers import S3_ENV, Tier, free_port, new_bucket
 
+# Spark's Python workers get the environment the JVM started with: the fake S3 credentials
+# must be there before any test starts a Spark session.
+for _k, _v in S3_ENV.items():
+    os.environ.setdefault(_k, _v)
+
 
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory):

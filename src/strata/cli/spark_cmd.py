@@ -1,4 +1,5 @@
-"""``strata spark``: the maintenance jobs on Apache Spark — verify, rebuild-index, export.
+"""``strata spark``: the maintenance jobs on Apache Spark — verify, rebuild-index, export,
+tier-verify.
 
 Arguments are checked (store present, not locked, output path free) before a Spark session is
 started, so a mistake costs no Spark start-up. PySpark is imported only inside the commands:
@@ -55,6 +56,24 @@ def _progress(spark, title: str):
     return SparkTaskProgress(spark, err, title)
 
 
+def _report(result, as_json: bool, show: int) -> None:
+    """Print a verify job's problems (at most ``show``; 0 = all) and its JSON summary; exit 1
+    if it found any."""
+    listed = result.problems if show <= 0 else result.problems[:show]
+    for p in listed:
+        if as_json:
+            click.echo(json.dumps({"file": p.file, "offset": p.offset, "kind": p.kind,
+                                   "detail": p.detail}))
+        else:
+            click.echo(f"PROBLEM {p.file} offset {p.offset} {p.kind}: {p.detail}")
+    if len(listed) < len(result.problems):
+        click.echo(f"... {len(result.problems) - len(listed)} more problems not listed "
+                   "(--show 0 lists all)")
+    click.echo(json.dumps(result.summary.to_dict()))
+    if not result.ok:
+        sys.exit(1)
+
+
 @spark_group.command("verify")
 @click.argument("directory", metavar="DIR")
 @master_option
@@ -75,19 +94,7 @@ def verify_cmd(directory: str, master: str, as_json: bool, show: int) -> None:
             result = verify(spark, path, progress=prog)
     except StrataError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
-    listed = result.problems if show <= 0 else result.problems[:show]
-    for p in listed:
-        if as_json:
-            click.echo(json.dumps({"file": p.file, "offset": p.offset, "kind": p.kind,
-                                   "detail": p.detail}))
-        else:
-            click.echo(f"PROBLEM {p.file} offset {p.offset} {p.kind}: {p.detail}")
-    if len(listed) < len(result.problems):
-        click.echo(f"... {len(result.problems) - len(listed)} more problems not listed "
-                   "(--show 0 lists all)")
-    click.echo(json.dumps(result.summary.to_dict()))
-    if not result.ok:
-        sys.exit(1)
+    _report(result, as_json, show)
 
 
 @spark_group.command("rebuild-index")
@@ -156,3 +163,44 @@ def export_cmd(directory: str, topic: str, to: str, fmt: str, overwrite: bool,
     except StrataError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     click.echo(json.dumps(summary.to_dict()))
+
+
+@spark_group.command("tier-verify")
+@click.argument("directory", metavar="DIR", required=False)
+@click.option("--tier-url", default=None,
+              help="Verify this tier alone (file:///abs/dir or s3://bucket/prefix) from its "
+                   "own metadata copy, instead of DIR's tier.")
+@click.option("--endpoint-url", default=None, help="The S3-compatible endpoint of --tier-url.")
+@master_option
+@click.option("--json", "as_json", is_flag=True, help="Print each problem as a JSON line.")
+@click.option("--show", default=100, show_default=True,
+              help="List at most this many problems (0 = all); the summary counts all.")
+def tier_verify_cmd(directory: str | None, tier_url: str | None, endpoint_url: str | None,
+                    master: str, as_json: bool, show: int) -> None:
+    """Check every record on a tier against the metadata, one Spark task per chunk: objects
+    present and of the counted sizes, the .cq and .keys CRCs, each record's checks and CRC32C,
+    topic, queue, offsets, store times. DIR is a store with a tier (its metadata is the truth);
+    --tier-url reads a tier alone. Read-only. Exits 1 on any problem; the last line is a JSON
+    summary."""
+    from strata.spark.jobs.tier_verify import load_metadata, tier_verify
+
+    if (directory is None) == (tier_url is None):
+        raise click.UsageError("give a store directory DIR or --tier-url URL (one of them)",
+                               ctx=click.get_current_context())
+    if endpoint_url is not None and tier_url is None:
+        raise click.UsageError("--endpoint-url goes with --tier-url (DIR's tier has its own)",
+                               ctx=click.get_current_context())
+    if directory is not None:
+        _require_store(directory)
+    try:   # a bad URL or a tier without metadata costs no Spark start-up
+        load_metadata(directory, tier_url, endpoint_url)
+    except StrataError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    spark = _session(master)
+    try:
+        with _progress(spark, "tier-verify") as prog:
+            result = tier_verify(spark, directory, tier_url=tier_url, endpoint=endpoint_url,
+                                 progress=prog)
+    except StrataError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    _report(result, as_json, show)

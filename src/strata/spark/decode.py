@@ -56,39 +56,51 @@ class _Column:
 class Records:
     """The records at a batch's commit-log offsets, ascending (log order, as
     log_order.log_ordered_units gives them): every header field as a numpy array
-    (``fields[kernels.BODY_LEN]`` ...), and the runs of rows that lie in each segment."""
+    (``fields[kernels.BODY_LEN]`` ...), and the runs of rows that lie in each segment (or in
+    one buffer: ``from_buffer``)."""
 
     def __init__(self, segments, phys: np.ndarray) -> None:
         self.phys = phys
         self.n = len(phys)
         self.fields = np.empty((k.FIELDS, self.n), np.int64)
         self._props_index: tuple[np.ndarray, ...] | None = None   # _properties_index()
-        # (first row, end row, segment) of each segment's run of rows
-        self.spans: list[tuple[int, int, object]] = []
+        # (first row, end row, bytes as uint8, byte positions of those rows' records)
+        self.spans: list[tuple[int, int, np.ndarray, np.ndarray]] = []
         for lo, hi, seg in segment_runs(segments, phys):
             if seg is None:
                 raise CorruptRecordError(f"commit-log offset {int(phys[lo])} is below the "
                                          "oldest segment (deleted by retention?)")
-            self.spans.append((lo, hi, seg))
-            bad = k.scan_headers(self._map(seg), self._positions(lo, hi, seg), phys[lo:hi],
-                                 self.fields, lo)
-            if bad >= 0:
-                raise CorruptRecordError(f"no intact message record at commit-log offset "
-                                         f"{int(phys[lo + bad])} although a consume queue "
-                                         "points there")
+            self._add_span(lo, hi, np.frombuffer(seg.mm, np.uint8),
+                           HEADER_AREA + (phys[lo:hi] - seg.base_offset))
 
-    @staticmethod
-    def _map(seg) -> np.ndarray:
-        return np.frombuffer(seg.mm, np.uint8)
+    @classmethod
+    def from_buffer(cls, data: np.ndarray, positions: np.ndarray,
+                    phys: np.ndarray) -> "Records":
+        """The records at ``positions`` of one buffer (``data``, uint8) that carry commit-log
+        offsets ``phys``: e.g. a tier chunk's .log object, whose records keep the offsets of
+        the log that wrote them (docs/format.md section 14)."""
+        self = cls.__new__(cls)
+        self.phys = phys
+        self.n = len(phys)
+        self.fields = np.empty((k.FIELDS, self.n), np.int64)
+        self._props_index = None
+        self.spans = []
+        if self.n:
+            self._add_span(0, self.n, data, positions)
+        return self
 
-    def _positions(self, lo: int, hi: int, seg) -> np.ndarray:
-        """Byte positions of rows lo..hi in their segment's map."""
-        return HEADER_AREA + (self.phys[lo:hi] - seg.base_offset)
+    def _add_span(self, lo: int, hi: int, data: np.ndarray, pos: np.ndarray) -> None:
+        self.spans.append((lo, hi, data, pos))
+        bad = k.scan_headers(data, pos, self.phys[lo:hi], self.fields, lo)
+        if bad >= 0:
+            raise CorruptRecordError(f"no intact message record at commit-log offset "
+                                     f"{int(self.phys[lo + bad])} although a consume queue "
+                                     "points there")
 
     def _bytes(self, start_row: int, len_row: int, mask: np.ndarray | None = None) -> pa.Array:
         col = _Column(self.fields[len_row], mask)
-        for lo, hi, seg in self.spans:
-            col.copy(self._map(seg), self.fields[start_row, lo:hi], lo, hi)
+        for lo, hi, data, pos in self.spans:
+            col.copy(data, self.fields[start_row, lo:hi], lo, hi)
         return col.array()
 
     # core columns -------------------------------------------------------------------------
@@ -108,8 +120,8 @@ class Records:
         every record."""
         if self._props_index is None:
             counts = tuple(np.empty(self.n, np.int64) for _ in range(4))
-            for lo, hi, seg in self.spans:
-                bad = k.scan_properties(self._map(seg), self.fields[k.PROPS_START, lo:hi],
+            for lo, hi, data, pos in self.spans:
+                bad = k.scan_properties(data, self.fields[k.PROPS_START, lo:hi],
                                         self.fields[k.PROPS_LEN, lo:hi], *counts, lo)
                 if bad >= 0:
                     raise CorruptRecordError(f"record at commit-log offset "
@@ -124,8 +136,8 @@ class Records:
         if not has.any():
             return pa.nulls(self.n, pa.string())
         col = _Column(tag_len, mask=has)
-        for lo, hi, seg in self.spans:
-            col.copy(self._map(seg), tag_start[lo:hi], lo, hi)
+        for lo, hi, data, pos in self.spans:
+            col.copy(data, tag_start[lo:hi], lo, hi)
         return _checked_text(col.array(pa.string()), "tags")
 
     def _entries(self, users: bool) -> tuple[np.ndarray, list[pa.Array]]:
@@ -135,8 +147,8 @@ class Records:
         offsets = np.zeros(self.n + 1, np.int32)
         np.cumsum(user_count if users else key_count, out=offsets[1:])
         spans = [np.empty(int(offsets[-1]), np.int64) for _ in range(4)]
-        for lo, hi, seg in self.spans:
-            k.property_spans(self._map(seg), self.fields[k.PROPS_START, lo:hi],
+        for lo, hi, data, pos in self.spans:
+            k.property_spans(data, self.fields[k.PROPS_START, lo:hi],
                              self.fields[k.PROPS_LEN, lo:hi], users, int(offsets[lo]), *spans)
         name_starts, name_lens, value_starts, value_lens = spans
         wanted = [(name_starts, name_lens, pa.string()), (value_starts, value_lens, pa.binary())] \
@@ -144,9 +156,9 @@ class Records:
         columns = []
         for starts, lens, typ in wanted:
             col = _Column(lens)
-            for lo, hi, seg in self.spans:
+            for lo, hi, data, pos in self.spans:
                 a, b = int(offsets[lo]), int(offsets[hi])
-                col.copy(self._map(seg), starts[a:b], a, b)
+                col.copy(data, starts[a:b], a, b)
             columns.append(col.array(typ))
         return offsets, columns
 
@@ -171,8 +183,8 @@ class Records:
         host_len = np.where(flags & rec.SYSFLAG_STORE_HOST_V6, 18, 6)
         born_len = np.where(flags & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
         col = _Column(host_len)     # the store host follows the fixed header and the born host
-        for lo, hi, seg in self.spans:
-            col.copy(self._map(seg), self._positions(lo, hi, seg) + rec.HEADER_SIZE
+        for lo, hi, data, pos in self.spans:
+            col.copy(data, pos + rec.HEADER_SIZE
                      + born_len[lo:hi], lo, hi)
         hosts = col.array()
         distinct = hosts.unique().to_pylist() if self.n else []

@@ -178,11 +178,45 @@ class ReadOptions:
     ending_timestamp: int | None = None
     ending_by_timestamp: dict[str, dict[int, int]] | None = None
     filter_pushdown: bool = True  # used when Spark's filter pushdown is on
+    # a tier read alone (no store directory: ``path`` is ""), README "Tiered storage"
+    tier_url: str | None = None
+    tier_endpoint_url: str | None = None
+
+
+def _tier(opts: dict) -> tuple[str | None, str | None]:
+    """``tierUrl`` and ``tierEndpointUrl``, checked (the store's own rules for tier_url)."""
+    from strata.errors import InvalidConfigError
+    from strata.store.tier_url import check_endpoint_url, parse_tier_url
+
+    url, endpoint = opts.get("tierurl"), opts.get("tierendpointurl")
+    if url is None:
+        if endpoint is not None:
+            raise OptionError("tierEndpointUrl", "needs option 'tierUrl' (an s3:// tier)")
+        return None, None
+    if opts.get("path"):
+        raise OptionError("tierUrl", f"give either a store directory (path {opts['path']!r}: "
+                                     "its own tier is read with it) or 'tierUrl' (a tier "
+                                     "alone), not both")
+    try:
+        loc = parse_tier_url(str(url), "tierUrl")
+        if endpoint is not None:
+            if loc.scheme != "s3":
+                raise InvalidConfigError(f"tierEndpointUrl={endpoint!r}: only an s3:// tier "
+                                         "has an endpoint")
+            check_endpoint_url(str(endpoint), "tierEndpointUrl")
+    except InvalidConfigError as exc:
+        raise OptionError("tierUrl" if endpoint is None or "tierEndpointUrl" not in str(exc)
+                          else "tierEndpointUrl", str(exc)) from None
+    return loc.url, None if endpoint is None else str(endpoint)
 
 
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     opts = _lower(options)
-    path = _path(opts)
+    tier_url, tier_endpoint = _tier(opts)
+    if tier_url is None and not opts.get("path"):
+        raise OptionError("path", "is required: the store directory (.option('path', DIR) "
+                                  "or .load(DIR)), or option 'tierUrl' to read a tier alone")
+    path = "" if tier_url is not None else str(opts["path"])
     given = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in opts]
     if len(given) != 1:
         raise OptionError("subscribe", "exactly one of 'subscribe', 'subscribePattern' or "
@@ -228,6 +262,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         ending_timestamp=_timestamp(opts, "endingTimestamp"),
         ending_by_timestamp=_timestamps_json(opts, "endingOffsetsByTimestamp"),
         filter_pushdown=_bool(opts, "filterPushdown", True),
+        tier_url=tier_url, tier_endpoint_url=tier_endpoint,
     )
 
 
@@ -295,6 +330,9 @@ def parse_stream_read_options(options: Mapping[str, str]) -> StreamReadOptions:
     from dataclasses import replace
 
     opts = _lower(options)
+    if "tierurl" in opts:
+        raise OptionError("tierUrl", "a tier alone is read in batch (spark.read); a stream "
+                                     "reads a store directory")
     for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
         if name.lower() in opts:
             raise OptionError(name, "is for batch reads only; a stream has no end "

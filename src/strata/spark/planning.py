@@ -25,7 +25,7 @@ def selected_queues(store, o: ReadOptions) -> list[tuple[str, int]]:
     if o.subscribe is not None:
         missing = [t for t in o.subscribe if t not in topics]
         if missing:
-            raise OptionError("subscribe", f"no topic {missing[0]!r} in the store at {o.path} "
+            raise OptionError("subscribe", f"no topic {missing[0]!r} in the store at {o.path or o.tier_url} "
                                            f"(topics: {', '.join(topics) or 'none'})")
         chosen = list(dict.fromkeys(o.subscribe))
         return [(t, q) for t in chosen for q in range(store.queue_count(t))]
@@ -36,7 +36,7 @@ def selected_queues(store, o: ReadOptions) -> list[tuple[str, int]]:
     for t, qs in o.assign.items():
         n = store.queue_count(t)
         if n == 0:
-            raise OptionError("assign", f"no topic {t!r} in the store at {o.path}")
+            raise OptionError("assign", f"no topic {t!r} in the store at {o.path or o.tier_url}")
         for q in qs:
             if q >= n:
                 raise OptionError("assign", f"topic {t!r} has {n} queues; there is no queue {q}")

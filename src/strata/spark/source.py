@@ -84,19 +84,49 @@ class StrataBatchReader(DataSourceReader):
         return rest
 
     def partitions(self) -> list[InputPartition]:
-        from strata.spark.geometry import open_readonly
-        store = open_readonly(self.o.path)
+        from strata.spark.tier_read import History, pack_spans
+        history = History.open(self.o)
         try:
-            ranges = resolve_ranges(store, self.o, self.pushed)
-            tasks = plan_tasks(store, ranges, self.o.min_partitions, BATCH_TASK_ROWS)
+            ranges = resolve_ranges(history, self.o, self.pushed)
+            if history.meta is None:
+                tasks = plan_tasks(history.store, ranges, self.o.min_partitions,
+                                   BATCH_TASK_ROWS)
+                return [RangesPartition(g) for g in tasks]
+            spans, local = [], []
+            for r in ranges:
+                tier_part, local_part = history.split(r, self.o.fail_on_data_loss)
+                spans += tier_part
+                local.append(local_part)
+            parts: list[InputPartition] = [
+                TierPartition(history.tier_url, history.tier_endpoint, g)
+                for g in pack_spans(spans, BATCH_TASK_ROWS, bool(self.o.min_partitions))]
+            if history.store is not None:
+                parts += [RangesPartition(g) for g in plan_tasks(
+                    history.store, local, self.o.min_partitions, BATCH_TASK_ROWS)]
+            return parts
         finally:
-            store.close()
-        return [RangesPartition(g) for g in tasks]
+            history.close()
 
     def read(self, partition) -> Iterator:
+        tag_hashes = self.pushed.tag_hashes if self.pushed else None
+        if isinstance(partition, TierPartition):
+            from strata.spark.tier_read import read_spans
+            return read_spans(partition.url, partition.endpoint, partition.spans,
+                              arrow_schema(self.schema), self.o.max_records_per_batch,
+                              tag_hashes=tag_hashes)
         return read_ranges(self.o.path, partition, arrow_schema(self.schema),
                            self.o.max_records_per_batch, self.o.fail_on_data_loss,
-                           tag_hashes=self.pushed.tag_hashes if self.pushed else None)
+                           tag_hashes=tag_hashes)
+
+
+class TierPartition(InputPartition):
+    """One Spark task: spans of one queue's tier chunks (tier_read.TierSpan)."""
+
+    def __init__(self, url: str, endpoint: str | None, spans) -> None:
+        self.url = url
+        self.endpoint = endpoint
+        self.spans = tuple(spans)
+        self.value = (url, tuple((s.topic, s.queue_id, s.start, s.end) for s in self.spans))
 
 
 def read_ranges(path: str, partition, schema, batch_rows: int, fail_on_data_loss: bool = True,
