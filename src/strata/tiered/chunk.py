@@ -17,10 +17,10 @@ from strata.errors import CorruptRecordError
 from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
 from strata.format.consume_queue import UNIT_DTYPE
-from strata.format.record_batch import check_headers
+from strata.format.record_batch import check_headers, crcs_match
 from strata.format.segment import HEADER_AREA
 from strata.log.commit_log import CommitLog
-from strata.tiered.layout import KEY_ENTRY, key_hash, sort_keys
+from strata.tiered.layout import KEY_ENTRY, key_hash, key_hashes, sort_keys
 from strata.tiered.metadata import ChunkMeta
 
 
@@ -28,23 +28,38 @@ from strata.tiered.metadata import ChunkMeta
 class Chunk:
     """The three objects of a chunk and its metadata entry."""
 
-    log: bytes
+    log: bytearray | memoryview   # the .log bytes: all of ``buffer`` or a view of its start
     cq: bytes
     keys: bytes
     meta: ChunkMeta
+    buffer: bytearray             # holds ``log``: give it to the next build_chunk
 
 
 def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
-                units: np.ndarray) -> Chunk:
+                units: np.ndarray, buffer: bytearray | None = None) -> Chunk:
     """The chunk of queue offsets [first, first + len(units)) whose local units are ``units``
     (all real, ascending commit-log offsets). CorruptRecordError names a damaged record;
-    ValueError if a segment was closed meanwhile (retention): the caller tries again later."""
+    ValueError if a segment was closed meanwhile (retention): the caller tries again later.
+    The .log bytes go into ``buffer`` when it is large enough (a buffer used again and again
+    has its pages touched already: a fresh one costs a page fault per 4 KiB), else into a new
+    one.
+
+    A batch path: per segment, one numpy pass checks every record's header (lengths, magic,
+    offsets, queue) and one crc32c call per record its CRC; records that lie back to back in
+    the log are copied as one piece; key entries come from the properties sections in bulk
+    (records whose only property is one key, the common shape, need no parsing)."""
     phys = units["offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     n = len(units)
-    parts: list = []
+    out_at = np.zeros(n + 1, np.int64)        # each record's position in the .log object
+    np.cumsum(sizes, out=out_at[1:])
+    total_bytes = int(out_at[-1])
+    if buffer is not None and len(buffer) >= total_bytes:
+        data = buffer
+    else:   # grown by at least half, so chunks of varying sizes rarely need a new one
+        data = bytearray(max(total_bytes, len(buffer) * 3 // 2 if buffer else 0))
     store_ts = np.empty(n, np.int64)
-    keys: list[tuple[int, int, int]] = []
+    key_parts: list[np.ndarray] = []
     for lo, hi, seg in segment_runs(list(log.segments.segments), phys):
         if seg is None or seg.closed:
             raise ValueError(f"commit-log offset {int(phys[lo])} is no longer stored")
@@ -55,33 +70,83 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
         ok &= total == sizes[lo:hi]
         ok &= hdr["queue_offset"] == np.arange(first + lo, first + hi)
         ok &= hdr["queue_id"] == queue_id
-        # where each record's properties start, relative to the record
-        props_at = rec.HEADER_SIZE + hosts + hdr["topic_len"].astype(np.int64)
-        rows = zip(pos.tolist(), sizes[lo:hi].tolist(), hdr["crc"].tolist(), ok.tolist(),
-                   props_at.tolist(), hdr["props_len"].tolist(), hdr["store_ts"].tolist())
-        add = parts.append
-        for i, (p, s, crc, good, pa, pl, ts) in enumerate(rows):
-            piece = mm[p:p + s]
-            if not good or crc32c(memoryview(piece)[rec.CRC_START:]) != crc:
-                raise CorruptRecordError(
-                    f"{topic}/{queue_id} offset {first + lo + i}: the record at commit-log "
-                    f"offset {int(phys[lo + i])} is damaged; not uploaded", int(phys[lo + i]))
-            add(piece)
-            if pl:
-                k, _tags, uniq = rec.dispatch_properties(piece[pa:pa + pl])
-                for key in (*k, uniq) if uniq else k:
-                    keys.append((key_hash(topic, key), ts, first + lo + i))
+        if ok.any():
+            rows = np.flatnonzero(ok)
+            ok[rows[~crcs_match(mm, pos[rows], total[rows], hdr["crc"][rows])]] = False
+        if not ok.all():
+            i = int(np.argmin(ok))
+            raise CorruptRecordError(
+                f"{topic}/{queue_id} offset {first + lo + i}: the record at commit-log "
+                f"offset {int(phys[lo + i])} is damaged; not uploaded", int(phys[lo + i]))
         store_ts[lo:hi] = hdr["store_ts"]
-    data = b"".join(parts)
+        # where each record's properties start, absolute in the map
+        props_at = pos + rec.HEADER_SIZE + hosts + hdr["topic_len"].astype(np.int64)
+        ends = pos + sizes[lo:hi]
+        # one copy per run of records that follow each other in the log
+        cuts = np.flatnonzero(pos[1:] != ends[:-1]) + 1
+        run_lo = np.concatenate(([0], cuts))
+        run_hi = np.concatenate((cuts, [hi - lo]))
+        src_a, src_b = pos[run_lo].tolist(), ends[run_hi - 1].tolist()
+        dst = (out_at[lo + run_lo]).tolist()
+        with memoryview(mm) as mv:
+            for a, b, d in zip(src_a, src_b, dst):
+                data[d:d + b - a] = mv[a:b]
+            key_parts.append(_key_entries(mm, mv, props_at, hdr["props_len"].astype(np.int64),
+                                          hdr["store_ts"], np.arange(first + lo, first + hi),
+                                          topic))
     cq = np.empty(n, UNIT_DTYPE)
     cq["size"] = sizes
-    cq["offset"] = np.concatenate(([0], np.cumsum(sizes)[:-1])) if n else []
+    cq["offset"] = out_at[:-1]
     cq["tag"] = units["tag"]
     cq_bytes = cq.tobytes()
-    key_arr = sort_keys(np.array(keys, KEY_ENTRY)) if keys else np.empty(0, KEY_ENTRY)
+    keys = np.concatenate(key_parts) if key_parts else np.empty(0, KEY_ENTRY)
+    key_arr = sort_keys(keys) if len(keys) else keys
     key_bytes = key_arr.tobytes()
-    meta = ChunkMeta(first=first, count=n, log_bytes=len(data), cq_crc=crc32c(cq_bytes),
-                     keys_count=len(key_arr), keys_crc=crc32c(key_bytes) if keys else 0,
+    meta = ChunkMeta(first=first, count=n, log_bytes=total_bytes, cq_crc=crc32c(cq_bytes),
+                     keys_count=len(key_arr), keys_crc=crc32c(key_bytes) if len(keys) else 0,
                      min_ts=int(store_ts.min()), max_ts=int(store_ts.max()),
                      first_phys=int(phys[0]), end_phys=int(phys[-1] + sizes[-1]))
-    return Chunk(data, cq_bytes, key_bytes, meta)
+    return Chunk(memoryview(data)[:total_bytes] if len(data) > total_bytes else data, cq_bytes,
+                 key_bytes, meta, data)
+
+
+# A properties section that is one KEYS entry and nothing else starts with these 6 bytes.
+_KEYS_HEADER = np.frombuffer(b"\x04\x00KEYS", np.uint8)
+
+
+def _key_entries(mm, mv: memoryview, props_at: np.ndarray, props_len: np.ndarray,
+                 store_ts: np.ndarray, offsets: np.ndarray, topic: str) -> np.ndarray:
+    """Key entries (KEY_ENTRY, unsorted) of records whose properties sections start at
+    ``props_at`` of the map ``mm``: one per key and per unique key. A section that is a single
+    KEYS entry (the common shape) is hashed straight from the map's bytes; others are parsed
+    (record.dispatch_properties)."""
+    out = np.empty(0, KEY_ENTRY)
+    has = props_len > 0
+    if not has.any():
+        return out
+    raw = np.frombuffer(mm, np.uint8)
+    at = np.where(has, props_at, 0)
+    # 8 bytes of every section's start (clipped at the map's end: only sections of 8 bytes
+    # or more can be the common shape, and those lie inside it)
+    head = raw[np.minimum(at[:, None] + np.arange(8), len(raw) - 1)]
+    vlen = head[:, 6].astype(np.int64) | head[:, 7].astype(np.int64) << 8
+    simple = has & (head[:, :6] == _KEYS_HEADER).all(axis=1) & (8 + vlen == props_len)
+    rows = np.flatnonzero(simple)
+    if len(rows):
+        a = (props_at[rows] + 8).tolist()
+        b = (props_at[rows] + 8 + vlen[rows]).tolist()
+        out = np.empty(len(rows), KEY_ENTRY)
+        out["hash"] = key_hashes(topic, [mv[x:y] for x, y in zip(a, b)])
+        out["store_ts"] = store_ts[rows]
+        out["offset"] = offsets[rows]
+    other = np.flatnonzero(has & ~simple)
+    if len(other):
+        extra = []
+        for i in other.tolist():
+            p = int(props_at[i])
+            k, _tags, uniq = rec.dispatch_properties(mm[p:p + int(props_len[i])])
+            for key in (*k, uniq) if uniq else k:
+                extra.append((key_hash(topic, key), int(store_ts[i]), int(offsets[i])))
+        if extra:
+            out = np.concatenate((out, np.array(extra, KEY_ENTRY)))
+    return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -29,7 +30,7 @@ from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE
 from strata.format.segment import HEADER_AREA
 from strata.tiered.backend import TierBackend
-from strata.tiered.chunk import build_chunk
+from strata.tiered.chunk import Chunk, build_chunk
 from strata.tiered.errors import TierConflictError, TierError, TierUnavailableError
 from strata.tiered.layout import chunk_path, parse_chunk_path
 from strata.tiered.metadata import MetadataStore, QueueMeta
@@ -89,6 +90,11 @@ class UploadDispatcher:
         self.expired_chunks = 0
         self._thread = threading.Thread(target=self._run, name="strata-tier-upload",
                                         daemon=True)
+        # a chunk's objects are written here while the upload thread builds the next one,
+        # into the other of two buffers that are used again and again (chunk.build_chunk)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="strata-tier-put")
+        self._buffers = [bytearray(), bytearray()]
+        self._turn = 0
 
     # ------------------------------------------------------------------ lifetime
 
@@ -104,6 +110,7 @@ class UploadDispatcher:
                 log.warning("tier %s: an upload is still running at close; it is abandoned "
                             "(nothing it wrote counts until the next run uploads it again)",
                             self.backend.url)
+        self._writer.shutdown(wait=not self._thread.is_alive())
 
     @property
     def running(self) -> bool:
@@ -284,12 +291,17 @@ class UploadDispatcher:
         self._pending_chunks = 0
         self.meta.push(self.backend)
 
-    def _pending_units(self, q: QueueMeta, cq, limit: int) -> tuple[int, np.ndarray]:
+    def _pending_units(self, q: QueueMeta, cq, limit: int,
+                       after: int | None = None) -> tuple[int, np.ndarray | None]:
         """(first offset, units) not yet uploaded whose records lie below ``limit``, at most
-        one chunk's worth, all real (a leading run of blank units is skipped over)."""
-        start = q.next_offset
+        one chunk's worth, all real (a leading run of blank units is skipped over). ``after``:
+        the end of a chunk still being written (not counted yet); units None then means the
+        metadata must change first (skipped offsets): finish that chunk, then ask again."""
+        start = q.next_offset if after is None else after
         mn = cq.min_offset()
         if start < mn:   # local retention deleted messages that never reached the tier
+            if after is not None:
+                return start, None
             log.error("tier %s: %s/%d offsets %d..%d were deleted locally before they were "
                       "uploaded; the tier skips them", self.backend.url, q.topic, q.queue_id,
                       start, mn - 1)
@@ -301,6 +313,8 @@ class UploadDispatcher:
             return start, units
         real = units["size"] != BLANK_SIZE
         if not real[0]:
+            if after is not None:
+                return start, None
             lead = int(np.argmax(real)) if real.any() else len(units)
             q.skipped += lead
             q.next_offset = start = start + lead
@@ -325,26 +339,60 @@ class UploadDispatcher:
         ts = rec.I64_AT.unpack_from(seg.mm, HEADER_AREA + pos + rec.POS_STORE_TIMESTAMP)[0]
         return time.time() * 1000 - ts >= self.policy.max_delay_s * 1000
 
+    def _put_chunk(self, q: QueueMeta, chunk: Chunk) -> None:
+        """Write a chunk's objects (on the writer thread)."""
+        first = chunk.meta.first
+        self.backend.put(chunk_path(q.topic, q.queue_id, first, "log"), chunk.log)
+        self.backend.put(chunk_path(q.topic, q.queue_id, first, "cq"), chunk.cq)
+        if chunk.meta.keys_count:
+            self.backend.put(chunk_path(q.topic, q.queue_id, first, "keys"), chunk.keys)
+
+    def _count(self, q: QueueMeta, chunk: Chunk, written: Future) -> None:
+        """Wait for a chunk's objects to be written, then let the metadata count it."""
+        written.result()   # the backend's error, if the writes failed
+        q.chunks.append(chunk.meta)
+        q.next_offset = chunk.meta.end
+        self._pending_chunks += 1
+        self.uploaded.messages += chunk.meta.count
+        self.uploaded.bytes += chunk.meta.log_bytes
+        self.uploaded.chunks += 1
+        if self._on_chunk is not None:
+            self._on_chunk(chunk.meta.count, chunk.meta.log_bytes)
+        if self._pending_chunks >= self.policy.commit_every:
+            self._commit()
+
     def _upload_queue(self, q: QueueMeta, cq, limit: int, forced: bool) -> None:
-        while not self._stop.is_set():
-            first, units = self._pending_units(q, cq, limit)
-            if len(units) == 0 or not (forced or self._due(units)):
-                return
-            chunk = build_chunk(self.store.log, q.topic, q.queue_id, first, units)
-            self.backend.put(chunk_path(q.topic, q.queue_id, first, "log"), chunk.log)
-            self.backend.put(chunk_path(q.topic, q.queue_id, first, "cq"), chunk.cq)
-            if chunk.meta.keys_count:
-                self.backend.put(chunk_path(q.topic, q.queue_id, first, "keys"), chunk.keys)
-            q.chunks.append(chunk.meta)
-            q.next_offset = chunk.meta.end
-            self._pending_chunks += 1
-            self.uploaded.messages += chunk.meta.count
-            self.uploaded.bytes += chunk.meta.log_bytes
-            self.uploaded.chunks += 1
-            if self._on_chunk is not None:
-                self._on_chunk(chunk.meta.count, chunk.meta.log_bytes)
-            if self._pending_chunks >= self.policy.commit_every:
-                self._commit()
+        """Upload a queue's pending chunks, building the next chunk while the one before is
+        written (the writes release the GIL): two buffers take turns, and a chunk counts only
+        once its objects are written, in offset order."""
+        inflight: tuple[Chunk, Future] | None = None
+        try:
+            while not self._stop.is_set():
+                first, units = self._pending_units(
+                    q, cq, limit, inflight[0].meta.end if inflight is not None else None)
+                if units is None:
+                    self._count(q, *inflight)
+                    inflight = None
+                    continue
+                if len(units) == 0 or not (forced or self._due(units)):
+                    break
+                chunk = build_chunk(self.store.log, q.topic, q.queue_id, first, units,
+                                    self._buffers[self._turn])
+                self._buffers[self._turn] = chunk.buffer
+                self._turn ^= 1
+                if inflight is not None:
+                    self._count(q, *inflight)
+                inflight = None
+                inflight = (chunk, self._writer.submit(self._put_chunk, q, chunk))
+            if inflight is not None:
+                self._count(q, *inflight)
+                inflight = None
+        finally:
+            if inflight is not None:   # stopping or failing: never counted, never reused
+                try:
+                    inflight[1].result()
+                except Exception:   # the round's own error is already on its way
+                    pass
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Per queue: messages dispatched locally and not yet on the tier."""

@@ -59,7 +59,7 @@ class PosixBackend(TierBackend):
             if not f.parent.is_dir():
                 f.parent.mkdir(parents=True, exist_ok=True)
                 self.file_ops.fsync_dir(f.parent.parent)
-            self.file_ops.write_atomic(f, bytes(data))
+            self.file_ops.write_atomic(f, data)   # bytes-like: os.write takes it uncopied
         except OSError as exc:
             raise self._fail("writing", path, exc) from None
 
