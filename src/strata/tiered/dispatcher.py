@@ -95,6 +95,7 @@ class UploadDispatcher:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="strata-tier-put")
         self._buffers = [bytearray(), bytearray()]
         self._turn = 0
+        self._inflight: tuple[QueueMeta, Chunk, Future] | None = None
 
     # ------------------------------------------------------------------ lifetime
 
@@ -238,18 +239,22 @@ class UploadDispatcher:
         store = self.store
         limit = store.confirmed_offset()
         meta = self.meta.meta
-        for topic, n_queues in sorted(store.topic_table.queues.items()):
-            for qid in range(n_queues):
-                if self._stop.is_set():
-                    return
-                cq = store.queues.get(topic, qid)
-                if cq is None:
-                    continue
-                q = meta.queue_for_update(topic, qid) if cq.max_offset() else meta.queue(
-                    topic, qid)
-                if q is None:
-                    continue
-                self._upload_queue(q, cq, limit, forced)
+        try:
+            for topic, n_queues in sorted(store.topic_table.queues.items()):
+                for qid in range(n_queues):
+                    if self._stop.is_set():
+                        return
+                    cq = store.queues.get(topic, qid)
+                    if cq is None:
+                        continue
+                    q = meta.queue_for_update(topic, qid) if cq.max_offset() else meta.queue(
+                        topic, qid)
+                    if q is None:
+                        continue
+                    self._upload_queue(q, cq, limit, forced)
+            self._count_inflight()
+        finally:
+            self._drop_inflight()
         if self._stop.is_set():
             return
         self.expire(self.clock_ms())
@@ -264,6 +269,8 @@ class UploadDispatcher:
         first (committed), then their objects are deleted: a crash in between leaves orphans
         the next start deletes. Returns the chunks dropped."""
         keep_ms = self.store.config.tier_retention_hours * 3_600_000
+        if self._stop.is_set():
+            return 0   # closing: nothing may be dropped that the log would still count
         gone = []
         for q in self.meta.meta.queues.values():
             n = 0
@@ -276,6 +283,7 @@ class UploadDispatcher:
             return 0
         self._pending_chunks += 1
         self._commit()
+        self.meta.push(self.backend)   # no copy may count a chunk whose objects are gone
         for topic, qid, c in gone:
             for kind in ("log", "cq", "keys"):
                 self.backend.delete(chunk_path(topic, qid, c.first, kind))
@@ -287,9 +295,8 @@ class UploadDispatcher:
     def _commit(self) -> None:
         if self._stop.is_set():
             return  # closing: a commit after close could race a new owner of the directory
-        self.meta.commit()
+        self.meta.commit()   # O(change): a record appended to the local log
         self._pending_chunks = 0
-        self.meta.push(self.backend)
 
     def _pending_units(self, q: QueueMeta, cq, limit: int,
                        after: int | None = None) -> tuple[int, np.ndarray | None]:
@@ -347,8 +354,12 @@ class UploadDispatcher:
         if chunk.meta.keys_count:
             self.backend.put(chunk_path(q.topic, q.queue_id, first, "keys"), chunk.keys)
 
-    def _count(self, q: QueueMeta, chunk: Chunk, written: Future) -> None:
-        """Wait for a chunk's objects to be written, then let the metadata count it."""
+    def _count_inflight(self) -> None:
+        """Wait for the chunk in flight to be written, then let the metadata count it."""
+        if self._inflight is None:
+            return
+        q, chunk, written = self._inflight
+        self._inflight = None
         written.result()   # the backend's error, if the writes failed
         q.chunks.append(chunk.meta)
         q.next_offset = chunk.meta.end
@@ -361,38 +372,37 @@ class UploadDispatcher:
         if self._pending_chunks >= self.policy.commit_every:
             self._commit()
 
+    def _drop_inflight(self) -> None:
+        """A round failed or is stopping: wait for the chunk in flight, never count it (its
+        objects are orphans the next start deletes, or a later upload replaces)."""
+        if self._inflight is not None:
+            written = self._inflight[2]
+            self._inflight = None
+            try:
+                written.result()
+            except Exception:   # the round's own error is already on its way
+                pass
+
     def _upload_queue(self, q: QueueMeta, cq, limit: int, forced: bool) -> None:
-        """Upload a queue's pending chunks, building the next chunk while the one before is
-        written (the writes release the GIL): two buffers take turns, and a chunk counts only
-        once its objects are written, in offset order."""
-        inflight: tuple[Chunk, Future] | None = None
-        try:
-            while not self._stop.is_set():
-                first, units = self._pending_units(
-                    q, cq, limit, inflight[0].meta.end if inflight is not None else None)
-                if units is None:
-                    self._count(q, *inflight)
-                    inflight = None
-                    continue
-                if len(units) == 0 or not (forced or self._due(units)):
-                    break
-                chunk = build_chunk(self.store.log, q.topic, q.queue_id, first, units,
-                                    self._buffers[self._turn])
-                self._buffers[self._turn] = chunk.buffer
-                self._turn ^= 1
-                if inflight is not None:
-                    self._count(q, *inflight)
-                inflight = None
-                inflight = (chunk, self._writer.submit(self._put_chunk, q, chunk))
-            if inflight is not None:
-                self._count(q, *inflight)
-                inflight = None
-        finally:
-            if inflight is not None:   # stopping or failing: never counted, never reused
-                try:
-                    inflight[1].result()
-                except Exception:   # the round's own error is already on its way
-                    pass
+        """Upload a queue's pending chunks. Each chunk is built while the one before (of this
+        queue or the previous one) is written on the writer thread (the writes release the
+        GIL); two buffers take turns, and a chunk counts only once its objects are written,
+        in order."""
+        while not self._stop.is_set():
+            ahead = self._inflight is not None and self._inflight[0] is q
+            first, units = self._pending_units(
+                q, cq, limit, self._inflight[1].meta.end if ahead else None)
+            if units is None:
+                self._count_inflight()
+                continue
+            if len(units) == 0 or not (forced or self._due(units)):
+                return
+            chunk = build_chunk(self.store.log, q.topic, q.queue_id, first, units,
+                                self._buffers[self._turn])
+            self._buffers[self._turn] = chunk.buffer
+            self._turn ^= 1
+            self._count_inflight()
+            self._inflight = (q, chunk, self._writer.submit(self._put_chunk, q, chunk))
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Per queue: messages dispatched locally and not yet on the tier."""

@@ -1,21 +1,32 @@
 """The tier's metadata store: per queue, the uploaded chunks (offset ranges, objects, sizes,
 checksums, min/max stored time) — kept apart from the data objects (RIP-65's lesson).
 
-It lives in ``<store>/tiered/metadata.json`` (written atomically: temp file, fsync, rename,
-directory fsync) and is copied to ``meta/tier.json`` on the tier after every commit with a
-conditional write, so a second store pointed at the same tier cannot overwrite it blindly and
-a store can be rebuilt from the tier alone. The local file is the truth for the writer; the
-copy may lag it by one commit after a crash or while the tier is unreachable.
+It lives in ``<store>/tiered/metadata.log``, an append-only log of CRC-framed JSON records:
+a snapshot of the whole document, then one record per commit holding only what that commit
+changed (chunks added, oldest chunks dropped, offsets), each appended and fsynced — a commit
+costs O(change), not O(history). Past a size the log is compacted into one snapshot (a new
+file written atomically: temp file, fsync, rename, directory fsync). A torn record at the end
+(a crash mid-append) is where the log ends; the writer cuts it off. A store written before
+the log (``metadata.json``) is read once and moved into a log.
+
+The tier gets a copy, ``meta/tier.json``, with a conditional write, so a second store pointed
+at the same tier cannot overwrite it blindly and a store can be rebuilt from the tier alone.
+The local log is the truth for the writer; the copy lags it by up to an upload round (it is
+written once per round and before chunks are deleted from the tier).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import struct
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from crc32c import crc32c
 
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.tiered.backend import TierBackend
@@ -26,7 +37,13 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 LOCAL_DIR = "tiered"
-LOCAL_FILE = "metadata.json"
+LOCAL_FILE = "metadata.log"
+OLD_LOCAL_FILE = "metadata.json"      # before the log: one document, replaced per commit
+
+LOG_MAGIC = b"STRTMLG1"               # the log's first 8 bytes
+FRAME = struct.Struct("<II")          # payload length, CRC32C of the payload
+COMPACT_MIN_BYTES = 1 << 20           # compact once the log is past this ...
+COMPACT_FACTOR = 4                    # ... and this many times its last snapshot
 
 
 @dataclass
@@ -98,12 +115,15 @@ class TierMetadata:
             q = self.queues[k] = QueueMeta(topic, queue_id)
         return q
 
-    def to_json(self) -> bytes:
+    def to_doc(self) -> dict:
         doc = asdict(self)
         doc["queues"] = {k: {**asdict(q), "chunks": [list(asdict(c).values()) for c in q.chunks]}
                          for k, q in self.queues.items()}
         doc["chunk_fields"] = list(ChunkMeta.__dataclass_fields__)
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        return doc
+
+    def to_json(self) -> bytes:
+        return _dumps(self.to_doc())
 
     @classmethod
     def from_json(cls, raw: bytes, where: str) -> "TierMetadata":
@@ -124,14 +144,89 @@ class TierMetadata:
             raise CorruptTierError(f"{where}: unreadable tier metadata ({exc})", where) from None
 
 
+def _dumps(doc: dict) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def frame(payload: bytes) -> bytes:
+    """One log record: length, CRC32C, payload."""
+    return FRAME.pack(len(payload), crc32c(payload)) + payload
+
+
+def snapshot_record(meta: TierMetadata) -> bytes:
+    return frame(_dumps({"kind": "snapshot", **meta.to_doc()}))
+
+
+def apply_commit(meta: TierMetadata, rec: dict) -> None:
+    """Apply one commit record (``QueueLog.changes``) to ``meta``."""
+    meta.generation = int(rec["generation"])
+    for k, ch in rec["queues"].items():
+        q = meta.queues.get(k)
+        if q is None:
+            q = meta.queues[k] = QueueMeta(ch["topic"], int(ch["queue_id"]))
+        if ch["drop"]:
+            del q.chunks[:int(ch["drop"])]
+        q.chunks.extend(ChunkMeta(*map(int, c)) for c in ch["add"])
+        q.next_offset = int(ch["next_offset"])
+        q.skipped = int(ch["skipped"])
+
+
+@dataclass
+class LogContents:
+    """What a metadata log holds: the document, the bytes up to the end of the last whole
+    record, and the size of its snapshot record."""
+
+    meta: TierMetadata
+    end: int
+    snapshot_bytes: int
+    torn: int           # bytes after the last whole record (a crash mid-append)
+
+
+def replay(raw: bytes, where: str) -> LogContents:
+    """The document a log's bytes describe: its snapshot with every whole commit record after
+    it applied. The log ends at the first record that is cut short or fails its CRC32C."""
+    if raw[:len(LOG_MAGIC)] != LOG_MAGIC:
+        raise CorruptTierError(f"{where}: not a tier metadata log (magic "
+                               f"{raw[:len(LOG_MAGIC)]!r})", where)
+    pos = len(LOG_MAGIC)
+    meta: TierMetadata | None = None
+    snap = 0
+    while pos + FRAME.size <= len(raw):
+        length, crc = FRAME.unpack_from(raw, pos)
+        payload = raw[pos + FRAME.size:pos + FRAME.size + length]
+        if len(payload) != length or crc32c(payload) != crc:
+            break
+        try:
+            rec = json.loads(payload)
+            if rec.get("kind") == "snapshot" and meta is None:
+                del rec["kind"]
+                meta = TierMetadata.from_json(_dumps(rec), where)
+                snap = FRAME.size + length
+            elif rec.get("kind") == "commit" and meta is not None:
+                apply_commit(meta, rec)
+            else:
+                raise ValueError(f"unexpected record kind {rec.get('kind')!r}")
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CorruptTierError(f"{where}: record at byte {pos} is unreadable ({exc})",
+                                   where) from None
+        pos += FRAME.size + length
+    if meta is None:
+        raise CorruptTierError(f"{where}: the log holds no whole snapshot record", where)
+    return LogContents(meta, pos, snap, len(raw) - pos)
+
+
 def read_local(store_path: str | Path) -> TierMetadata | None:
     """The store's local metadata, None if it has none."""
-    path = Path(store_path) / LOCAL_DIR / LOCAL_FILE
+    d = Path(store_path) / LOCAL_DIR
     try:
-        raw = path.read_bytes()
+        raw = (d / LOCAL_FILE).read_bytes()
     except FileNotFoundError:
-        return None
-    return TierMetadata.from_json(raw, str(path))
+        try:
+            raw = (d / OLD_LOCAL_FILE).read_bytes()
+        except FileNotFoundError:
+            return None
+        return TierMetadata.from_json(raw, str(d / OLD_LOCAL_FILE))
+    return replay(raw, str(d / LOCAL_FILE)).meta
 
 
 def read_tier(backend: TierBackend) -> tuple[TierMetadata | None, str | None]:
@@ -147,14 +242,17 @@ def read_tier(backend: TierBackend) -> tuple[TierMetadata | None, str | None]:
 
 
 class MetadataStore:
-    """The writer's metadata: load, change in memory, ``commit`` (local file, then tier copy)."""
+    """The writer's metadata: load, change in memory, ``commit`` (a record appended to the
+    local log), ``push`` (the tier's copy)."""
 
     def __init__(self, store_path: str | Path, tier_url: str, endpoint_url: str | None,
                  file_ops: FileOps = DEFAULT_FILE_OPS) -> None:
         self.dir = Path(store_path) / LOCAL_DIR
         self.path = self.dir / LOCAL_FILE
         self.file_ops = file_ops
-        local = read_local(store_path)
+        self.log_bytes = 0         # the log's size (0: no log yet, the next commit writes one)
+        self.snapshot_bytes = 0
+        local = self._load()
         if local is not None and local.tier_url != tier_url:
             raise TierConflictError(
                 f"{self.path}: this store's tier is {local.tier_url}, but tier_url says "
@@ -163,7 +261,53 @@ class MetadataStore:
                                           endpoint_url=endpoint_url)
         self.from_disk = local is not None
         self.tier_version: str | None = None
-        self.tier_synced = False   # the tier's copy equals the local file
+        self.tier_synced = False   # the tier's copy equals the local log
+        self._base: dict[str, tuple[int, int, int, int]] = {}
+        self._mark()
+
+    def _load(self) -> TierMetadata | None:
+        """The log's document; a torn last record (a crash mid-append) is cut off. A store
+        with the old one-document file gets a log at its next commit."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return read_local(self.dir.parent)   # the old file, or None
+        got = replay(raw, str(self.path))
+        if got.torn:
+            log.warning("%s: the last %d bytes are a record a crash cut short; cut off",
+                        self.path, got.torn)
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, got.end)
+                self.file_ops.fsync(self.path, fd)
+            finally:
+                os.close(fd)
+        self.log_bytes, self.snapshot_bytes = got.end, got.snapshot_bytes
+        return got.meta
+
+    def _mark(self) -> None:
+        """Remember what the log holds now (per queue: chunks, last chunk's first offset,
+        next offset, skipped), for the next commit's record of changes."""
+        self._base = {k: (len(q.chunks), q.chunks[-1].first if q.chunks else -1,
+                          q.next_offset, q.skipped) for k, q in self.meta.queues.items()}
+
+    def changes(self) -> dict:
+        """Per queue changed since the last commit: chunks dropped from the head, chunks added
+        at the tail, offsets. O(change): only the new chunks are looked at."""
+        out = {}
+        for k, q in self.meta.queues.items():
+            n, tail, nxt, skipped = self._base.get(k, (0, -1, 0, 0))
+            added = 0
+            while added < len(q.chunks) and q.chunks[-1 - added].first > tail:
+                added += 1
+            drop = n - (len(q.chunks) - added)
+            if added or drop or nxt != q.next_offset or skipped != q.skipped or \
+                    k not in self._base:
+                out[k] = {"topic": q.topic, "queue_id": q.queue_id, "drop": drop,
+                          "add": [list(asdict(c).values()) for c in q.chunks[len(q.chunks)
+                                                                              - added:]],
+                          "next_offset": q.next_offset, "skipped": q.skipped}
+        return out
 
     def attach(self, backend: TierBackend,
                adoption_problem: Callable[[TierMetadata], str | None]) -> None:
@@ -193,16 +337,47 @@ class MetadataStore:
             self.tier_synced = True
 
     def _write_local(self) -> None:
+        """Write the log anew: one snapshot record (atomically), and drop the old one-document
+        file if there is one."""
         if not self.dir.is_dir():
             self.dir.mkdir(parents=True, exist_ok=True)
             self.file_ops.fsync_dir(self.dir.parent)
-        self.file_ops.write_atomic(self.path, self.meta.to_json())
+        snap = snapshot_record(self.meta)
+        self.file_ops.write_atomic(self.path, LOG_MAGIC + snap)
+        self.log_bytes, self.snapshot_bytes = len(LOG_MAGIC) + len(snap), len(snap)
+        old = self.dir / OLD_LOCAL_FILE
+        if old.exists():
+            self.file_ops.remove(old)
+            self.file_ops.fsync_dir(self.dir)
+        self._mark()
 
     def commit(self) -> None:
         """Make the in-memory metadata durable locally (the point where uploaded chunks
-        count); the caller then pushes the tier copy."""
+        count): one record of what changed, appended and fsynced; the log is compacted into a
+        snapshot once it is past COMPACT_MIN_BYTES and COMPACT_FACTOR times its snapshot. The
+        caller pushes the tier copy."""
         self.meta.generation += 1
-        self._write_local()
+        if not self.log_bytes:
+            self._write_local()
+        else:
+            rec = frame(_dumps({"kind": "commit", "generation": self.meta.generation,
+                                "queues": self.changes()}))
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                if os.write(fd, rec) != len(rec):
+                    raise OSError(f"short write to {self.path}")
+                self.file_ops.fsync(self.path, fd)
+            except BaseException:
+                # no half record may stay before the next one: the log would end there
+                self.meta.generation -= 1
+                os.ftruncate(fd, self.log_bytes)
+                raise
+            finally:
+                os.close(fd)
+            self.log_bytes += len(rec)
+            self._mark()
+            if self.log_bytes > max(COMPACT_MIN_BYTES, COMPACT_FACTOR * self.snapshot_bytes):
+                self._write_local()
         self.from_disk = True
         self.tier_synced = False
 
