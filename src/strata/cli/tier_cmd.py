@@ -1,6 +1,6 @@
 """``strata tier stat|sync|verify DIR``: a store's tier — what it holds, upload now, check it.
 
-The tier a store uses is remembered in ``DIR/tiered/metadata.json`` (written by the first
+The tier a store uses is remembered in ``DIR/tiered/metadata.log`` (written by the first
 upload), so these commands need only the store directory; ``sync`` takes ``--tier-url`` for a
 store that has never uploaded.
 """

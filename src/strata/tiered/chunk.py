@@ -36,13 +36,15 @@ class Chunk:
 
 
 def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
-                units: np.ndarray, buffer: bytearray | None = None) -> Chunk:
+                units: np.ndarray, buffer: bytearray | None = None,
+                intact: set[int] | None = None) -> Chunk:
     """The chunk of queue offsets [first, first + len(units)) whose local units are ``units``
     (all real, ascending commit-log offsets). CorruptRecordError names a damaged record;
     ValueError if a segment was closed meanwhile (retention): the caller tries again later.
     The .log bytes go into ``buffer`` when it is large enough (a buffer used again and again
     has its pages touched already: a fresh one costs a page fault per 4 KiB), else into a new
-    one.
+    one. ``intact``: base offsets of sealed segments whose bytes matched their footer's CRC
+    (filled in here): their records need no CRC of their own.
 
     A batch path: per segment, one numpy pass checks every record's header (lengths, magic,
     offsets, queue) and one crc32c call per record its CRC; records that lie back to back in
@@ -70,7 +72,7 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
         ok &= total == sizes[lo:hi]
         ok &= hdr["queue_offset"] == np.arange(first + lo, first + hi)
         ok &= hdr["queue_id"] == queue_id
-        if ok.any():
+        if ok.any() and not _intact(seg, intact):
             rows = np.flatnonzero(ok)
             ok[rows[~crcs_match(mm, pos[rows], total[rows], hdr["crc"][rows])]] = False
         if not ok.all():
@@ -87,13 +89,17 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
         run_lo = np.concatenate(([0], cuts))
         run_hi = np.concatenate((cuts, [hi - lo]))
         src_a, src_b = pos[run_lo].tolist(), ends[run_hi - 1].tolist()
-        dst = (out_at[lo + run_lo]).tolist()
-        with memoryview(mm) as mv:
-            for a, b, d in zip(src_a, src_b, dst):
-                data[d:d + b - a] = mv[a:b]
+        dst = out_at[lo + run_lo]
+        dst_end = (dst + (ends[run_hi - 1] - pos[run_lo])).tolist()
+        with memoryview(mm) as mv, memoryview(data) as dv:
+            for a, b, d, e in zip(src_a, src_b, dst.tolist(), dst_end):
+                dv[d:e] = mv[a:b]      # a memoryview target: a third faster than bytearray's
             key_parts.append(_key_entries(mm, mv, props_at, hdr["props_len"].astype(np.int64),
                                           hdr["store_ts"], np.arange(first + lo, first + hi),
                                           topic))
+        del hdr, mv
+        if seg.sealed:   # as the store does: RSS follows the chunk, not the history uploaded
+            seg.release_pages()
     cq = np.empty(n, UNIT_DTYPE)
     cq["size"] = sizes
     cq["offset"] = out_at[:-1]
@@ -108,6 +114,18 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
                      first_phys=int(phys[0]), end_phys=int(phys[-1] + sizes[-1]))
     return Chunk(memoryview(data)[:total_bytes] if len(data) > total_bytes else data, cq_bytes,
                  key_bytes, meta, data)
+
+
+def _intact(seg, intact: set[int] | None) -> bool:
+    """Whether a sealed segment's bytes match the CRC32C its footer holds (one hardware CRC
+    over the segment instead of a call per record; remembered in ``intact``)."""
+    if intact is None or not seg.sealed:
+        return False
+    if seg.base_offset not in intact:
+        if seg.data_crc(seg.footer.data_length) != seg.footer.data_crc:
+            return False   # each record is checked then, and the damaged one named
+        intact.add(seg.base_offset)
+    return True
 
 
 # A properties section that is one KEYS entry and nothing else starts with these 6 bytes.

@@ -96,6 +96,7 @@ class UploadDispatcher:
         self._buffers = [bytearray(), bytearray()]
         self._turn = 0
         self._inflight: tuple[QueueMeta, Chunk, Future] | None = None
+        self._intact: set[int] = set()   # sealed segments whose footer CRC matched
 
     # ------------------------------------------------------------------ lifetime
 
@@ -398,7 +399,7 @@ class UploadDispatcher:
             if len(units) == 0 or not (forced or self._due(units)):
                 return
             chunk = build_chunk(self.store.log, q.topic, q.queue_id, first, units,
-                                self._buffers[self._turn])
+                                self._buffers[self._turn], self._intact)
             self._buffers[self._turn] = chunk.buffer
             self._turn ^= 1
             self._count_inflight()

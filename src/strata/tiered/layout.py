@@ -58,9 +58,14 @@ def key_hash(topic: str, key: str) -> int:
 def key_hashes(topic: str, keys: list) -> np.ndarray:
     """``key_hash`` of many keys of one topic at once, the keys given as their UTF-8 bytes
     (bytes or memoryviews, e.g. straight from a record's properties)."""
-    prefix = f"{topic}#".encode()
-    digests = b"".join([_blake2b(prefix + k, digest_size=8).digest() for k in keys])
-    return np.frombuffer(digests, "<u8")
+    start = _blake2b(f"{topic}#".encode(), digest_size=8).copy   # the prefix hashed once
+
+    def one(key) -> bytes:
+        h = start()
+        h.update(key)
+        return h.digest()
+
+    return np.frombuffer(b"".join([one(k) for k in keys]), "<u8")
 
 
 _blake2b = hashlib.blake2b
