@@ -7,9 +7,10 @@ tiered history against Parquet of the same rows, and memory while uploading; JSO
 
 * ``upload``: a store of ``--mib`` MiB (default 256) of ``--size`` B messages (default 1024,
   one key each) over 8 queues is uploaded by ``tier_sync`` to a fresh POSIX tier (and with
-  ``--s3`` to moto's S3 server started on 127.0.0.1); ``raw`` is the same bytes written by
-  the backend itself as objects of the same sizes (``backend.put``: temp file + fsync +
-  rename for POSIX, ``put_object``/multipart for S3). ``--rounds`` rounds alternate upload
+  ``--s3`` to moto's S3 server started on 127.0.0.1); ``raw`` is a plain file copy of as
+  many bytes: read from the store's commit-log files in order and written by the backend
+  itself as objects of the same sizes (``backend.put``: temp file + fsync + rename for POSIX,
+  ``put_object``/multipart for S3). ``--rounds`` rounds alternate upload
   and raw (a slow spell of the shared machine hits both); ``ratio`` = raw seconds / upload
   seconds of the best round of each (goal >= 0.8), ``median_ratio`` round by round.
   ``rss_mib``: the process's resident memory sampled every 50 ms during the upload (start,
@@ -19,8 +20,9 @@ tiered history against Parquet of the same rows, and memory while uploading; JSO
   (``store.get``); ``ratio`` = tier / local (goal >= 0.5).
 * ``spark`` (``--spark``): on ``local[2]``, ``spark.read.format("strata").option("tierUrl",
   ...)`` (the tier alone) into the ``noop`` sink against ``spark.read.parquet`` of the same
-  rows (written once from the tier read), after one warm-up of each, ``--rounds`` interleaved
-  rounds; ``ratio`` = Parquet seconds / tier seconds of the best rounds.
+  rows (written once from the tier read) and against the same read of the store's local files
+  (``local``), after one warm-up of each, ``--rounds`` interleaved rounds; ``ratio`` = Parquet
+  seconds / tier seconds of the best rounds, ``tier_vs_local`` = local seconds / tier seconds.
 * ``--big``: ``--mib 5120`` and only the upload case with its RSS samples (memory flat while
   uploading >= 5 GiB of log).
 """
@@ -110,6 +112,28 @@ class RssSampler:
         return out
 
 
+def file_pieces(log_dir: Path, sizes: list[int]):
+    """A plain file copy's reads: ``sizes`` bytes after bytes read from the store's commit-log
+    files in order (as much as the upload reads), each piece in one reused buffer."""
+    files = sorted(log_dir.iterdir())
+    buf = bytearray(max(sizes))
+    fh = None
+    for size in sizes:
+        got = 0
+        while got < size:
+            if fh is None:
+                fh = open(files.pop(0), "rb", buffering=0)
+            n = fh.readinto(memoryview(buf)[got:size])
+            if not n:
+                fh.close()
+                fh = None
+                continue
+            got += n
+        yield memoryview(buf)[:size]
+    if fh is not None:
+        fh.close()
+
+
 def upload(directory: Path, tier_url: str, endpoint: str | None, kind: str,
            rounds: int) -> None:
     cfg = strata.StoreConfig(segment_size=256 * MiB, tier_url=tier_url,
@@ -134,10 +158,9 @@ def upload(directory: Path, tier_url: str, endpoint: str | None, kind: str,
         ups.append((took, cpu))
         if kind == "posix" and r < rounds - 1:   # the last one is read below
             shutil.rmtree(url[len("file://"):], ignore_errors=True)
-        blob = os.urandom(max(sizes))
         t = time.perf_counter()
-        for i, size in enumerate(sizes):
-            backend.put(f"raw/{r}/{i}", memoryview(blob)[:size])
+        for i, piece in enumerate(file_pieces(directory / "commitlog", sizes)):
+            backend.put(f"raw/{r}/{i}", piece)
         raws.append(time.perf_counter() - t)
         for i in range(len(sizes)):
             backend.delete(f"raw/{r}/{i}")
@@ -202,7 +225,9 @@ def spark_case(root: Path, tier_url: str, rounds: int) -> None:
             .option("subscribe", "bench")
         pq = str(root / "parquet")
         tier.load().write.parquet(pq)
-        reads = {"tier": lambda: tier.load(), "parquet": lambda: spark.read.parquet(pq)}
+        local = spark.read.format("strata").option("subscribe", "bench")
+        reads = {"tier": lambda: tier.load(), "parquet": lambda: spark.read.parquet(pq),
+                 "local": lambda: local.load(str(root / "store"))}
         best = {k: [] for k in reads}
         for r in range(rounds + 1):                 # round 0 warms both up
             for name, df in reads.items():
@@ -211,10 +236,12 @@ def spark_case(root: Path, tier_url: str, rounds: int) -> None:
                 if r:
                     best[name].append(time.perf_counter() - t)
         rows = spark.read.parquet(pq).count()
-        tier_s, pq_s = min(best["tier"]), min(best["parquet"])
+        tier_s, pq_s, local_s = min(best["tier"]), min(best["parquet"]), min(best["local"])
         emit(case="spark", rows=rows, rounds=rounds, tier_seconds=round(tier_s, 3),
-             parquet_seconds=round(pq_s, 3), tier_rows_s=round(rows / tier_s),
-             parquet_rows_s=round(rows / pq_s), ratio=round(pq_s / tier_s, 2),
+             parquet_seconds=round(pq_s, 3), local_seconds=round(local_s, 3),
+             tier_rows_s=round(rows / tier_s), parquet_rows_s=round(rows / pq_s),
+             local_rows_s=round(rows / local_s), ratio=round(pq_s / tier_s, 2),
+             tier_vs_local=round(local_s / tier_s, 2),
              median_ratio=round(statistics.median(p / t for p, t in zip(best["parquet"],
                                                                          best["tier"])), 2))
     finally:

@@ -120,7 +120,7 @@ class StrataBatchReader(DataSourceReader):
 
 
 class TierPartition(InputPartition):
-    """One Spark task: spans of one queue's tier chunks (tier_read.TierSpan)."""
+    """One Spark task: spans of tier chunks (tier_read.TierSpan)."""
 
     def __init__(self, url: str, endpoint: str | None, spans) -> None:
         self.url = url

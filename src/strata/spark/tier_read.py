@@ -200,13 +200,13 @@ class History:
 
 
 def pack_spans(spans: list[TierSpan], max_rows: int, one_each: bool) -> list[list[TierSpan]]:
-    """Tasks of consecutive spans of one queue, up to ``max_rows`` offsets each (a span is
-    never cut); ``one_each``: a task per span."""
+    """Tasks of spans in order, up to ``max_rows`` offsets each (a span is never cut: a task
+    fetches whole spans of the queues it reads, nothing of any other queue); ``one_each``: a
+    task per span. Every Python task costs tens of ms, so small chunks share one."""
     tasks: list[list[TierSpan]] = []
     rows = 0
     for s in spans:
-        if (one_each or not tasks or rows + (s.end - s.start) > max_rows
-                or (tasks[-1][-1].topic, tasks[-1][-1].queue_id) != (s.topic, s.queue_id)):
+        if one_each or not tasks or rows + (s.end - s.start) > max_rows:
             tasks.append([])
             rows = 0
         tasks[-1].append(s)
