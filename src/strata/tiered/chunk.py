@@ -33,6 +33,7 @@ class Chunk:
     keys: bytes
     meta: ChunkMeta
     buffer: bytearray             # holds ``log``: give it to the next build_chunk
+    touched: list                 # the commit-log segments it was read from
 
 
 def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
@@ -62,6 +63,7 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
         data = bytearray(max(total_bytes, len(buffer) * 3 // 2 if buffer else 0))
     store_ts = np.empty(n, np.int64)
     key_parts: list[np.ndarray] = []
+    touched: list = []
     for lo, hi, seg in segment_runs(list(log.segments.segments), phys):
         if seg is None or seg.closed:
             raise ValueError(f"commit-log offset {int(phys[lo])} is no longer stored")
@@ -94,12 +96,10 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
         with memoryview(mm) as mv, memoryview(data) as dv:
             for a, b, d, e in zip(src_a, src_b, dst.tolist(), dst_end):
                 dv[d:e] = mv[a:b]      # a memoryview target: a third faster than bytearray's
-            key_parts.append(_key_entries(mm, mv, props_at, hdr["props_len"].astype(np.int64),
+            key_parts.append(_key_entries(mm, props_at, hdr["props_len"].astype(np.int64),
                                           hdr["store_ts"], np.arange(first + lo, first + hi),
                                           topic))
-        del hdr, mv
-        if seg.sealed:   # as the store does: RSS follows the chunk, not the history uploaded
-            seg.release_pages()
+        touched.append(seg)
     cq = np.empty(n, UNIT_DTYPE)
     cq["size"] = sizes
     cq["offset"] = out_at[:-1]
@@ -113,7 +113,7 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
                      min_ts=int(store_ts.min()), max_ts=int(store_ts.max()),
                      first_phys=int(phys[0]), end_phys=int(phys[-1] + sizes[-1]))
     return Chunk(memoryview(data)[:total_bytes] if len(data) > total_bytes else data, cq_bytes,
-                 key_bytes, meta, data)
+                 key_bytes, meta, data, touched)
 
 
 def _intact(seg, intact: set[int] | None) -> bool:
@@ -132,7 +132,7 @@ def _intact(seg, intact: set[int] | None) -> bool:
 _KEYS_HEADER = np.frombuffer(b"\x04\x00KEYS", np.uint8)
 
 
-def _key_entries(mm, mv: memoryview, props_at: np.ndarray, props_len: np.ndarray,
+def _key_entries(mm, props_at: np.ndarray, props_len: np.ndarray,
                  store_ts: np.ndarray, offsets: np.ndarray, topic: str) -> np.ndarray:
     """Key entries (KEY_ENTRY, unsorted) of records whose properties sections start at
     ``props_at`` of the map ``mm``: one per key and per unique key. A section that is a single
@@ -154,7 +154,8 @@ def _key_entries(mm, mv: memoryview, props_at: np.ndarray, props_len: np.ndarray
         a = (props_at[rows] + 8).tolist()
         b = (props_at[rows] + 8 + vlen[rows]).tolist()
         out = np.empty(len(rows), KEY_ENTRY)
-        out["hash"] = key_hashes(topic, [mv[x:y] for x, y in zip(a, b)])
+        # bytes slices of the map: for keys this short, faster than memoryview slices
+        out["hash"] = key_hashes(topic, [mm[x:y] for x, y in zip(a, b)])
         out["store_ts"] = store_ts[rows]
         out["offset"] = offsets[rows]
     other = np.flatnonzero(has & ~simple)

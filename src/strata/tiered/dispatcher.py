@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
@@ -53,6 +54,7 @@ class UploadPolicy:
     max_delay_s: float = 30.0          # ... or its oldest pending message is this old
     interval_s: float = 1.0            # background rounds
     commit_every: int = 16             # commit metadata at least every this many chunks
+    mapped_bytes: int = 512 * MiB      # sealed segments read for chunks kept mapped (LRU)
     retry_backoff_s: tuple[float, float] = (0.5, 30.0)  # after a failed round: first, max
 
 
@@ -97,6 +99,7 @@ class UploadDispatcher:
         self._turn = 0
         self._inflight: tuple[QueueMeta, Chunk, Future] | None = None
         self._intact: set[int] = set()   # sealed segments whose footer CRC matched
+        self._mapped: OrderedDict[int, object] = OrderedDict()   # segments read, LRU order
 
     # ------------------------------------------------------------------ lifetime
 
@@ -355,6 +358,21 @@ class UploadDispatcher:
         if chunk.meta.keys_count:
             self.backend.put(chunk_path(q.topic, q.queue_id, first, "keys"), chunk.keys)
 
+    def _release(self, touched: list) -> None:
+        """Keep the sealed segments chunks were built from mapped up to ``mapped_bytes``
+        (queues share segments: the next queue's chunk reads the same ones), and release the
+        least recently read beyond that, as the store does after sealing: the process's RSS
+        follows that budget, not the history uploaded."""
+        for seg in touched:
+            self._mapped.pop(seg.base_offset, None)
+            self._mapped[seg.base_offset] = seg
+        total = sum(s.data_size for s in self._mapped.values())
+        while total > self.policy.mapped_bytes and len(self._mapped) > 1:
+            _base, seg = self._mapped.popitem(last=False)
+            total -= seg.data_size
+            if seg.sealed:
+                seg.release_pages()
+
     def _count_inflight(self) -> None:
         """Wait for the chunk in flight to be written, then let the metadata count it."""
         if self._inflight is None:
@@ -402,6 +420,7 @@ class UploadDispatcher:
                                 self._buffers[self._turn], self._intact)
             self._buffers[self._turn] = chunk.buffer
             self._turn ^= 1
+            self._release(chunk.touched)
             self._count_inflight()
             self._inflight = (q, chunk, self._writer.submit(self._put_chunk, q, chunk))
 
