@@ -88,7 +88,8 @@ def _frame(payload: bytes) -> bytes:
 
 def encode_pop(group: str, topic: str, queue_id: int, pop_offset: int, deadline_ms: int,
                entries: list[tuple[int, int, int]]) -> bytes:
-    """A POP record: ``entries`` are (queue offset, attempt, handle id)."""
+    """A POP record: ``entries`` are (queue offset, attempt, handle id); (offset, 0, 0) is a
+    message of a FIFO topic passed over and held back, not delivered."""
     body = b"".join(_POP_ENTRY.pack(*e) for e in entries)
     return _frame(bytes((Kind.POP,)) + _names(group, topic, queue_id)
                   + _POP_HEAD.pack(pop_offset, deadline_ms, len(entries)) + body)
@@ -107,7 +108,8 @@ def encode_change(group: str, topic: str, queue_id: int, offset: int, deadline_m
 
 def encode_state(group: str, topic: str, queue_id: int, pop_offset: int,
                  entries: list[tuple[int, int, int, int]]) -> bytes:
-    """A STATE record: ``entries`` are (queue offset, deadline ms, attempt, handle id)."""
+    """A STATE record: ``entries`` are (queue offset, deadline ms, attempt, handle id);
+    attempt 0 (deadline and handle id 0) is a held-back message, as in POP."""
     body = b"".join(_STATE_ENTRY.pack(*e) for e in entries)
     return _frame(bytes((Kind.STATE,)) + _names(group, topic, queue_id)
                   + _STATE_HEAD.pack(pop_offset, len(entries)) + body)

@@ -12,20 +12,22 @@ import logging
 import time
 from dataclasses import dataclass
 
-from strata.broker.convert import ACCEPTED_TYPES, to_protocol, to_store
+from strata.broker.convert import to_protocol, to_store
 from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
                                   InvalidReceiptHandleError)
 from strata.broker.group_state import ConsumerGroups
+from strata.broker.message_types import check_fits, route_types, sent_type
 from strata.broker.names import check_group, check_topic
 from strata.broker.protocol import Code, pb, svc, svc_grpc
 from strata.broker.receipt import Receipt, ReceiptSigner
 from strata.broker.receive import Popper, parse_tag_expression
 from strata.broker.send import SendBatcher
 from strata.errors import (DiskFullError, InvalidInputError, InvalidTopicError,
-                           MessageTooLargeError, StrataError)
+                           MessageTooLargeError, StrataError, TopicExistsError)
 from strata.store.message import PutStatus
 from strata.store.message_store import MessageStore
+from strata.store.topics import TopicType
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +143,14 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         return pb.Endpoints(scheme=pb.AddressScheme.IPv4,
                             addresses=[pb.Address(host=host, port=port)])
 
-    def _queue(self, topic_resource, qid: int, endpoints) -> pb.MessageQueue:
+    def _queue(self, topic_resource, qid: int, endpoints,
+               kind: TopicType | None) -> pb.MessageQueue:
         return pb.MessageQueue(
             topic=pb.Resource(name=topic_resource.name,
                               resource_namespace=topic_resource.resource_namespace),
             id=qid, permission=pb.Permission.READ_WRITE,
             broker=pb.Broker(name=self.options.broker_name, id=0, endpoints=endpoints),
-            accept_message_types=list(ACCEPTED_TYPES))
+            accept_message_types=route_types(kind))
 
     def wake_polls(self) -> None:
         """Wake every long poll (a send arrived, or the server is stopping)."""
@@ -165,7 +168,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         except Refused as r:
             return svc.QueryRouteResponse(status=_status(r.code, str(r)))
         endpoints = self._endpoints(request.endpoints)
-        queues = [self._queue(request.topic, q, endpoints)
+        kind = self.store.topic_type(topic)
+        queues = [self._queue(request.topic, q, endpoints, kind)
                   for q in range(self._queue_count(topic))]
         return svc.QueryRouteResponse(status=_status(), message_queues=queues)
 
@@ -184,12 +188,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     async def QueryAssignment(self, request, context):
         try:
-            self._topic(request.topic)
+            topic = self._topic(request.topic)
             self._group(request.group)
         except Refused as r:
             return svc.QueryAssignmentResponse(status=_status(r.code, str(r)))
         # receives pop across all of the topic's queues, so one assignment covers them
-        q = self._queue(request.topic, 0, self._endpoints(request.endpoints))
+        q = self._queue(request.topic, 0, self._endpoints(request.endpoints),
+                        self.store.topic_type(topic))
         return svc.QueryAssignmentResponse(status=_status(),
                                            assignments=[pb.Assignment(message_queue=q)])
 
@@ -197,8 +202,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         """The server's settings built on the client's."""
         s = pb.Settings()
         s.CopyFrom(client)
-        s.publishing.max_body_size = self.store.config.max_body_size
-        s.publishing.validate_message_type = True
+        if not client.HasField("subscription"):   # publishing and subscription are a oneof
+            s.publishing.max_body_size = self.store.config.max_body_size
+            s.publishing.validate_message_type = True
         backoff = s.backoff_policy
         if client.client_type == pb.ClientType.PRODUCER:   # resends of a failed send
             backoff.max_attempts = 3
@@ -212,11 +218,18 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 backoff.customized_backoff.next.add(seconds=sec)
         if client.HasField("subscription"):
             sub = s.subscription
-            sub.fifo = False
+            # FIFO topics are consumed in message-group order (strata.broker.fifo)
+            sub.fifo = any(self._is_fifo(e.topic.name) for e in sub.subscriptions)
             sub.receive_batch_size = MAX_BATCH
             if not sub.HasField("long_polling_timeout"):
                 sub.long_polling_timeout.seconds = DEFAULT_POLL_MS // 1000
         return s
+
+    def _is_fifo(self, topic: str) -> bool:
+        try:
+            return self.store.topic_type(check_topic(topic)) is TopicType.FIFO
+        except InvalidTopicError:
+            return False
 
     async def Telemetry(self, request_iterator, context):
         client_id = _client_id(context)
@@ -234,9 +247,15 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                                           "a send needs at least one message"))
         try:
             msgs = []
+            new_topics: dict[str, TopicType] = {}
             for m in request.messages:
                 topic = self._topic(m.topic)
                 msgs.append(to_store(m, topic, self.store.config.max_body_size))
+                sent = sent_type(m)
+                kind = self.store.topic_type(topic) or new_topics.setdefault(topic, sent)
+                check_fits(topic, kind, sent)
+            for topic, kind in new_topics.items():     # a first send gives a topic its type
+                self._create_topic(topic, kind)
             results = await self.batcher.submit(msgs)
         except Refused as r:
             return svc.SendMessageResponse(status=_status(r.code, str(r)))
@@ -258,6 +277,12 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                        or r.msg_id, offset=r.queue_offset)
                    for m, r in zip(request.messages, results)]
         return svc.SendMessageResponse(status=st, entries=entries)
+
+    def _create_topic(self, topic: str, kind: TopicType) -> None:
+        try:
+            self.store.create_topic(topic, message_type=kind)
+        except TopicExistsError:      # made meanwhile (a put of a dead letter): check again
+            check_fits(topic, self.store.topic_type(topic), kind)
 
     # ------------------------------------------------------------------ receive
 
@@ -375,6 +400,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             entries.append(svc.AckMessageResultEntry(message_id=e.message_id,
                                                      receipt_handle=e.receipt_handle,
                                                      status=st))
+        if self.store.topic_type(topic) is TopicType.FIFO:
+            self._notify_arrival()     # an ack frees its message group's next message
         codes = {e.status.code for e in entries}
         if len(codes) == 1:
             top = entries[0].status
@@ -420,6 +447,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             if got.found and got.messages[0].queue_offset == r.queue_offset:
                 await self.batcher.submit([dead_letter(got.messages[0], group, d.attempt)])
             self.groups.forget(group, topic, r.queue_id, [r.queue_offset])
+            self._notify_arrival()     # a FIFO message group moves on
         except Refused as exc:
             return Resp(status=_status(exc.code, str(exc)))
         except InvalidReceiptHandleError as exc:

@@ -37,7 +37,7 @@ from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, 
                                   PutResults, PutStatus)
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
-from strata.store.topics import MAX_QUEUES, TopicTable
+from strata.store.topics import MAX_QUEUES, TopicTable, TopicType, topic_type
 
 log = logging.getLogger(__name__)
 
@@ -581,23 +581,43 @@ class MessageStore:
 
     # ------------------------------------------------------------------ topics and queues
 
-    def create_topic(self, topic: str, queues: int | None = None) -> bool:
-        """Create ``topic`` with ``queues`` queues (default ``config.default_queues``).
+    def create_topic(self, topic: str, queues: int | None = None,
+                     message_type: TopicType | str | None = None) -> bool:
+        """Create ``topic`` with ``queues`` queues (default ``config.default_queues``) that
+        accepts messages of ``message_type`` (a TopicType or its name: normal, fifo, delay,
+        transaction; default normal). The broker checks sends against the type; the
+        embedded put accepts any message into any topic.
 
-        Returns False if it exists already with ``queues`` queues (or ``queues`` is None).
-        An existing topic with another count raises TopicExistsError naming its count and
-        changes nothing: ``set_queue_count`` adds queues.
+        Returns False if it exists already with ``queues`` queues (or ``queues`` is None) and
+        ``message_type`` (or ``message_type`` is None). An existing topic with another count
+        or type raises TopicExistsError naming its own and changes nothing:
+        ``set_queue_count`` adds queues; a type never changes.
         """
         self._check_writable()
+        kind = None if message_type is None else topic_type(message_type)
         with self._put_lock:
-            created = self.topic_table.create(topic, self.config.default_queues if queues is None
-                                              else queues, since=self.log.max_offset())
+            created = self.topic_table.create(
+                topic, self.config.default_queues if queues is None else queues,
+                since=self.log.max_offset(), message_type=kind or TopicType.NORMAL)
             have = self.topic_table.queues[topic]
             if not created and queues is not None and queues != have:
                 raise TopicExistsError(
                     f"topic {topic!r} exists with {have} queues, not {queues}; it keeps its "
                     f"{have} (set_queue_count({topic!r}, n) adds queues; a count never shrinks)")
+            has = self.topic_table.type_of(topic)
+            if not created and kind is not None and kind is not has:
+                raise TopicExistsError(
+                    f"topic {topic!r} exists accepting {has.value} messages, not "
+                    f"{kind.value}; a topic's message type never changes (delete_topic and "
+                    "create it again)")
             return created
+
+    def topic_type(self, topic: str) -> TopicType | None:
+        """The message type ``topic`` accepts (None if there is no such topic)."""
+        self._check_open()
+        if self.readonly:
+            self.topic_table.reload()
+        return self.topic_table.type_of(topic)
 
     def set_queue_count(self, topic: str, queues: int) -> int:
         """Give an existing ``topic`` more queues (RocketMQ's topic update); returns the count.
