@@ -1,6 +1,7 @@
 """Broker benchmark: `strata serve` driven by the official RocketMQ Python client; JSON lines.
 
     python bench/broker.py [--messages N] [--size B] [--producers 1,8] [--flush async,sync]
+                           [--message-groups 0,64]
 
 For each flush mode and producer count a fresh store is served on 127.0.0.1 and
 ``--producers`` client processes (each its own HOME, as the client writes logs there) send
@@ -12,6 +13,9 @@ One JSON object per case:
   (send_async to its answer, ms), and the broker's own count of ``put_batch`` calls: messages
   per put_batch is the group commit across clients (one fsync per put under ``--flush sync``).
 * ``receive_ack``: msgs/s received and acked by one consumer.
+* ``--message-groups G`` (a list; 0, the default, is normal messages): with G > 0 the
+  messages are FIFO messages of G message groups (round-robin), so the topic is a FIFO topic
+  and the receive case measures FIFO consumption (one message per group in flight).
 * ``fsync``: this disk's fsync rate (4 KiB write + fdatasync in a loop, 2 s), so that
   ``put_batch/s`` under sync can be set against it.
 
@@ -42,6 +46,7 @@ PRODUCER = r'''
 import json, sys, time, threading
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 endpoint, n, size, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+groups = int(sys.argv[5])
 p = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=30), ("bench",))
 p.startup()
 sem = threading.Semaphore(window)
@@ -68,6 +73,8 @@ for i in range(n):
     m = Message()
     m.topic = "bench"
     m.body = body
+    if groups:
+        m.message_group = f"g{i % groups}"
     ts = time.perf_counter()
     p.send_async(m).add_done_callback(sent(ts))
 done.wait()
@@ -119,13 +126,13 @@ def fsync_rate(directory: Path, seconds: float = 2.0) -> float:
 
 
 def case(root: Path, flush: str, producers: int, messages: int, size: int,
-         window: int) -> list[dict]:
-    store = root / f"{flush}-{producers}"
+         window: int, groups: int = 0) -> list[dict]:
+    store = root / f"{flush}-{producers}-{groups}"
     cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{flush}-{producers}.log"
+    log_path = root / f"serve-{flush}-{producers}-{groups}.log"
     log = open(log_path, "w")
     server = subprocess.Popen(cmd, stderr=log, text=True)
     deadline = time.monotonic() + 60
@@ -138,7 +145,7 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
     each = messages // producers
     try:
         procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, endpoint, str(each),
-                                   str(size), str(window)], stdin=subprocess.PIPE,
+                                   str(size), str(window), str(groups)], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=env)
                  for _ in range(producers)]
         for p in procs:
@@ -165,13 +172,13 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
     stored, batches = int(m.group(1)), int(m.group(2))
     total = each * producers
     return [{"bench": "broker", "case": "send", "flush": flush, "producers": producers,
-             "size": size, "messages": total, "msgs_per_s": round(total / wall),
+             "message_groups": groups, "size": size, "messages": total, "msgs_per_s": round(total / wall),
              "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
              "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
              "put_batches": batches, "msgs_per_put_batch": round(stored / batches, 1),
              "put_batches_per_s": round(batches / wall)},
             {"bench": "broker", "case": "receive_ack", "flush": flush, "producers": producers,
-             "messages": rc["n"], "msgs_per_s": round(rc["n"] / rc["seconds"])}]
+             "message_groups": groups, "messages": rc["n"], "msgs_per_s": round(rc["n"] / rc["seconds"])}]
 
 
 def main() -> None:
@@ -181,6 +188,8 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--producers", default="1,8")
     ap.add_argument("--flush", default="async,sync")
+    ap.add_argument("--message-groups", default="0",
+                    help="0: normal messages; G > 0: FIFO messages of G message groups")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", default=None, help="work in this directory and keep it (logs)")
     a = ap.parse_args()
@@ -191,8 +200,9 @@ def main() -> None:
                           "fsyncs_per_s": round(fsync_rate(root))}), flush=True)
         for flush in a.flush.split(","):
             for n in (int(x) for x in a.producers.split(",")):
-                for row in case(root, flush, n, a.messages, a.size, a.window):
-                    print(json.dumps(row), flush=True)
+                for g in (int(x) for x in a.message_groups.split(",")):
+                    for row in case(root, flush, n, a.messages, a.size, a.window, g):
+                        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
