@@ -225,3 +225,90 @@ def test_held_back_messages_are_journaled_and_never_due_by_time(tmp_path):
     g3.pop("g", "t", 0, 0, [(1, 0)], 3, deadline_ms=5000)   # the next one goes out
     assert not g3.queue("g", "t", 0).in_flight[1].held
     assert g3.queue("g", "t", 0).in_flight[1].attempt == 1
+
+
+def _popper(tmp_path, max_attempts=3):
+    from strata.broker.group_state import ConsumerGroups
+    from strata.broker.receipt import ReceiptSigner
+    from strata.broker.receive import Popper
+    store = strata.open(tmp_path / "s")
+    store.create_topic("t", 3, message_type="fifo")
+    groups = ConsumerGroups(tmp_path / "b")
+    signer = ReceiptSigner(b"k" * 32)
+    return store, groups, signer, Popper(store, groups, signer, max_attempts)
+
+
+def _fifo_message(group: str, i: int) -> strata.Message:
+    return strata.Message("t", f"{group}-{i}".encode(), shard_key=group,
+                          properties={"__SHARDINGKEY": group})
+
+
+def test_random_acks_and_expiries_keep_every_message_group_in_order(tmp_path):
+    import random
+    rng = random.Random(14)
+    store, groups, signer, popper = _popper(tmp_path)
+    names = [f"g{k}" for k in range(7)]
+    sent = {g: 0 for g in names}
+    acked = {g: [] for g in names}
+    live = {}                               # body -> (receipt, deadline)
+    now = 1_000_000
+    for step in range(400):
+        if step < 300 and rng.random() < 0.5:
+            g = rng.choice(names)
+            store.put(_fifo_message(g, sent[g]))
+            sent[g] += 1
+            store.wait_dispatched()
+        for d in popper.pop("cg", "t", None, rng.randint(1, 5), 1000, now):
+            body = d.message.body.decode()
+            live[body] = (signer.decode(d.receipt_handle), now + 1000)
+        # at most one message per message group handed out and not yet expired
+        current = [b.split("-")[0] for b, (_r, dl) in live.items() if dl > now]
+        assert len(current) == len(set(current)), current
+        for body in rng.sample(sorted(live), k=len(live) // 2):
+            r, dl = live.pop(body)
+            if dl > now and groups.ack([r], now) == [None]:
+                g, i = body.split("-")
+                acked[g].append(int(i))
+        now += rng.choice((0, 0, 300, 1200))     # sometimes past the invisible time
+    for _ in range(200):                             # drain: ack whatever comes
+        for d in popper.pop("cg", "t", None, 32, 1000, now):
+            r = signer.decode(d.receipt_handle)
+            assert groups.ack([r], now) == [None]
+            g, i = d.message.body.decode().split("-")
+            acked[g].append(int(i))
+        now += 1200
+    store.wait_dispatched()                          # the dead letters' queue units
+    dead = []
+    for q in range(store.queue_count("%DLQ%cg")):
+        dead += [m.body.decode() for m in store.get("%DLQ%cg", q, 0, 1000).messages]
+    for g in names:
+        gone = sorted(int(b.split("-")[1]) for b in dead if b.split("-")[0] == g)
+        assert acked[g] == sorted(acked[g])          # in send order
+        assert sorted(acked[g] + gone) == list(range(sent[g]))   # each once, acked or dead
+    assert sum(sent.values()) > 100 and dead     # the run exercised both
+    groups.close()
+    store.close()
+
+
+def test_a_busy_message_group_holds_back_at_most_max_held_messages(tmp_path, monkeypatch):
+    from strata.broker import fifo
+    monkeypatch.setattr(fifo, "MAX_HELD", 3)
+    store, groups, signer, popper = _popper(tmp_path)
+    store.create_topic("one", 1, message_type="fifo")
+    for i in range(6):
+        store.put(strata.Message("one", f"A-{i}".encode(), properties={"__SHARDINGKEY": "A"}))
+    store.put(strata.Message("one", b"B-0", properties={"__SHARDINGKEY": "B"}))
+    store.wait_dispatched()
+    (a0,) = popper.pop("cg", "one", None, 32, 60_000, 0)
+    q = groups.queue("cg", "one", 0)
+    assert sorted(o for o, d in q.in_flight.items() if d.held) == [1, 2, 3]
+    assert popper.pop("cg", "one", None, 32, 60_000, 1) == []     # B-0 lies past the cap
+    bodies = []
+    for now in range(2, 5):          # each ack frees one place: A-4, A-5 held, then B-0 read
+        assert groups.ack([signer.decode(a0.receipt_handle)], now) == [None]
+        got = popper.pop("cg", "one", None, 32, 60_000, now)
+        bodies.append([d.message.body.decode() for d in got])
+        a0 = got[0]
+    assert bodies == [["A-1"], ["A-2"], ["A-3", "B-0"]]
+    groups.close()
+    store.close()
