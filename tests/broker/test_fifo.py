@@ -312,3 +312,29 @@ def test_a_busy_message_group_holds_back_at_most_max_held_messages(tmp_path, mon
     assert bodies == [["A-1"], ["A-2"], ["A-3", "B-0"]]
     groups.close()
     store.close()
+
+
+def test_a_fifo_push_receive_stays_invisible_through_the_clients_own_retries(broker_factory,
+                                                                           fifo_store,
+                                                                           tmp_path):
+    broker = broker_factory("--max-delivery-attempts", "3", directory=fifo_store)
+    got = run_client(tmp_path, broker.endpoint, '''
+        p = producer("ordered")
+        p.send(message("ordered", "a1", group="A"))
+        p.shutdown()
+        s = stub()
+        seen = []
+        t0 = time.time()
+        while not seen and time.time() - t0 < 30:
+            req = svc.ReceiveMessageRequest(
+                group=pb.Resource(name="pg"), auto_renew=True, batch_size=32,
+                message_queue=pb.MessageQueue(topic=pb.Resource(name="ordered")))
+            req.filter_expression.expression = "*"
+            req.long_polling_timeout.seconds = 1
+            for r in s.ReceiveMessage(req, metadata=meta(), timeout=10):
+                if r.HasField("message"):
+                    seen.append(r.message.system_properties.invisible_duration.seconds)
+        out(seen=seen)
+    ''')
+    # 60 s and the client's sleeps between its 3 attempts (1 s, 5 s: the backoff it was given)
+    assert got["seen"] == [66]

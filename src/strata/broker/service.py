@@ -286,6 +286,16 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     # ------------------------------------------------------------------ receive
 
+    def _fifo_push_invisible_ms(self) -> int:
+        """A FIFO push consumer retries a failed message itself, sleeping the backoff's
+        delays between attempts, then forwards it to the DLQ: its receive stays invisible
+        for all of that (no renewal yet), or the broker would hand the message out again
+        while the client still works on it."""
+        last = len(CONSUMER_BACKOFF_S) - 1
+        retries = 1000 * sum(CONSUMER_BACKOFF_S[min(i, last)]
+                             for i in range(self.options.max_delivery_attempts - 1))
+        return min(MAX_INVISIBLE_MS, AUTO_RENEW_INVISIBLE_MS + retries)
+
     def _receive_args(self, request):
         group = self._group(request.group)
         topic = self._topic(request.message_queue.topic)
@@ -301,6 +311,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             invisible = _duration_ms(request.invisible_duration)
         elif request.auto_renew:   # push consumers leave it to the broker
             invisible = AUTO_RENEW_INVISIBLE_MS
+            if self.store.topic_type(topic) is TopicType.FIFO:
+                invisible = self._fifo_push_invisible_ms()
         else:
             raise Refused(Code.ILLEGAL_INVISIBLE_TIME, "a receive needs an invisible duration")
         if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
