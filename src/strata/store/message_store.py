@@ -37,7 +37,7 @@ from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, 
                                   PutResults, PutStatus)
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
-from strata.store.topics import MAX_QUEUES, TopicTable, TopicType, topic_type
+from strata.store.topics import MAX_QUEUES, TopicTable, TopicType, as_topic_type
 
 log = logging.getLogger(__name__)
 
@@ -594,7 +594,7 @@ class MessageStore:
         ``set_queue_count`` adds queues; a type never changes.
         """
         self._check_writable()
-        kind = None if message_type is None else topic_type(message_type)
+        kind = None if message_type is None else as_topic_type(message_type)
         with self._put_lock:
             created = self.topic_table.create(
                 topic, self.config.default_queues if queues is None else queues,

@@ -34,7 +34,7 @@ class TopicType(str, enum.Enum):
     TRANSACTION = "transaction"
 
 
-def topic_type(value: object) -> TopicType:
+def as_topic_type(value: object) -> TopicType:
     """``value`` (a TopicType or its name, any case) as a TopicType; InvalidInputError
     listing the types otherwise."""
     if isinstance(value, TopicType):
@@ -156,7 +156,7 @@ class TopicTable:
         encode_topic(topic)
         if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= MAX_QUEUES:
             raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
-        message_type = topic_type(message_type)
+        message_type = as_topic_type(message_type)
         if topic in self.queues:
             return False
         self._change(topic, queues, since, message_type)
