@@ -253,6 +253,13 @@ def test_random_acks_and_expiries_keep_every_message_group_in_order(tmp_path):
     live = {}                               # body -> (receipt, deadline)
     now = 1_000_000
     for step in range(400):
+        if step in (150, 250):      # a restart: state replayed, the FIFO index built anew
+            from strata.broker.group_state import ConsumerGroups
+            from strata.broker.receive import Popper
+            if step == 150:
+                groups.close()
+            groups = ConsumerGroups(tmp_path / "b")       # (at 250 without a close)
+            popper = Popper(store, groups, signer, 3)
         if step < 300 and rng.random() < 0.5:
             g = rng.choice(names)
             store.put(_fifo_message(g, sent[g]))

@@ -66,7 +66,8 @@ class Popper:
             q = (start + i) % n
             qs = self.groups.queue(group, topic, q)
             if fifo:
-                pick = self.fifo.pick(qs, topic, q, tags, need, now_ms, self.max_attempts)
+                pick = self.fifo.pick(group, qs, topic, q, tags, need, now_ms,
+                                      self.max_attempts)
             else:
                 pick = self._pick(qs, topic, q, tags, need, now_ms)
             out += self._carry_out(group, topic, q, pick, deadline)
