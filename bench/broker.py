@@ -172,13 +172,15 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
     stored, batches = int(m.group(1)), int(m.group(2))
     total = each * producers
     return [{"bench": "broker", "case": "send", "flush": flush, "producers": producers,
-             "message_groups": groups, "size": size, "messages": total, "msgs_per_s": round(total / wall),
+             "message_groups": groups, "size": size, "messages": total,
+             "msgs_per_s": round(total / wall),
              "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
              "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
              "put_batches": batches, "msgs_per_put_batch": round(stored / batches, 1),
              "put_batches_per_s": round(batches / wall)},
             {"bench": "broker", "case": "receive_ack", "flush": flush, "producers": producers,
-             "message_groups": groups, "messages": rc["n"], "msgs_per_s": round(rc["n"] / rc["seconds"])}]
+             "message_groups": groups, "messages": rc["n"],
+             "msgs_per_s": round(rc["n"] / rc["seconds"])}]
 
 
 def main() -> None:
