@@ -325,3 +325,34 @@ def test_the_time_window_bounds_replay(tmp_path):
     upper = [(k, v.replace(sign("s0000001", stamp), sign("s0000001", stamp).upper()))
              for k, v in md]
     assert acl.authenticate(upper, now_s=t).access_key == "k0000001"
+
+
+def test_a_client_on_local_time_needs_utc_or_a_wider_window(broker_factory, acl_file,
+                                                            tmp_path, monkeypatch):
+    """The official Python client stamps x-mq-date-time with its local time and a Z: nine
+    hours off under TZ=JST-9. The default window refuses it; --acl-time-window 50400 lets
+    it in and still refuses a signature 15 hours old."""
+    monkeypatch.setenv("TZ", "JST-9")
+    code = '''
+    try:
+        p = Producer(cfg(*P), ("orders",))
+        p.startup()
+        p.send(message("orders", "from Tokyo"))
+        p.shutdown()
+        sent = "OK"
+    except Exception as exc:
+        sent = str(exc)
+    out(sent=sent, old=send(signed(*P, shift_s=-15 * 3600)))
+    '''
+    strict = broker_factory("--acl", str(acl_file))
+    got = signed_client(tmp_path, strict.endpoint, code)
+    assert got["sent"] != "OK"
+    assert strict.stop() == 0
+    wide = broker_factory("--acl", str(acl_file), "--acl-time-window", "50400",
+                          directory=tmp_path / "wide")
+    got = signed_client(tmp_path, wide.endpoint, code)
+    assert got["sent"] == "OK"
+    assert got["old"][0] == "UNAUTHORIZED" and "within 50400 s" in got["old"][1]
+    assert wide.stop() == 0
+    assert _stored(strict.directory) == {}
+    assert _stored(wide.directory) == {"orders": 1}
