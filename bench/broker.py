@@ -39,10 +39,12 @@ from pathlib import Path
 SMALL = ("segment_size=268435456", "index_slots=100000", "index_entries=400000")
 
 PRODUCER = r'''
-import json, sys, time, threading
+import json, os, sys, time, threading
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 endpoint, n, size, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-p = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=30), ("bench",))
+creds = Credentials(os.environ.get("BENCH_AK", ""), os.environ.get("BENCH_SK", ""))
+p = Producer(ClientConfiguration(endpoint, creds, request_timeout=30), ("bench",),
+             tls_enable=bool(os.environ.get("BENCH_TLS")))
 p.startup()
 sem = threading.Semaphore(window)
 lat = []
@@ -77,11 +79,13 @@ print("RESULT " + json.dumps({"seconds": el, "lat": sorted(lat)}), flush=True)
 '''
 
 CONSUMER = r'''
-import json, sys, time
+import json, os, sys, time
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 endpoint, n = sys.argv[1], int(sys.argv[2])
-c = SimpleConsumer(ClientConfiguration(endpoint, Credentials(), request_timeout=30), "bench-g",
-                   {"bench": FilterExpression("*")}, await_duration=2)
+creds = Credentials(os.environ.get("BENCH_AK", ""), os.environ.get("BENCH_SK", ""))
+c = SimpleConsumer(ClientConfiguration(endpoint, creds, request_timeout=30), "bench-g",
+                   {"bench": FilterExpression("*")}, await_duration=2,
+                   tls_enable=bool(os.environ.get("BENCH_TLS")))
 c.startup()
 got = 0
 t0 = time.perf_counter()
@@ -119,13 +123,16 @@ def fsync_rate(directory: Path, seconds: float = 2.0) -> float:
 
 
 def case(root: Path, flush: str, producers: int, messages: int, size: int,
-         window: int) -> list[dict]:
-    store = root / f"{flush}-{producers}"
+         window: int, serve_args: tuple[str, ...] = (), client_env: dict | None = None,
+         name: str = "") -> list[dict]:
+    """One flush mode and producer count; ``serve_args`` go to `strata serve` and
+    ``client_env`` (BENCH_AK, BENCH_SK, BENCH_TLS) to the client processes."""
+    store = root / f"{flush}-{producers}{name}"
     cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
-           "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
+           "127.0.0.1:0", "--flush", flush, "--exit-with-parent", *serve_args]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{flush}-{producers}.log"
+    log_path = root / f"serve-{flush}-{producers}{name}.log"
     log = open(log_path, "w")
     server = subprocess.Popen(cmd, stderr=log, text=True)
     deadline = time.monotonic() + 60
@@ -134,7 +141,7 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
             raise RuntimeError(f"strata serve did not start: {log_path.read_text()}")
         time.sleep(0.05)
     endpoint = m.group(1)
-    env = dict(os.environ, HOME=str(root / "home"))
+    env = dict(os.environ, HOME=str(root / "home"), **(client_env or {}))
     each = messages // producers
     try:
         procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, endpoint, str(each),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import calendar
 import enum
+import functools
 import hashlib
 import hmac
 import time
@@ -99,6 +100,11 @@ def sign(secret_key: str, date_time: str) -> str:
 def parse_authorization(value: str) -> dict[str, str]:
     """``MQv2-HMAC-SHA1 Credential=AK, SignedHeaders=x-mq-date-time, Signature=HEX`` ->
     {"Credential": AK, "SignedHeaders": ..., "Signature": HEX}; Refusal if malformed."""
+    return dict(_parse_authorization(value))
+
+
+@functools.lru_cache(maxsize=4096)      # a client's header changes once a second
+def _parse_authorization(value: str) -> tuple[tuple[str, str], ...]:
     scheme, _, rest = value.strip().partition(" ")
     if scheme != SCHEME:
         raise Refusal(f"authorization header uses scheme {scheme[:40]!r}; this broker "
@@ -111,7 +117,19 @@ def parse_authorization(value: str) -> dict[str, str]:
     for k in ("Credential", "SignedHeaders", "Signature"):
         if not fields.get(k):
             raise Refusal(f"authorization header has no {k}")
-    return fields
+    signed = {h.strip().lower() for h in fields["SignedHeaders"].split(";")}
+    if DATE_HEADER not in signed:
+        raise Refusal(f"the signature does not cover {DATE_HEADER}")
+    return tuple(fields.items())
+
+
+@functools.lru_cache(maxsize=1024)
+def _timestamp(date_time: str) -> int:
+    """Seconds since the epoch of a ``YYYYMMDDTHHMMSSZ`` stamp (read as UTC)."""
+    try:
+        return calendar.timegm(time.strptime(date_time, DATE_FORMAT))
+    except ValueError:
+        raise Refusal(f"{DATE_HEADER} {date_time[:40]!r} is not YYYYMMDDTHHMMSSZ") from None
 
 
 class AccessList:
@@ -122,6 +140,7 @@ class AccessList:
         self.accounts = {a.access_key: a for a in accounts}
         self.window_s = window_s
         self.source = source
+        self._expected: dict[tuple[str, str], bytes] = {}
 
     def authenticate(self, metadata: Iterable[tuple[str, str]],
                      now_s: float | None = None) -> Account:
@@ -134,24 +153,24 @@ class AccessList:
         if not auth:
             raise Refusal("the request is not signed (no authorization header); this broker "
                           "requires an access key and secret key")
-        fields = parse_authorization(auth)
-        signed = {h.strip().lower() for h in fields["SignedHeaders"].split(";")}
-        if DATE_HEADER not in signed:
-            raise Refusal(f"the signature does not cover {DATE_HEADER}")
+        fields = dict(_parse_authorization(auth))
         date_time = headers.get(DATE_HEADER)
         if not date_time:
             raise Refusal(f"the request has no {DATE_HEADER} header")
         account = self.accounts.get(fields["Credential"])
         if account is None:
             raise Refusal(f"unknown access key {fields['Credential'][:64]!r}")
-        expected = sign(account.secret_key, date_time).encode()
+        # the HMAC of one account and second, computed once; compared in constant time
+        expected = self._expected.get((account.access_key, date_time))
+        if expected is None:
+            if len(self._expected) >= 4096:
+                self._expected.clear()
+            expected = self._expected[(account.access_key, date_time)] = \
+                sign(account.secret_key, date_time).encode()
         if not hmac.compare_digest(expected, fields["Signature"].lower().encode()):
             raise Refusal(f"signature mismatch for access key {account.access_key!r} (wrong "
                           "secret key?)")
-        try:
-            stamped = calendar.timegm(time.strptime(date_time, DATE_FORMAT))
-        except ValueError:
-            raise Refusal(f"{DATE_HEADER} {date_time[:40]!r} is not YYYYMMDDTHHMMSSZ") from None
+        stamped = _timestamp(date_time)
         skew = stamped - (time.time() if now_s is None else now_s)
         if abs(skew) > self.window_s:
             when = "ahead of" if skew > 0 else "behind"

@@ -20,6 +20,7 @@ from strata.store.message_store import MessageStore
 # fsync waits run from well under a millisecond (an idle SSD) to seconds (a busy disk)
 FLUSH_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 OK = Code.OK
+CODE_NAMES = {v: k for k, v in Code.items()}
 
 
 class GroupCollector(Collector):
@@ -99,7 +100,7 @@ class BrokerMetrics(HandlerInterceptor):
 
     def _count(self, name: str, request, reply) -> None:
         code = reply.status.code
-        self.requests.labels(name, Code.Name(code) if code in Code.values() else str(code)).inc()
+        self.requests.labels(name, CODE_NAMES.get(code) or str(code)).inc()
         if name == "SendMessage":
             for m, e in zip(request.messages, reply.entries):
                 if e.status.code == OK:
