@@ -122,6 +122,12 @@ def fsync_rate(directory: Path, seconds: float = 2.0) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def case(root: Path, flush: str, producers: int, messages: int, size: int,
          window: int, serve_args: tuple[str, ...] = (), client_env: dict | None = None,
          name: str = "") -> list[dict]:
@@ -150,17 +156,20 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
                  for _ in range(producers)]
         for p in procs:
             assert p.stdout.readline().strip() == "READY"
+        cpu0 = cpu_seconds(server.pid)
         t0 = time.perf_counter()
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
         results = [result(p) for p in procs]
         wall = time.perf_counter() - t0
+        cpu1 = cpu_seconds(server.pid)
         lat = sorted(x for r in results for x in r["lat"])
         consumer = subprocess.Popen([sys.executable, "-c", CONSUMER, endpoint,
                                      str(each * producers)], stdout=subprocess.PIPE,
                                     text=True, env=env)
         rc = result(consumer)
+        cpu2 = cpu_seconds(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -176,9 +185,11 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
              "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
              "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
              "put_batches": batches, "msgs_per_put_batch": round(stored / batches, 1),
-             "put_batches_per_s": round(batches / wall)},
+             "put_batches_per_s": round(batches / wall),
+             "server_cpu_us_per_msg": round((cpu1 - cpu0) / total * 1e6)},
             {"bench": "broker", "case": "receive_ack", "flush": flush, "producers": producers,
-             "messages": rc["n"], "msgs_per_s": round(rc["n"] / rc["seconds"])}]
+             "messages": rc["n"], "msgs_per_s": round(rc["n"] / rc["seconds"]),
+             "server_cpu_us_per_msg": round((cpu2 - cpu1) / max(rc["n"], 1) * 1e6)}]
 
 
 def main() -> None:

@@ -11,8 +11,7 @@ from typing import Any, Callable, Iterable
 import grpc
 
 from strata.broker.acl import AccessList, Kind, Perm, Refusal
-from strata.broker.intercept import (HandlerInterceptor, StreamStream, Unary, UnaryStream,
-                                     reply_class)
+from strata.broker.intercept import RpcLayer, StreamStream, Unary, UnaryStream, reply_class
 from strata.broker.protocol import Code, pb
 
 Need = tuple[Kind, str, Perm]
@@ -62,11 +61,10 @@ RULES: dict[str, Rule] = {
 }
 
 
-class AclInterceptor(HandlerInterceptor):
+class AclLayer(RpcLayer):
     """Checks each call against an AccessList before the service sees it."""
 
     def __init__(self, acl: AccessList) -> None:
-        super().__init__()
         self.acl = acl
         self.refused = 0
 

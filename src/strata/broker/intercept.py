@@ -1,20 +1,25 @@
-"""Looking at every RPC's request and reply without the service knowing: a grpc.aio server
-interceptor that wraps the servicer's method handlers. ``strata.broker.authorize`` (the ACL)
-and ``strata.broker.metrics`` build on it; without ``--acl`` and ``--metrics`` no
-interceptor is installed and calls reach the service directly.
+"""Looking at every RPC's request and reply without the service knowing: layers that wrap the
+servicer's methods before they are registered with the gRPC server. ``strata.broker.authorize``
+(the ACL) and ``strata.broker.metrics`` are such layers; without ``--acl`` and ``--metrics``
+the service is registered as it is.
+
+The methods are wrapped once, at start, rather than by a grpc.aio server interceptor, which
+runs its chain (a coroutine that looks the handler up) again for every call.
 """
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Awaitable, Callable
-
-import grpc
+import inspect
+import types
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from strata.broker.protocol import svc
 
 Unary = Callable[[Any, Any], Awaitable[Any]]            # (request, context) -> reply
 UnaryStream = Callable[[Any, Any], AsyncIterator[Any]]  # (request, context) -> replies
 StreamStream = Callable[[AsyncIterator[Any], Any], AsyncIterator[Any]]
+
+_METHODS = svc.DESCRIPTOR.services_by_name["MessagingService"].methods
 
 
 def reply_class(method: str) -> type | None:
@@ -24,36 +29,9 @@ def reply_class(method: str) -> type | None:
     return getattr(svc, f"{method}Response", None)
 
 
-class HandlerInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps each RPC's handler once (per method name) with the ``wrap_*`` methods, which a
-    subclass overrides; by default they return the handler's behaviour unchanged."""
-
-    def __init__(self) -> None:
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
-
-    async def intercept_service(self, continuation, handler_call_details):
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is None:
-            wrapped = self._wrapped[method] = self._wrap(method.rsplit("/", 1)[-1], handler)
-        return wrapped
-
-    def _wrap(self, name: str, h: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        io = dict(request_deserializer=h.request_deserializer,
-                  response_serializer=h.response_serializer)
-        if h.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(self.wrap_unary(name, h.unary_unary),
-                                                       **io)
-        if h.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self.wrap_unary_stream(name, h.unary_stream), **io)
-        if h.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self.wrap_stream_stream(name, h.stream_stream), **io)
-        return h        # client-streaming: the protocol has none
+class RpcLayer:
+    """Wraps RPC behaviours; a subclass overrides the ``wrap_*`` methods, which by default
+    return the behaviour unchanged."""
 
     def wrap_unary(self, name: str, inner: Unary) -> Unary:
         return inner
@@ -63,3 +41,25 @@ class HandlerInterceptor(grpc.aio.ServerInterceptor):
 
     def wrap_stream_stream(self, name: str, inner: StreamStream) -> StreamStream:
         return inner
+
+
+def layered(servicer: Any, layers: Sequence[RpcLayer]) -> Any:
+    """An object with the servicer's RPC methods wrapped by ``layers`` (the first one
+    outermost), to register in the servicer's place. Methods the servicer does not implement
+    (the generated base's, which answer UNIMPLEMENTED) are left as they are."""
+    if not layers:
+        return servicer
+    out = types.SimpleNamespace()
+    for m in _METHODS:
+        behaviour = getattr(servicer, m.name)
+        implemented = inspect.iscoroutinefunction(behaviour) or \
+            inspect.isasyncgenfunction(behaviour)
+        for layer in reversed(layers) if implemented else ():
+            if m.client_streaming and m.server_streaming:
+                behaviour = layer.wrap_stream_stream(m.name, behaviour)
+            elif m.server_streaming:
+                behaviour = layer.wrap_unary_stream(m.name, behaviour)
+            elif not m.client_streaming:
+                behaviour = layer.wrap_unary(m.name, behaviour)
+        setattr(out, m.name, behaviour)
+    return out

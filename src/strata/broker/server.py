@@ -16,6 +16,7 @@ import grpc
 
 from strata.broker.acl import DEFAULT_WINDOW_S, load_acl
 from strata.broker.group_state import ConsumerGroups
+from strata.broker.intercept import layered
 from strata.broker.protocol import svc_grpc
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
 from strata.broker.service import BrokerOptions, MessagingService
@@ -77,22 +78,21 @@ async def serve(cfg: ServeConfig) -> None:
         store.close()
         raise
     limit = store.config.max_body_size + (1 << 20)
-    interceptors = []      # outermost first: metrics count what the ACL refuses too
-    metrics = None
-    if cfg.metrics is not None:
-        from strata.broker.metrics import BrokerMetrics
-        metrics = BrokerMetrics(store, groups)
-        interceptors.append(metrics)
-    if acl is not None:
-        from strata.broker.authorize import AclInterceptor
-        interceptors.append(AclInterceptor(acl))
-    server = grpc.aio.server(interceptors=interceptors or None,
-                             options=[("grpc.max_receive_message_length", limit),
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit)])
     service = MessagingService(store, groups, signer, (cfg.host, cfg.port),
                                BrokerOptions(auto_create=cfg.auto_create,
                                              max_delivery_attempts=cfg.max_delivery_attempts))
-    svc_grpc.add_MessagingServiceServicer_to_server(service, server)
+    layers = []      # outermost first: metrics count what the ACL refuses too
+    metrics = None
+    if cfg.metrics is not None:
+        from strata.broker.metrics import BrokerMetrics
+        metrics = BrokerMetrics(store, groups)
+        layers.append(metrics)
+    if acl is not None:
+        from strata.broker.authorize import AclLayer
+        layers.append(AclLayer(acl))
+    svc_grpc.add_MessagingServiceServicer_to_server(layered(service, layers), server)
     address = f"[{cfg.host}]:{cfg.port}" if ":" in cfg.host else f"{cfg.host}:{cfg.port}"
     listening = address
     try:
