@@ -4,6 +4,7 @@ GRPC_DEFAULT_SSL_ROOTS_FILE_PATH); bad certificate or key files stop the start."
 
 import datetime
 import ipaddress
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,49 @@ def test_bad_certificate_or_key_files_stop_the_start(tmp_path):
     p = _serve(tmp_path, "--tls-cert", str(cert))
     assert p.returncode != 0 and "--tls-cert and --tls-key go together" in p.stderr
     assert not (tmp_path / "store").exists()
+
+
+def test_push_consumer_with_keys_over_tls_and_metrics(broker_factory, tmp_path, monkeypatch):
+    """--tls-cert/--tls-key, --acl and --metrics together: a push consumer (QueryAssignment,
+    Heartbeat with its group, receives, acks) signed with its keys gets every message."""
+    cert, key = make_cert(tmp_path)
+    acl = tmp_path / "acl.yml"
+    acl.write_text("accounts:\n"
+                   "  - {accessKey: pusher01, secretKey: pushsecret, topicPerms: [pushed=PUB]}\n"
+                   "  - {accessKey: reader01, secretKey: readsecret, topicPerms: [pushed=SUB],"
+                   " groupPerms: [pg=SUB]}\n")
+    b = broker_factory("--tls-cert", str(cert), "--tls-key", str(key), "--acl", str(acl),
+                       "--metrics", "127.0.0.1:0")
+    monkeypatch.setenv("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", str(cert))
+    got = run_client(tmp_path, b.endpoint, '''
+    from rocketmq import PushConsumer, MessageListener, ConsumeResult
+    import threading, urllib.request
+    def cfg(ak, sk):
+        return ClientConfiguration(ENDPOINT, Credentials(ak, sk), request_timeout=5)
+    p = Producer(cfg("pusher01", "pushsecret"), ("pushed",), tls_enable=True)
+    p.startup()
+    for i in range(10):
+        p.send(message("pushed", "p%d" % i))
+    p.shutdown()
+    seen = set()
+    lock = threading.Lock()
+    class L(MessageListener):
+        def consume(self, m):
+            with lock:
+                seen.add(m.body.decode())
+            return ConsumeResult.SUCCESS
+    c = PushConsumer(cfg("reader01", "readsecret"), "pg", L(),
+                     {"pushed": FilterExpression("*")}, tls_enable=True)
+    c.startup()
+    t0 = time.time()
+    while len(seen) < 10 and time.time() - t0 < 30:
+        time.sleep(0.1)
+    c.shutdown()
+    text = urllib.request.urlopen(json.loads(sys.argv[2]), timeout=10).read().decode()
+    out(seen=sorted(seen), text=text)
+    ''', args=re.search(r"metrics (http://\S+/metrics)", b.log).group(1))
+    assert got["seen"] == sorted(f"p{i}" for i in range(10))
+    assert 'strata_messages_sent_total{topic="pushed"} 10.0' in got["text"]
+    assert 'strata_messages_acked_total{group="pg",topic="pushed"} 10.0' in got["text"]
+    assert 'code="UNAUTHORIZED"' not in got["text"] and 'code="FORBIDDEN"' not in got["text"]
+    assert b.stop() == 0
