@@ -359,3 +359,10 @@ def test_a_client_on_local_time_needs_utc_or_a_wider_window(broker_factory, acl_
     assert wide.stop() == 0
     assert _stored(strict.directory) == {}
     assert _stored(wide.directory) == {"orders": 1}
+
+
+def test_every_rpc_of_the_protocol_has_a_rule():
+    from strata.broker.authorize import RULES
+    from strata.broker.protocol import svc
+    rpcs = {m.name for m in svc.DESCRIPTOR.services_by_name["MessagingService"].methods}
+    assert set(RULES) == rpcs

@@ -66,7 +66,6 @@ class AclLayer(RpcLayer):
 
     def __init__(self, acl: AccessList) -> None:
         self.acl = acl
-        self.refused = 0
 
     def check(self, name: str, request, metadata) -> None:
         """Refusal if the call is not signed by a known account or lacks a right."""
@@ -79,8 +78,8 @@ class AclLayer(RpcLayer):
         if request is not None:
             self.acl.authorize(account, rule(request))
 
-    def _refusal(self, name: str, r: Refusal):
-        self.refused += 1
+    @staticmethod
+    def _refusal(name: str, r: Refusal):
         cls = reply_class(name)
         code = Code.FORBIDDEN if r.forbidden else Code.UNAUTHORIZED
         return None if cls is None else cls(status=pb.Status(code=code, message=str(r)))
