@@ -328,6 +328,15 @@ def test_the_time_window_bounds_replay(tmp_path):
     upper = [(k, v.replace(sign("s0000001", stamp), sign("s0000001", stamp).upper()))
              for k, v in md]
     assert acl.authenticate(upper, now_s=t).access_key == "k0000001"
+    for header, why in [("Basic azpz", "scheme 'Basic'"),
+                        ("MQv2-HMAC-SHA1 Credential=k0000001, SignedHeaders=x-mq-date-time",
+                         "no Signature"),
+                        ("MQv2-HMAC-SHA1 Credential=k0000001, SignedHeaders=host, "
+                         f"Signature={sign('s0000001', stamp)}", "does not cover x-mq-date")]:
+        with pytest.raises(Refusal, match=why):
+            acl.authenticate([md[0], ("authorization", header)], now_s=t)
+    with pytest.raises(Refusal, match="no x-mq-date-time header"):
+        acl.authenticate(md[1:], now_s=t)
 
 
 def test_a_client_on_local_time_needs_utc_or_a_wider_window(broker_factory, acl_file,

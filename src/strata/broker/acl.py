@@ -97,14 +97,10 @@ def sign(secret_key: str, date_time: str) -> str:
     return hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
 
 
-def parse_authorization(value: str) -> dict[str, str]:
-    """``MQv2-HMAC-SHA1 Credential=AK, SignedHeaders=x-mq-date-time, Signature=HEX`` ->
-    {"Credential": AK, "SignedHeaders": ..., "Signature": HEX}; Refusal if malformed."""
-    return dict(_parse_authorization(value))
-
-
 @functools.lru_cache(maxsize=4096)      # a client's header changes once a second
 def _parse_authorization(value: str) -> tuple[tuple[str, str], ...]:
+    """``MQv2-HMAC-SHA1 Credential=AK, SignedHeaders=x-mq-date-time, Signature=HEX`` ->
+    the (name, value) fields; Refusal if malformed."""
     scheme, _, rest = value.strip().partition(" ")
     if scheme != SCHEME:
         raise Refusal(f"authorization header uses scheme {scheme[:40]!r}; this broker "
