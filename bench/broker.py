@@ -43,11 +43,13 @@ from pathlib import Path
 SMALL = ("segment_size=268435456", "index_slots=100000", "index_entries=400000")
 
 PRODUCER = r'''
-import json, sys, time, threading
+import json, os, sys, time, threading
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 endpoint, n, size, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 groups = int(sys.argv[5])
-p = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=30), ("bench",))
+creds = Credentials(os.environ.get("BENCH_AK", ""), os.environ.get("BENCH_SK", ""))
+p = Producer(ClientConfiguration(endpoint, creds, request_timeout=30), ("bench",),
+             tls_enable=bool(os.environ.get("BENCH_TLS")))
 p.startup()
 sem = threading.Semaphore(window)
 lat = []
@@ -84,11 +86,13 @@ print("RESULT " + json.dumps({"seconds": el, "lat": sorted(lat)}), flush=True)
 '''
 
 CONSUMER = r'''
-import json, sys, time
+import json, os, sys, time
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 endpoint, n = sys.argv[1], int(sys.argv[2])
-c = SimpleConsumer(ClientConfiguration(endpoint, Credentials(), request_timeout=30), "bench-g",
-                   {"bench": FilterExpression("*")}, await_duration=2)
+creds = Credentials(os.environ.get("BENCH_AK", ""), os.environ.get("BENCH_SK", ""))
+c = SimpleConsumer(ClientConfiguration(endpoint, creds, request_timeout=30), "bench-g",
+                   {"bench": FilterExpression("*")}, await_duration=2,
+                   tls_enable=bool(os.environ.get("BENCH_TLS")))
 c.startup()
 got = 0
 t0 = time.perf_counter()
@@ -125,14 +129,25 @@ def fsync_rate(directory: Path, seconds: float = 2.0) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def case(root: Path, flush: str, producers: int, messages: int, size: int,
-         window: int, groups: int = 0) -> list[dict]:
-    store = root / f"{flush}-{producers}-{groups}"
+         window: int, serve_args: tuple[str, ...] = (), client_env: dict | None = None,
+         name: str = "", *, groups: int = 0) -> list[dict]:
+    """One flush mode and producer count; ``serve_args`` go to `strata serve` and
+    ``client_env`` (BENCH_AK, BENCH_SK, BENCH_TLS) to the client processes; ``groups``
+    message groups make the messages FIFO ones (0: normal messages)."""
+    name = f"{name}-g{groups}" if groups else name
+    store = root / f"{flush}-{producers}{name}"
     cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
-           "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
+           "127.0.0.1:0", "--flush", flush, "--exit-with-parent", *serve_args]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{flush}-{producers}-{groups}.log"
+    log_path = root / f"serve-{flush}-{producers}{name}.log"
     log = open(log_path, "w")
     server = subprocess.Popen(cmd, stderr=log, text=True)
     deadline = time.monotonic() + 60
@@ -141,7 +156,7 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
             raise RuntimeError(f"strata serve did not start: {log_path.read_text()}")
         time.sleep(0.05)
     endpoint = m.group(1)
-    env = dict(os.environ, HOME=str(root / "home"))
+    env = dict(os.environ, HOME=str(root / "home"), **(client_env or {}))
     each = messages // producers
     try:
         procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, endpoint, str(each),
@@ -150,17 +165,20 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
                  for _ in range(producers)]
         for p in procs:
             assert p.stdout.readline().strip() == "READY"
+        cpu0 = cpu_seconds(server.pid)
         t0 = time.perf_counter()
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
         results = [result(p) for p in procs]
         wall = time.perf_counter() - t0
+        cpu1 = cpu_seconds(server.pid)
         lat = sorted(x for r in results for x in r["lat"])
         consumer = subprocess.Popen([sys.executable, "-c", CONSUMER, endpoint,
                                      str(each * producers)], stdout=subprocess.PIPE,
                                     text=True, env=env)
         rc = result(consumer)
+        cpu2 = cpu_seconds(server.pid)
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -177,10 +195,12 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
              "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
              "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
              "put_batches": batches, "msgs_per_put_batch": round(stored / batches, 1),
-             "put_batches_per_s": round(batches / wall)},
+             "put_batches_per_s": round(batches / wall),
+             "server_cpu_us_per_msg": round((cpu1 - cpu0) / total * 1e6)},
             {"bench": "broker", "case": "receive_ack", "flush": flush, "producers": producers,
              "message_groups": groups, "messages": rc["n"],
-             "msgs_per_s": round(rc["n"] / rc["seconds"])}]
+             "msgs_per_s": round(rc["n"] / rc["seconds"]),
+             "server_cpu_us_per_msg": round((cpu2 - cpu1) / max(rc["n"], 1) * 1e6)}]
 
 
 def main() -> None:
@@ -203,7 +223,7 @@ def main() -> None:
         for flush in a.flush.split(","):
             for n in (int(x) for x in a.producers.split(",")):
                 for g in (int(x) for x in a.message_groups.split(",")):
-                    for row in case(root, flush, n, a.messages, a.size, a.window, g):
+                    for row in case(root, flush, n, a.messages, a.size, a.window, groups=g):
                         print(json.dumps(row), flush=True)
 
 

@@ -5,5 +5,7 @@ client's generated stubs), ``errors``, ``names``, ``receipt`` (signed receipt ha
 ``journal`` (the consumer-group journal's bytes), ``group_state`` (offsets, in-flight
 receipts, delivery attempts), ``convert`` (protobuf <-> store messages), ``send`` (group
 commit across clients), ``receive`` (pops across a topic's queues), ``service`` (the RPCs),
-``server`` (grpc.aio server, signals, shutdown).
+``acl`` (plain_acl.yml accounts, request signatures, rights), ``intercept`` (wrapping the
+RPC handlers), ``authorize`` (the ACL applied to each RPC), ``metrics`` (Prometheus),
+``tls`` (certificate and key), ``server`` (grpc.aio server, signals, shutdown).
 """

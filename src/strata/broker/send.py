@@ -6,8 +6,9 @@ Each send is answered only when its batch is stored as the flush mode counts it.
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 
 from strata.errors import InvalidInputError
 from strata.store.message import Message, PutResult
@@ -26,6 +27,8 @@ class SendBatcher:
         self._busy = False
         self.batches = 0       # put_batch calls
         self.messages = 0      # messages stored through them
+        # called after each put_batch with (messages, seconds it took): the metrics
+        self.on_stored: Callable[[int, float], None] | None = None
 
     def start(self) -> None:
         self._wake = asyncio.Event()
@@ -39,6 +42,7 @@ class SendBatcher:
         return await fut
 
     async def _put(self, msgs: list[Message]):
+        began = time.perf_counter()
         if self.store.config.flush == "sync":     # waits for its fsync: off the event loop
             loop = asyncio.get_running_loop()
             results = await loop.run_in_executor(self._executor, self.store.put_batch, msgs)
@@ -46,6 +50,8 @@ class SendBatcher:
             results = self.store.put_batch(msgs)
         self.batches += 1
         self.messages += len(msgs)
+        if self.on_stored is not None:
+            self.on_stored(len(msgs), time.perf_counter() - began)
         return results
 
     async def _run(self) -> None:
