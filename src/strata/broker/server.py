@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 
 from strata.broker.group_state import ConsumerGroups
+from strata.broker.held import HeldMessages
 from strata.broker.protocol import svc_grpc
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
 from strata.broker.service import BrokerOptions, MessagingService
@@ -38,6 +39,8 @@ class ServeConfig:
     auto_create: bool = True
     exit_with_parent: bool = False
     max_delivery_attempts: int = 16
+    transaction_check_interval_s: float = 60.0
+    transaction_max_checks: int = 15
     store_options: dict = field(default_factory=dict)
 
 
@@ -61,6 +64,11 @@ async def serve(cfg: ServeConfig) -> None:
         broker_dir = store.path / BROKER_DIR
         signer = ReceiptSigner(load_or_create_secret(broker_dir / SECRET_NAME))
         groups = ConsumerGroups(broker_dir)
+        try:
+            held = HeldMessages(broker_dir, store, None, sync=cfg.flush == "sync")
+        except BaseException:
+            groups.close()
+            raise
     except BaseException:
         store.close()
         raise
@@ -69,12 +77,17 @@ async def serve(cfg: ServeConfig) -> None:
                                       ("grpc.max_send_message_length", limit)])
     service = MessagingService(store, groups, signer, (cfg.host, cfg.port),
                                BrokerOptions(auto_create=cfg.auto_create,
-                                             max_delivery_attempts=cfg.max_delivery_attempts))
+                                             max_delivery_attempts=cfg.max_delivery_attempts,
+                                             transaction_check_interval_ms=int(
+                                                 cfg.transaction_check_interval_s * 1000),
+                                             transaction_max_checks=cfg.transaction_max_checks),
+                               held)
     svc_grpc.add_MessagingServiceServicer_to_server(service, server)
     address = f"[{cfg.host}]:{cfg.port}" if ":" in cfg.host else f"{cfg.host}:{cfg.port}"
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
+        held.close()
         groups.close()
         store.close()
         raise OSError(f"cannot listen on {address}: {exc}") from None
@@ -101,7 +114,8 @@ async def serve(cfg: ServeConfig) -> None:
     if cfg.exit_with_parent:
         tasks.append(loop.create_task(watch_parent()))
     _say(f"listening on {cfg.host}:{port} (store {store.path}, flush {cfg.flush}, "
-         f"auto-create {'on' if cfg.auto_create else 'off'})")
+         f"auto-create {'on' if cfg.auto_create else 'off'}, {len(held.entries)} messages "
+         "held)")
     try:
         await stop.wait()
     finally:
@@ -112,10 +126,12 @@ async def serve(cfg: ServeConfig) -> None:
         await service.close()
         for t in tasks:
             t.cancel()
+        held.close()
         groups.close()
         store.close()
         _say(f"stopped cleanly ({service.batcher.messages} messages stored in "
-             f"{service.batcher.batches} batches)")
+             f"{service.batcher.batches} batches; {service.timer.moved} delay messages moved "
+             f"in {service.timer.batches} batches, {len(held.entries)} messages still held)")
 
 
 def run(cfg: ServeConfig) -> None:
