@@ -169,9 +169,10 @@ def test_many_due_at_once_move_in_one_batch_after_a_clean_restart(broker_factory
     assert "0 messages still held" in b2.log
 
 
+@pytest.mark.parametrize("flush", ["async", "sync"])
 def test_sigkill_loses_no_acknowledged_delay_message_and_delivers_none_twice(
-        broker_factory, tmp_path):
-    b = broker_factory()
+        broker_factory, tmp_path, flush):
+    b = broker_factory("--flush", flush)
     acked_file = tmp_path / "acked.txt"
     home = tmp_path / "producer-home"
     home.mkdir()
@@ -206,7 +207,7 @@ with open({str(acked_file)!r}, "a") as f:
         sender.kill()
     sent = acked_file.read_text().split()
     assert len(sent) >= 60
-    b2 = broker_factory()
+    b2 = broker_factory("--flush", flush)
     assert held_count(b2.log) > 0          # the crash came while messages were held
     seen = [s["body"] for s in consume(tmp_path, b2.endpoint, "tick", len(sent))]
     assert set(sent) <= set(seen)                       # every acknowledged send delivered

@@ -66,9 +66,6 @@ class Timer:
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def pending(self) -> int:
-        return sum(1 for e in self.held.entries.values() if e.kind is hj.Kind.DELAY)
-
     async def hold(self, msgs: list[tuple[Message, int, str]]) -> list[HeldEntry]:
         """Hold (message, due ms, client message id) each until due."""
         entries = await self.held.hold([(m, hj.Kind.DELAY, due, mid) for m, due, mid in msgs])
