@@ -1,6 +1,7 @@
 """Broker benchmark: `strata serve` driven by the official RocketMQ Python client; JSON lines.
 
     python bench/broker.py [--messages N] [--size B] [--producers 1,8] [--flush async,sync]
+                           [--kinds normal,delay] [--delay-ms 2000]
 
 For each flush mode and producer count a fresh store is served on 127.0.0.1 and
 ``--producers`` client processes (each its own HOME, as the client writes logs there) send
@@ -14,6 +15,12 @@ One JSON object per case:
 * ``receive_ack``: msgs/s received and acked by one consumer.
 * ``fsync``: this disk's fsync rate (4 KiB write + fdatasync in a loop, 2 s), so that
   ``put_batch/s`` under sync can be set against it.
+
+``--kinds delay`` runs the same cases with delay messages, each due ``--delay-ms`` after its
+send (held in the broker's ref-counted held store, then moved into the topic in batches while
+the sends go on), beside the normal sends of the same run: ``send`` then also reports the
+moves (``moved``, ``move_batches``, messages per move batch); ``receive_ack`` includes the
+wait for the last messages to come due.
 
 With 8 producer processes and a window of 256 each, some sends of the official client ended
 CANCELLED on the client side while the broker logged nothing (not understood yet); the default
@@ -42,6 +49,7 @@ PRODUCER = r'''
 import json, sys, time, threading
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 endpoint, n, size, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+delay_ms = int(sys.argv[5])
 p = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=30), ("bench",))
 p.startup()
 sem = threading.Semaphore(window)
@@ -68,6 +76,8 @@ for i in range(n):
     m = Message()
     m.topic = "bench"
     m.body = body
+    if delay_ms:
+        m.delivery_timestamp = int(time.time() * 1000) + delay_ms
     ts = time.perf_counter()
     p.send_async(m).add_done_callback(sent(ts))
 done.wait()
@@ -119,13 +129,14 @@ def fsync_rate(directory: Path, seconds: float = 2.0) -> float:
 
 
 def case(root: Path, flush: str, producers: int, messages: int, size: int,
-         window: int) -> list[dict]:
-    store = root / f"{flush}-{producers}"
+         window: int, kind: str = "normal", delay_ms: int = 0) -> list[dict]:
+    name = f"{flush}-{producers}-{kind}"
+    store = root / name
     cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{flush}-{producers}.log"
+    log_path = root / f"serve-{name}.log"
     log = open(log_path, "w")
     server = subprocess.Popen(cmd, stderr=log, text=True)
     deadline = time.monotonic() + 60
@@ -138,7 +149,9 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
     each = messages // producers
     try:
         procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, endpoint, str(each),
-                                   str(size), str(window)], stdin=subprocess.PIPE,
+                                   str(size), str(window),
+                                   str(delay_ms if kind == "delay" else 0)],
+                                  stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=env)
                  for _ in range(producers)]
         for p in procs:
@@ -163,15 +176,23 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
         raise RuntimeError(f"strata serve: {tail[-3000:]}")
     m = re.search(r"(\d+) messages stored in (\d+) batches", tail)
     stored, batches = int(m.group(1)), int(m.group(2))
+    m = re.search(r"(\d+) delay messages moved in (\d+) batches", tail)
+    moved, moves = int(m.group(1)), int(m.group(2))
     total = each * producers
-    return [{"bench": "broker", "case": "send", "flush": flush, "producers": producers,
-             "size": size, "messages": total, "msgs_per_s": round(total / wall),
-             "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
-             "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
-             "put_batches": batches, "msgs_per_put_batch": round(stored / batches, 1),
-             "put_batches_per_s": round(batches / wall)},
-            {"bench": "broker", "case": "receive_ack", "flush": flush, "producers": producers,
-             "messages": rc["n"], "msgs_per_s": round(rc["n"] / rc["seconds"])}]
+    send = {"bench": "broker", "case": "send", "kind": kind, "flush": flush,
+            "producers": producers, "size": size, "messages": total,
+            "msgs_per_s": round(total / wall),
+            "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
+            "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
+            "put_batches": batches, "msgs_per_put_batch": round(stored / batches, 1),
+            "put_batches_per_s": round(batches / wall)}
+    if kind == "delay":
+        send.update(delay_ms=delay_ms, moved=moved, move_batches=moves,
+                    msgs_per_move_batch=round(moved / moves, 1) if moves else 0)
+    return [send,
+            {"bench": "broker", "case": "receive_ack", "kind": kind, "flush": flush,
+             "producers": producers, "messages": rc["n"],
+             "msgs_per_s": round(rc["n"] / rc["seconds"])}]
 
 
 def main() -> None:
@@ -181,6 +202,8 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--producers", default="1,8")
     ap.add_argument("--flush", default="async,sync")
+    ap.add_argument("--kinds", default="normal,delay")
+    ap.add_argument("--delay-ms", type=int, default=2000)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", default=None, help="work in this directory and keep it (logs)")
     a = ap.parse_args()
@@ -191,8 +214,10 @@ def main() -> None:
                           "fsyncs_per_s": round(fsync_rate(root))}), flush=True)
         for flush in a.flush.split(","):
             for n in (int(x) for x in a.producers.split(",")):
-                for row in case(root, flush, n, a.messages, a.size, a.window):
-                    print(json.dumps(row), flush=True)
+                for kind in a.kinds.split(","):
+                    for row in case(root, flush, n, a.messages, a.size, a.window, kind,
+                                    a.delay_ms):
+                        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -98,15 +98,22 @@ class HeldMessages:
         self.entries: dict[bytes, HeldEntry] = {}
         self._waiting: dict[bytes, asyncio.Future] = {}
         self._moving = 0          # moves between their MOVING and their RELEASE
+        self._appended = 0        # records appended (counted for the group fsync)
+        self._synced = 0          # of which an fsync covers this many
+        self._syncing: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.journal = Journal(directory / JOURNAL_NAME, magic=hj.MAGIC, decode=hj.decode)
         moving: dict[bytes, int] = {}        # id -> log offset its copy may start at
         for r in self.journal.open():
             self._apply(r, moving)
-        self.recovered_moves = self._finish_moves(moving)
-        self.refs = refstore.open(directory / STORE_NAME, client_refs=[CLIENT_REF],
-                                  recover_refs=[(i, 1) for i in self.entries],
-                                  sync_interval=SYNC_INTERVAL_S)
+        try:
+            self.recovered_moves = self._finish_moves(moving)
+            self.refs = refstore.open(directory / STORE_NAME, client_refs=[CLIENT_REF],
+                                      recover_refs=[(i, 1) for i in self.entries],
+                                      sync_interval=SYNC_INTERVAL_S)
+        except BaseException:
+            self.journal.close()
+            raise
         try:
             self.client = self.refs.client(CLIENT_REF, on_disk=self._on_disk)
             lost = [i for i in self.entries if self.refs.locate(i) is None]
@@ -117,6 +124,7 @@ class HeldMessages:
             self.compact()
         except BaseException:
             self.refs.close()
+            self.journal.close()
             raise
 
     # ------------------------------------------------------------------ open
@@ -150,7 +158,7 @@ class HeldMessages:
             if hid is not None and hid in wanted:
                 found.append(wanted.pop(hid))
         if found:
-            self.journal.append(hj.encode_release(hj.Reason.MOVED, found))
+            self._append(hj.encode_release(hj.Reason.MOVED, found))
             for i in found:
                 del self.entries[i]
         log.info("held messages: %d moves cut short by a crash were already stored, %d will "
@@ -161,6 +169,7 @@ class HeldMessages:
         """Rewrite the journal as one HOLD per held message (atomically)."""
         self.journal.rewrite(hj.encode_hold(e.id, e.kind, e.due_ms, e.checks, e.topic,
                                             e.message_id) for e in self.entries.values())
+        self._synced = self._appended       # written whole and fsynced
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -178,9 +187,28 @@ class HeldMessages:
             if fut is not None and not fut.done():
                 fut.set_result(None)
 
+    def _append(self, data: bytes) -> None:
+        self.journal.append(data)
+        self._appended += 1
+
     async def _sync_journal(self) -> None:
-        if self.sync:
+        """Under sync flush: return once an fsync covers every record appended so far.
+        Callers that wait together share one fsync (group commit)."""
+        if not self.sync:
+            return
+        target = self._appended
+        while self._synced < target:
+            if self._syncing is None:
+                self._syncing = asyncio.get_running_loop().create_task(self._fsync())
+            await asyncio.shield(self._syncing)
+
+    async def _fsync(self) -> None:
+        upto = self._appended
+        try:
             await asyncio.get_running_loop().run_in_executor(None, self.journal.sync)
+            self._synced = max(self._synced, upto)
+        finally:
+            self._syncing = None
 
     async def hold(self, msgs: list[tuple[Message, hj.Kind, int, str]]) -> list[HeldEntry]:
         """Hold messages: (message, kind, due ms, client message id) each. Returns their
@@ -202,7 +230,7 @@ class HeldMessages:
         await asyncio.gather(*futs)
         entries = [HeldEntry(i, kind, due, 0, m.topic, mid)
                    for i, (m, kind, due, mid) in zip(ids, msgs)]
-        self.journal.append(b"".join(hj.encode_hold(e.id, e.kind, e.due_ms, 0, e.topic,
+        self._append(b"".join(hj.encode_hold(e.id, e.kind, e.due_ms, 0, e.topic,
                                                     e.message_id) for e in entries))
         await self._sync_journal()
         for e in entries:
@@ -238,7 +266,7 @@ class HeldMessages:
                 self._release(bad, hj.Reason.DROPPED)
             if not moved:
                 return []
-            self.journal.append(hj.encode_moving(self.store.max_commitlog_offset(),
+            self._append(hj.encode_moving(self.store.max_commitlog_offset(),
                                                  [e.id for e in moved]))
             await self._sync_journal()
             await self.put(msgs)
@@ -265,19 +293,19 @@ class HeldMessages:
         ids = [e.id for e in entries if e.id in self.entries]
         if not ids:
             return
-        self.journal.append(hj.encode_release(reason, ids))
+        self._append(hj.encode_release(reason, ids))
         for i in ids:
             del self.entries[i]
         self.client.remove(ids)
         self._maybe_compact()
 
     def _maybe_compact(self) -> None:
-        if self.journal.size > COMPACT_BYTES and not self._moving:
-            self.compact()      # never while a MOVING record may still be needed
+        if self.journal.size > COMPACT_BYTES and not self._moving and self._syncing is None:
+            self.compact()      # never while a MOVING record may be needed or an fsync runs
 
     def checked(self, e: HeldEntry, checks: int, next_ms: int) -> None:
         e.checks, e.due_ms = checks, next_ms
-        self.journal.append(hj.encode_checked(e.id, checks, next_ms))
+        self._append(hj.encode_checked(e.id, checks, next_ms))
 
     # ------------------------------------------------------------------ close
 
