@@ -130,3 +130,54 @@ def test_held_journal_records_decode_to_what_was_encoded(pair):
     assert hj.decode(framed[8:]) == expected
     with pytest.raises(Exception):
         hj.decode(framed[8:-1])             # one byte short never decodes
+
+
+class PutThenFail:
+    """A put that stores its messages and then fails (as a flush timeout or a full disk
+    after the write can): the caller cannot tell whether anything was stored."""
+
+    def __init__(self, store, failures: int = 1) -> None:
+        self.store, self.failures = store, failures
+
+    async def __call__(self, msgs):
+        results = self.store.put_batch(msgs)
+        if self.failures:
+            self.failures -= 1
+            raise OSError("injected: failed after the write")
+        return results
+
+
+def test_a_move_retried_after_a_failed_put_stores_no_copy_twice(store):
+    held, entries = hold_three(store)
+    held.put = PutThenFail(store)
+
+    async def move_twice():
+        with pytest.raises(OSError, match="injected"):
+            await held.move(list(held.entries.values()))
+        assert len(held.entries) == 3                 # still held: the put raised
+        await held.move(list(held.entries.values()))
+    asyncio.run(move_twice())
+    try:
+        assert held.entries == {}
+        assert sorted(topic_bodies(store)) == [b"m0", b"m1", b"m2"]     # once each
+    finally:
+        held.close()
+
+
+def test_a_failed_move_is_remembered_across_a_clean_restart(store):
+    held, entries = hold_three(store)
+    held.put = PutThenFail(store)
+
+    async def fail():
+        with pytest.raises(OSError, match="injected"):
+            await held.move(list(held.entries.values()))
+    asyncio.run(fail())
+    held.close()                     # the compacted journal keeps the failed move's MOVING
+    again = open_held(store)
+    try:
+        assert again.recovered_moves == 3 and again.entries == {}
+        assert sorted(topic_bodies(store)) == [b"m0", b"m1", b"m2"]
+        again.refs.sync()
+        assert again.refs.message_count() == 0       # their bodies' references are gone
+    finally:
+        again.close()

@@ -58,6 +58,7 @@ class HeldEntry:
     topic: str
     message_id: str
     busy: bool = False     # being moved or released right now
+    moved_from: int | None = None   # a failed move's MOVING offset: its copies may exist
 
 
 def encode_held(m: Message, now: int) -> bytes:
@@ -107,15 +108,20 @@ class HeldMessages:
         for r in self.journal.open():
             self._apply(r, moving)
         try:
-            self.recovered_moves = self._finish_moves(moving)
+            found = self._finish_moves(moving)
+            self.recovered_moves = len(found)
+            # found ones still hold their reference (a clean start's saved counts, or the
+            # rebuilt ones below); it is dropped right after the open
             self.refs = refstore.open(directory / STORE_NAME, client_refs=[CLIENT_REF],
-                                      recover_refs=[(i, 1) for i in self.entries],
+                                      recover_refs=[(i, 1) for i in [*self.entries, *found]],
                                       sync_interval=SYNC_INTERVAL_S)
         except BaseException:
             self.journal.close()
             raise
         try:
             self.client = self.refs.client(CLIENT_REF, on_disk=self._on_disk)
+            if found:
+                self.client.remove(found)
             lost = [i for i in self.entries if self.refs.locate(i) is None]
             for i in lost:
                 log.error("held message %s (topic %s) has no body in %s; it is dropped",
@@ -146,11 +152,10 @@ class HeldMessages:
                 self.entries.pop(i, None)
                 moving.pop(i, None)
 
-    def _finish_moves(self, moving: dict[bytes, int]) -> int:
-        """Moves a crash cut short: copies found in the commit log are released, the rest
-        stay held (and move again when due / committed). Returns how many were found."""
-        if not moving:
-            return 0
+    def _already_moved(self, moving: dict[bytes, int]) -> list[bytes]:
+        """Of the held ids whose move began at the given commit-log offsets, those whose copy
+        is in the commit log (RELEASEd here, never put twice; the caller drops their
+        reference in the held store)."""
         wanted = {i.hex(): i for i in moving}
         found: list[bytes] = []
         for m in self.store.scan(min(moving.values())):
@@ -161,14 +166,28 @@ class HeldMessages:
             self._append(hj.encode_release(hj.Reason.MOVED, found))
             for i in found:
                 del self.entries[i]
+        return found
+
+    def _finish_moves(self, moving: dict[bytes, int]) -> list[bytes]:
+        """Moves a crash cut short: copies found in the commit log are released, the rest
+        stay held (and move again when due / committed). Returns the ids found."""
+        if not moving:
+            return []
+        found = self._already_moved(moving)
         log.info("held messages: %d moves cut short by a crash were already stored, %d will "
-                 "be moved again", len(found), len(wanted))
-        return len(found)
+                 "be moved again", len(found), len(moving) - len(found))
+        return found
 
     def compact(self) -> None:
-        """Rewrite the journal as one HOLD per held message (atomically)."""
-        self.journal.rewrite(hj.encode_hold(e.id, e.kind, e.due_ms, e.checks, e.topic,
-                                            e.message_id) for e in self.entries.values())
+        """Rewrite the journal as one HOLD per held message (atomically), and one MOVING per
+        failed move whose copies may be stored."""
+        failed: dict[int, list[bytes]] = {}
+        for e in self.entries.values():
+            if e.moved_from is not None:
+                failed.setdefault(e.moved_from, []).append(e.id)
+        self.journal.rewrite([*(hj.encode_hold(e.id, e.kind, e.due_ms, e.checks, e.topic,
+                                               e.message_id) for e in self.entries.values()),
+                              *(hj.encode_moving(o, ids) for o, ids in failed.items())])
         self._synced = self._appended       # written whole and fsynced
 
     def start(self) -> None:
@@ -251,6 +270,12 @@ class HeldMessages:
             e.busy = True
         self._moving += 1
         try:
+            retried = {e.id: e.moved_from for e in entries if e.moved_from is not None}
+            if retried:          # a put that failed may have stored some copies after all
+                done = self._already_moved(retried)
+                if done:
+                    self.client.remove(done)
+                    entries = [e for e in entries if e.id not in set(done)]
             msgs, moved, bad = [], [], []
             for e, data in zip(entries, self.client.read_many([e.id for e in entries])):
                 try:
@@ -266,10 +291,16 @@ class HeldMessages:
                 self._release(bad, hj.Reason.DROPPED)
             if not moved:
                 return []
-            self._append(hj.encode_moving(self.store.max_commitlog_offset(),
-                                                 [e.id for e in moved]))
+            offset = self.store.max_commitlog_offset()
+            self._append(hj.encode_moving(offset, [e.id for e in moved]))
             await self._sync_journal()
-            await self.put(msgs)
+            try:
+                await self.put(msgs)
+            except BaseException:
+                for e in moved:
+                    if e.moved_from is None:
+                        e.moved_from = offset
+                raise
             self._release(moved, hj.Reason.MOVED)
             return moved
         finally:

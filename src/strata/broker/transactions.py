@@ -154,7 +154,10 @@ class Transactions:
                 _due, i = heapq.heappop(self._heap)
                 e = self.held.entries.get(i)
                 if e is not None and not e.busy and e.due_ms <= now:
-                    await self._check(e, now)
+                    try:
+                        await self._check(e, now)
+                    except Exception:  # noqa: BLE001 - one bad half message stops no check
+                        log.exception("checking transaction %s failed", e.id.hex())
             wait = IDLE_WAIT_S
             if self._heap:
                 wait = min(wait, max(0.0, (self._heap[0][0] - now_ms()) / 1000))
