@@ -187,9 +187,10 @@ def test_unresolved_half_message_is_dropped_after_the_last_check(broker_factory,
                      "message is dropped", b.log)
 
 
+@pytest.mark.parametrize("flush", ["async", "sync"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["restart", "sigkill"])
-def test_half_messages_and_resolutions_survive_a_restart(broker_factory, tmp_path, sig):
-    b = broker_factory()
+def test_half_messages_and_resolutions_survive_a_restart(broker_factory, tmp_path, sig, flush):
+    b = broker_factory("--flush", flush)
     first = client(tmp_path, b.endpoint, '''
         p = txn_producer("keep", Checker())
         sent = []
@@ -205,7 +206,7 @@ def test_half_messages_and_resolutions_survive_a_restart(broker_factory, tmp_pat
         out(sent=sent)
     ''')["sent"]
     b.stop(sig)
-    b2 = broker_factory()
+    b2 = broker_factory("--flush", flush)
     assert re.search(r"\b2 messages held\)", b2.log)
     got = client(tmp_path, b2.endpoint, '''
         sent = json.loads(sys.argv[2])
