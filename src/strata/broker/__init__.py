@@ -4,8 +4,7 @@ Layers inside (each imports only those above it in this list): ``protocol`` (the
 client's generated stubs), ``errors``, ``names``, ``receipt`` (signed receipt handles),
 ``journal`` (the consumer-group journal's bytes), ``held_journal`` (the held-message
 journal's bytes), ``group_state`` (offsets, in-flight receipts, delivery attempts),
-``convert`` (protobuf <-> store messages), ``message_types`` (what a topic accepts),
-``sessions`` (Telemetry streams), ``send`` (group commit across clients), ``held`` (messages
+``convert`` (protobuf <-> store messages), ``sessions`` (Telemetry streams), ``send`` (group commit across clients), ``held`` (messages
 held back, in a ref-counted store), ``timer`` (delay messages), ``transactions`` (half
 messages, checks), ``receive`` (pops across a topic's queues), ``service`` (the RPCs),
 ``server`` (grpc.aio server, signals, shutdown).

@@ -82,12 +82,8 @@ def _names(group: str, topic: str, queue_id: int) -> bytes:
     return _STR_LEN.pack(len(g)) + g + _STR_LEN.pack(len(t)) + t + _QUEUE.pack(queue_id)
 
 
-def frame(payload: bytes) -> bytes:
-    """One record: ``[u32 length][u32 crc32c][payload]`` (shared by the broker's journals)."""
+def _frame(payload: bytes) -> bytes:
     return RECORD_HEAD.pack(len(payload), crc32c(payload)) + payload
-
-
-_frame = frame
 
 
 def encode_pop(group: str, topic: str, queue_id: int, pop_offset: int, deadline_ms: int,
@@ -119,6 +115,11 @@ def encode_state(group: str, topic: str, queue_id: int, pop_offset: int,
 
 def encode_counter(next_handle_id: int) -> bytes:
     return _frame(bytes((Kind.COUNTER,)) + _COUNTER.pack(next_handle_id))
+
+
+def frame(payload: bytes) -> bytes:
+    """One record: ``[u32 length][u32 crc32c][payload]`` (shared by the broker's journals)."""
+    return _frame(payload)
 
 
 def encode_header(magic: bytes = MAGIC) -> bytes:

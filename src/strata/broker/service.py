@@ -12,13 +12,12 @@ import logging
 import time
 from dataclasses import dataclass
 
-from strata.broker.convert import to_protocol, to_store
+from strata.broker.convert import ACCEPTED_TYPES, to_protocol, to_store
 from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
                                   InvalidReceiptHandleError)
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.held import HeldMessages
-from strata.broker.message_types import accepted_types
 from strata.broker.names import check_group, check_topic
 from strata.broker.protocol import Code, pb, svc, svc_grpc
 from strata.broker.receipt import Receipt, ReceiptSigner
@@ -169,7 +168,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                               resource_namespace=topic_resource.resource_namespace),
             id=qid, permission=pb.Permission.READ_WRITE,
             broker=pb.Broker(name=self.options.broker_name, id=0, endpoints=endpoints),
-            accept_message_types=list(accepted_types()))
+            accept_message_types=list(ACCEPTED_TYPES))
 
     def wake_polls(self) -> None:
         """Wake every long poll (a send arrived, or the server is stopping)."""
