@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import gzip
 import ipaddress
+import time
 import zlib
+from datetime import datetime, timezone
 
 from strata.broker.errors import InvalidMessageError
 from strata.broker.protocol import Code, MessageType, pb
@@ -26,6 +28,7 @@ SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {PROP_UNIQ_KEY, PROP_MESSAGE_GROUP, PR
                                            PROP_TRANSACTION, PROP_HELD_ID}
 ACCEPTED_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY,
                   MessageType.TRANSACTION)
+MAX_DELAY_MS = 40 * 24 * 3600 * 1000      # 40 days, as RocketMQ's timer allows at most
 # rocketmq-python-client 5.1.2 puts the delivery time's milliseconds into the Timestamp's
 # seconds field; a seconds value above this (the year 5138) is read as milliseconds
 MS_IN_SECONDS_ABOVE = 10 ** 11
@@ -48,9 +51,20 @@ def delivery_ms(sp) -> int | None:
     return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 
-def to_store(m, topic: str, max_body_size: int) -> Message:
+def _check_delivery(deliver: int, now: int) -> None:
+    if deliver - now > MAX_DELAY_MS:
+        when = datetime.fromtimestamp(deliver / 1000, timezone.utc).isoformat(
+            timespec="seconds") if deliver < 253402300800000 else f"{deliver} ms after the epoch"
+        raise InvalidMessageError(
+            Code.ILLEGAL_DELIVERY_TIME,
+            f"delivery time {when} is {(deliver - now) / 86_400_000:.1f} days ahead; this "
+            f"broker holds delay messages at most {MAX_DELAY_MS // 86_400_000} days")
+
+
+def to_store(m, topic: str, max_body_size: int, now_ms: int | None = None) -> Message:
     """A store message for a protocol ``Message`` (its topic already checked); raises
-    InvalidMessageError with the protocol's status code and a sentence."""
+    InvalidMessageError with the protocol's status code and a sentence. A delivery time is
+    checked against ``now_ms`` (the clock's by default)."""
     sp = m.system_properties
     mtype = sp.message_type
     if mtype not in ACCEPTED_TYPES and mtype != MessageType.MESSAGE_TYPE_UNSPECIFIED:
@@ -70,6 +84,8 @@ def to_store(m, topic: str, max_body_size: int) -> Message:
         raise InvalidMessageError(
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             f"a {MessageType.Name(mtype)} message cannot carry a delivery timestamp")
+    if deliver is not None:
+        _check_delivery(deliver, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
     body = m.body
     if sp.body_encoding == pb.Encoding.GZIP:
         try:

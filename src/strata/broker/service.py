@@ -317,7 +317,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             if is_transactional(m):
                 halves.append(i)
                 continue
-            due = delivery_due(m, now)          # raises for one too far ahead
+            due = delivery_due(m, now)
             (plain.append(i) if due is None else delays.append((i, due)))
         if not delays and not halves:
             return list(await self.batcher.submit(msgs))

@@ -2,7 +2,8 @@
 their topic, many at once in one batch.
 
 A delivery time in the past (or now) is no reason to hold: such a message is stored at once.
-One more than ``MAX_DELAY_MS`` ahead is refused with ``ILLEGAL_DELIVERY_TIME``.
+One more than ``convert.MAX_DELAY_MS`` (40 days) ahead is refused by ``convert.to_store`` with
+``ILLEGAL_DELIVERY_TIME``, before anything is stored or created.
 """
 
 from __future__ import annotations
@@ -10,20 +11,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from datetime import datetime, timezone
 from typing import Callable
 
 from strata.broker import held_journal as hj
 from strata.broker.convert import PROP_DELIVER_MS
-from strata.broker.errors import InvalidMessageError
 from strata.broker.held import HeldEntry, HeldMessages
-from strata.broker.protocol import Code
 from strata.store.message import Message
 from strata.store.message_store import now_ms
 
 log = logging.getLogger(__name__)
 
-MAX_DELAY_MS = 40 * 24 * 3600 * 1000      # 40 days, as RocketMQ's timer allows at most
 MOVE_BATCH = 1024                         # due messages put into their topics by one put
 IDLE_WAIT_S = 1.0                         # look at the clock at least this often
 RETRY_S = 1.0                             # after a move failed
@@ -31,19 +28,12 @@ RETRY_S = 1.0                             # after a move failed
 
 def delivery_due(m: Message, now: int) -> int | None:
     """When a message must be delivered if it is to be held, else None (not a delay
-    message, or due already); InvalidMessageError if it is too far ahead."""
+    message, or due already)."""
     props = m.properties
     text = props.get(PROP_DELIVER_MS) if props else None
     if text is None:
         return None
     due = int(text)
-    if due - now > MAX_DELAY_MS:
-        when = datetime.fromtimestamp(due / 1000, timezone.utc).isoformat(timespec="seconds") \
-            if due < 253402300800000 else f"{due} ms after the epoch"
-        raise InvalidMessageError(
-            Code.ILLEGAL_DELIVERY_TIME,
-            f"delivery time {when} is {(due - now) / 86_400_000:.1f} days ahead; this broker "
-            f"holds delay messages at most {MAX_DELAY_MS // 86_400_000} days")
     return due if due > now else None
 
 
