@@ -39,9 +39,9 @@ class ServeConfig:
     auto_create: bool = True
     exit_with_parent: bool = False
     max_delivery_attempts: int = 16
-    transaction_check_interval_s: float = 60.0
-    transaction_max_checks: int = 15
     store_options: dict = field(default_factory=dict)
+    transaction_check_interval_s: float = 60.0    # first check of a half message, then as often
+    transaction_max_checks: int = 15              # checks before it is dropped
 
 
 def parse_listen(text: str) -> tuple[str, int]:

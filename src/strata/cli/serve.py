@@ -62,5 +62,6 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
     run(ServeConfig(Path(directory), host, port, flush, not no_auto_create, exit_with_parent,
-                    max_delivery_attempts, transaction_check_interval, transaction_max_checks,
-                    _store_options(store_options)))
+                    max_delivery_attempts, _store_options(store_options),
+                    transaction_check_interval_s=transaction_check_interval,
+                    transaction_max_checks=transaction_max_checks))
