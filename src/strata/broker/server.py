@@ -131,7 +131,12 @@ async def serve(cfg: ServeConfig) -> None:
         store.close()
         _say(f"stopped cleanly ({service.batcher.messages} messages stored in "
              f"{service.batcher.batches} batches; {service.timer.moved} delay messages moved "
-             f"in {service.timer.batches} batches, {len(held.entries)} messages still held)")
+             f"in {service.timer.batches} batches; transactions: "
+             f"{service.transactions.committed} committed, "
+             f"{service.transactions.rolled_back} rolled back, "
+             f"{service.transactions.dropped} dropped, "
+             f"{service.transactions.checks_sent} checks sent; "
+             f"{len(held.entries)} messages still held)")
 
 
 def run(cfg: ServeConfig) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 from strata.broker.convert import ACCEPTED_TYPES, to_protocol, to_store
 from strata.broker.dead_letter import dead_letter
@@ -306,7 +307,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                    for m, r in zip(request.messages, results)]
         return svc.SendMessageResponse(status=st, entries=entries)
 
-    async def _store_or_hold(self, protos, msgs: list, client_id: str) -> list:
+    async def _store_or_hold(self, protos, msgs: list, client_id: str) -> Sequence:
         """Store ``msgs`` (a PutResult each), or hold the delay messages not due yet and the
         half messages of transactions (their transaction id each, "" for a delay one)."""
         now = now_ms()
@@ -320,7 +321,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             due = delivery_due(m, now)
             (plain.append(i) if due is None else delays.append((i, due)))
         if not delays and not halves:
-            return list(await self.batcher.submit(msgs))
+            return await self.batcher.submit(msgs)
         out: list = [None] * len(msgs)
         if plain:
             for i, r in zip(plain, await self.batcher.submit([msgs[i] for i in plain])):
