@@ -176,6 +176,9 @@ def test_unresolved_half_message_is_dropped_after_the_last_check(broker_factory,
                 break
             time.sleep(0.2)
         late = end("undecided", r.transaction_id, r.message_id, TransactionResolution.COMMIT)
+        t0 = time.time()
+        while len(checker.checked) < 2 and time.time() - t0 < 10:   # the checker's thread
+            time.sleep(0.05)
         seen = bodies("g", "undecided")
         checked = checker.checked
         p.shutdown()
