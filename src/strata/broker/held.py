@@ -250,10 +250,10 @@ class HeldMessages:
         entries = [HeldEntry(i, kind, due, 0, m.topic, mid)
                    for i, (m, kind, due, mid) in zip(ids, msgs)]
         self._append(b"".join(hj.encode_hold(e.id, e.kind, e.due_ms, 0, e.topic,
-                                                    e.message_id) for e in entries))
-        await self._sync_journal()
-        for e in entries:
+                                             e.message_id) for e in entries))
+        for e in entries:        # before any await: a compaction must keep their HOLDs
             self.entries[e.id] = e
+        await self._sync_journal()
         return entries
 
     # ------------------------------------------------------------------ leave
