@@ -120,17 +120,21 @@ def test_delivery_time_beyond_the_maximum_is_refused_and_nothing_is_stored(
         untimed = send(message_type=pb.MessageType.DELAY)
         conflict = send(message_type=pb.MessageType.FIFO, message_group="g")
         conflict.system_properties.delivery_timestamp.seconds = int(time.time()) + 60
+        forged = send(message_type=pb.MessageType.NORMAL)   # a client posing as the timer
+        forged.user_properties["TIMER_DELIVER_MS"] = "1"
+        forged.user_properties["__HELD_ID"] = "00" * 16
         codes = []
-        for m in (far, untimed, conflict):
+        for m in (far, untimed, conflict, forged):
             r = s.SendMessage(svc.SendMessageRequest(messages=[m]), metadata=meta())
             codes.append([pb.Code.Name(r.status.code), r.status.message])
         out(client=client, codes=codes)
     ''')
     assert "ILLEGAL_DELIVERY_TIME" in got["client"] or "41.0 days" in got["client"]
-    far, untimed, conflict = got["codes"]
+    far, untimed, conflict, forged = got["codes"]
     assert far[0] == "ILLEGAL_DELIVERY_TIME" and "at most 40 days" in far[1]
     assert untimed[0] == "ILLEGAL_DELIVERY_TIME" and "needs a delivery timestamp" in untimed[1]
     assert conflict[0] == "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"
+    assert forged[0] == "ILLEGAL_MESSAGE_PROPERTY_KEY" and "__HELD_ID" in forged[1]
     assert b.stop() == 0
     b2 = broker_factory()
     assert held_count(b2.log) == 0
