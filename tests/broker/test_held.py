@@ -181,3 +181,26 @@ def test_a_failed_move_is_remembered_across_a_clean_restart(store):
         assert again.refs.message_count() == 0       # their bodies' references are gone
     finally:
         again.close()
+
+
+def test_a_hold_cancelled_before_its_body_is_on_disk_leaves_no_body(store):
+    held = open_held(store)
+
+    async def cancelled():
+        held.start()
+        with held.refs.paused():             # the ref store's confirms cannot come yet
+            task = asyncio.create_task(held.hold(
+                [(Message("t", b"x"), hj.Kind.DELAY, 99, "id")]))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    asyncio.run(cancelled())
+    try:
+        held.refs.sync()
+        assert held.entries == {} and held.refs.message_count() == 0
+    finally:
+        held.close()
+    again = open_held(store)
+    assert again.entries == {} and again.refs.message_count() == 0
+    again.close()

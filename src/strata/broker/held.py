@@ -246,7 +246,13 @@ class HeldMessages:
             for i in ids:
                 self._waiting.pop(i, None)
             raise
-        await asyncio.gather(*futs)
+        try:
+            await asyncio.gather(*futs)
+        except BaseException:       # the send was cancelled (or the store failed) unanswered
+            for i in ids:
+                self._waiting.pop(i, None)
+            self.client.remove(ids)     # no body without its HOLD stays behind
+            raise
         entries = [HeldEntry(i, kind, due, 0, m.topic, mid)
                    for i, (m, kind, due, mid) in zip(ids, msgs)]
         self._append(b"".join(hj.encode_hold(e.id, e.kind, e.due_ms, 0, e.topic,
