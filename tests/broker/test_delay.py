@@ -216,3 +216,33 @@ with open({str(acked_file)!r}, "a") as f:
     assert set(sent) <= set(seen)                       # every acknowledged send delivered
     assert len(seen) == len(set(seen))                  # and none twice
     assert b2.stop() == 0 and "0 messages still held" in b2.log
+
+
+def test_recall_drops_a_held_delay_message_before_it_is_due(broker, tmp_path):
+    got = run_client(tmp_path, broker.endpoint, '''
+        p = producer("recall")
+        due = int(time.time() * 1000) + 3000
+        m = message("recall", "never")
+        m.delivery_timestamp = due
+        r = p.send(m)
+        k = message("recall", "kept")
+        k.delivery_timestamp = due
+        p.send(k)
+        mid = p.recall_message("recall", r.recall_handle)
+        errors = []
+        for topic, handle in (("recall", r.recall_handle), ("recall", "zz"),
+                              ("elsewhere", r.recall_handle)):
+            try:
+                p.recall_message(topic, handle)
+                errors.append("accepted")
+            except Exception as exc:
+                errors.append(str(exc))
+        p.shutdown()
+        out(mid=mid, sent=r.message_id, errors=errors)
+    ''')
+    assert got["mid"] == got["sent"]
+    again, malformed, other_topic = got["errors"]
+    assert "no delay message of topic 'recall'" in again            # recalled already
+    assert "hex digits" in malformed
+    assert "no delay message of topic 'elsewhere'" in other_topic
+    assert [s["body"] for s in consume(tmp_path, broker.endpoint, "recall", 1)] == ["kept"]

@@ -41,6 +41,7 @@ class Reason(enum.IntEnum):
     MOVED = 1          # put into its topic (a delay message due, a transaction committed)
     ROLLED_BACK = 2
     DROPPED = 3        # a half message unresolved after the last check
+    RECALLED = 4       # a delay message its producer recalled before it was due
 
 
 @dataclass(frozen=True)

@@ -303,13 +303,16 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                        or r.msg_id, offset=r.queue_offset)
                    if isinstance(r, PutResult) else
                    svc.SendResultEntry(status=st, message_id=m.system_properties.message_id,
+                                       recall_handle=r)
+                   if isinstance(r, Recall) else
+                   svc.SendResultEntry(status=st, message_id=m.system_properties.message_id,
                                        transaction_id=r)
                    for m, r in zip(request.messages, results)]
         return svc.SendMessageResponse(status=st, entries=entries)
 
     async def _store_or_hold(self, protos, msgs: list, client_id: str) -> Sequence:
-        """Store ``msgs`` (a PutResult each), or hold the delay messages not due yet and the
-        half messages of transactions (their transaction id each, "" for a delay one)."""
+        """Store ``msgs`` (a PutResult each), or hold the delay messages not due yet (a Recall
+        handle each) and the half messages of transactions (their transaction id each)."""
         now = now_ms()
         delays: list[tuple[int, int]] = []        # (index, due ms)
         halves: list[int] = []
@@ -327,10 +330,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             for i, r in zip(plain, await self.batcher.submit([msgs[i] for i in plain])):
                 out[i] = r
         if delays:
-            await self.timer.hold([(msgs[i], due, protos[i].system_properties.message_id)
-                                   for i, due in delays])
-            for i, _due in delays:
-                out[i] = ""
+            held = await self.timer.hold([(msgs[i], due, protos[i].system_properties.message_id)
+                                          for i, due in delays])
+            for (i, _due), e in zip(delays, held):
+                out[i] = Recall(self.timer.recall_handle(e))
         if halves:
             held = await self.transactions.hold(
                 [(msgs[i], protos[i].system_properties.message_id) for i in halves], client_id)
@@ -484,6 +487,20 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     # ------------------------------------------------------------------ transactions, DLQ
 
+    async def RecallMessage(self, request, context):
+        Resp = svc.RecallMessageResponse
+        try:
+            topic = self._topic(request.topic)
+            mid = await self.timer.recall(request.recall_handle, topic)
+        except Refused as r:
+            return Resp(status=_status(r.code, str(r)))
+        except InvalidMessageError as exc:
+            return Resp(status=_status(exc.code, str(exc)))
+        except StrataError as exc:
+            log.exception("recall failed")
+            return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        return Resp(status=_status(), message_id=mid)
+
     async def EndTransaction(self, request, context):
         Resp = svc.EndTransactionResponse
         try:
@@ -522,6 +539,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         except StrataError as exc:
             return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
         return Resp(status=_status())
+
+
+class Recall(str):
+    """A held delay message's recall handle (a send's result)."""
 
 
 def _client_id(context) -> str:

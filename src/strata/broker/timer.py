@@ -15,7 +15,9 @@ from typing import Callable
 
 from strata.broker import held_journal as hj
 from strata.broker.convert import PROP_DELIVER_MS
+from strata.broker.errors import InvalidMessageError
 from strata.broker.held import HeldEntry, HeldMessages
+from strata.broker.protocol import Code
 from strata.store.message import Message
 from strata.store.message_store import now_ms
 
@@ -50,6 +52,7 @@ class Timer:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self.moved = 0         # messages put into their topics
+        self.recalled = 0
         self.batches = 0       # puts that did it
 
     def start(self) -> None:
@@ -65,6 +68,32 @@ class Timer:
         if first is None or self._heap[0][0] < first:
             self._wake.set()
         return entries
+
+    @staticmethod
+    def recall_handle(e: HeldEntry) -> str:
+        return e.id.hex()
+
+    async def recall(self, handle: str, topic: str) -> str:
+        """Drop a held delay message before it is due (``RecallMessage``); its client message
+        id. InvalidMessageError naming why not: a malformed handle (BAD_REQUEST), one of no
+        held delay message of ``topic`` — delivered already, recalled, never issued
+        (NOT_FOUND)."""
+        try:
+            held_id = bytes.fromhex(handle)
+        except ValueError:
+            held_id = b""
+        if len(held_id) != hj.ID_BYTES:
+            raise InvalidMessageError(Code.BAD_REQUEST, f"recall handle {handle[:80]!r} is "
+                                      f"not one this broker issues ({2 * hj.ID_BYTES} hex "
+                                      "digits)")
+        e = self.held.entries.get(held_id)
+        if e is None or e.kind is not hj.Kind.DELAY or e.topic != topic or e.busy:
+            raise InvalidMessageError(Code.NOT_FOUND, f"no delay message of topic {topic!r} "
+                                      f"is held under recall handle {handle}: it was "
+                                      "delivered or recalled already, or never held")
+        await self.held.drop([e], hj.Reason.RECALLED)
+        self.recalled += 1
+        return e.message_id
 
     def _due(self, now: int) -> list[HeldEntry]:
         out: list[HeldEntry] = []
