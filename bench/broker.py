@@ -1,7 +1,7 @@
 """Broker benchmark: `strata serve` driven by the official RocketMQ Python client; JSON lines.
 
     python bench/broker.py [--messages N] [--size B] [--producers 1,8] [--flush async,sync]
-                           [--message-groups 0,64]
+                           [--message-groups 0,64] [--kinds normal,delay] [--delay-ms 2000]
 
 For each flush mode and producer count a fresh store is served on 127.0.0.1 and
 ``--producers`` client processes (each its own HOME, as the client writes logs there) send
@@ -18,6 +18,12 @@ One JSON object per case:
   and the receive case measures FIFO consumption (one message per group in flight).
 * ``fsync``: this disk's fsync rate (4 KiB write + fdatasync in a loop, 2 s), so that
   ``put_batch/s`` under sync can be set against it.
+
+``--kinds delay`` runs the same cases with delay messages, each due ``--delay-ms`` after its
+send (held in the broker's ref-counted held store, then moved into the topic in batches while
+the sends go on), beside the normal sends of the same run: ``send`` then also reports the
+moves (``moved``, ``move_batches``, messages per move batch); ``receive_ack`` includes the
+wait for the last messages to come due.
 
 With 8 producer processes and a window of 256 each, some sends of the official client ended
 CANCELLED on the client side while the broker logged nothing (not understood yet); the default
@@ -46,7 +52,7 @@ PRODUCER = r'''
 import json, os, sys, time, threading
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 endpoint, n, size, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-groups = int(sys.argv[5])
+groups, delay_ms = int(sys.argv[5]), int(sys.argv[6])
 creds = Credentials(os.environ.get("BENCH_AK", ""), os.environ.get("BENCH_SK", ""))
 p = Producer(ClientConfiguration(endpoint, creds, request_timeout=30), ("bench",),
              tls_enable=bool(os.environ.get("BENCH_TLS")))
@@ -77,6 +83,8 @@ for i in range(n):
     m.body = body
     if groups:
         m.message_group = f"g{i % groups}"
+    if delay_ms:
+        m.delivery_timestamp = int(time.time() * 1000) + delay_ms
     ts = time.perf_counter()
     p.send_async(m).add_done_callback(sent(ts))
 done.wait()
@@ -137,11 +145,14 @@ def cpu_seconds(pid: int) -> float:
 
 def case(root: Path, flush: str, producers: int, messages: int, size: int,
          window: int, serve_args: tuple[str, ...] = (), client_env: dict | None = None,
-         name: str = "", *, groups: int = 0) -> list[dict]:
+         name: str = "", *, groups: int = 0, kind: str = "normal",
+         delay_ms: int = 0) -> list[dict]:
     """One flush mode and producer count; ``serve_args`` go to `strata serve` and
     ``client_env`` (BENCH_AK, BENCH_SK, BENCH_TLS) to the client processes; ``groups``
-    message groups make the messages FIFO ones (0: normal messages)."""
+    message groups make the messages FIFO ones (0: normal messages); ``kind`` "delay" sends
+    delay messages due ``delay_ms`` after their send."""
     name = f"{name}-g{groups}" if groups else name
+    name = f"{name}-{kind}" if kind != "normal" else name
     store = root / f"{flush}-{producers}{name}"
     cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent", *serve_args]
@@ -160,7 +171,9 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
     each = messages // producers
     try:
         procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, endpoint, str(each),
-                                   str(size), str(window), str(groups)], stdin=subprocess.PIPE,
+                                   str(size), str(window), str(groups),
+                                   str(delay_ms if kind == "delay" else 0)],
+                                  stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=env)
                  for _ in range(producers)]
         for p in procs:
@@ -188,17 +201,23 @@ def case(root: Path, flush: str, producers: int, messages: int, size: int,
         raise RuntimeError(f"strata serve: {tail[-3000:]}")
     m = re.search(r"(\d+) messages stored in (\d+) batches", tail)
     stored, batches = int(m.group(1)), int(m.group(2))
+    m = re.search(r"(\d+) delay messages moved in (\d+) batches", tail)
+    moved, moves = int(m.group(1)), int(m.group(2))
     total = each * producers
-    return [{"bench": "broker", "case": "send", "flush": flush, "producers": producers,
-             "message_groups": groups, "size": size, "messages": total,
-             "msgs_per_s": round(total / wall),
-             "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
-             "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
-             "put_batches": batches, "msgs_per_put_batch": round(stored / batches, 1),
-             "put_batches_per_s": round(batches / wall),
-             "server_cpu_us_per_msg": round((cpu1 - cpu0) / total * 1e6)},
-            {"bench": "broker", "case": "receive_ack", "flush": flush, "producers": producers,
-             "message_groups": groups, "messages": rc["n"],
+    send = {"bench": "broker", "case": "send", "kind": kind, "flush": flush,
+            "producers": producers, "message_groups": groups, "size": size,
+            "messages": total, "msgs_per_s": round(total / wall),
+            "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
+            "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2),
+            "put_batches": batches, "msgs_per_put_batch": round(stored / batches, 1),
+            "put_batches_per_s": round(batches / wall),
+            "server_cpu_us_per_msg": round((cpu1 - cpu0) / total * 1e6)}
+    if kind == "delay":
+        send.update(delay_ms=delay_ms, moved=moved, move_batches=moves,
+                    msgs_per_move_batch=round(moved / moves, 1) if moves else 0)
+    return [send,
+            {"bench": "broker", "case": "receive_ack", "kind": kind, "flush": flush,
+             "producers": producers, "message_groups": groups, "messages": rc["n"],
              "msgs_per_s": round(rc["n"] / rc["seconds"]),
              "server_cpu_us_per_msg": round((cpu2 - cpu1) / max(rc["n"], 1) * 1e6)}]
 
@@ -212,6 +231,9 @@ def main() -> None:
     ap.add_argument("--flush", default="async,sync")
     ap.add_argument("--message-groups", default="0",
                     help="0: normal messages; G > 0: FIFO messages of G message groups")
+    ap.add_argument("--kinds", default="normal",
+                    help="normal,delay: also delay messages, due --delay-ms after their send")
+    ap.add_argument("--delay-ms", type=int, default=2000)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", default=None, help="work in this directory and keep it (logs)")
     a = ap.parse_args()
@@ -222,8 +244,11 @@ def main() -> None:
                           "fsyncs_per_s": round(fsync_rate(root))}), flush=True)
         for flush in a.flush.split(","):
             for n in (int(x) for x in a.producers.split(",")):
-                for g in (int(x) for x in a.message_groups.split(",")):
-                    for row in case(root, flush, n, a.messages, a.size, a.window, groups=g):
+                runs = [(g, "normal") for g in (int(x) for x in a.message_groups.split(","))]
+                runs += [(0, k) for k in a.kinds.split(",") if k != "normal"]
+                for g, kind in runs:      # delay messages carry no message group
+                    for row in case(root, flush, n, a.messages, a.size, a.window, groups=g,
+                                    kind=kind, delay_ms=a.delay_ms):
                         print(json.dumps(row), flush=True)
 
 

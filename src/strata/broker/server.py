@@ -16,6 +16,7 @@ import grpc
 
 from strata.broker.acl import DEFAULT_WINDOW_S, load_acl
 from strata.broker.group_state import ConsumerGroups
+from strata.broker.held import HeldMessages
 from strata.broker.intercept import layered
 from strata.broker.protocol import svc_grpc
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
@@ -46,6 +47,8 @@ class ServeConfig:
     tls_cert: Path | None = None               # PEM certificate chain and key: serve TLS
     tls_key: Path | None = None
     metrics: tuple[str, int] | None = None     # serve Prometheus metrics here
+    transaction_check_interval_s: float = 60.0    # first check of a half message, then as often
+    transaction_max_checks: int = 15              # checks before it is dropped
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -74,6 +77,11 @@ async def serve(cfg: ServeConfig) -> None:
         broker_dir = store.path / BROKER_DIR
         signer = ReceiptSigner(load_or_create_secret(broker_dir / SECRET_NAME))
         groups = ConsumerGroups(broker_dir)
+        try:
+            held = HeldMessages(broker_dir, store, None, sync=cfg.flush == "sync")
+        except BaseException:
+            groups.close()
+            raise
     except BaseException:
         store.close()
         raise
@@ -82,7 +90,11 @@ async def serve(cfg: ServeConfig) -> None:
                                       ("grpc.max_send_message_length", limit)])
     service = MessagingService(store, groups, signer, (cfg.host, cfg.port),
                                BrokerOptions(auto_create=cfg.auto_create,
-                                             max_delivery_attempts=cfg.max_delivery_attempts))
+                                             max_delivery_attempts=cfg.max_delivery_attempts,
+                                             transaction_check_interval_ms=int(
+                                                 cfg.transaction_check_interval_s * 1000),
+                                             transaction_max_checks=cfg.transaction_max_checks),
+                               held)
     layers = []      # outermost first: metrics count what the ACL refuses too
     metrics = None
     if cfg.metrics is not None:
@@ -103,6 +115,7 @@ async def serve(cfg: ServeConfig) -> None:
             metrics_port = metrics.serve(*cfg.metrics)
             service.batcher.on_stored = metrics.stored
     except (RuntimeError, OSError) as exc:
+        held.close()
         groups.close()
         store.close()
         raise OSError(f"cannot listen on {listening}: {exc}") from None
@@ -133,7 +146,8 @@ async def serve(cfg: ServeConfig) -> None:
                       f", metrics http://{cfg.metrics[0]}:{metrics_port}/metrics"
                       if metrics is not None else ""])
     _say(f"listening on {cfg.host}:{port} (store {store.path}, flush {cfg.flush}, "
-         f"auto-create {'on' if cfg.auto_create else 'off'}{extras})")
+         f"auto-create {'on' if cfg.auto_create else 'off'}, {len(held.entries)} messages "
+         f"held{extras})")
     try:
         await stop.wait()
     finally:
@@ -146,10 +160,17 @@ async def serve(cfg: ServeConfig) -> None:
             metrics.close()
         for t in tasks:
             t.cancel()
+        held.close()
         groups.close()
         store.close()
         _say(f"stopped cleanly ({service.batcher.messages} messages stored in "
-             f"{service.batcher.batches} batches)")
+             f"{service.batcher.batches} batches; {service.timer.moved} delay messages moved "
+             f"in {service.timer.batches} batches; transactions: "
+             f"{service.transactions.committed} committed, "
+             f"{service.transactions.rolled_back} rolled back, "
+             f"{service.transactions.dropped} dropped, "
+             f"{service.transactions.checks_sent} checks sent; "
+             f"{len(held.entries)} messages still held)")
 
 
 def run(cfg: ServeConfig) -> None:

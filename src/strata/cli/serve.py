@@ -42,6 +42,13 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--max-delivery-attempts", type=click.IntRange(1, 1000), default=16,
               show_default=True,
               help="Deliveries of a message to a group before it goes to %DLQ%<group>.")
+@click.option("--transaction-check-interval", type=click.FloatRange(0.1, 86400), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="An unresolved half message is checked back this long after its send, "
+                   "then as often.")
+@click.option("--transaction-max-checks", type=click.IntRange(1, 1000), default=15,
+              show_default=True,
+              help="Checks of an unresolved half message before it is dropped.")
 @click.option("--store-option", "store_options", multiple=True, metavar="NAME=VALUE",
               help="A StoreConfig field, e.g. segment_size=67108864 (repeatable).")
 @click.option("--acl", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
@@ -61,6 +68,7 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
                    "port, printed at start).")
 def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                   exit_with_parent: bool, max_delivery_attempts: int,
+                  transaction_check_interval: float, transaction_max_checks: int,
                   store_options: tuple[str, ...], acl: Path | None, acl_window_s: int,
                   tls_cert: Path | None, tls_key: Path | None, metrics: str | None) -> None:
     """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext, or TLS with
@@ -79,4 +87,6 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                                  param_hint="--metrics") from None
     run(ServeConfig(Path(directory), host, port, flush, not no_auto_create, exit_with_parent,
                     max_delivery_attempts, _store_options(store_options), acl, acl_window_s,
-                    tls_cert, tls_key, metrics_at))
+                    tls_cert, tls_key, metrics_at,
+                    transaction_check_interval_s=transaction_check_interval,
+                    transaction_max_checks=transaction_max_checks))
