@@ -39,6 +39,7 @@ class ServeConfig:
     exit_with_parent: bool = False
     max_delivery_attempts: int = 16
     store_options: dict = field(default_factory=dict)
+    gather_ms: float = 2.0
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -69,7 +70,8 @@ async def serve(cfg: ServeConfig) -> None:
                                       ("grpc.max_send_message_length", limit)])
     service = MessagingService(store, groups, signer, (cfg.host, cfg.port),
                                BrokerOptions(auto_create=cfg.auto_create,
-                                             max_delivery_attempts=cfg.max_delivery_attempts))
+                                             max_delivery_attempts=cfg.max_delivery_attempts,
+                                             gather_s=cfg.gather_ms / 1000))
     svc_grpc.add_MessagingServiceServicer_to_server(service, server)
     address = f"[{cfg.host}]:{cfg.port}" if ":" in cfg.host else f"{cfg.host}:{cfg.port}"
     try:

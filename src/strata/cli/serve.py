@@ -42,10 +42,13 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--max-delivery-attempts", type=click.IntRange(1, 1000), default=16,
               show_default=True,
               help="Deliveries of a message to a group before it goes to %DLQ%<group>.")
+@click.option("--gather-ms", type=click.FloatRange(0, 1000), default=2.0, show_default=True,
+              help="Puts start at most once per this many ms; sends arriving meanwhile share one.")
 @click.option("--store-option", "store_options", multiple=True, metavar="NAME=VALUE",
               help="A StoreConfig field, e.g. segment_size=67108864 (repeatable).")
 def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
-                  exit_with_parent: bool, max_delivery_attempts: int, store_options: tuple[str, ...]) -> None:
+                  exit_with_parent: bool, max_delivery_attempts: int, gather_ms: float,
+                  store_options: tuple[str, ...]) -> None:
     """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext)."""
     from strata.broker.server import ServeConfig, parse_listen, run
     try:
@@ -53,4 +56,4 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
     run(ServeConfig(Path(directory), host, port, flush, not no_auto_create, exit_with_parent,
-                    max_delivery_attempts, _store_options(store_options)))
+                    max_delivery_attempts, _store_options(store_options), gather_ms=gather_ms))
