@@ -7,6 +7,7 @@ FIFO message's group as ``__SHARDINGKEY``. Tags and keys are the record's own fi
 
 from __future__ import annotations
 
+import functools
 import gzip
 import ipaddress
 import zlib
@@ -21,6 +22,7 @@ SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {PROP_UNIQ_KEY, PROP_MESSAGE_GROUP}
 ACCEPTED_TYPES = (MessageType.NORMAL, MessageType.FIFO)
 
 
+@functools.lru_cache(maxsize=1024)      # a client sends from one host: parse it once
 def _born_host(text: str) -> tuple[str, int] | None:
     try:
         return (str(ipaddress.ip_address(text)), 0)
