@@ -21,7 +21,8 @@ message is on disk) and the same window of unconfirmed messages; one consumer re
 prefetch 32 and acks each message. If it cannot be installed or started, a JSON line says
 why and the strata cases go on.
 
-One JSON object per case (``"system"`` says whose):
+One JSON object per case (``"system"`` says whose; strata rows with ``"client"`` come from
+the raw case: the protocol stubs, 32 messages per SendMessage, 8 requests in flight):
 
 * ``fsync``: this disk's fsync rate (4 KiB write + fdatasync in a loop, 2 s), at the start
   and again right before each sync case (the shared disk's rate drifts a lot).
@@ -96,6 +97,49 @@ c1 = os.times()
 p.shutdown()
 print("RESULT " + json.dumps({"seconds": el, "lat": sorted(lat),
       "cpu": c1.user + c1.system - c0.user - c0.system}), flush=True)
+'''
+
+# Not the official client's API: the protocol's stubs (shipped with it), 32 messages per
+# SendMessage, which the client never sends but the broker stores with one put_batch; the
+# broker's own ceiling without one gRPC call per message
+RAW_BATCH_PRODUCER = r'''
+import asyncio, json, os, sys, time
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as svc
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+endpoint, n, size, window, per = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                  int(sys.argv[4]), int(sys.argv[5]))
+def request(i, count):
+    msgs = []
+    for j in range(count):
+        m = pb.Message(topic=pb.Resource(name="bench"), body=b"x" * size)
+        m.system_properties.message_id = f"raw-{os.getpid()}-{i}-{j}"
+        m.system_properties.message_type = pb.MessageType.NORMAL
+        m.system_properties.born_timestamp.seconds = int(time.time())
+        msgs.append(m)
+    return svc.SendMessageRequest(messages=msgs)
+async def main():
+    stub = MessagingServiceStub(grpc.aio.insecure_channel(endpoint))
+    md = [("x-mq-client-id", f"raw-{os.getpid()}")]
+    counts = [per] * (n // per) + ([n % per] if n % per else [])
+    reqs = [request(i, c) for i, c in enumerate(counts)]
+    print("READY", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    sem, lat = asyncio.Semaphore(window), []
+    async def one(r):
+        async with sem:
+            t = time.perf_counter()
+            resp = await stub.SendMessage(r, metadata=md, timeout=60)
+            assert resp.status.code == 20000, resp.status
+            lat.extend([time.perf_counter() - t] * len(r.messages))
+    c0 = os.times()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(r) for r in reqs))
+    el = time.perf_counter() - t0
+    c1 = os.times()
+    print("RESULT " + json.dumps({"seconds": el, "lat": sorted(lat),
+          "cpu": c1.user + c1.system - c0.user - c0.system}), flush=True)
+asyncio.run(main())
 '''
 
 CONSUMER = r'''
@@ -286,15 +330,17 @@ def rows(tag: dict, d: dict, size: int, window: int, total: int) -> tuple[dict, 
 
 def strata_case(root: Path, flush: str, producers: int, messages: int, size: int,
                 window: int, fsyncs_per_s: float, src: str | None = None,
-                label: str | None = None) -> list[dict]:
+                label: str | None = None, per_request: int = 0) -> list[dict]:
     """One served store, official-client producers then a consumer; ``src`` serves from
-    another source tree (its rows carry ``"src": label``)."""
-    store = root / f"{label or 'strata'}-{flush}-{producers}"
+    another source tree (its rows carry ``"src": label``); ``per_request``: raw producers
+    putting that many messages into each SendMessage instead."""
+    name = f"{label or 'strata'}-{flush}-{producers}{'-raw' if per_request else ''}"
+    store = root / name
     cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{label or 'strata'}-{flush}-{producers}.log"
+    log_path = root / f"serve-{name}.log"
     log = open(log_path, "w")
     senv = dict(os.environ)
     if src is not None:
@@ -309,8 +355,12 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
     env = dict(os.environ, HOME=str(root / "home"))
     each = messages // producers
     try:
-        d = drive([sys.executable, "-c", PRODUCER, endpoint, str(each), str(size), str(window)],
-                  [sys.executable, "-c", CONSUMER, endpoint, str(each * producers)], producers,
+        producer = [sys.executable, "-c", PRODUCER, endpoint, str(each), str(size),
+                    str(window)]
+        if per_request:
+            producer = [sys.executable, "-c", RAW_BATCH_PRODUCER, endpoint, str(each),
+                        str(size), str(window), str(per_request)]
+        d = drive(producer, [sys.executable, "-c", CONSUMER, endpoint, str(each * producers)], producers,
                   env, server.pid)
     finally:
         server.terminate()
@@ -323,6 +373,8 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
     stored, batches = int(m.group(1)), int(m.group(2))
     total = each * producers
     tag = {"bench": "broker", "system": "strata", "flush": flush, "producers": producers}
+    if per_request:
+        tag["client"] = f"raw stubs, {per_request} messages per SendMessage"
     if label is not None:
         tag["src"] = label
     send, recv = rows(tag, d, size, window, total)
@@ -476,6 +528,8 @@ def main() -> None:
     ap.add_argument("--before-src", default=None,
                     help="also serve every strata case from this source tree (\"before\")")
     ap.add_argument("--no-rabbitmq", action="store_true", help="strata only")
+    ap.add_argument("--no-batched", dest="batched", action="store_false",
+                    help="skip the raw case of 32 messages per SendMessage")
     ap.add_argument("--no-install", action="store_true",
                     help="do not apt-get install rabbitmq-server when it is missing")
     ap.add_argument("--dir", default=None)
@@ -504,6 +558,10 @@ def main() -> None:
                 for r in strata_case(root, flush, n, a.messages, a.size, a.window, disk,
                                      None, label):
                     strata_rows.append(emit(r))
+            if a.batched:
+                for r in strata_case(root, flush, 1, a.messages, a.size, 8, disk,
+                                     per_request=32):
+                    emit(r)
         if a.no_rabbitmq:
             return
         why = rabbit_unavailable(not a.no_install)
