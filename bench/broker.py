@@ -330,10 +330,12 @@ def rows(tag: dict, d: dict, size: int, window: int, total: int) -> tuple[dict, 
 
 def strata_case(root: Path, flush: str, producers: int, messages: int, size: int,
                 window: int, fsyncs_per_s: float, src: str | None = None,
-                label: str | None = None, per_request: int = 0) -> list[dict]:
+                label: str | None = None, per_request: int = 0,
+                profile: Path | None = None) -> list[dict]:
     """One served store, official-client producers then a consumer; ``src`` serves from
     another source tree (its rows carry ``"src": label``); ``per_request``: raw producers
-    putting that many messages into each SendMessage instead."""
+    putting that many messages into each SendMessage instead; ``profile``: a directory for
+    py-spy's flame graph of the broker over the whole case."""
     name = f"{label or 'strata'}-{flush}-{producers}{'-raw' if per_request else ''}"
     store = root / name
     cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
@@ -354,6 +356,13 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
     endpoint = m.group(1)
     env = dict(os.environ, HOME=str(root / "home"))
     each = messages // producers
+    spy = None
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        beside = Path(sys.executable).parent / "py-spy"      # the venv's, if it is there
+        spy = subprocess.Popen([str(beside) if beside.exists() else "py-spy", "record", "--nonblocking", "--gil", "-p",
+                                str(server.pid), "-o", str(profile / f"{name}.svg")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         producer = [sys.executable, "-c", PRODUCER, endpoint, str(each), str(size),
                     str(window)]
@@ -363,6 +372,9 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
         d = drive(producer, [sys.executable, "-c", CONSUMER, endpoint, str(each * producers)], producers,
                   env, server.pid)
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)    # py-spy writes its flame graph and exits
+            spy.wait(timeout=60)
         server.terminate()
         server.wait(timeout=60)
         log.close()
@@ -532,6 +544,8 @@ def main() -> None:
                     help="skip the raw case of 32 messages per SendMessage")
     ap.add_argument("--no-install", action="store_true",
                     help="do not apt-get install rabbitmq-server when it is missing")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="py-spy flame graphs (GIL holder) of the broker per case into DIR")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--keep", default=None, help="work in this directory and keep it (logs)")
     a = ap.parse_args()
@@ -556,7 +570,7 @@ def main() -> None:
                 else:
                     label = None
                 for r in strata_case(root, flush, n, a.messages, a.size, a.window, disk,
-                                     None, label):
+                                     None, label, profile=a.profile):
                     strata_rows.append(emit(r))
             if a.batched:
                 for r in strata_case(root, flush, 1, a.messages, a.size, 8, disk,
