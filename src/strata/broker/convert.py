@@ -9,6 +9,7 @@ record's own fields.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import ipaddress
 import time
@@ -34,6 +35,7 @@ MAX_DELAY_MS = 40 * 24 * 3600 * 1000      # 40 days, as RocketMQ's timer allows 
 MS_IN_SECONDS_ABOVE = 10 ** 11
 
 
+@functools.lru_cache(maxsize=1024)      # a client sends from one host: parse it once
 def _born_host(text: str) -> tuple[str, int] | None:
     try:
         return (str(ipaddress.ip_address(text)), 0)

@@ -24,7 +24,7 @@ from strata.broker.names import check_group, check_topic
 from strata.broker.protocol import Code, pb, svc, svc_grpc
 from strata.broker.receipt import Receipt, ReceiptSigner
 from strata.broker.receive import Popper, parse_tag_expression
-from strata.broker.send import SendBatcher
+from strata.broker.send import GATHER_S, SendBatcher
 from strata.broker.sessions import Sessions
 from strata.broker.timer import Timer, delivery_due
 from strata.broker.transactions import Transactions, is_transactional
@@ -76,6 +76,7 @@ class BrokerOptions:
     max_delivery_attempts: int = MAX_DELIVERY_ATTEMPTS
     transaction_check_interval_ms: int = 60_000
     transaction_max_checks: int = 15
+    gather_s: float = GATHER_S      # puts start at most once per this interval (send.py)
 
 
 def _input_error(exc: InvalidInputError) -> Refused:
@@ -105,7 +106,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self.signer = signer
         self.endpoint = endpoint
         self.options = options
-        self.batcher = SendBatcher(store)
+        self.batcher = SendBatcher(store, options.gather_s)
         self.popper = Popper(store, groups, signer, options.max_delivery_attempts)
         self._arrived: asyncio.Event | None = None
         self.clients: dict[str, int] = {}   # client id -> client type (live sessions)

@@ -49,6 +49,8 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--transaction-max-checks", type=click.IntRange(1, 1000), default=15,
               show_default=True,
               help="Checks of an unresolved half message before it is dropped.")
+@click.option("--gather-ms", type=click.FloatRange(0, 1000), default=2.0, show_default=True,
+              help="Puts start at most once per this many ms; sends arriving meanwhile share one.")
 @click.option("--store-option", "store_options", multiple=True, metavar="NAME=VALUE",
               help="A StoreConfig field, e.g. segment_size=67108864 (repeatable).")
 @click.option("--acl", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
@@ -69,8 +71,9 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                   exit_with_parent: bool, max_delivery_attempts: int,
                   transaction_check_interval: float, transaction_max_checks: int,
-                  store_options: tuple[str, ...], acl: Path | None, acl_window_s: int,
-                  tls_cert: Path | None, tls_key: Path | None, metrics: str | None) -> None:
+                  gather_ms: float, store_options: tuple[str, ...], acl: Path | None,
+                  acl_window_s: int, tls_cert: Path | None, tls_key: Path | None,
+                  metrics: str | None) -> None:
     """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext, or TLS with
     --tls-cert/--tls-key)."""
     from strata.broker.server import ServeConfig, parse_listen, run
@@ -89,4 +92,4 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                     max_delivery_attempts, _store_options(store_options), acl, acl_window_s,
                     tls_cert, tls_key, metrics_at,
                     transaction_check_interval_s=transaction_check_interval,
-                    transaction_max_checks=transaction_max_checks))
+                    transaction_max_checks=transaction_max_checks, gather_ms=gather_ms))
