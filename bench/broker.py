@@ -2,6 +2,7 @@
 RabbitMQ driven by pika, in the same run; JSON lines.
 
     python bench/broker.py [--messages N] [--size B] [--producers 1,8] [--flush async,sync]
+                           [--message-groups 0,64] [--kinds normal,delay] [--delay-ms 2000]
                            [--before-src DIR] [--no-rabbitmq] [--no-install]
 
 strata: for each flush mode and producer count a fresh store is served on 127.0.0.1 and
@@ -12,6 +13,20 @@ sends each, then one SimpleConsumer process receives (batches of 32) and acks th
 not one round trip after another; the client's ``ack_async`` is broken in 5.1.2).
 ``--before-src DIR`` serves each case a second time from another source tree (e.g. a
 checkout of an older commit's ``src``), interleaved, so a change is judged in one run.
+
+``--message-groups G`` (a list; 0, the default, is normal messages): with G > 0 the
+producers send FIFO messages of G message groups (``g{i % G}``, round-robin), so the topic is
+a FIFO topic and ``receive_ack`` measures FIFO consumption (one message per group in flight).
+``--kinds delay`` runs the same cases with delay messages, each due ``--delay-ms`` after its
+send (held in the broker's ref-counted held store, then moved into the topic in batches while
+the sends go on); ``send`` then also reports the moves (``moved``, ``move_batches``,
+``msgs_per_move_batch``, from the broker's stop line) and ``receive_ack`` includes the wait
+for the last messages to come due. The client refuses a message with both a message group and
+a delivery time, so delay cases run with 0 message groups only. Every case gets a fresh store
+(a topic's message type is fixed by its first message); strata rows carry ``message_groups``
+and ``kind``, and only normal cases with 0 message groups are set against RabbitMQ.
+The client scripts read ``BENCH_AK`` / ``BENCH_SK`` (credentials, for ``--acl``) and
+``BENCH_TLS`` (non-empty: TLS) from the environment (bench/broker_security.py sets them).
 
 RabbitMQ: Debian's ``rabbitmq-server`` (``apt-get install -y rabbitmq-server`` when it is
 missing and we are root, unless ``--no-install``), started on 127.0.0.1 with free ports and
@@ -62,7 +77,10 @@ PRODUCER = r'''
 import json, os, sys, time, threading
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 endpoint, n, size, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-p = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=30), ("bench",))
+groups, delay_ms = int(sys.argv[5]), int(sys.argv[6])
+creds = Credentials(os.environ.get("BENCH_AK", ""), os.environ.get("BENCH_SK", ""))
+p = Producer(ClientConfiguration(endpoint, creds, request_timeout=30), ("bench",),
+             tls_enable=bool(os.environ.get("BENCH_TLS")))
 p.startup()
 sem = threading.Semaphore(window)
 lat = []
@@ -89,6 +107,10 @@ for i in range(n):
     m = Message()
     m.topic = "bench"
     m.body = body
+    if groups:
+        m.message_group = f"g{i % groups}"
+    if delay_ms:
+        m.delivery_timestamp = int(time.time() * 1000) + delay_ms
     ts = time.perf_counter()
     p.send_async(m).add_done_callback(sent(ts))
 done.wait()
@@ -143,13 +165,15 @@ asyncio.run(main())
 '''
 
 CONSUMER = r'''
-import json, sys, time
+import json, os, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 endpoint, n = sys.argv[1], int(sys.argv[2])
 pool = ThreadPoolExecutor(8)
-c = SimpleConsumer(ClientConfiguration(endpoint, Credentials(), request_timeout=30), "bench-g",
-                   {"bench": FilterExpression("*")}, await_duration=2)
+creds = Credentials(os.environ.get("BENCH_AK", ""), os.environ.get("BENCH_SK", ""))
+c = SimpleConsumer(ClientConfiguration(endpoint, creds, request_timeout=30), "bench-g",
+                   {"bench": FilterExpression("*")}, await_duration=2,
+                   tls_enable=bool(os.environ.get("BENCH_TLS")))
 c.startup()
 got = 0
 t0 = time.perf_counter()
@@ -329,17 +353,28 @@ def rows(tag: dict, d: dict, size: int, window: int, total: int) -> tuple[dict, 
 # ---------------------------------------------------------------------------- strata
 
 def strata_case(root: Path, flush: str, producers: int, messages: int, size: int,
-                window: int, fsyncs_per_s: float, src: str | None = None,
+                window: int, fsyncs_per_s: float | None, src: str | None = None,
                 label: str | None = None, per_request: int = 0,
-                profile: Path | None = None) -> list[dict]:
+                profile: Path | None = None, groups: int = 0, kind: str = "normal",
+                delay_ms: int = 0, serve_args: tuple[str, ...] = (),
+                client_env: dict | None = None, suffix: str = "") -> list[dict]:
     """One served store, official-client producers then a consumer; ``src`` serves from
     another source tree (its rows carry ``"src": label``); ``per_request``: raw producers
     putting that many messages into each SendMessage instead; ``profile``: a directory for
-    py-spy's flame graph of the broker over the whole case."""
-    name = f"{label or 'strata'}-{flush}-{producers}{'-raw' if per_request else ''}"
+    py-spy's flame graph of the broker over the whole case. ``groups`` > 0: FIFO messages of
+    that many message groups; ``kind`` "delay": each message due ``delay_ms`` after its send.
+    ``serve_args`` go to `strata serve`, ``client_env`` (BENCH_AK, BENCH_SK, BENCH_TLS, ...)
+    to the client processes, ``suffix`` to the store's and log's names.
+    ``fsyncs_per_s`` (None: not measured) only sets ``fsync_share`` under sync flush."""
+    if kind not in ("normal", "delay"):
+        raise ValueError(f"kind {kind!r}: normal or delay")
+    if kind == "delay" and groups:
+        raise ValueError("a message cannot have both a message group and a delivery time")
+    name = (f"{label or 'strata'}-{flush}-{producers}{'-raw' if per_request else ''}"
+            f"{f'-g{groups}' if groups else ''}{'-delay' if kind == 'delay' else ''}{suffix}")
     store = root / name
     cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
-           "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
+           "127.0.0.1:0", "--flush", flush, "--exit-with-parent", *serve_args]
     for o in SMALL:
         cmd += ["--store-option", o]
     log_path = root / f"serve-{name}.log"
@@ -354,23 +389,24 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
             raise RuntimeError(f"strata serve did not start: {log_path.read_text()}")
         time.sleep(0.05)
     endpoint = m.group(1)
-    env = dict(os.environ, HOME=str(root / "home"))
+    env = dict(os.environ, HOME=str(root / "home"), **(client_env or {}))
     each = messages // producers
     spy = None
     if profile is not None:
         profile.mkdir(parents=True, exist_ok=True)
         beside = Path(sys.executable).parent / "py-spy"      # the venv's, if it is there
-        spy = subprocess.Popen([str(beside) if beside.exists() else "py-spy", "record", "--nonblocking", "--gil", "-p",
-                                str(server.pid), "-o", str(profile / f"{name}.svg")],
+        spy = subprocess.Popen([str(beside) if beside.exists() else "py-spy", "record",
+                                "--nonblocking", "--gil", "-p", str(server.pid), "-o",
+                                str(profile / f"{name}.svg")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         producer = [sys.executable, "-c", PRODUCER, endpoint, str(each), str(size),
-                    str(window)]
+                    str(window), str(groups), str(delay_ms if kind == "delay" else 0)]
         if per_request:
             producer = [sys.executable, "-c", RAW_BATCH_PRODUCER, endpoint, str(each),
                         str(size), str(window), str(per_request)]
-        d = drive(producer, [sys.executable, "-c", CONSUMER, endpoint, str(each * producers)], producers,
-                  env, server.pid)
+        d = drive(producer, [sys.executable, "-c", CONSUMER, endpoint, str(each * producers)],
+                  producers, env, server.pid)
     finally:
         if spy is not None:
             spy.send_signal(signal.SIGINT)    # py-spy writes its flame graph and exits
@@ -384,7 +420,8 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
     m = re.search(r"(\d+) messages stored in (\d+) batches", tail)
     stored, batches = int(m.group(1)), int(m.group(2))
     total = each * producers
-    tag = {"bench": "broker", "system": "strata", "flush": flush, "producers": producers}
+    tag = {"bench": "broker", "system": "strata", "flush": flush, "producers": producers,
+           "message_groups": groups, "kind": kind}
     if per_request:
         tag["client"] = f"raw stubs, {per_request} messages per SendMessage"
     if label is not None:
@@ -392,9 +429,17 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
     send, recv = rows(tag, d, size, window, total)
     send.update(put_batches=batches, msgs_per_put_batch=round(stored / batches, 1),
                 put_batches_per_s=round(batches / d["wall"]))
+    if kind == "delay":
+        m = re.search(r"(\d+) delay messages moved in (\d+) batches", tail)
+        if m is None:
+            raise RuntimeError(f"strata serve: no delay move count in {tail[-1000:]}")
+        moved, moves = int(m.group(1)), int(m.group(2))
+        send.update(delay_ms=delay_ms, moved=moved, move_batches=moves,
+                    msgs_per_move_batch=round(moved / moves, 1) if moves else 0)
     if flush == "sync":    # one writer thread: each put returns after its own fsync
         send["msgs_per_fsync"] = send["msgs_per_put_batch"]
-        send["fsync_share"] = round(batches / d["wall"] / fsyncs_per_s, 3)
+        if fsyncs_per_s:
+            send["fsync_share"] = round(batches / d["wall"] / fsyncs_per_s, 3)
     return [send, recv]
 
 
@@ -537,6 +582,11 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--producers", default="1,8")
     ap.add_argument("--flush", default="async,sync")
+    ap.add_argument("--message-groups", default="0",
+                    help="0: normal messages; G > 0: FIFO messages of G message groups")
+    ap.add_argument("--kinds", default="normal",
+                    help="normal and/or delay (each message due --delay-ms after its send)")
+    ap.add_argument("--delay-ms", type=int, default=2000)
     ap.add_argument("--before-src", default=None,
                     help="also serve every strata case from this source tree (\"before\")")
     ap.add_argument("--no-rabbitmq", action="store_true", help="strata only")
@@ -550,11 +600,21 @@ def main() -> None:
     ap.add_argument("--keep", default=None, help="work in this directory and keep it (logs)")
     a = ap.parse_args()
     counts = [int(x) for x in a.producers.split(",")]
+    groups = [int(x) for x in a.message_groups.split(",")]
+    kinds = a.kinds.split(",")
+    if any(k not in ("normal", "delay") for k in kinds):
+        ap.error("--kinds: normal and/or delay")
+    # the client refuses a message with both a message group and a delivery time
+    cases = [(g, k) for g in groups for k in kinds if not (k == "delay" and g)]
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         root = Path(a.keep) if a.keep else Path(tmp)
         (root / "home").mkdir(parents=True, exist_ok=True)
         disk = fsync_rate(root)
         emit({"bench": "broker", "case": "fsync", "fsyncs_per_s": round(disk)})
+        if len(cases) < len(groups) * len(kinds):
+            emit({"bench": "broker", "case": "skipped", "kind": "delay",
+                  "message_groups": [g for g in groups if g],
+                  "why": "a message cannot have both a message group and a delivery time"})
         strata_rows = []
         for flush in a.flush.split(","):
             for n in counts:
@@ -562,16 +622,19 @@ def main() -> None:
                     disk = fsync_rate(root)
                     emit({"bench": "broker", "case": "fsync", "fsyncs_per_s": round(disk),
                           "before": f"sync, {n} producers"})
-                if a.before_src:
+                for g, kind in cases:
+                    more = {"groups": g, "kind": kind, "delay_ms": a.delay_ms}
+                    if a.before_src:
+                        for r in strata_case(root, flush, n, a.messages, a.size, a.window,
+                                             disk, os.path.abspath(a.before_src), "before",
+                                             **more):
+                            emit(r)
+                        label = "after"
+                    else:
+                        label = None
                     for r in strata_case(root, flush, n, a.messages, a.size, a.window, disk,
-                                         os.path.abspath(a.before_src), "before"):
-                        emit(r)
-                    label = "after"
-                else:
-                    label = None
-                for r in strata_case(root, flush, n, a.messages, a.size, a.window, disk,
-                                     None, label, profile=a.profile):
-                    strata_rows.append(emit(r))
+                                         None, label, profile=a.profile, **more):
+                        strata_rows.append(emit(r))
             if a.batched:
                 for r in strata_case(root, flush, 1, a.messages, a.size, 8, disk,
                                      per_request=32):
@@ -595,6 +658,8 @@ def main() -> None:
         finally:
             rabbit.stop()
         for s in strata_rows:
+            if s["message_groups"] or s["kind"] != "normal":   # RabbitMQ's are normal sends
+                continue
             peer = next((r for r in rabbit_rows if r["case"] == s["case"]
                          and r["producers"] == s["producers"]), None)
             if peer is not None:

@@ -4,11 +4,12 @@ run; JSON lines.
 
     python bench/broker_security.py [--messages N] [--producers 1] [--flush async]
 
-Each row is bench/broker.py's ``send`` / ``receive_ack`` row plus ``variant`` and
-``vs_plain`` (its msgs/s divided by the first plain variant's in the same run). On a shared
-machine compare ``server_cpu_us_per_msg`` (the broker process's CPU time per message, from
-/proc) rather than msgs/s, which moves with the other processes' load. The ACL has one
-account with PUB|SUB on the topic and the group; TLS uses a self-signed certificate for
+Each row is bench/broker.py's ``send`` / ``receive_ack`` row (from its ``strata_case``) plus
+``variant`` and ``vs_plain`` (its msgs/s divided by the first plain variant's in the same
+run). On a shared machine compare ``server_cpu_ms_per_msg`` (the broker process's CPU time
+per message, from /proc) rather than msgs/s, which moves with the other processes' load.
+Under ``--flush sync`` the disk's fsync rate is measured once first (a ``fsync`` row). The
+ACL has one account with PUB|SUB on the topic and the group; TLS uses a self-signed certificate for
 127.0.0.1 made with the openssl CLI, trusted by the clients through
 GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
 """
@@ -23,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker import case  # noqa: E402  (bench/broker.py)
+from broker import fsync_rate, strata_case  # noqa: E402  (bench/broker.py)
 
 ACL = """accounts:
   - accessKey: bench-ak
@@ -66,11 +67,17 @@ def main() -> None:
             "tls": (("--tls-cert", str(cert), "--tls-key", str(key)),
                     {"BENCH_TLS": "1", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(cert)}),
         }
+        disk = None
+        if a.flush == "sync":    # only sets the send rows' fsync_share
+            disk = fsync_rate(root)
+            print(json.dumps({"bench": "broker_security", "case": "fsync",
+                              "fsyncs_per_s": round(disk)}), flush=True)
         plain: dict[str, float] = {}
         for name in a.variants.split(","):
             serve_args, env = variants[name]
-            rows = case(root, a.flush, a.producers, a.messages, a.size, a.window,
-                        serve_args, env, "-" + name.replace("+", "-"))
+            rows = strata_case(root, a.flush, a.producers, a.messages, a.size, a.window,
+                               disk, serve_args=serve_args, client_env=env,
+                               suffix="-" + name.replace("+", "-"))
             for row in rows:
                 row["bench"], row["variant"] = "broker_security", name
                 if name == "plain" and row["case"] not in plain:
