@@ -1,0 +1,178 @@
+"""Once local retention deleted the oldest segments, every read API of the store answers the
+old messages from the tier, byte for byte as it answered them locally: the writer, a
+read-only opener (which finds the tier in config/tier.json) and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import pytest
+
+import strata
+from strata.tiered import service as tier_service
+from strata.tiered.dispatcher import UploadPolicy
+from strata.tiered.layout import chunk_path
+from tier_helpers import TOPICS, fill, local_history, tier_config
+
+N = 1200
+FAR = int((datetime.now() + timedelta(days=30)).timestamp() * 1000)   # every segment expired
+
+
+@pytest.fixture
+def small_chunks():
+    tier_service.DEFAULT_POLICY = UploadPolicy(chunk_messages=40, commit_every=3)
+    yield
+    tier_service.DEFAULT_POLICY = None
+
+
+def snapshot(store) -> dict:
+    """What the read APIs answer now (all of it local)."""
+    hist = local_history(store)
+    times = {}
+    for (topic, q), msgs in hist.items():
+        ts = [m.store_timestamp for m in msgs]
+        for t in (0, ts[0] - 1, ts[0], ts[len(ts) // 3], ts[-1], ts[-1] + 1):
+            for b in ("lower", "upper"):
+                times[(topic, q, t, b)] = store.offset_for_time(topic, q, t, b)
+    return {"hist": hist, "times": times,
+            "earliest": {k: store.earliest_time(*k) for k in hist},
+            "query": {(TOPICS[s % 2], f"k{s}"): store.query(TOPICS[s % 2], f"k{s}")
+                      for s in (0, 1, 5, 333, 700, N - 1)},
+            "scan": list(store.scan(0))}
+
+
+def check_answers_like(store, before: dict) -> None:
+    """Every read API answers as ``before`` although the local files hold only the end."""
+    log_min = store.first_commitlog_offset()
+    assert store.log.min_offset() > 0 and log_min == 0
+    for (topic, q), msgs in before["hist"].items():
+        assert store.min_offset(topic, q) == 0
+        assert store.earliest_time(topic, q) == before["earliest"][(topic, q)]
+    assert local_history(store) == before["hist"]
+    for key, want in before["times"].items():
+        assert store.offset_for_time(*key) == want, key
+    for (topic, key), want in before["query"].items():
+        assert want and store.query(topic, key) == want, key
+    old = [m for msgs in before["hist"].values() for m in msgs
+           if m.commitlog_offset < store.log.min_offset()]
+    assert len(old) > N // 2
+    for m in old[::37]:
+        assert store.read_at(m.commitlog_offset) == m
+        assert store.get_by_id(m.msg_id) == m
+    assert store.read_at(old[5].commitlog_offset + 1) is None     # not a record start
+    assert list(store.scan(0)) == before["scan"]
+    mid = old[len(old) // 2].commitlog_offset
+    assert list(store.scan(mid)) == [m for m in before["scan"] if m.commitlog_offset >= mid]
+    r = store.get("orders", 2, 3, 5, tags="red")                    # a tag filter in the tier
+    want = [m for m in before["hist"][("orders", 2)] if m.tags == "red"]
+    assert r.messages == [m for m in want if m.queue_offset >= 3][:5] and r.min_offset == 0
+
+
+def test_every_read_api_answers_from_the_tier(tier, tmp_store_dir, small_chunks):
+    cfg = tier_config(tier)
+    with strata.open(tmp_store_dir, cfg) as store:
+        fill(store, N)
+        store.tier_sync(timeout_s=60)
+        before = snapshot(store)
+        assert store.clean_expired(FAR) >= 3
+        check_answers_like(store, before)
+        with strata.open(tmp_store_dir, readonly=True) as ro:      # beside the writer
+            check_answers_like(ro, before)
+    with strata.open(tmp_store_dir) as store:        # no config: the remembered tier
+        assert store.config.tier_url == tier.url and store.tier is not None
+        check_answers_like(store, before)
+    with strata.open(tmp_store_dir, readonly=True) as ro:          # no writer
+        check_answers_like(ro, before)
+    assert json.loads((tmp_store_dir / "config" / "tier.json").read_bytes()) == {
+        "version": 1, "tier_url": tier.url, "endpoint_url": tier.endpoint}
+
+
+def strata_cmd(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "strata.cli.main", *map(str, args)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=120)
+
+
+def test_cli_reads_the_tiered_history(tier, tmp_store_dir, small_chunks):
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, N)
+        store.tier_sync(timeout_s=60)
+        before = snapshot(store)
+        store.clean_expired(FAR)
+        log_min = store.log.min_offset()
+    r = strata_cmd("get", tmp_store_dir, "orders", 0, 0, "-n", 5)
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [g["msg_id"] for g in got] == [m.msg_id for m in before["hist"][("orders", 0)][:5]]
+    assert "status FOUND, next offset 5, min 0" in r.stderr
+    r = strata_cmd("query", tmp_store_dir, "audit", "k1")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["msg_id"] for x in r.stdout.splitlines()] == \
+        [m.msg_id for m in before["query"][("audit", "k1")]]
+    r = strata_cmd("scan", tmp_store_dir, "--limit", 50)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["commitlog_offset"] for x in r.stdout.splitlines()] == \
+        [m.commitlog_offset for m in before["scan"][:50]]
+    info = json.loads(strata_cmd("info", "--json", tmp_store_dir).stdout)
+    assert info["tier_url"] == tier.url and info["first_offset"] == 0
+    assert info["min_offset"] == log_min > 0
+
+
+def test_a_damaged_tier_object_is_named_not_served(tier, tmp_store_dir, small_chunks):
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, N)
+        store.tier_sync(timeout_s=60)
+        before = snapshot(store)
+        store.clean_expired(FAR)
+        msgs = before["hist"][("orders", 0)]
+        path = chunk_path("orders", 0, 0, "log")
+        b = tier.backend()
+        raw = bytearray(b.read(path))
+        raw[msgs[0].size + msgs[1].size - 20] ^= 0x40     # record 1's body
+        b.put(path, bytes(raw))
+        store.tier.history.cache.drop(path)
+        r = store.get("orders", 0, 0, 4)
+        assert r.messages == [msgs[0]] + msgs[2:4]
+        assert [c.queue_offset for c in r.corrupt] == [1] and r.next_offset == 4
+        assert path in r.corrupt[0].reason and path in str(r.corrupt[0].error())
+        with pytest.raises(strata.errors.CorruptStoreError, match=path):
+            store.read_at(msgs[1].commitlog_offset)
+        with pytest.raises(strata.errors.CorruptStoreError, match=path):
+            store.get_by_id(msgs[1].msg_id)
+        with pytest.raises(strata.errors.CorruptStoreError, match=path):
+            list(store.scan(0))
+    r = strata_cmd("get", tmp_store_dir, "orders", 0, 0, "-n", 3)
+    assert r.returncode == 1 and path in r.stderr and "Traceback" not in r.stderr
+    assert [json.loads(x)["queue_offset"] for x in r.stdout.splitlines()] == [0, 2]
+
+
+def test_below_the_tiers_min_is_offset_too_small(tier, tmp_store_dir, small_chunks):
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, N)
+        store.tier_sync(timeout_s=60)
+        store.clean_expired(FAR)
+        local_min = store.queues.get("orders", 0).min_offset()
+        assert store.get("orders", 0, 0).status is strata.GetStatus.FOUND
+        store.tier.dispatcher.expire(FAR + 10**12)      # tier retention drops every chunk
+        r = store.get("orders", 0, 0)
+        assert r.status is strata.GetStatus.OFFSET_TOO_SMALL
+        assert r.next_offset == local_min == store.min_offset("orders", 0) > 0
+
+
+def test_another_tier_url_is_refused_and_changes_nothing(tier, tmp_path, tmp_store_dir):
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, 10)
+    saved = (tmp_store_dir / "config" / "tier.json").read_bytes()
+    other = f"file://{tmp_path / 'elsewhere'}"
+    for ro in (False, True):
+        with pytest.raises(strata.errors.InvalidConfigError, match="store's tier is"):
+            strata.open(tmp_store_dir, tier_config(tier).__class__(
+                **{**tier_config(tier).__dict__, "tier_url": other}), readonly=ro)
+    assert (tmp_store_dir / "config" / "tier.json").read_bytes() == saved
+    assert not (tmp_path / "elsewhere").exists()
+    (tmp_store_dir / "config" / "tier.json").write_bytes(b'{"version": 1, "tier_url": 3}')
+    with pytest.raises(strata.errors.CorruptStoreError, match="tier.json"):
+        strata.open(tmp_store_dir, readonly=True)
