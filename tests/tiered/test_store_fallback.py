@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -176,3 +177,56 @@ def test_another_tier_url_is_refused_and_changes_nothing(tier, tmp_path, tmp_sto
     (tmp_store_dir / "config" / "tier.json").write_bytes(b'{"version": 1, "tier_url": 3}')
     with pytest.raises(strata.errors.CorruptStoreError, match="tier.json"):
         strata.open(tmp_store_dir, readonly=True)
+
+
+def test_below_a_partly_expired_tiers_min_is_offset_too_small(tier, tmp_store_dir,
+                                                              small_chunks):
+    """Tier retention dropped the oldest chunks, local retention the oldest segments: `get`
+    below the tier's new first offset says OFFSET_TOO_SMALL and points at it; from there the
+    tier answers, then the local files."""
+    hour = 3_600_000
+    with strata.open(tmp_store_dir, tier_config(tier, tier_retention_hours=1.0)) as store:
+        fill(store, 400)
+        store.tier_sync(timeout_s=60)
+        t_old = max(c.max_ts for q in store.tier.meta.meta.queues.values() for c in q.chunks)
+        time.sleep(0.005)                        # the next messages get a later store time
+        fill(store, N - 400, start=400)
+        store.tier_sync(timeout_s=60)
+        before = local_history(store)
+        store.clean_expired(FAR)
+        store.tier.dispatcher.clock_ms = lambda: t_old + hour + 1
+        store.tier_sync(timeout_s=60)           # its round drops the first 400's chunks
+        for (topic, q), msgs in before.items():
+            tmin = store.min_offset(topic, q)
+            local_min = store.queues.get(topic, q).min_offset()
+            assert 0 < tmin < local_min
+            assert all(m.store_timestamp <= t_old for m in msgs[:tmin])
+            r = store.get(topic, q, tmin - 1)
+            assert r.status is strata.GetStatus.OFFSET_TOO_SMALL and r.next_offset == tmin
+            assert store.earliest_time(topic, q) == msgs[tmin].store_timestamp
+            assert store.offset_for_time(topic, q, 0) == tmin
+            got, off = [], tmin
+            while off < store.max_offset(topic, q):
+                r = store.get(topic, q, off, 7)
+                got += r.messages
+                off = r.next_offset
+            assert got == msgs[tmin:]
+
+
+def test_a_reader_opened_before_retention_follows_the_tier(tier, tmp_store_dir, small_chunks):
+    """A read-only opener that opened while everything was local goes on reading the old
+    messages once the writer uploaded them and deleted its files (it re-reads the writer's
+    tier metadata when it changes)."""
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, 300)
+        store.wait_dispatched()
+        with strata.open(tmp_store_dir, readonly=True) as ro:
+            assert ro.get("orders", 0, 0).status is strata.GetStatus.FOUND
+            first = ro.get("orders", 0, 0, 3).messages
+            fill(store, N, start=300)
+            store.tier_sync(timeout_s=60)
+            assert store.clean_expired(FAR) >= 3
+            assert ro.first_commitlog_offset() == 0 < ro._local_min_phys()
+            assert ro.get("orders", 0, 0, 3).messages == first
+            assert ro.min_offset("orders", 0) == 0
+            assert ro.read_at(first[1].commitlog_offset) == first[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -56,6 +57,7 @@ class TieredQueueReader:
         self._metadata = metadata if callable(metadata) else (lambda: metadata)
         self.cache = BlockCache(cache_bytes, block_size)
         self._index: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._index_lock = threading.Lock()
         self._topics: dict[bytes, str] = {}
 
     @classmethod
@@ -115,10 +117,11 @@ class TieredQueueReader:
                                    "although the metadata counts it", path) from None
 
     def _array(self, path: str, crc: int, count: int, dtype: np.dtype) -> np.ndarray:
-        arr = self._index.get(path)
-        if arr is not None:
-            self._index.move_to_end(path)
-            return arr
+        with self._index_lock:   # a store's reads come from many threads (the broker's)
+            arr = self._index.get(path)
+            if arr is not None:
+                self._index.move_to_end(path)
+                return arr
         raw = self._fetch(path, 0, count * dtype.itemsize + 1)
         if len(raw) != count * dtype.itemsize:
             raise CorruptTierError(f"tier {self.backend.url}: {path} holds {len(raw)} bytes, "
@@ -127,9 +130,10 @@ class TieredQueueReader:
             raise CorruptTierError(f"tier {self.backend.url}: {path} fails its CRC32C "
                                    f"(metadata 0x{crc:08x}, computed 0x{crc32c(raw):08x})", path)
         arr = np.frombuffer(raw, dtype)
-        self._index[path] = arr
-        while len(self._index) > MAX_INDEX_OBJECTS:
-            self._index.popitem(last=False)
+        with self._index_lock:
+            self._index[path] = arr
+            while len(self._index) > MAX_INDEX_OBJECTS:
+                self._index.popitem(last=False)
         return arr
 
     def _units(self, q: QueueMeta, c: ChunkMeta) -> np.ndarray:
