@@ -186,3 +186,37 @@ def test_sigkill_at_random_moments_loses_nothing(tier, tmp_path):
         acked = run_child(own, directory, None, rnd.uniform(0.5, 3.0))
         deleted.append(check_nothing_lost(own, directory, acked))
     assert any(deleted)          # retention had run in some of them
+
+
+def test_get_steps_over_what_was_deleted_before_upload(tier, tmp_store_dir, faulty):
+    """Disk pressure deleted messages the tier never got: the tier's history has a gap, and
+    a consumer reading from 0 is led over it (OFFSET_FOUND_NULL) to every message there is."""
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, 400)
+        store.tier_sync(timeout_s=60)
+        faulty[0].fault = DOWN
+        fill(store, 800, start=400)
+        store.wait_dispatched()
+        cfg = store.config
+        store.retention.disk_usage = lambda: (cfg.disk_clean_forcibly_ratio +
+                                              cfg.disk_warning_ratio) / 2
+        assert store.clean_expired(FAR) >= 3
+        store.retention.disk_usage = lambda: 0.1
+        faulty[0].fault = None
+        fill(store, 600, start=1200)
+        store.tier_sync(timeout_s=60)
+        store.clean_expired(FAR)                  # now the tier holds both sides of the gap
+        seqs, nulls = [], 0
+        for topic in TOPICS:
+            for q in range(store.queue_count(topic)):
+                assert store.min_offset(topic, q) == 0
+                off, calls = 0, 0
+                while off < store.max_offset(topic, q):
+                    r = store.get(topic, q, off, 50)
+                    nulls += r.status is strata.GetStatus.OFFSET_FOUND_NULL
+                    assert r.next_offset > off
+                    seqs += [int(m.keys[0][1:]) for m in r.messages]
+                    off, calls = r.next_offset, calls + 1
+        assert nulls >= 1 and len(seqs) == len(set(seqs))
+        assert set(range(400)) | set(range(1200, 1800)) <= set(seqs) < set(range(1800))
+        assert sum(q.skipped for q in store.tier.stat().queues) == 1800 - len(seqs)

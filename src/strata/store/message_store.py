@@ -775,8 +775,10 @@ class MessageStore:
         tmin, tmax = h.min_offset(topic, queue_id), h.max_offset(topic, queue_id)
         if offset < tmin:
             return GetResult(GetStatus.OFFSET_TOO_SMALL, [], tmin, tmin, mx)
-        if offset >= tmax:   # deleted locally before it was uploaded: go on where data is
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], local_min, tmin, mx)
+        held = h.next_held(topic, queue_id, offset)
+        if offset >= tmax or held > offset:   # deleted locally before it was uploaded:
+            nxt = held if offset < held < local_min else local_min  # go on where data is
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], nxt, tmin, mx)
         want = min(max(max_messages, MAX_SCAN_UNITS) if wanted else max_messages,
                    tmax - offset)
         corrupt: list[CorruptRecord] = []

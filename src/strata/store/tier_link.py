@@ -29,6 +29,9 @@ class TierHistory(Protocol):
     def max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last queue offset the tier holds."""
 
+    def next_held(self, topic: str, queue_id: int, offset: int) -> int:
+        """The first offset at or after ``offset`` that the tier holds (max_offset if none)."""
+
     def earliest_time(self, topic: str, queue_id: int) -> int:
         """Store time (ms) of the oldest message the tier holds of the queue; -1 if none."""
 

@@ -101,6 +101,17 @@ class TieredQueueReader:
         q = self.metadata.queue(topic, queue_id)
         return q.max_offset() if q else 0
 
+    def next_held(self, topic: str, queue_id: int, offset: int) -> int:
+        """The first offset at or after ``offset`` that the tier holds (its max_offset if
+        none): past a stretch local retention deleted before it was uploaded."""
+        q = self._queue(topic, queue_id)
+        if q is None:
+            return self.max_offset(topic, queue_id)
+        for c in list(q.chunks):
+            if c.end > offset:
+                return max(c.first, offset)
+        return q.max_offset()
+
     def earliest_time(self, topic: str, queue_id: int) -> int:
         """Store time (ms) of the oldest message the tier holds of the queue; -1 if none."""
         q = self._queue(topic, queue_id)
