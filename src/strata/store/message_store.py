@@ -35,10 +35,10 @@ from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.index.queue_recovery import recover_queues, rederive_unit
 from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
                                   PutResults, PutStatus)
+from strata.store import tier_link
+from strata.store.tier_config import save_tier, with_stored_tier
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
-from strata.store.tier_config import save_tier, with_stored_tier
-from strata.store import tier_link
 from strata.store.topics import MAX_QUEUES, TopicTable
 
 log = logging.getLogger(__name__)
