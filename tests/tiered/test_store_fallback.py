@@ -230,3 +230,43 @@ def test_a_reader_opened_before_retention_follows_the_tier(tier, tmp_store_dir, 
             assert ro.get("orders", 0, 0, 3).messages == first
             assert ro.min_offset("orders", 0) == 0
             assert ro.read_at(first[1].commitlog_offset) == first[1]
+
+
+def test_reads_from_the_tier_while_uploads_and_retention_go_on(tier, tmp_store_dir,
+                                                               small_chunks):
+    """Threads reading the tiered history keep getting the right messages while the writer
+    uploads new chunks (the metadata changes under them) and deletes local segments."""
+    import threading
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, 600)
+        store.tier_sync(timeout_s=60)
+        want = {k: v[:30] for k, v in local_history(store).items()}
+        store.clean_expired(FAR)
+        stop, errors, reads = threading.Event(), [], [0]
+
+        def reader() -> None:
+            while not stop.is_set():
+                for (topic, q), msgs in want.items():
+                    try:
+                        got = store.get(topic, q, 0, 30).messages
+                        assert got == msgs, (topic, q, len(got))
+                        m = msgs[len(msgs) // 2]
+                        assert store.read_at(m.commitlog_offset) == m
+                    except Exception as exc:   # reported below, with the thread's view
+                        errors.append(repr(exc))
+                        return
+                    reads[0] += 1
+        threads = [threading.Thread(target=reader) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(4):
+                fill(store, 300, start=600 + 300 * i)
+                store.tier_sync(timeout_s=60)
+                store.clean_expired(FAR)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        assert not errors, errors[:3]
+        assert reads[0] > 0 and store.log.min_offset() > 0

@@ -18,7 +18,7 @@ from strata.tiered.backend import TierBackend
 from strata.tiered.connect import open_backend
 from strata.tiered.dispatcher import UploadDispatcher, UploadPolicy, UploadProgress
 from strata.tiered.metadata import (LOCAL_DIR, LOCAL_FILE, MetadataStore, TierMetadata,
-                                    read_local, read_tier)
+                                    read_local)
 from strata.tiered.reader import TieredQueueReader
 
 if TYPE_CHECKING:
@@ -119,12 +119,13 @@ class TierService:
 
 class FollowedMetadata:
     """A read-only opener's view of a store's tier metadata: the writer's local file, read
-    again whenever it was replaced (it is replaced atomically); with no local file, the tier's
-    own copy, read once."""
+    again whenever it was replaced (it is replaced atomically). With no local file the store
+    has uploaded nothing it counts (its writer rebuilds a lost file from the tier's copy when
+    it next meets the tier): the view is empty, and reads never wait on the network for it."""
 
-    def __init__(self, store_path: str | os.PathLike, backend: TierBackend) -> None:
+    def __init__(self, store_path: str | os.PathLike, tier_url: str) -> None:
         self.path = Path(store_path) / LOCAL_DIR / LOCAL_FILE
-        self.backend = backend
+        self.tier_url = tier_url
         self._seen: tuple | None = None
         self._meta: TierMetadata | None = None
 
@@ -133,8 +134,7 @@ class FollowedMetadata:
             st = os.stat(self.path)
         except FileNotFoundError:
             if self._meta is None:
-                theirs, _v = read_tier(self.backend)
-                self._meta = theirs or TierMetadata(store_id="", tier_url=self.backend.url)
+                self._meta = TierMetadata(store_id="", tier_url=self.tier_url)
             return self._meta
         seen = (st.st_ino, st.st_mtime_ns, st.st_size)
         if seen != self._seen or self._meta is None:
@@ -149,4 +149,4 @@ def history_for_reader(store: "MessageStore") -> TieredQueueReader:
     backend = open_backend(store.config.tier_url, store.config.tier_endpoint_url)
     if BACKEND_HOOK is not None:
         backend = BACKEND_HOOK(backend)
-    return TieredQueueReader(backend, FollowedMetadata(store.path, backend))
+    return TieredQueueReader(backend, FollowedMetadata(store.path, store.config.tier_url))
