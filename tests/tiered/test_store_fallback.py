@@ -270,3 +270,17 @@ def test_reads_from_the_tier_while_uploads_and_retention_go_on(tier, tmp_store_d
                 t.join(60)
         assert not errors, errors[:3]
         assert reads[0] > 0 and store.log.min_offset() > 0
+
+
+def test_tier_sync_cli_uses_the_remembered_tier(tier, tmp_store_dir):
+    """A store without tiered/metadata.json (lost, or never written) still knows its tier:
+    `strata tier sync DIR` uploads there with no --tier-url."""
+    import shutil
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        store.tier.stop()                    # no upload, no metadata from this run
+        store.tier = None
+        fill(store, 50)
+    shutil.rmtree(tmp_store_dir / "tiered", ignore_errors=True)
+    r = strata_cmd("tier", "sync", tmp_store_dir)
+    assert r.returncode == 0 and "uploaded 50 messages" in r.stdout, r.stderr
+    assert tier.url in r.stdout.replace("\n", "")
