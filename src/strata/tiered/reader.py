@@ -164,24 +164,22 @@ class TieredQueueReader:
             return None
         return chunks[i]
 
-    def _phys_at(self, q: QueueMeta, c: ChunkMeta, i: int) -> int:
-        """The commit-log offset recorded in the header of chunk ``c``'s record ``i`` (not
-        yet checked: a search key; the record found is checked when read)."""
-        u = self._units(q, c)[i]
-        path = chunk_path(q.topic, q.queue_id, c.first, "log")
-        raw = self.cache.read(path, int(u["offset"]) + rec.POS_PHYSICAL_OFFSET, 8, self._fetch)
-        if len(raw) != 8:
-            raise CorruptTierError(f"tier {self.backend.url}: {path} is shorter than its "
-                                   "units say", path)
-        return rec.I64_AT.unpack(raw)[0]
-
     def _first_at_or_after(self, q: QueueMeta, c: ChunkMeta, phys: int) -> int:
         """Index of chunk ``c``'s first record at commit-log offset ``phys`` or after it
-        (``c.count`` if none): records of a queue lie in log order."""
+        (``c.count`` if none): records of a queue lie in log order. A binary search over the
+        offsets in the records' headers (not yet checked: search keys; the record found is
+        checked when read)."""
+        at = self._units(q, c)["offset"]
+        path = chunk_path(q.topic, q.queue_id, c.first, "log")
+        read, fetch, unpack = self.cache.read, self._fetch, rec.I64_AT.unpack
         lo, hi = 0, c.count
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._phys_at(q, c, mid) < phys:
+            raw = read(path, int(at[mid]) + rec.POS_PHYSICAL_OFFSET, 8, fetch)
+            if len(raw) != 8:
+                raise CorruptTierError(f"tier {self.backend.url}: {path} is shorter than its "
+                                       "units say", path)
+            if unpack(raw)[0] < phys:
                 lo = mid + 1
             else:
                 hi = mid
