@@ -284,3 +284,33 @@ def test_tier_sync_cli_uses_the_remembered_tier(tier, tmp_store_dir):
     r = strata_cmd("tier", "sync", tmp_store_dir)
     assert r.returncode == 0 and "uploaded 50 messages" in r.stdout, r.stderr
     assert tier.url in r.stdout.replace("\n", "")
+
+
+def test_query_reads_only_the_tier_keys_below_the_local_files(tier, tmp_store_dir,
+                                                              small_chunks):
+    """A store's query asks the tier only for chunks that start below its local files: a key
+    whose messages are all local fetches no .keys object."""
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, N)
+        store.tier_sync(timeout_s=60)
+        store.clean_expired(FAR)
+        fill(store, 600, start=N)                 # on the tier and still local
+        store.tier_sync(timeout_s=60)
+        low = store.log.min_offset()
+        fetched = []
+        backend = store.tier.history.backend
+        real_read = backend.read
+
+        def counting_read(path, start=0, length=None):
+            fetched.append(path)
+            return real_read(path, start, length)
+        backend.read = counting_read
+        recent = N + 599
+        got = store.query(TOPICS[recent % 2], f"k{recent}")
+        assert [m.keys for m in got] == [(f"k{recent}",)] and got[0].commitlog_offset >= low
+        keys_read = [p for p in fetched if p.endswith(".keys")]
+        meta = store.tier.history.metadata
+        starts = {f"queues/{q.topic}/{q.queue_id}/{c.first:020d}.keys": c.first_phys
+                  for q in meta.queues.values() for c in q.chunks}
+        assert keys_read and all(starts[p] < low for p in keys_read)
+        assert len(keys_read) < sum(1 for p in starts if p.startswith(f"queues/{TOPICS[1]}/"))

@@ -788,11 +788,15 @@ class MessageStore:
             msgs = []
             for q in range(offset, offset + want):
                 try:
-                    msgs += h.get(topic, queue_id, q, 1)
+                    got = h.get(topic, queue_id, q, 1)
                 except CorruptStoreError as exc:
                     corrupt.append(CorruptRecord(q, -1, str(exc)))
                     log.error("store %s: get %s/%d passed over offset %d: %s", self.path,
                               topic, queue_id, q, exc)
+                    continue
+                if not got:   # the end of what the tier holds there
+                    break
+                msgs += got
         nxt = offset + len(msgs) + len(corrupt)
         if wanted is not None:
             out = []
@@ -1043,7 +1047,7 @@ class MessageStore:
         h = self._tier_history() if len(out) < max_results and low > 0 else None
         if h is not None:   # older matches: the tier's (what it holds above ``low`` is here)
             for m in h.query(topic, key, begin_ms=begin_ms, end_ms=end_ms,
-                             max_results=max_results + len(out)):
+                             max_results=max_results + len(out), below=low):
                 if since <= m.commitlog_offset < low:
                     out.append(m)
                     if len(out) >= max_results:

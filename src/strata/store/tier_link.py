@@ -44,8 +44,9 @@ class TierHistory(Protocol):
         """As ``MessageStore.offset_for_time`` over the tiered range."""
 
     def query(self, topic: str, key: str, *, begin_ms: int, end_ms: int | None,
-              max_results: int) -> list["StoredMessage"]:
-        """Messages of ``topic`` with ``key`` stored in [begin, end] ms, newest first."""
+              max_results: int, below: int | None = None) -> list["StoredMessage"]:
+        """Messages of ``topic`` with ``key`` stored in [begin, end] ms, newest first (only
+        from chunks that start below commit-log offset ``below``, if given)."""
 
     def read_at(self, commitlog_offset: int) -> "StoredMessage | None":
         """The message whose record started at ``commitlog_offset`` in the store's log."""

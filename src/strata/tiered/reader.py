@@ -276,10 +276,11 @@ class TieredQueueReader:
         return c.first + lo - 1 if lo > 0 else c.first
 
     def query(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
-              max_results: int = 64) -> list[rec.StoredMessage]:
+              max_results: int = 64, below: int | None = None) -> list[rec.StoredMessage]:
         """Messages of ``topic`` with key (or unique key) ``key`` stored in [begin, end] ms,
         newest first; only exact topic and key matches (hashes are compared, then the
-        records themselves)."""
+        records themselves). ``below``: only chunks that start below this commit-log offset
+        are looked at (a store asks only for what its local files no longer hold)."""
         if end_ms is None:
             end_ms = 2**62
         h = np.uint64(key_hash(topic, key))
@@ -288,7 +289,8 @@ class TieredQueueReader:
             if q.topic != topic:
                 continue
             for c in list(q.chunks):
-                if c.max_ts < begin_ms or c.min_ts > end_ms or not c.keys_count:
+                if c.max_ts < begin_ms or c.min_ts > end_ms or not c.keys_count or \
+                        (below is not None and c.first_phys >= below):
                     continue
                 keys = self._keys(q, c)
                 a = int(np.searchsorted(keys["hash"], h, side="left"))
