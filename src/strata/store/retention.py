@@ -133,7 +133,7 @@ class RetentionService:
         # with a tier: only what it durably holds goes, unless the disk is that full
         pending = first_not_uploaded(store) if store.tier is not None else None
         pressed = force or usage > cfg.disk_clean_forcibly_ratio
-        self.kept_for_tier = False
+        was_kept, self.kept_for_tier = self.kept_for_tier, False
         while deleted < cfg.max_files_deleted_per_run:
             segs = clog.segments.segments
             if len(segs) < 2:
@@ -147,8 +147,10 @@ class RetentionService:
             uploaded = pending is None or seg.end_offset <= pending
             if not (uploaded or pressed):
                 self.kept_for_tier = True
-                log.info("retention keeps commit-log segment %s: the tier does not hold all "
-                         "of it yet (from commit-log offset %d)", seg.path.name, pending)
+                if not was_kept:   # said once, not at every pass while the tier is away
+                    log.warning("retention keeps expired commit-log segment %s: the tier does "
+                                "not hold all of it yet (from commit-log offset %d)",
+                                seg.path.name, pending)
                 break
             with clog._flush_lock:
                 clog.segments.delete_first()
