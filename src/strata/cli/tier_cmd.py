@@ -1,8 +1,8 @@
 """``strata tier stat|sync|verify DIR``: a store's tier — what it holds, upload now, check it.
 
 The tier a store uses is remembered in ``DIR/tiered/metadata.json`` (written by the first
-upload) and ``DIR/config/tier.json`` (written by an open with a tier_url), so these commands
-need only the store directory; ``sync`` takes ``--tier-url`` for a store that has no tier.
+upload), so these commands need only the store directory; ``sync`` takes ``--tier-url`` for a
+store that has never uploaded.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
     if writer_alive(path):
         raise click.ClickException(f"{directory} is open for writing by another process; "
                                    "call store.tier_sync() there instead")
-    known = read_local(path) or stored_tier(path)   # what it uploaded to, or was told to
+    # the tier it uploaded to, or the one it was opened with (config/tier.json)
+    known = read_local(path) or stored_tier(path)
     if tier_url is None and known is None:
         raise click.ClickException(f"{directory} has no tier yet: give --tier-url")
     url = tier_url or known.tier_url

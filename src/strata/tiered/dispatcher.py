@@ -264,7 +264,8 @@ class UploadDispatcher:
             self._commit()
         if not self.meta.tier_synced:
             self.meta.push(self.backend)
-            self._note_durable()
+        if not self._pending_chunks and self.meta.tier_synced:
+            self._note_durable()   # committed and copied: local retention may delete below
 
     def expire(self, now_ms: int) -> int:
         """Tier retention: drop every queue's oldest chunks whose newest message was stored
@@ -298,7 +299,6 @@ class UploadDispatcher:
         self.meta.commit()
         self._pending_chunks = 0
         self.meta.push(self.backend)
-        self._note_durable()
 
     def _pending_units(self, q: QueueMeta, cq, limit: int) -> tuple[int, np.ndarray]:
         """(first offset, units) not yet uploaded whose records lie below ``limit``, at most
