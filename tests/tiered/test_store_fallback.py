@@ -314,3 +314,23 @@ def test_query_reads_only_the_tier_keys_below_the_local_files(tier, tmp_store_di
                   for q in meta.queues.values() for c in q.chunks}
         assert keys_read and all(starts[p] < low for p in keys_read)
         assert len(keys_read) < sum(1 for p in starts if p.startswith(f"queues/{TOPICS[1]}/"))
+
+
+def test_a_local_only_reader_answers_from_the_local_files(tier, tmp_store_dir, small_chunks):
+    """``local_only=True`` (the Spark source's store handle: it reads the tier in tasks of its
+    own) never answers from the tier."""
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, N)
+        store.tier_sync(timeout_s=60)
+        store.clean_expired(FAR)
+        local_min = store.queues.get("orders", 0).min_offset()
+        old = store.get("orders", 0, 0, 1).messages[0]
+    with strata.MessageStore(tmp_store_dir, readonly=True, local_only=True) as ro:
+        assert ro.min_offset("orders", 0) == local_min > 0
+        r = ro.get("orders", 0, 0)
+        assert r.status is strata.GetStatus.OFFSET_TOO_SMALL and r.next_offset == local_min
+        assert ro.read_at(old.commitlog_offset) is None
+        assert ro.first_commitlog_offset() == ro.log.min_offset() > 0
+    from strata.spark.geometry import open_readonly
+    with open_readonly(tmp_store_dir) as ro:
+        assert ro.min_offset("orders", 0) == local_min

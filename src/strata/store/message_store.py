@@ -96,7 +96,9 @@ class MessageStore:
 
     def __init__(self, path: str | os.PathLike, config: StoreConfig | None = None, *,
                  readonly: bool = False, file_ops: FileOps | None = None,
-                 create: bool = True) -> None:
+                 create: bool = True, local_only: bool = False) -> None:
+        """``local_only``: reads answer from the local files alone, never from the tier (for
+        readers that read the tier themselves, as the Spark source does in its own tasks)."""
         self.path = Path(path)
         self._explicit_config = config is not None
         if config is None:   # the sizes the store was made with, defaults for the rest
@@ -131,6 +133,7 @@ class MessageStore:
         self.recovery_report: RecoveryReport | None = None
         self.tier: tier_link.TierLink | None = None  # a writer's tier (README "Tiered storage")
         self._history: tier_link.TierHistory | None = None  # read-only openers' (made lazily)
+        self._local_only = local_only
 
         store_markers = (COMMITLOG_DIR, "checkpoint", "config", LOCK_NAME)
         if not self.path.is_dir():
@@ -740,6 +743,8 @@ class MessageStore:
     def _tier_history(self) -> tier_link.TierHistory | None:
         """The tier's history of this store (None without a tier); a read-only opener makes
         its own, on first use, from the tier the store remembers."""
+        if self._local_only:
+            return None
         if self.tier is not None:
             return self.tier.history
         if not self.readonly or self.config.tier_url is None:
@@ -759,7 +764,7 @@ class MessageStore:
                     local_min: int) -> tier_link.TierHistory | None:
         """The tier's history if it holds messages of the queue below ``local_min`` (the
         queue's first local offset), else None."""
-        if local_min <= 0 or self.config.tier_url is None:
+        if local_min <= 0 or self.config.tier_url is None or self._local_only:
             return None
         h = self._tier_history()
         if h is None or not h.holds(topic, queue_id) or \
