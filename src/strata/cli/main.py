@@ -110,6 +110,9 @@ def info(directory: str, as_json: bool) -> None:
         running = store._live_writer
         data = {"directory": str(store.path), "segments": rows,
                 "min_offset": store.log.min_offset(), "confirmed_offset": store.confirmed_offset(),
+                # README "Tiered storage": where the history retention deleted is read from
+                "tier_url": store.config.tier_url,
+                "first_offset": store.first_commitlog_offset(),
                 "flushed_offset_checkpoint": cp.flushed_offset if cp else None,
                 # while a writer runs its abort marker is there by design: no shutdown to judge
                 "clean_shutdown": None if running else not store.abort_marker.exists(),
@@ -128,6 +131,9 @@ def info(directory: str, as_json: bool) -> None:
     console.print(t)
     console.print(f"min offset {data['min_offset']}, confirmed offset {data['confirmed_offset']}, "
                   f"checkpoint flushed offset {data['flushed_offset_checkpoint']}")
+    if data["tier_url"]:
+        console.print(f"tier {data['tier_url']}: history from commit-log offset "
+                      f"{data['first_offset']}", soft_wrap=True)
     console.print(_writer_line(data))
 
 
@@ -190,12 +196,14 @@ def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> Non
 def _scan_start(store: MessageStore, offset: int, end: int) -> int | None:
     """Where ``scan --from-offset offset`` starts: the offset itself if a record starts there,
     else the next record start (said on stderr); None (said) if no record lies at or after it."""
-    low = store.log.min_offset()
+    low = store.first_commitlog_offset()   # the tier's oldest record, if it holds older
     if offset < low:
         if offset > 0:
             err.print(f"offset {offset} is below the log's first offset {low} (older segments "
                       f"were deleted); starting at {low}")
         return low
+    if offset < store.log.min_offset():   # in the tier: scan starts at its next record
+        return offset
     if offset >= end:
         err.print(f"offset {offset} is at or beyond the end of the log ({end}): no records")
         return None
