@@ -57,7 +57,8 @@ def test_route_and_settings_carry_the_queues_types_and_body_limit(broker, tmp_pa
     OK = 20000
     assert got["code"] == OK and got["tcode"] == OK and got["hb"] == OK
     assert [q[0] for q in got["queues"]] == list(range(8))
-    assert all(sorted(q[1]) == [1, 2] for q in got["queues"])        # NORMAL, FIFO
+    # NORMAL, FIFO, DELAY, TRANSACTION: a topic that declared no type is mixed
+    assert all(sorted(q[1]) == [1, 2, 3, 4] for q in got["queues"])
     assert all(q[2] == 4 and q[3] == broker.port for q in got["queues"])  # READ_WRITE
     assert got["max_body"] == 4 * 1024 * 1024 and got["validate"] is True
 

@@ -66,7 +66,7 @@ def test_store_and_tier_read_as_one_history(spark, tier, tmp_store_dir, small_ch
         fill(store, 300, start=1500)                       # local only: not uploaded
         store.wait_dispatched()
         full = sorted(set(full) | set(expected(store)))   # old history + the local part
-        local_min = {(t, q): store.min_offset(t, q) for t in TOPICS for q in
+        local_min = {(t, q): store.queues.get(t, q).min_offset() for t in TOPICS for q in
                      range(store.queue_count(t))}
     assert any(v > 0 for v in local_min.values())
     got = rows(spark, subscribe=",".join(TOPICS), path=str(tmp_store_dir))

@@ -122,8 +122,9 @@ def test_reopening_with_another_tier_url_is_refused(tmp_path, tmp_store_dir):
         fill(store, 5)
         store.tier_sync()
     other = Tier("posix", f"file://{tmp_path / 't2'}", None)
-    with pytest.raises(TierConflictError, match="this store's tier is file://"):
+    with pytest.raises(strata.errors.InvalidConfigError, match="store's tier is file://"):
         strata.open(tmp_store_dir, tier_config(other))
+    assert (tmp_store_dir / "config" / "tier.json").read_bytes().count(b"/t1") == 1
     with strata.open(tmp_store_dir, tier_config(first)) as store:   # still usable
         assert store.max_offset("orders", 0) == 1
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strata.errors import CorruptStoreError, InvalidInputError
+from strata.errors import CorruptStoreError, InvalidConfigError, InvalidInputError
 
 
 class InvalidGroupError(InvalidInputError):
@@ -24,3 +24,8 @@ class InvalidMessageError(InvalidInputError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class InvalidAclError(InvalidConfigError):
+    """An ACL file (``strata serve --acl``) cannot be used: the message names the file, the
+    account and the entry."""

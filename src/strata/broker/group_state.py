@@ -25,11 +25,20 @@ QueueKey = tuple[str, str, int]   # group, topic, queue id
 
 @dataclass
 class Delivery:
-    """A message handed out and not acked yet."""
+    """A message handed out and not acked yet; or (attempt 0, handle id 0) one of a FIFO
+    topic that a pop passed over and held back because its message group had a message in
+    flight (it is delivered once it heads its group: ``strata.broker.fifo``)."""
 
     deadline_ms: int
     attempt: int
     handle_id: int
+
+    @property
+    def held(self) -> bool:
+        return self.attempt == 0
+
+
+HELD = Delivery(0, 0, 0)
 
 
 @dataclass
@@ -67,8 +76,11 @@ class QueueState:
         return out
 
     def put(self, offset: int, d: Delivery) -> None:
+        """Hand out ``offset`` (or, with a held delivery, hold it back: it then has no
+        deadline and never shows up in ``due``)."""
         self.in_flight[offset] = d
-        heapq.heappush(self._due, (d.deadline_ms, offset, d.handle_id))
+        if not d.held:
+            heapq.heappush(self._due, (d.deadline_ms, offset, d.handle_id))
 
 
 class ConsumerGroups:
@@ -92,7 +104,8 @@ class ConsumerGroups:
         if rec.kind is jr.Kind.STATE:
             q = self.queues[key] = QueueState(rec.offset)
             for e in rec.entries:
-                q.put(e.offset, Delivery(e.deadline_ms, e.attempt, e.handle_id))
+                q.put(e.offset, HELD if e.attempt == 0 else
+                      Delivery(e.deadline_ms, e.attempt, e.handle_id))
                 self.next_handle_id = max(self.next_handle_id, e.handle_id + 1)
             return
         q = self.queues.get(key)
@@ -101,7 +114,8 @@ class ConsumerGroups:
                 q = self.queues[key] = QueueState(rec.offset)
             q.pop_offset = max(q.pop_offset, rec.offset)
             for e in rec.entries:
-                q.put(e.offset, Delivery(rec.deadline_ms, e.attempt, e.handle_id))
+                q.put(e.offset, HELD if e.attempt == 0 else
+                      Delivery(rec.deadline_ms, e.attempt, e.handle_id))
                 self.next_handle_id = max(self.next_handle_id, e.handle_id + 1)
         elif q is None:
             return
@@ -138,11 +152,12 @@ class ConsumerGroups:
     # ------------------------------------------------------------------ changes
 
     def pop(self, group: str, topic: str, queue_id: int, start_offset: int,
-            picked: list[tuple[int, int]], pop_offset: int, deadline_ms: int) -> list[int]:
+            picked: list[tuple[int, int]], pop_offset: int, deadline_ms: int,
+            held: list[int] = ()) -> list[int]:
         """Hand out ``picked`` (queue offset, attempts so far; 0 = never delivered) until
-        ``deadline_ms`` and move the queue's pop offset to ``pop_offset``; returns a new
-        handle id per delivery. ``start_offset`` is where a queue the group never read
-        starts."""
+        ``deadline_ms``, hold back ``held`` (offsets of a FIFO topic passed over) and move
+        the queue's pop offset to ``pop_offset``; returns a new handle id per delivery.
+        ``start_offset`` is where a queue the group never read starts."""
         key = (group, topic, queue_id)
         q = self.queues.get(key)
         if q is None:
@@ -152,9 +167,11 @@ class ConsumerGroups:
         entries = [(o, a + 1, first + i) for i, (o, a) in enumerate(picked)]
         q.pop_offset = max(q.pop_offset, pop_offset)
         self.journal.append(jr.encode_pop(group, topic, queue_id, q.pop_offset, deadline_ms,
-                                          entries))
+                                          entries + [(o, 0, 0) for o in held]))
         for o, a, h in entries:
             q.put(o, Delivery(deadline_ms, a, h))
+        for o in held:
+            q.put(o, HELD)
         self._maybe_compact()
         return [h for _o, _a, h in entries]
 

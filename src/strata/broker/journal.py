@@ -17,7 +17,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from crc32c import crc32c
 
@@ -88,7 +88,8 @@ def _frame(payload: bytes) -> bytes:
 
 def encode_pop(group: str, topic: str, queue_id: int, pop_offset: int, deadline_ms: int,
                entries: list[tuple[int, int, int]]) -> bytes:
-    """A POP record: ``entries`` are (queue offset, attempt, handle id)."""
+    """A POP record: ``entries`` are (queue offset, attempt, handle id); (offset, 0, 0) is a
+    message of a FIFO topic passed over and held back, not delivered."""
     body = b"".join(_POP_ENTRY.pack(*e) for e in entries)
     return _frame(bytes((Kind.POP,)) + _names(group, topic, queue_id)
                   + _POP_HEAD.pack(pop_offset, deadline_ms, len(entries)) + body)
@@ -107,7 +108,8 @@ def encode_change(group: str, topic: str, queue_id: int, offset: int, deadline_m
 
 def encode_state(group: str, topic: str, queue_id: int, pop_offset: int,
                  entries: list[tuple[int, int, int, int]]) -> bytes:
-    """A STATE record: ``entries`` are (queue offset, deadline ms, attempt, handle id)."""
+    """A STATE record: ``entries`` are (queue offset, deadline ms, attempt, handle id);
+    attempt 0 (deadline and handle id 0) is a held-back message, as in POP."""
     body = b"".join(_STATE_ENTRY.pack(*e) for e in entries)
     return _frame(bytes((Kind.STATE,)) + _names(group, topic, queue_id)
                   + _STATE_HEAD.pack(pop_offset, len(entries)) + body)
@@ -117,8 +119,13 @@ def encode_counter(next_handle_id: int) -> bytes:
     return _frame(bytes((Kind.COUNTER,)) + _COUNTER.pack(next_handle_id))
 
 
-def encode_header() -> bytes:
-    head = struct.pack("<8sI", MAGIC, VERSION)
+def frame(payload: bytes) -> bytes:
+    """One record: ``[u32 length][u32 crc32c][payload]`` (shared by the broker's journals)."""
+    return _frame(payload)
+
+
+def encode_header(magic: bytes = MAGIC) -> bytes:
+    head = struct.pack("<8sI", magic, VERSION)
     return head + struct.pack("<I", crc32c(head))
 
 
@@ -169,12 +176,14 @@ def decode_payload(p: bytes) -> JournalRecord:
     return rec
 
 
-def read_records(data: bytes) -> tuple[list[JournalRecord], int]:
-    """The whole records after the header and the byte position where they end."""
+def read_records(data: bytes, magic: bytes = MAGIC,
+                 decode: Callable[[bytes], Any] = decode_payload) -> tuple[list, int]:
+    """The whole records after the header and the byte position where they end; ``magic``
+    and ``decode`` say which journal (the consumer groups' by default)."""
     if len(data) < HEADER.size:
         raise CorruptJournalError(f"journal is {len(data)} bytes, shorter than its header")
-    magic, version, crc = HEADER.unpack_from(data)
-    if magic != MAGIC or crc != crc32c(data[:12]):
+    found, version, crc = HEADER.unpack_from(data)
+    if found != magic or crc != crc32c(data[:12]):
         raise CorruptJournalError("journal header is damaged (magic or checksum)")
     if version != VERSION:
         raise CorruptJournalError(f"journal version {version} is not one this strata reads")
@@ -189,7 +198,7 @@ def read_records(data: bytes) -> tuple[list[JournalRecord], int]:
         if crc32c(payload) != crc:
             break
         try:
-            out.append(decode_payload(payload))
+            out.append(decode(payload))
         except (ValueError, struct.error, UnicodeDecodeError):
             break
         pos = start + length
@@ -197,22 +206,26 @@ def read_records(data: bytes) -> tuple[list[JournalRecord], int]:
 
 
 class Journal:
-    """The open journal file of one broker (appends with O_APPEND)."""
+    """The open journal file of one broker (appends with O_APPEND); ``magic`` and ``decode``
+    name its kind of records (the consumer groups' by default)."""
 
-    def __init__(self, path: Path, file_ops: FileOps | None = None) -> None:
+    def __init__(self, path: Path, file_ops: FileOps | None = None, magic: bytes = MAGIC,
+                 decode: Callable[[bytes], Any] = decode_payload) -> None:
         self.path = path
+        self.magic = magic
+        self.decode = decode
         self.file_ops = file_ops or FileOps()
         self._fd: int | None = None
         self.size = 0
         self.dropped_tail = 0
 
-    def open(self) -> list[JournalRecord]:
+    def open(self) -> list:
         """Open (creating it if needed), return its records; a torn tail is cut off."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
-            self.file_ops.write_atomic(self.path, encode_header())
+            self.file_ops.write_atomic(self.path, encode_header(self.magic))
         data = self.path.read_bytes()
-        records, end = read_records(data)
+        records, end = read_records(data, self.magic, self.decode)
         if end < len(data):
             self.dropped_tail = len(data) - end
             log.warning("%s: %d bytes after offset %d do not form whole records (a write cut "
@@ -235,7 +248,7 @@ class Journal:
 
     def rewrite(self, records: Iterator[bytes]) -> None:
         """Replace the journal with a header and ``records``, atomically."""
-        data = encode_header() + b"".join(records)
+        data = encode_header(self.magic) + b"".join(records)
         self.close()
         self.file_ops.write_atomic(self.path, data)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

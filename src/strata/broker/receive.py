@@ -1,5 +1,6 @@
 """Popping messages for a consumer group across a topic's queues: due redeliveries first,
-then messages never delivered, each handed out until its invisible time ends."""
+then messages never delivered, each handed out until its invisible time ends. A FIFO topic's
+queues are picked by ``strata.broker.fifo`` (one message per message group in flight)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from dataclasses import dataclass
 
 from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import InvalidMessageError
-from strata.broker.group_state import ConsumerGroups
+from strata.broker.fifo import FifoPicker, QueuePick
+from strata.broker.group_state import ConsumerGroups, QueueState
 from strata.broker.protocol import Code
 from strata.broker.receipt import Receipt, ReceiptSigner
 from strata.store.message import GetStatus, StoredMessage
 from strata.store.message_store import MessageStore
+from strata.store.topics import TopicType
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Popper:
         self.dead_lettered = 0
         self.groups = groups
         self.signer = signer
+        self.fifo = FifoPicker(store)
         self._rotation: dict[tuple[str, str], int] = {}
 
     def pop(self, group: str, topic: str, tags: frozenset[str] | None, max_messages: int,
@@ -50,6 +54,7 @@ class Popper:
         n = self.store.queue_count(topic)
         if n == 0:
             return []
+        fifo = self.store.topic_type(topic) is TopicType.FIFO
         start = self._rotation.get((group, topic), 0) % n
         self._rotation[(group, topic)] = start + 1
         out: list[Delivered] = []
@@ -58,51 +63,61 @@ class Popper:
             need = max_messages - len(out)
             if need <= 0:
                 break
-            out += self._pop_queue(group, topic, (start + i) % n, tags, need, deadline,
-                                   now_ms)
+            q = (start + i) % n
+            qs = self.groups.queue(group, topic, q)
+            if fifo:
+                pick = self.fifo.pick(group, qs, topic, q, tags, need, now_ms,
+                                      self.max_attempts)
+            else:
+                pick = self._pick(qs, topic, q, tags, need, now_ms)
+            out += self._carry_out(group, topic, q, pick, deadline)
         return out
 
-    def _pop_queue(self, group: str, topic: str, q: int, tags: frozenset[str] | None,
-                   need: int, deadline: int, now_ms: int) -> list[Delivered]:
-        store, qs = self.store, self.groups.queue(group, topic, q)
-        picked: list[tuple[int, int]] = []
-        msgs: list[StoredMessage] = []
-        gone: list[int] = []
-        dead = []
+    def _pick(self, qs: QueueState | None, topic: str, q: int, tags: frozenset[str] | None,
+              need: int, now_ms: int) -> QueuePick:
+        """A normal topic: due redeliveries first (oldest deadline first), then new
+        messages."""
+        store = self.store
+        pick = QueuePick(qs.pop_offset if qs is not None else store.min_offset(topic, q))
         if qs is not None:
             for off, attempt in qs.due(now_ms, need):
                 r = store.get(topic, q, off, 1)
                 m = r.messages[0] if r.found and r.messages[0].queue_offset == off else None
                 if m is None or (tags is not None and m.tags not in tags):
-                    gone.append(off)       # removed by retention, or no longer subscribed
+                    pick.gone.append(off)       # removed by retention, or no longer subscribed
                 elif attempt >= self.max_attempts:
-                    dead.append(dead_letter(m, group, attempt))
-                    gone.append(off)
+                    pick.dead.append((m, attempt))
+                    pick.gone.append(off)
                 else:
-                    picked.append((off, attempt))
-                    msgs.append(m)
-        if dead:
-            # rare: stored right here, before the deliveries leave the group's flight
-            store.put_batch(dead)
-            self.dead_lettered += len(dead)
-        if gone:
-            self.groups.forget(group, topic, q, gone)
-        pop_offset = qs.pop_offset if qs is not None else store.min_offset(topic, q)
-        new_pop = pop_offset
-        if len(picked) < need:
-            r = store.get(topic, q, new_pop, need - len(picked), tags=tags)
+                    pick.picked.append((off, attempt))
+                    pick.messages.append(m)
+        new_pop = pick.pop_offset
+        if len(pick.picked) < need:
+            r = store.get(topic, q, new_pop, need - len(pick.picked), tags=tags)
             if r.status is GetStatus.OFFSET_TOO_SMALL:      # retention passed it
                 new_pop = r.next_offset
-                r = store.get(topic, q, new_pop, need - len(picked), tags=tags)
+                r = store.get(topic, q, new_pop, need - len(pick.picked), tags=tags)
             if r.status in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE,
                             GetStatus.OFFSET_FOUND_NULL):
                 new_pop = r.next_offset
                 for m in r.messages:
-                    picked.append((m.queue_offset, 0))
-                    msgs.append(m)
-        if not picked and new_pop == pop_offset and qs is not None:
+                    pick.picked.append((m.queue_offset, 0))
+                    pick.messages.append(m)
+        pick.new_pop = new_pop
+        return pick
+
+    def _carry_out(self, group: str, topic: str, q: int, pick: QueuePick,
+                   deadline: int) -> list[Delivered]:
+        if pick.dead:
+            # rare: stored right here, before the deliveries leave the group's flight
+            self.store.put_batch([dead_letter(m, group, attempt) for m, attempt in pick.dead])
+            self.dead_lettered += len(pick.dead)
+        if pick.gone:
+            self.groups.forget(group, topic, q, pick.gone)
+        if pick.hands_out_nothing() and self.groups.queue(group, topic, q) is not None:
             return []
-        handles = self.groups.pop(group, topic, q, pop_offset, picked, new_pop, deadline)
+        handles = self.groups.pop(group, topic, q, pick.pop_offset, pick.picked, pick.new_pop,
+                                  deadline, pick.held)
         return [Delivered(m, self.signer.encode(Receipt(group, topic, q, off, h, deadline)),
                           attempt + 1)
-                for m, (off, attempt), h in zip(msgs, picked, handles)]
+                for m, (off, attempt), h in zip(pick.messages, pick.picked, handles)]

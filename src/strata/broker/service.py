@@ -11,21 +11,28 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
-from strata.broker.convert import ACCEPTED_TYPES, to_protocol, to_store
+from strata.broker.convert import to_protocol, to_store
 from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
                                   InvalidReceiptHandleError)
 from strata.broker.group_state import ConsumerGroups
+from strata.broker.held import HeldMessages
+from strata.broker.message_types import check_fits, route_types, sent_type
 from strata.broker.names import check_group, check_topic
 from strata.broker.protocol import Code, pb, svc, svc_grpc
 from strata.broker.receipt import Receipt, ReceiptSigner
 from strata.broker.receive import Popper, parse_tag_expression
-from strata.broker.send import SendBatcher
+from strata.broker.send import GATHER_S, SendBatcher
+from strata.broker.sessions import Sessions
+from strata.broker.timer import Timer, delivery_due
+from strata.broker.transactions import Transactions, is_transactional
 from strata.errors import (DiskFullError, InvalidInputError, InvalidTopicError,
-                           MessageTooLargeError, StrataError)
-from strata.store.message import PutStatus
+                           MessageTooLargeError, StrataError, TopicExistsError)
+from strata.store.message import PutResult, PutStatus
 from strata.store.message_store import MessageStore
+from strata.store.topics import TopicType
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,9 @@ class BrokerOptions:
     auto_create: bool = True
     broker_name: str = "strata"
     max_delivery_attempts: int = MAX_DELIVERY_ATTEMPTS
+    transaction_check_interval_ms: int = 60_000
+    transaction_max_checks: int = 15
+    gather_s: float = GATHER_S      # puts start at most once per this interval (send.py)
 
 
 def _input_error(exc: InvalidInputError) -> Refused:
@@ -89,23 +99,38 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     """The RPCs. Runs on one event loop; store puts run on the batcher's writer thread."""
 
     def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
-                 endpoint: tuple[str, int], options: BrokerOptions) -> None:
+                 endpoint: tuple[str, int], options: BrokerOptions,
+                 held: HeldMessages) -> None:
         self.store = store
         self.groups = groups
         self.signer = signer
         self.endpoint = endpoint
         self.options = options
-        self.batcher = SendBatcher(store)
+        self.batcher = SendBatcher(store, options.gather_s)
         self.popper = Popper(store, groups, signer, options.max_delivery_attempts)
         self._arrived: asyncio.Event | None = None
         self.clients: dict[str, int] = {}   # client id -> client type (live sessions)
+        self.sessions = Sessions()
+        self.held = held
+        held.put = self.batcher.submit
+        self.timer = Timer(held, self._notify_arrival)
+        self.transactions = Transactions(
+            held, self.sessions, self._notify_arrival,
+            check_interval_ms=options.transaction_check_interval_ms,
+            max_checks=options.transaction_max_checks)
         self.stopping = False
 
     def start(self) -> None:
         self.batcher.start()
         self._arrived = asyncio.Event()
+        self.held.start()
+        self.timer.start()
+        self.transactions.start()
 
     async def close(self) -> None:
+        self.sessions.close_all()
+        await self.timer.close()
+        await self.transactions.close()
         await self.batcher.close()
 
     # ------------------------------------------------------------------ helpers
@@ -141,17 +166,20 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         return pb.Endpoints(scheme=pb.AddressScheme.IPv4,
                             addresses=[pb.Address(host=host, port=port)])
 
-    def _queue(self, topic_resource, qid: int, endpoints) -> pb.MessageQueue:
+    def _queue(self, topic_resource, qid: int, endpoints,
+               kind: TopicType | None) -> pb.MessageQueue:
         return pb.MessageQueue(
             topic=pb.Resource(name=topic_resource.name,
                               resource_namespace=topic_resource.resource_namespace),
             id=qid, permission=pb.Permission.READ_WRITE,
             broker=pb.Broker(name=self.options.broker_name, id=0, endpoints=endpoints),
-            accept_message_types=list(ACCEPTED_TYPES))
+            accept_message_types=route_types(kind))
 
     def wake_polls(self) -> None:
         """Wake every long poll (a send arrived, or the server is stopping)."""
         self._notify_arrival()
+        if self.stopping:
+            self.sessions.close_all()
 
     def _notify_arrival(self) -> None:
         ev, self._arrived = self._arrived, asyncio.Event()
@@ -165,7 +193,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         except Refused as r:
             return svc.QueryRouteResponse(status=_status(r.code, str(r)))
         endpoints = self._endpoints(request.endpoints)
-        queues = [self._queue(request.topic, q, endpoints)
+        kind = self.store.topic_type(topic)
+        queues = [self._queue(request.topic, q, endpoints, kind)
                   for q in range(self._queue_count(topic))]
         return svc.QueryRouteResponse(status=_status(), message_queues=queues)
 
@@ -184,12 +213,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     async def QueryAssignment(self, request, context):
         try:
-            self._topic(request.topic)
+            topic = self._topic(request.topic)
             self._group(request.group)
         except Refused as r:
             return svc.QueryAssignmentResponse(status=_status(r.code, str(r)))
         # receives pop across all of the topic's queues, so one assignment covers them
-        q = self._queue(request.topic, 0, self._endpoints(request.endpoints))
+        q = self._queue(request.topic, 0, self._endpoints(request.endpoints),
+                        self.store.topic_type(topic))
         return svc.QueryAssignmentResponse(status=_status(),
                                            assignments=[pb.Assignment(message_queue=q)])
 
@@ -197,8 +227,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         """The server's settings built on the client's."""
         s = pb.Settings()
         s.CopyFrom(client)
-        s.publishing.max_body_size = self.store.config.max_body_size
-        s.publishing.validate_message_type = True
+        if not client.HasField("subscription"):   # publishing and subscription are a oneof
+            s.publishing.max_body_size = self.store.config.max_body_size
+            s.publishing.validate_message_type = True
         backoff = s.backoff_policy
         if client.client_type == pb.ClientType.PRODUCER:   # resends of a failed send
             backoff.max_attempts = 3
@@ -212,19 +243,46 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 backoff.customized_backoff.next.add(seconds=sec)
         if client.HasField("subscription"):
             sub = s.subscription
-            sub.fifo = False
+            # FIFO topics are consumed in message-group order (strata.broker.fifo)
+            sub.fifo = any(self._is_fifo(e.topic.name) for e in sub.subscriptions)
             sub.receive_batch_size = MAX_BATCH
             if not sub.HasField("long_polling_timeout"):
                 sub.long_polling_timeout.seconds = DEFAULT_POLL_MS // 1000
         return s
 
+    def _is_fifo(self, topic: str) -> bool:
+        try:
+            return self.store.topic_type(check_topic(topic)) is TopicType.FIFO
+        except InvalidTopicError:
+            return False
+
     async def Telemetry(self, request_iterator, context):
-        client_id = _client_id(context)
-        async for cmd in request_iterator:
-            if cmd.HasField("settings"):
-                self.clients[client_id] = cmd.settings.client_type
-                yield svc.TelemetryCommand(status=_status(),
-                                           settings=self.settings_for(cmd.settings))
+        """Answers each settings command; pushes orphaned-transaction checks to producers."""
+        session = self.sessions.open(_client_id(context))
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if cmd.HasField("settings"):
+                        st = cmd.settings
+                        self.clients[session.client_id] = st.client_type
+                        session.client_type = st.client_type
+                        session.topics = frozenset(t.name for t in st.publishing.topics)
+                        session.push(svc.TelemetryCommand(status=_status(),
+                                                          settings=self.settings_for(st)))
+            finally:
+                session.close()
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                cmd = await session.outbox.get()
+                if cmd is None:
+                    return
+                yield cmd
+        finally:
+            reader.cancel()
+            self.sessions.closed(session)
 
     # ------------------------------------------------------------------ send
 
@@ -234,10 +292,16 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                                           "a send needs at least one message"))
         try:
             msgs = []
+            new_topics: dict[str, TopicType] = {}
             for m in request.messages:
                 topic = self._topic(m.topic)
                 msgs.append(to_store(m, topic, self.store.config.max_body_size))
-            results = await self.batcher.submit(msgs)
+                sent = sent_type(m)
+                kind = self.store.topic_type(topic) or new_topics.setdefault(topic, sent)
+                check_fits(topic, kind, sent)
+            for topic, kind in new_topics.items():     # a first send gives a topic its type
+                self._create_topic(topic, kind)
+            results = await self._store_or_hold(request.messages, msgs, _client_id(context))
         except Refused as r:
             return svc.SendMessageResponse(status=_status(r.code, str(r)))
         except InvalidInputError as exc:
@@ -249,17 +313,71 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             log.exception("send failed")
             return svc.SendMessageResponse(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
         self._notify_arrival()
-        if any(r.status is PutStatus.FLUSH_DISK_TIMEOUT for r in results):
+        if any(isinstance(r, PutResult) and r.status is PutStatus.FLUSH_DISK_TIMEOUT
+               for r in results):
             st = _status(Code.MASTER_PERSISTENCE_TIMEOUT,
                          "the store did not flush the message to disk in time")
         else:
             st = _status()
         entries = [svc.SendResultEntry(status=st, message_id=m.system_properties.message_id
                                        or r.msg_id, offset=r.queue_offset)
+                   if isinstance(r, PutResult) else
+                   svc.SendResultEntry(status=st, message_id=m.system_properties.message_id,
+                                       recall_handle=r)
+                   if isinstance(r, Recall) else
+                   svc.SendResultEntry(status=st, message_id=m.system_properties.message_id,
+                                       transaction_id=r)
                    for m, r in zip(request.messages, results)]
         return svc.SendMessageResponse(status=st, entries=entries)
 
+    def _create_topic(self, topic: str, kind: TopicType) -> None:
+        try:
+            self.store.create_topic(topic, message_type=kind)
+        except TopicExistsError:      # made meanwhile (a put of a dead letter): check again
+            check_fits(topic, self.store.topic_type(topic), kind)
+
+    async def _store_or_hold(self, protos, msgs: list, client_id: str) -> Sequence:
+        """Store ``msgs`` (a PutResult each), or hold the delay messages not due yet (a Recall
+        handle each) and the half messages of transactions (their transaction id each)."""
+        now = now_ms()
+        delays: list[tuple[int, int]] = []        # (index, due ms)
+        halves: list[int] = []
+        plain: list[int] = []
+        for i, m in enumerate(msgs):
+            if is_transactional(m):
+                halves.append(i)
+                continue
+            due = delivery_due(m, now)
+            (plain.append(i) if due is None else delays.append((i, due)))
+        if not delays and not halves:
+            return await self.batcher.submit(msgs)
+        out: list = [None] * len(msgs)
+        if plain:
+            for i, r in zip(plain, await self.batcher.submit([msgs[i] for i in plain])):
+                out[i] = r
+        if delays:
+            held = await self.timer.hold([(msgs[i], due, protos[i].system_properties.message_id)
+                                          for i, due in delays])
+            for (i, _due), e in zip(delays, held):
+                out[i] = Recall(self.timer.recall_handle(e))
+        if halves:
+            held = await self.transactions.hold(
+                [(msgs[i], protos[i].system_properties.message_id) for i in halves], client_id)
+            for i, e in zip(halves, held):
+                out[i] = self.transactions.transaction_id(e)
+        return out
+
     # ------------------------------------------------------------------ receive
+
+    def _fifo_push_invisible_ms(self) -> int:
+        """A FIFO push consumer retries a failed message itself, sleeping the backoff's
+        delays between attempts, then forwards it to the DLQ: its receive stays invisible
+        for all of that (no renewal yet), or the broker would hand the message out again
+        while the client still works on it."""
+        last = len(CONSUMER_BACKOFF_S) - 1
+        retries = 1000 * sum(CONSUMER_BACKOFF_S[min(i, last)]
+                             for i in range(self.options.max_delivery_attempts - 1))
+        return min(MAX_INVISIBLE_MS, AUTO_RENEW_INVISIBLE_MS + retries)
 
     def _receive_args(self, request):
         group = self._group(request.group)
@@ -276,6 +394,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             invisible = _duration_ms(request.invisible_duration)
         elif request.auto_renew:   # push consumers leave it to the broker
             invisible = AUTO_RENEW_INVISIBLE_MS
+            if self.store.topic_type(topic) is TopicType.FIFO:
+                invisible = self._fifo_push_invisible_ms()
         else:
             raise Refused(Code.ILLEGAL_INVISIBLE_TIME, "a receive needs an invisible duration")
         if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
@@ -375,6 +495,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             entries.append(svc.AckMessageResultEntry(message_id=e.message_id,
                                                      receipt_handle=e.receipt_handle,
                                                      status=st))
+        if self.store.topic_type(topic) is TopicType.FIFO:
+            self._notify_arrival()     # an ack frees its message group's next message
         codes = {e.status.code for e in entries}
         if len(codes) == 1:
             top = entries[0].status
@@ -403,11 +525,41 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                                          t + invisible))
         return svc.ChangeInvisibleDurationResponse(status=_status(), receipt_handle=new)
 
-    # ------------------------------------------------------------------ not yet
+    # ------------------------------------------------------------------ transactions, DLQ
+
+    async def RecallMessage(self, request, context):
+        Resp = svc.RecallMessageResponse
+        try:
+            topic = self._topic(request.topic)
+            mid = await self.timer.recall(request.recall_handle, topic)
+        except Refused as r:
+            return Resp(status=_status(r.code, str(r)))
+        except InvalidMessageError as exc:
+            return Resp(status=_status(exc.code, str(exc)))
+        except StrataError as exc:
+            log.exception("recall failed")
+            return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        return Resp(status=_status(), message_id=mid)
 
     async def EndTransaction(self, request, context):
-        return svc.EndTransactionResponse(status=_status(
-            Code.UNSUPPORTED, "transactional messages are not supported by this broker yet"))
+        Resp = svc.EndTransactionResponse
+        try:
+            topic = self._topic(request.topic)
+            if request.resolution not in (pb.TransactionResolution.COMMIT,
+                                          pb.TransactionResolution.ROLLBACK,
+                                          pb.TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED):
+                raise Refused(Code.BAD_REQUEST, f"unknown transaction resolution "
+                              f"{request.resolution}")
+            e = self.transactions.lookup(request.transaction_id, topic, request.message_id)
+            await self.transactions.end(e, request.resolution)
+        except Refused as r:
+            return Resp(status=_status(r.code, str(r)))
+        except InvalidMessageError as exc:
+            return Resp(status=_status(exc.code, str(exc)))
+        except StrataError as exc:
+            log.exception("end of transaction failed")
+            return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        return Resp(status=_status())
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):
         Resp = svc.ForwardMessageToDeadLetterQueueResponse
@@ -420,6 +572,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             if got.found and got.messages[0].queue_offset == r.queue_offset:
                 await self.batcher.submit([dead_letter(got.messages[0], group, d.attempt)])
             self.groups.forget(group, topic, r.queue_id, [r.queue_offset])
+            self._notify_arrival()     # a FIFO message group moves on
         except Refused as exc:
             return Resp(status=_status(exc.code, str(exc)))
         except InvalidReceiptHandleError as exc:
@@ -427,6 +580,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         except StrataError as exc:
             return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
         return Resp(status=_status())
+
+
+class Recall(str):
+    """A held delay message's recall handle (a send's result)."""
 
 
 def _client_id(context) -> str:

@@ -25,6 +25,7 @@ from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
 from strata.store.message import Message
 from strata.store.message_store import COMMITLOG_DIR, MessageStore, check_messages
+from strata.store.topics import TopicType
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -109,6 +110,9 @@ def info(directory: str, as_json: bool) -> None:
         running = store._live_writer
         data = {"directory": str(store.path), "segments": rows,
                 "min_offset": store.log.min_offset(), "confirmed_offset": store.confirmed_offset(),
+                # README "Tiered storage": where the history retention deleted is read from
+                "tier_url": store.config.tier_url,
+                "first_offset": store.first_commitlog_offset(),
                 "flushed_offset_checkpoint": cp.flushed_offset if cp else None,
                 # while a writer runs its abort marker is there by design: no shutdown to judge
                 "clean_shutdown": None if running else not store.abort_marker.exists(),
@@ -127,6 +131,9 @@ def info(directory: str, as_json: bool) -> None:
     console.print(t)
     console.print(f"min offset {data['min_offset']}, confirmed offset {data['confirmed_offset']}, "
                   f"checkpoint flushed offset {data['flushed_offset_checkpoint']}")
+    if data["tier_url"]:
+        console.print(f"tier {data['tier_url']}: history from commit-log offset "
+                      f"{data['first_offset']}", soft_wrap=True)
     console.print(_writer_line(data))
 
 
@@ -189,12 +196,14 @@ def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> Non
 def _scan_start(store: MessageStore, offset: int, end: int) -> int | None:
     """Where ``scan --from-offset offset`` starts: the offset itself if a record starts there,
     else the next record start (said on stderr); None (said) if no record lies at or after it."""
-    low = store.log.min_offset()
+    low = store.first_commitlog_offset()   # the tier's oldest record, if it holds older
     if offset < low:
         if offset > 0:
             err.print(f"offset {offset} is below the log's first offset {low} (older segments "
                       f"were deleted); starting at {low}")
         return low
+    if offset < store.log.min_offset():   # in the tier: scan starts at its next record
+        return offset
     if offset >= end:
         err.print(f"offset {offset} is at or beyond the end of the log ({end}): no records")
         return None
@@ -255,20 +264,57 @@ def _verify_derived(directory: str) -> tuple[list, int, int]:
 # ---------------------------------------------------------------------- topics and queues
 
 
-@cli.command()
+class _TopicsGroup(click.Group):
+    """``strata topics DIR`` (no subcommand) still lists, as before ``create`` existed."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["list", *args]
+        return super().parse_args(ctx, args)
+
+
+@cli.group(cls=_TopicsGroup)
+def topics() -> None:
+    """List topics (strata topics [list] DIR) or create one (strata topics create)."""
+
+
+@topics.command("list")
 @click.argument("directory", metavar="DIR")
-def topics(directory: str) -> None:
-    """List topics with their queue counts and message counts."""
+def topics_list(directory: str) -> None:
+    """List topics with their queue counts, message types and message counts."""
     store = open_readonly(directory)
     with store:
         t = Table(title="topics")
-        for c in ("topic", "queues", "messages"):
+        for c in ("topic", "queues", "type", "messages"):
             t.add_column(c)
         for name in store.topics():
             n = store.queue_count(name)
             msgs = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(n))
-            t.add_row(name, str(n), str(msgs))
+            t.add_row(name, str(n), store.topic_type(name).value, str(msgs))
         console.print(t)
+
+
+@topics.command("create")
+@click.argument("directory", metavar="DIR")
+@click.argument("name")
+@click.option("--queues", type=int, default=None,
+              help="Number of queues (default: the store's default_queues, 8).")
+@click.option("--type", "message_type", default="normal", show_default=True,
+              type=click.Choice([t.value for t in TopicType], case_sensitive=False),
+              help="The one message type the topic accepts: `strata serve` refuses a send of "
+                   "another type, and its routes list only this one.")
+def topics_create(directory: str, name: str, queues: int | None, message_type: str) -> None:
+    """Create topic NAME in the store at DIR (made if missing). A topic that exists with the
+    same queue count and type is left as it is; with another count or type it is an error.
+    The store must not be open for writing elsewhere (stop `strata serve` first)."""
+    with MessageStore(directory) as store:
+        if store.recovery_report is not None and store.recovery_report.new_store:
+            err.print(f"created a new store at {directory} (no store was there)",
+                      markup=False, highlight=False, soft_wrap=True)
+        created = store.create_topic(name, queues, message_type=message_type)
+        n, kind = store.queue_count(name), store.topic_type(name).value
+    click.echo(f"{'created' if created else 'exists:'} topic {name} ({n} queues, {kind} "
+               "messages)")
 
 
 def _require_queue(store: MessageStore, directory: str, topic: str,

@@ -42,15 +42,54 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--max-delivery-attempts", type=click.IntRange(1, 1000), default=16,
               show_default=True,
               help="Deliveries of a message to a group before it goes to %DLQ%<group>.")
+@click.option("--transaction-check-interval", type=click.FloatRange(0.1, 86400), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="An unresolved half message is checked back this long after its send, "
+                   "then as often.")
+@click.option("--transaction-max-checks", type=click.IntRange(1, 1000), default=15,
+              show_default=True,
+              help="Checks of an unresolved half message before it is dropped.")
+@click.option("--gather-ms", type=click.FloatRange(0, 1000), default=2.0, show_default=True,
+              help="Puts start at most once per this many ms; sends arriving meanwhile share one.")
 @click.option("--store-option", "store_options", multiple=True, metavar="NAME=VALUE",
               help="A StoreConfig field, e.g. segment_size=67108864 (repeatable).")
+@click.option("--acl", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Require AK/SK-signed requests and check rights per topic and group, "
+                   "from RocketMQ's plain_acl.yml format (accounts: accessKey, secretKey, "
+                   "admin, topicPerms, groupPerms, defaultTopicPerm, defaultGroupPerm).")
+@click.option("--acl-time-window", "acl_window_s", type=click.IntRange(1, 86400),
+              default=300, show_default=True, metavar="SECONDS",
+              help="With --acl: refuse a signature whose x-mq-date-time is further than this "
+                   "from the broker's clock (UTC), so a captured one cannot be replayed.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Serve gRPC over TLS with this PEM certificate (chain); needs --tls-key.")
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="The certificate's unencrypted PEM private key; needs --tls-cert.")
+@click.option("--metrics", metavar="HOST:PORT",
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free "
+                   "port, printed at start).")
 def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
-                  exit_with_parent: bool, max_delivery_attempts: int, store_options: tuple[str, ...]) -> None:
-    """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext)."""
+                  exit_with_parent: bool, max_delivery_attempts: int,
+                  transaction_check_interval: float, transaction_max_checks: int,
+                  gather_ms: float, store_options: tuple[str, ...], acl: Path | None,
+                  acl_window_s: int, tls_cert: Path | None, tls_key: Path | None,
+                  metrics: str | None) -> None:
+    """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext, or TLS with
+    --tls-cert/--tls-key)."""
     from strata.broker.server import ServeConfig, parse_listen, run
     try:
         host, port = parse_listen(listen)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together: give both or neither")
+    try:
+        metrics_at = parse_listen(metrics) if metrics is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).replace("--listen", "--metrics"),
+                                 param_hint="--metrics") from None
     run(ServeConfig(Path(directory), host, port, flush, not no_auto_create, exit_with_parent,
-                    max_delivery_attempts, _store_options(store_options)))
+                    max_delivery_attempts, _store_options(store_options), acl, acl_window_s,
+                    tls_cert, tls_key, metrics_at,
+                    transaction_check_interval_s=transaction_check_interval,
+                    transaction_max_checks=transaction_max_checks, gather_ms=gather_ms))

@@ -20,6 +20,7 @@ from strata.cli.spark_cmd import _require_store
 from strata.errors import StrataError
 from strata.store.geometry import stored_config
 from strata.store.message_store import MessageStore, writer_alive
+from strata.store.tier_config import stored_tier
 from strata.tiered import TierService
 from strata.tiered.connect import open_backend
 from strata.tiered.metadata import LOCAL_DIR, LOCAL_FILE, TierMetadata, read_local, read_tier
@@ -112,11 +113,12 @@ def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
     if writer_alive(path):
         raise click.ClickException(f"{directory} is open for writing by another process; "
                                    "call store.tier_sync() there instead")
-    meta = read_local(path)
-    if tier_url is None and meta is None:
+    # the tier it uploaded to, or the one it was opened with (config/tier.json)
+    known = read_local(path) or stored_tier(path)
+    if tier_url is None and known is None:
         raise click.ClickException(f"{directory} has no tier yet: give --tier-url")
-    url = tier_url or meta.tier_url
-    endpoint = endpoint_url or (meta.endpoint_url if meta else None)
+    url = tier_url or known.tier_url
+    endpoint = endpoint_url or (known.endpoint_url if known else None)
     cfg = dataclasses.replace(stored_config(path), tier_url=url, tier_endpoint_url=endpoint)
     cfg.validate()
     with MessageStore(path, cfg) as store:

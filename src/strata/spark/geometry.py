@@ -24,4 +24,6 @@ def store_config(path: str | Path, *, for_writing: bool = False) -> strata.Store
 
 
 def open_readonly(path: str | Path) -> strata.MessageStore:
-    return strata.open(path, store_config(path), readonly=True)
+    """The store read-only, answering from its local files alone: the Spark source reads the
+    store's tier itself, in tasks of its own."""
+    return strata.MessageStore(path, store_config(path), readonly=True, local_only=True)

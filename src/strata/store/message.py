@@ -277,7 +277,10 @@ class CorruptRecord(NamedTuple):
     reason: str
 
     def error(self) -> CorruptRecordError:
-        """The damage as the error that ``read_at`` raises for it (names the offset)."""
+        """The damage as the error that ``read_at`` raises for it (names the offset; a record
+        read from the tier, ``commitlog_offset`` -1, is named by its tier object in ``reason``)."""
+        if self.commitlog_offset < 0:
+            return CorruptRecordError(self.reason)
         return damaged_record_error(self.commitlog_offset, self.reason)
 
 

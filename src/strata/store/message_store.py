@@ -14,9 +14,9 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from strata.errors import (CorruptRecordError, DiskFullError, InvalidInputError,
-                           ReadOnlyStoreError, StoreClosedError, StoreNotFoundError,
-                           TopicExistsError)
+from strata.errors import (CorruptRecordError, CorruptStoreError, DiskFullError,
+                           InvalidInputError, ReadOnlyStoreError, StoreClosedError,
+                           StoreNotFoundError, TopicExistsError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
@@ -35,9 +35,11 @@ from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.index.queue_recovery import recover_queues, rederive_unit
 from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
                                   PutResults, PutStatus)
+from strata.store import tier_link
+from strata.store.tier_config import save_tier, with_stored_tier
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
-from strata.store.topics import MAX_QUEUES, TopicTable
+from strata.store.topics import MAX_QUEUES, TopicTable, TopicType, as_topic_type
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +49,6 @@ INDEX_DIR = "index"
 DISPATCH_STALL_S = 2.0  # back-pressure gives up on a dispatcher that stopped moving
 DISPATCH_HELP_SHARE = 16  # producers dispatch themselves past 1/16 of max_dispatch_lag_bytes
 MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
-
-# Tiered storage lives a layer above (strata.tiered); importing it registers how a store with
-# a tier_url gets its tier service, of which the store knows only start(), sync(), stop().
-_tier_factory = None
-
-
-def register_tier_factory(factory) -> None:
-    """strata.tiered: ``factory(store)`` makes the tier service of a store with a tier_url."""
-    global _tier_factory
-    _tier_factory = factory
-
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -105,7 +96,9 @@ class MessageStore:
 
     def __init__(self, path: str | os.PathLike, config: StoreConfig | None = None, *,
                  readonly: bool = False, file_ops: FileOps | None = None,
-                 create: bool = True) -> None:
+                 create: bool = True, local_only: bool = False) -> None:
+        """``local_only``: reads answer from the local files alone, never from the tier (for
+        readers that read the tier themselves, as the Spark source does in its own tasks)."""
         self.path = Path(path)
         self._explicit_config = config is not None
         if config is None:   # the sizes the store was made with, defaults for the rest
@@ -115,6 +108,8 @@ class MessageStore:
             raise InvalidInputError(f"config must be a strata.StoreConfig, got "
                                     f"{type(self.config).__name__}")
         self.config.validate()
+        # the tier the store remembers (config/tier.json): its history stays readable
+        self.config = config = with_stored_tier(self.path, self.config)
         self.readonly = readonly
         self.file_ops = file_ops or DEFAULT_FILE_OPS
         self._closed = True
@@ -136,7 +131,9 @@ class MessageStore:
         self._live_writer = False
         self._next_writer_probe = 0.0   # read-only openers with no writer: when to look again
         self.recovery_report: RecoveryReport | None = None
-        self.tier = None  # the TierService of a writer with a tier_url (README "Tiered storage")
+        self.tier: tier_link.TierLink | None = None  # a writer's tier (README "Tiered storage")
+        self._history: tier_link.TierHistory | None = None  # read-only openers' (made lazily)
+        self._local_only = local_only
 
         store_markers = (COMMITLOG_DIR, "checkpoint", "config", LOCK_NAME)
         if not self.path.is_dir():
@@ -220,6 +217,7 @@ class MessageStore:
         self.abort_marker.create()
         repaired = save_geometry(self.path, self.config, self.file_ops,
                                  explicit=self._explicit_config)
+        save_tier(self.path, self.config, self.file_ops)
         if repaired and self.recovery_report is not None:
             self.recovery_report.repaired_files.append(repaired)
 
@@ -323,10 +321,11 @@ class MessageStore:
     def _start_services(self) -> None:
         cfg = self.config
         if cfg.tier_url is not None:  # made first: a bad tier metadata file starts nothing
-            if _tier_factory is None:
+            factory = tier_link.service_factory()
+            if factory is None:
                 raise InvalidInputError("StoreConfig.tier_url needs strata.tiered: "
                                         "import strata (or strata.tiered) first")
-            self.tier = _tier_factory(self)
+            self.tier = factory(self)
         if cfg.flush == "sync":
             self._group_commit = GroupCommitService(self.log.flush,
                                                     timeout_ms=cfg.sync_flush_timeout_ms,
@@ -403,6 +402,15 @@ class MessageStore:
 
     def min_commitlog_offset(self) -> int:
         return self.log.min_offset()
+
+    def first_commitlog_offset(self) -> int:
+        """The smallest commit-log offset ``read_at`` and ``scan`` can answer: the tier's
+        oldest record where retention deleted local files the tier holds, else the log's."""
+        self._check_open()
+        low = self._local_min_phys()
+        h = self._tier_history() if low > 0 else None
+        older = h.min_commitlog_offset() if h is not None else None
+        return low if older is None else min(low, older)
 
     def max_commitlog_offset(self) -> int:
         return self.log.max_offset()
@@ -534,7 +542,15 @@ class MessageStore:
         self._check_open()
         if not isinstance(commitlog_offset, int) or isinstance(commitlog_offset, bool):
             raise InvalidInputError(f"commitlog_offset must be an int, got {commitlog_offset!r}")
-        return self.log.read(commitlog_offset, self.confirmed_offset(),
+        return self._read_record(commitlog_offset)
+
+    def _read_record(self, offset: int) -> rec.StoredMessage | None:
+        """The record at commit-log ``offset``: from the tier where retention deleted it."""
+        if offset < self._local_min_phys():
+            h = self._tier_history()
+            if h is not None:
+                return h.read_at(offset)
+        return self.log.read(offset, self.confirmed_offset(),
                              verify_crc=self.config.verify_crc_on_read, strict=True)
 
     def get_by_id(self, msg_id: str) -> rec.StoredMessage | None:
@@ -542,8 +558,7 @@ class MessageStore:
         commit-log offset) if the record there is damaged."""
         self._check_open()
         _host, offset = rec.parse_msg_id(msg_id)
-        m = self.log.read(offset, self.confirmed_offset(),
-                          verify_crc=self.config.verify_crc_on_read, strict=True)
+        m = self._read_record(offset)
         if m is None or m.msg_id != msg_id.upper():
             return None
         return m
@@ -574,6 +589,11 @@ class MessageStore:
         limit = self.confirmed_offset()
         if to_offset is not None:
             limit = min(limit, to_offset)
+        low = self._local_min_phys()
+        if from_offset < low and self.config.tier_url is not None:
+            h = self._tier_history()   # what retention deleted, as far as the tier holds it
+            if h is not None:
+                yield from h.scan(from_offset, min(low, limit))
         # A damaged record is skipped with a logged error (README "Durability").
         yield from self.log.scan(from_offset, limit,
                                  verify_crc=verify_crc or self.config.verify_crc_on_read,
@@ -581,23 +601,43 @@ class MessageStore:
 
     # ------------------------------------------------------------------ topics and queues
 
-    def create_topic(self, topic: str, queues: int | None = None) -> bool:
-        """Create ``topic`` with ``queues`` queues (default ``config.default_queues``).
+    def create_topic(self, topic: str, queues: int | None = None,
+                     message_type: TopicType | str | None = None) -> bool:
+        """Create ``topic`` with ``queues`` queues (default ``config.default_queues``) that
+        accepts messages of ``message_type`` (a TopicType or its name: normal, fifo, delay,
+        transaction; default normal). The broker checks sends against the type; the
+        embedded put accepts any message into any topic.
 
-        Returns False if it exists already with ``queues`` queues (or ``queues`` is None).
-        An existing topic with another count raises TopicExistsError naming its count and
-        changes nothing: ``set_queue_count`` adds queues.
+        Returns False if it exists already with ``queues`` queues (or ``queues`` is None) and
+        ``message_type`` (or ``message_type`` is None). An existing topic with another count
+        or type raises TopicExistsError naming its own and changes nothing:
+        ``set_queue_count`` adds queues; a type never changes.
         """
         self._check_writable()
+        kind = None if message_type is None else as_topic_type(message_type)
         with self._put_lock:
-            created = self.topic_table.create(topic, self.config.default_queues if queues is None
-                                              else queues, since=self.log.max_offset())
+            created = self.topic_table.create(
+                topic, self.config.default_queues if queues is None else queues,
+                since=self.log.max_offset(), message_type=kind or TopicType.NORMAL)
             have = self.topic_table.queues[topic]
             if not created and queues is not None and queues != have:
                 raise TopicExistsError(
                     f"topic {topic!r} exists with {have} queues, not {queues}; it keeps its "
                     f"{have} (set_queue_count({topic!r}, n) adds queues; a count never shrinks)")
+            has = self.topic_table.type_of(topic)
+            if not created and kind is not None and kind is not has:
+                raise TopicExistsError(
+                    f"topic {topic!r} exists accepting {has.value} messages, not "
+                    f"{kind.value}; a topic's message type never changes (delete_topic and "
+                    "create it again)")
             return created
+
+    def topic_type(self, topic: str) -> TopicType | None:
+        """The message type ``topic`` accepts (None if there is no such topic)."""
+        self._check_open()
+        if self.readonly:
+            self.topic_table.reload()
+        return self.topic_table.type_of(topic)
 
     def set_queue_count(self, topic: str, queues: int) -> int:
         """Give an existing ``topic`` more queues (RocketMQ's topic update); returns the count.
@@ -682,7 +722,11 @@ class MessageStore:
         """The smallest queue offset still stored (0 for an unknown or empty queue)."""
         self._check_open()
         cq, _ = self._queue(topic, queue_id)
-        return cq.min_offset() if cq is not None else 0
+        if cq is None:
+            return 0
+        mn = cq.min_offset()
+        h = self._tier_older(topic, queue_id, mn)
+        return mn if h is None else h.min_offset(topic, queue_id)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset (= number of messages ever dispatched to the queue)."""
@@ -704,10 +748,93 @@ class MessageStore:
         """Store time (ms) of the oldest message still in the queue; -1 if none."""
         self._check_open()
         cq, _ = self._queue(topic, queue_id)
-        if cq is None or cq.max_offset() <= cq.min_offset():
+        if cq is None:
+            return -1
+        h = self._tier_older(topic, queue_id, cq.min_offset())
+        if h is not None:
+            return h.earliest_time(topic, queue_id)
+        if cq.max_offset() <= cq.min_offset():
             return -1
         off, _size, _t = cq.unit(cq.min_offset())
         return self._store_time_at(off)
+
+    # ------------------------------------------------------------------ tiered history
+
+    def _tier_history(self) -> tier_link.TierHistory | None:
+        """The tier's history of this store (None without a tier); a read-only opener makes
+        its own, on first use, from the tier the store remembers."""
+        if self._local_only:
+            return None
+        if self.tier is not None:
+            return self.tier.history
+        if not self.readonly or self.config.tier_url is None:
+            return None
+        if self._history is None:
+            factory = tier_link.history_factory()
+            if factory is None:
+                return None
+            self._history = factory(self)
+        return self._history
+
+    def _local_min_phys(self) -> int:
+        """The first commit-log offset still in the local files."""
+        return self._readonly_min_offset() if self.readonly else self.log.min_offset()
+
+    def _tier_older(self, topic: str, queue_id: int,
+                    local_min: int) -> tier_link.TierHistory | None:
+        """The tier's history if it holds messages of the queue below ``local_min`` (the
+        queue's first local offset), else None."""
+        if local_min <= 0 or self.config.tier_url is None or self._local_only:
+            return None
+        h = self._tier_history()
+        if h is None or not h.holds(topic, queue_id) or \
+                h.min_offset(topic, queue_id) >= local_min:
+            return None
+        return h
+
+    def _get_from_tier(self, h: tier_link.TierHistory, topic: str, queue_id: int,
+                       offset: int, max_messages: int, wanted: frozenset[str] | None,
+                       local_min: int, mx: int) -> GetResult:
+        """``get`` below the queue's first local offset: the tier answers. A damaged tier
+        record is passed over and listed in ``corrupt`` (naming the tier object)."""
+        tmin, tmax = h.min_offset(topic, queue_id), h.max_offset(topic, queue_id)
+        if offset < tmin:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], tmin, tmin, mx)
+        held = h.next_held(topic, queue_id, offset)
+        if offset >= tmax or held > offset:   # deleted locally before it was uploaded:
+            nxt = held if offset < held < local_min else local_min  # go on where data is
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], nxt, tmin, mx)
+        want = min(max(max_messages, MAX_SCAN_UNITS) if wanted else max_messages,
+                   tmax - offset)
+        corrupt: list[CorruptRecord] = []
+        try:
+            msgs = h.get(topic, queue_id, offset, want)
+        except CorruptStoreError:   # find the damaged records one by one; serve the rest
+            msgs = []
+            for q in range(offset, offset + want):
+                try:
+                    got = h.get(topic, queue_id, q, 1)
+                except CorruptStoreError as exc:
+                    corrupt.append(CorruptRecord(q, -1, str(exc)))
+                    log.error("store %s: get %s/%d passed over offset %d: %s", self.path,
+                              topic, queue_id, q, exc)
+                    continue
+                if not got:   # the end of what the tier holds there
+                    break
+                msgs += got
+        nxt = offset + len(msgs) + len(corrupt)
+        if wanted is not None:
+            out = []
+            for m in msgs:
+                if m.tags in wanted:
+                    out.append(m)
+                    if len(out) >= max_messages:
+                        nxt = m.queue_offset + 1
+                        break
+            msgs = out
+        status = GetStatus.FOUND if msgs else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, msgs, nxt, tmin, mx,
+                         tuple(c for c in corrupt if c.queue_offset < nxt))
 
     def wait_dispatched(self, timeout: float = 30.0) -> bool:
         """Block until queues and index cover everything confirmed so far."""
@@ -766,6 +893,12 @@ class MessageStore:
         mn, mx = cq.min_offset(), cq.max_offset()
         if mx == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, mn, mx)
+        h = self._tier_older(topic, queue_id, mn)
+        if h is not None:   # retention deleted the oldest local files; the tier holds them
+            if offset < mn:
+                return self._get_from_tier(h, topic, queue_id, offset, max_messages, wanted,
+                                           mn, mx)
+            mn = h.min_offset(topic, queue_id)
         if offset < mn:
             return GetResult(GetStatus.OFFSET_TOO_SMALL, [], mn, mn, mx)
         if offset == mx:
@@ -935,6 +1068,15 @@ class MessageStore:
             out.append(m)
             if len(out) >= max_results:
                 break
+        low = self._local_min_phys()
+        h = self._tier_history() if len(out) < max_results and low > 0 else None
+        if h is not None:   # older matches: the tier's (what it holds above ``low`` is here)
+            for m in h.query(topic, key, begin_ms=begin_ms, end_ms=end_ms,
+                             max_results=max_results + len(out), below=low):
+                if since <= m.commitlog_offset < low:
+                    out.append(m)
+                    if len(out) >= max_results:
+                        break
         return out
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int,
@@ -950,6 +1092,14 @@ class MessageStore:
         if cq is None:
             return 0
         lo, hi = cq.min_offset(), cq.max_offset()
+        h = self._tier_older(topic, queue_id, lo)
+        if h is not None:   # the tier answers times before the local files' first message
+            if boundary == "lower":
+                r = h.offset_for_time(topic, queue_id, timestamp_ms, "lower")
+                if r < min(h.max_offset(topic, queue_id), lo):
+                    return r
+            elif lo >= hi or timestamp_ms < self._store_time_at(cq.unit(lo)[0]):
+                return h.offset_for_time(topic, queue_id, timestamp_ms, "upper")
         if lo >= hi:
             return lo
         first = lo
@@ -1046,6 +1196,9 @@ class MessageStore:
 
     def _release_files(self) -> None:
         """Unmap and close every file; the writer also gives up the directory lock."""
+        if self._history is not None:
+            self._history.close()
+            self._history = None
         self.queues.close()
         self.key_index.close()
         self.log.close()

@@ -9,6 +9,11 @@ operator says so: with ``delete_unexpired_when_full`` (RocketMQ's policy, off by
 oldest files go regardless of age above ``disk_clean_forcibly_ratio``, and
 ``run_once(force=True)`` (``MessageStore.clean_expired(force=True)``) deletes them once.
 Consume-queue and key-index files follow the log's new minimum.
+
+With a tier, a segment goes only once the tier durably holds every queue's messages in it
+(``first_not_uploaded``): an unreachable tier keeps expired segments on disk. Disk usage above
+``disk_clean_forcibly_ratio`` (or ``force``) deletes them anyway; each such segment is logged
+as an error and counted in ``deleted_before_upload`` (``store.tier.stat()``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
+
+from strata.format.consume_queue import BLANK_SIZE
+
 if TYPE_CHECKING:
     from strata.store.message_store import MessageStore
 
@@ -28,6 +37,29 @@ log = logging.getLogger(__name__)
 def disk_used_ratio(path) -> float:
     u = shutil.disk_usage(path)
     return u.used / u.total if u.total else 0.0
+
+
+def first_not_uploaded(store: "MessageStore") -> int:
+    """The smallest commit-log offset of a message in a queue that the store's tier does not
+    durably hold yet (the log's end if it holds them all)."""
+    low = store.log.max_offset()
+    tier = store.tier
+    for topic, n_queues in list(store.topic_table.queues.items()):
+        for qid in range(n_queues):
+            cq = store.queues.get(topic, qid)
+            if cq is None:
+                continue
+            start, end = max(tier.uploaded(topic, qid), cq.min_offset()), cq.max_offset()
+            while start < end:   # the first real unit from there (blank units hold nothing)
+                units = cq.read_units(start, min(end - start, 1024))
+                if len(units) == 0:
+                    break
+                real = np.flatnonzero(units["size"] != BLANK_SIZE)
+                if len(real):
+                    low = min(low, int(units["offset"][real[0]]))
+                    break
+                start += len(units)
+    return low
 
 
 class RetentionService:
@@ -44,6 +76,8 @@ class RetentionService:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="strata-retention", daemon=True)
         self.deleted_total = 0
+        self.deleted_before_upload = 0   # segments deleted before the tier held them
+        self.kept_for_tier = False       # the last pass kept expired segments for the tier
         self.last_usage = 0.0
 
     def start(self) -> None:
@@ -96,6 +130,10 @@ class RetentionService:
         deleted = 0
         clog = store.log
         reput = store._reput
+        # with a tier: only what it durably holds goes, unless the disk is that full
+        pending = first_not_uploaded(store) if store.tier is not None else None
+        pressed = force or usage > cfg.disk_clean_forcibly_ratio
+        was_kept, self.kept_for_tier = self.kept_for_tier, False
         while deleted < cfg.max_files_deleted_per_run:
             segs = clog.segments.segments
             if len(segs) < 2:
@@ -106,11 +144,26 @@ class RetentionService:
             expired = seg.max_store_timestamp + expire_ms <= now_ms
             if not (expired or force):
                 break
+            uploaded = pending is None or seg.end_offset <= pending
+            if not (uploaded or pressed):
+                self.kept_for_tier = True
+                if not was_kept:   # said once, not at every pass while the tier is away
+                    log.warning("retention keeps expired commit-log segment %s: the tier does "
+                                "not hold all of it yet (from commit-log offset %d)",
+                                seg.path.name, pending)
+                break
             with clog._flush_lock:
                 clog.segments.delete_first()
             deleted += 1
-            log.info("retention deleted commit-log segment %s (%s)", seg.path.name,
-                     "expired" if expired else f"disk {usage:.0%}")
+            if uploaded:
+                log.info("retention deleted commit-log segment %s (%s)", seg.path.name,
+                         "expired" if expired else f"disk {usage:.0%}")
+            else:
+                self.deleted_before_upload += 1
+                log.error("retention deleted commit-log segment %s BEFORE THE TIER HELD IT "
+                          "(disk %.0f%%%s): its messages from commit-log offset %d on that "
+                          "were not uploaded are lost (the tier counts them as skipped)",
+                          seg.path.name, usage * 100, ", forced" if force else "", pending)
         if deleted:
             min_phys = clog.min_offset()
             with store._put_lock:

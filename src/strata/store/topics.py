@@ -1,7 +1,9 @@
-"""The topic table: topic name -> number of queues, persisted as JSON in ``config/topics.json``."""
+"""The topic table: topic name -> number of queues and accepted message type, persisted as
+JSON in ``config/topics.json``."""
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -23,8 +25,30 @@ MAX_QUEUES = 1024
 SCAN_UNITS = 4096  # units of a queue's first file looked at for its oldest one
 
 
+class TopicType(str, enum.Enum):
+    """The one kind of message a topic accepts (RocketMQ 5's topic message type)."""
+
+    NORMAL = "normal"
+    FIFO = "fifo"
+    DELAY = "delay"
+    TRANSACTION = "transaction"
+
+
+def as_topic_type(value: object) -> TopicType:
+    """``value`` (a TopicType or its name, any case) as a TopicType; InvalidInputError
+    listing the types otherwise."""
+    if isinstance(value, TopicType):
+        return value
+    try:
+        return TopicType(value.lower() if isinstance(value, str) else value)
+    except ValueError:
+        raise InvalidInputError(
+            f"message type must be one of {', '.join(t.value for t in TopicType)}, got "
+            f"{value!r}") from None
+
+
 class TopicTable:
-    """Which topics exist and how many queues each has.
+    """Which topics exist, how many queues each has and which message type it accepts.
 
     ``queues_dir`` (the store's ``consumequeue/``) lets a damaged file be recovered: every
     topic that has a queue directory comes back with as many queues as its highest queue
@@ -38,6 +62,7 @@ class TopicTable:
         self.queues_dir = queues_dir
         self.queues: dict[str, int] = {}
         self.since: dict[str, int] = {}   # commit-log offset at which the topic was created
+        self.types: dict[str, TopicType] = {}   # topics that are not NORMAL
         self._loaded_stamp: tuple | None = None  # (inode, mtime, size) of the file last read
         self.recovered: str | None = None  # what load() did about a damaged file
 
@@ -49,11 +74,11 @@ class TopicTable:
             self._check_against_queue_dirs({}, "missing topic table", checked=False)
             return
         try:
-            queues, since, checked = parse_table(raw)
+            queues, since, types, checked = parse_table(raw)
         except ValueError as exc:
             self._recover(f"unreadable topic table ({exc})")
         else:
-            self.queues, self.since = queues, since
+            self.queues, self.since, self.types = queues, since, types
             self._check_against_queue_dirs(queues, "topic table", checked=checked)
         self._loaded_stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
 
@@ -85,11 +110,11 @@ class TopicTable:
                 f"{self.path}: {problem}; open the store for writing once to rebuild it from "
                 "the consume-queue directories")
         queues, since = topics_from_queue_dirs(self.queues_dir)
-        self.queues, self.since = queues, since
+        self.queues, self.since, self.types = queues, since, {}
         self.recovered = (
             f"{self.path}: {problem}; recovered {len(queues)} topic(s) from {self.queues_dir} "
-            "(queue counts from the queue directories; topics that never held a message are "
-            "gone and come back with the next put or create_topic)")
+            "(queue counts from the queue directories, every message type normal; topics that "
+            "never held a message are gone and come back with the next put or create_topic)")
         log.warning("%s", self.recovered)
         if not self.readonly:
             self.save()
@@ -106,53 +131,74 @@ class TopicTable:
             self.load()
 
     def save(self) -> None:
-        self._write(self.queues, self.since)
+        self._write(self.queues, self.since, self.types)
 
-    def _write(self, queues: dict[str, int], since: dict[str, int]) -> None:
+    def _write(self, queues: dict[str, int], since: dict[str, int],
+               types: dict[str, TopicType]) -> None:
         """Replace the file crash-safely with this table (DiskFullError if there is no room;
-        the caller's table is then unchanged)."""
+        the caller's table is then unchanged). A NORMAL topic has no ``type`` field, so a
+        store without typed topics stays readable by a strata that predates types."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data: dict = {"version": 1, "topics": {t: {"queues": n, "since": since.get(t, 0)}
-                                               for t, n in sorted(queues.items())}}
+        topics: dict = {}
+        for t, n in sorted(queues.items()):
+            entry: dict = {"queues": n, "since": since.get(t, 0)}
+            if types.get(t, TopicType.NORMAL) is not TopicType.NORMAL:
+                entry["type"] = types[t].value
+            topics[t] = entry
+        data: dict = {"version": 1, "topics": topics}
         data["crc32c"] = table_checksum(data)
         self.file_ops.write_atomic(self.path, json.dumps(data, indent=1).encode())
 
-    def create(self, topic: str, queues: int, since: int = 0) -> bool:
-        """Create ``topic`` with ``queues`` queues; False if it already exists (unchanged)."""
+    def create(self, topic: str, queues: int, since: int = 0,
+               message_type: TopicType = TopicType.NORMAL) -> bool:
+        """Create ``topic`` with ``queues`` queues accepting ``message_type``; False if it
+        already exists (unchanged)."""
         encode_topic(topic)
         if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= MAX_QUEUES:
             raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
+        message_type = as_topic_type(message_type)
         if topic in self.queues:
             return False
-        self._change(topic, queues, since)
+        self._change(topic, queues, since, message_type)
         return True
+
+    def type_of(self, topic: str) -> TopicType | None:
+        """The message type ``topic`` accepts (None: no such topic)."""
+        if topic not in self.queues:
+            return None
+        return self.types.get(topic, TopicType.NORMAL)
 
     def ensure(self, topic: str, queues: int, *, at_least: int = 0, since: int = 0) -> int:
         """The queue count of ``topic``, creating it (or widening it to ``at_least``)."""
         n = self.queues.get(topic)
         if n is None:
-            self._change(topic, max(queues, at_least), since)
+            self._change(topic, max(queues, at_least), since, TopicType.NORMAL)
         elif n < at_least:
-            self._change(topic, at_least, self.since.get(topic, 0))
+            self._change(topic, at_least, self.since.get(topic, 0),
+                         self.types.get(topic, TopicType.NORMAL))
         return self.queues[topic]
 
     def delete(self, topic: str) -> bool:
         if topic not in self.queues:
             return False
-        self._change(topic, None, None)
+        self._change(topic, None, None, None)
         return True
 
-    def _change(self, topic: str, queues: int | None, since: int | None) -> None:
+    def _change(self, topic: str, queues: int | None, since: int | None,
+                message_type: TopicType | None) -> None:
         """Set (or with None, drop) one topic: the file first, then the table, so a write
         that fails (a full disk) leaves both as they were."""
-        new_queues, new_since = dict(self.queues), dict(self.since)
+        new_queues, new_since, new_types = dict(self.queues), dict(self.since), dict(self.types)
+        new_types.pop(topic, None)
         if queues is None:
             new_queues.pop(topic, None)
             new_since.pop(topic, None)
         else:
             new_queues[topic], new_since[topic] = queues, since
-        self._write(new_queues, new_since)
-        self.queues, self.since = new_queues, new_since
+            if message_type is not TopicType.NORMAL:
+                new_types[topic] = message_type
+        self._write(new_queues, new_since, new_types)
+        self.queues, self.since, self.types = new_queues, new_since, new_types
 
 
 def table_checksum(data: dict) -> int:
@@ -178,11 +224,14 @@ def _count(value: object, what: str, lo: int, hi: int | None = None) -> int:
     return value
 
 
-def parse_table(raw: bytes) -> tuple[dict[str, int], dict[str, int], bool]:
-    """(queues, since, checksummed) from the bytes of ``topics.json``; ValueError naming what
-    is wrong when they are not a whole, intact table (a checksum that does not match, a key
-    that appears twice or is unknown, a value out of range, a name that is not a topic's).
-    A file without ``crc32c`` (written before strata had it) loads unchecked."""
+def parse_table(raw: bytes) -> tuple[dict[str, int], dict[str, int], dict[str, TopicType],
+                                      bool]:
+    """(queues, since, types of the topics that are not NORMAL, checksummed) from the bytes
+    of ``topics.json``; ValueError naming what is wrong when they are not a whole, intact
+    table (a checksum that does not match, a key that appears twice or is unknown, a value
+    out of range, a name that is not a topic's). A file without ``crc32c`` (written before
+    strata had it) loads unchecked; a topic without ``type`` (NORMAL, or a file written
+    before strata had types) is NORMAL."""
     data = json.loads(raw, object_pairs_hook=_unique_keys)  # bytes: non-UTF-8 is a ValueError
     if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
         raise ValueError("no topics object")
@@ -198,13 +247,19 @@ def parse_table(raw: bytes) -> tuple[dict[str, int], dict[str, int], bool]:
             raise ValueError(f"checksum mismatch (stored {stored!r}, computed {actual})")
     queues: dict[str, int] = {}
     since: dict[str, int] = {}
+    types: dict[str, TopicType] = {}
     for topic, entry in data["topics"].items():
         if not is_topic_name(topic) or not isinstance(entry, dict) or \
-                not set(entry) <= {"queues", "since"}:
+                not set(entry) <= {"queues", "since", "type"}:
             raise ValueError(f"bad entry for topic {topic[:40]!r}")
         queues[topic] = _count(entry.get("queues"), f"{topic}'s queue count", 1, MAX_QUEUES)
         since[topic] = _count(entry.get("since", 0), f"{topic}'s since", 0)
-    return queues, since, checked
+        kind = entry.get("type", TopicType.NORMAL.value)
+        if kind not in {t.value for t in TopicType}:
+            raise ValueError(f"{topic}'s type is {kind!r}")
+        if kind != TopicType.NORMAL.value:
+            types[topic] = TopicType(kind)
+    return queues, since, types, checked
 
 
 def topics_from_queue_dirs(root: Path) -> tuple[dict[str, int], dict[str, int]]:

@@ -7,9 +7,9 @@ Importing this package attaches it to ``MessageStore``: a store opened with
 
 from __future__ import annotations
 
-from strata.store import message_store as _message_store
-from strata.tiered.service import TierService
+from strata.store import tier_link
+from strata.tiered.service import TierService, history_for_reader
 
-_message_store.register_tier_factory(TierService.for_store)
+tier_link.register_tier(TierService.for_store, history_for_reader)
 
 __all__ = ["TierService"]

@@ -77,9 +77,11 @@ class BlockCache:
                 if len(piece) == bs or b == missing[j]:
                     self._put((path, b), piece)
             i = j + 1
-        whole = b"".join(blocks[b] for b in range(first, last + 1))
         off = start - first * bs
-        return whole[off:off + length]
+        if first == last:   # copy only the bytes asked for, not the whole block
+            return blocks[first][off:off + length]
+        return b"".join([blocks[first][off:], *(blocks[b] for b in range(first + 1, last)),
+                         blocks[last][:start + length - last * bs]])
 
     def drop(self, path: str) -> None:
         with self._lock:

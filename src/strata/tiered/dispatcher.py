@@ -90,6 +90,9 @@ class UploadDispatcher:
         self._on_chunk: Callable[[int, int], None] | None = None
         self.clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000  # tests: a clock
         self.expired_chunks = 0
+        # per queue, the first offset not durably on the tier (counted by the local metadata
+        # and by its tier copy): what local retention may delete below (``durable_next``)
+        self.durable: dict[tuple[str, int], int] = {}   # (set once the tier is met)
         self._thread = threading.Thread(target=self._run, name="strata-tier-upload",
                                         daemon=True)
         # a chunk's objects are written here while the upload thread builds the next one,
@@ -199,6 +202,17 @@ class UploadDispatcher:
         self.meta.attach(self.backend, self.adoption_problem)
         self.remove_orphans()
         self.attached = True
+        if self.meta.tier_synced:
+            self._note_durable()
+
+    def _note_durable(self) -> None:
+        """The metadata as it is now is committed locally and copied to the tier."""
+        self.durable = {(q.topic, q.queue_id): q.next_offset
+                        for q in list(self.meta.meta.queues.values())}
+
+    def durable_next(self, topic: str, queue_id: int) -> int:
+        """The first offset of the queue not yet durably on the tier."""
+        return self.durable.get((topic, queue_id), 0)
 
     def adoption_problem(self, theirs) -> str | None:
         """Why the tier's metadata cannot be this store's (None: it can): every queue it
@@ -266,6 +280,8 @@ class UploadDispatcher:
             self._commit()
         if not self.meta.tier_synced:
             self.meta.push(self.backend)
+        if not self._pending_chunks and self.meta.tier_synced:
+            self._note_durable()   # committed and copied: local retention may delete below
 
     def expire(self, now_ms: int) -> int:
         """Tier retention: drop every queue's oldest chunks whose newest message was stored

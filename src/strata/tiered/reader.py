@@ -10,9 +10,11 @@ CorruptTierError naming the object; they are never returned.
 from __future__ import annotations
 
 import bisect
+import heapq
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 from crc32c import crc32c
@@ -55,6 +57,7 @@ class TieredQueueReader:
         self._metadata = metadata if callable(metadata) else (lambda: metadata)
         self.cache = BlockCache(cache_bytes, block_size)
         self._index: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._index_lock = threading.Lock()
         self._topics: dict[bytes, str] = {}
 
     @classmethod
@@ -65,6 +68,10 @@ class TieredQueueReader:
             raise CorruptTierError(f"tier {backend.url} holds no metadata (meta/tier.json)")
         return cls(backend, meta, **kw)
 
+    def close(self) -> None:
+        """Release the backend (a read-only opener's own; the writer's service closes its)."""
+        self.backend.close()
+
     @property
     def metadata(self) -> TierMetadata:
         return self._metadata()
@@ -72,6 +79,14 @@ class TieredQueueReader:
     def _queue(self, topic: str, queue_id: int) -> QueueMeta | None:
         q = self.metadata.queue(topic, queue_id)
         return q if q is not None and q.chunks else None
+
+    def _queues(self) -> list[QueueMeta]:
+        """The queues with chunks (a snapshot: the writer's uploads change the metadata)."""
+        return [q for q in list(self.metadata.queues.values()) if q.chunks]
+
+    def holds(self, topic: str, queue_id: int) -> bool:
+        """Whether the tier holds at least one message of the queue."""
+        return self._queue(topic, queue_id) is not None
 
     # ------------------------------------------------------------------ offsets and times
 
@@ -86,10 +101,22 @@ class TieredQueueReader:
         q = self.metadata.queue(topic, queue_id)
         return q.max_offset() if q else 0
 
+    def next_held(self, topic: str, queue_id: int, offset: int) -> int:
+        """The first offset at or after ``offset`` that the tier holds (its max_offset if
+        none): past a stretch local retention deleted before it was uploaded."""
+        q = self._queue(topic, queue_id)
+        if q is None:
+            return self.max_offset(topic, queue_id)
+        for c in list(q.chunks):
+            if c.end > offset:
+                return max(c.first, offset)
+        return q.max_offset()
+
     def earliest_time(self, topic: str, queue_id: int) -> int:
         """Store time (ms) of the oldest message the tier holds of the queue; -1 if none."""
         q = self._queue(topic, queue_id)
-        return q.chunks[0].min_ts if q else -1
+        chunks = list(q.chunks) if q else []
+        return chunks[0].min_ts if chunks else -1
 
     # ------------------------------------------------------------------ objects
 
@@ -101,10 +128,11 @@ class TieredQueueReader:
                                    "although the metadata counts it", path) from None
 
     def _array(self, path: str, crc: int, count: int, dtype: np.dtype) -> np.ndarray:
-        arr = self._index.get(path)
-        if arr is not None:
-            self._index.move_to_end(path)
-            return arr
+        with self._index_lock:   # a store's reads come from many threads (the broker's)
+            arr = self._index.get(path)
+            if arr is not None:
+                self._index.move_to_end(path)
+                return arr
         raw = self._fetch(path, 0, count * dtype.itemsize + 1)
         if len(raw) != count * dtype.itemsize:
             raise CorruptTierError(f"tier {self.backend.url}: {path} holds {len(raw)} bytes, "
@@ -113,9 +141,10 @@ class TieredQueueReader:
             raise CorruptTierError(f"tier {self.backend.url}: {path} fails its CRC32C "
                                    f"(metadata 0x{crc:08x}, computed 0x{crc32c(raw):08x})", path)
         arr = np.frombuffer(raw, dtype)
-        self._index[path] = arr
-        while len(self._index) > MAX_INDEX_OBJECTS:
-            self._index.popitem(last=False)
+        with self._index_lock:
+            self._index[path] = arr
+            while len(self._index) > MAX_INDEX_OBJECTS:
+                self._index.popitem(last=False)
         return arr
 
     def _units(self, q: QueueMeta, c: ChunkMeta) -> np.ndarray:
@@ -129,10 +158,32 @@ class TieredQueueReader:
                            c.keys_count, KEY_ENTRY)
 
     def _chunk_at(self, q: QueueMeta, offset: int) -> ChunkMeta | None:
-        i = bisect.bisect_right([c.first for c in q.chunks], offset) - 1
-        if i < 0 or offset >= q.chunks[i].end:
+        chunks = list(q.chunks)   # tier retention may drop the first ones meanwhile
+        i = bisect.bisect_right([c.first for c in chunks], offset) - 1
+        if i < 0 or offset >= chunks[i].end:
             return None
-        return q.chunks[i]
+        return chunks[i]
+
+    def _first_at_or_after(self, q: QueueMeta, c: ChunkMeta, phys: int) -> int:
+        """Index of chunk ``c``'s first record at commit-log offset ``phys`` or after it
+        (``c.count`` if none): records of a queue lie in log order. A binary search over the
+        offsets in the records' headers (not yet checked: search keys; the record found is
+        checked when read)."""
+        at = self._units(q, c)["offset"]
+        path = chunk_path(q.topic, q.queue_id, c.first, "log")
+        read, fetch, unpack = self.cache.read, self._fetch, rec.I64_AT.unpack
+        lo, hi = 0, c.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            raw = read(path, int(at[mid]) + rec.POS_PHYSICAL_OFFSET, 8, fetch)
+            if len(raw) != 8:
+                raise CorruptTierError(f"tier {self.backend.url}: {path} is shorter than its "
+                                       "units say", path)
+            if unpack(raw)[0] < phys:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def _records(self, q: QueueMeta, c: ChunkMeta, lo: int, hi: int) -> list[rec.StoredMessage]:
         """Messages at positions [lo, hi) of chunk ``c``, each checked."""
@@ -196,7 +247,7 @@ class TieredQueueReader:
         q = self._queue(topic, queue_id)
         if q is None:
             return 0
-        chunks = q.chunks
+        chunks = list(q.chunks)
         if boundary == "lower":
             i = next((i for i, c in enumerate(chunks) if c.max_ts >= timestamp_ms), None)
             if i is None:
@@ -225,19 +276,21 @@ class TieredQueueReader:
         return c.first + lo - 1 if lo > 0 else c.first
 
     def query(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
-              max_results: int = 64) -> list[rec.StoredMessage]:
+              max_results: int = 64, below: int | None = None) -> list[rec.StoredMessage]:
         """Messages of ``topic`` with key (or unique key) ``key`` stored in [begin, end] ms,
         newest first; only exact topic and key matches (hashes are compared, then the
-        records themselves)."""
+        records themselves). ``below``: only chunks that start below this commit-log offset
+        are looked at (a store asks only for what its local files no longer hold)."""
         if end_ms is None:
             end_ms = 2**62
         h = np.uint64(key_hash(topic, key))
         found: list[rec.StoredMessage] = []
-        for q in self.metadata.queues.values():
+        for q in self._queues():
             if q.topic != topic:
                 continue
-            for c in q.chunks:
-                if c.max_ts < begin_ms or c.min_ts > end_ms or not c.keys_count:
+            for c in list(q.chunks):
+                if c.max_ts < begin_ms or c.min_ts > end_ms or not c.keys_count or \
+                        (below is not None and c.first_phys >= below):
                     continue
                 keys = self._keys(q, c)
                 a = int(np.searchsorted(keys["hash"], h, side="left"))
@@ -250,6 +303,51 @@ class TieredQueueReader:
                         found.append(m)
         found.sort(key=lambda m: (m.store_timestamp, m.commitlog_offset), reverse=True)
         return found[:max_results]
+
+    # ------------------------------------------------------------------ by commit-log offset
+
+    def min_commitlog_offset(self) -> int | None:
+        """The smallest commit-log offset of a record the tier holds (None: none)."""
+        firsts = [q.chunks[0].first_phys for q in self._queues()]
+        return min(firsts) if firsts else None
+
+    def read_at(self, commitlog_offset: int) -> rec.StoredMessage | None:
+        """The message whose record started at ``commitlog_offset`` in the log of the store
+        that uploaded it; None if the tier holds no record that started there."""
+        for q in self._queues():
+            chunks = list(q.chunks)
+            i = bisect.bisect_right([c.first_phys for c in chunks], commitlog_offset) - 1
+            if i < 0 or commitlog_offset >= chunks[i].end_phys:
+                continue
+            c = chunks[i]
+            j = self._first_at_or_after(q, c, commitlog_offset)
+            if j < c.count:
+                m = self._records(q, c, j, j + 1)[0]
+                if m.commitlog_offset == commitlog_offset:
+                    return m
+        return None
+
+    def scan(self, from_offset: int, to_offset: int,
+             batch: int = 256) -> Iterator[rec.StoredMessage]:
+        """Every record the tier holds whose commit-log offset lies in [from, to), in log
+        order (the queues' runs merged), each checked."""
+        runs = []
+        for q in self._queues():
+            chunks = [c for c in list(q.chunks)
+                      if c.end_phys > from_offset and c.first_phys < to_offset]
+            if chunks:
+                runs.append(self._scan_queue(q, chunks, from_offset, to_offset, batch))
+        yield from heapq.merge(*runs, key=lambda m: m.commitlog_offset)
+
+    def _scan_queue(self, q: QueueMeta, chunks: list[ChunkMeta], lo_phys: int, hi_phys: int,
+                    batch: int) -> Iterator[rec.StoredMessage]:
+        for c in chunks:
+            start = 0 if c.first_phys >= lo_phys else self._first_at_or_after(q, c, lo_phys)
+            for lo in range(start, c.count, batch):
+                for m in self._records(q, c, lo, min(c.count, lo + batch)):
+                    if m.commitlog_offset >= hi_phys:
+                        return
+                    yield m
 
     # ------------------------------------------------------------------ verification
 

@@ -1,0 +1,161 @@
+"""Prometheus metrics of ``strata serve --metrics HOST:PORT`` (prometheus-client, the broker
+extra): what the RPCs did (counted from each request and its reply by a layer around the RPCs), the
+store's put batches and their flush latency, and — computed at each scrape from the
+consumer-group state — every group's lag and deliveries in flight. docs/broker.md lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from strata.broker.group_state import ConsumerGroups
+from strata.broker.intercept import RpcLayer, Unary, UnaryStream
+from strata.broker.protocol import Code
+from strata.store.message_store import MessageStore
+
+# fsync waits run from well under a millisecond (an idle SSD) to seconds (a busy disk)
+FLUSH_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+OK = Code.OK
+CODE_NAMES = {v: k for k, v in Code.items()}
+
+
+class GroupCollector(Collector):
+    """Per consumer group and topic, at scrape time: lag (messages stored and not acked:
+    the queues' max offset minus the group's first offset not acked) and in-flight
+    deliveries (receipts handed out and not acked)."""
+
+    def __init__(self, store: MessageStore, groups: ConsumerGroups) -> None:
+        self.store = store
+        self.groups = groups
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        lag = GaugeMetricFamily("strata_group_lag", "Messages of the topic the group has not "
+                                "acked yet (queue max offset minus the first offset not acked, "
+                                "summed over the topic's queues)", labels=["topic", "group"])
+        flying = GaugeMetricFamily("strata_group_inflight", "Deliveries handed out to the "
+                                   "group and not acked yet (live receipt handles)",
+                                   labels=["topic", "group"])
+        # a copy taken in one step: the event loop changes the dict while we read
+        queues = list(self.groups.queues.items())
+        done: dict[tuple[str, str], dict[int, int]] = {}
+        inflight: dict[tuple[str, str], int] = {}
+        for (group, topic, qid), q in queues:
+            done.setdefault((topic, group), {})[qid] = q.commit_offset()
+            inflight[(topic, group)] = inflight.get((topic, group), 0) + len(q.in_flight)
+        store = self.store
+        for (topic, group), commit in sorted(done.items()):
+            behind = 0
+            for qid in range(store.queue_count(topic)):
+                start = commit.get(qid)
+                low = store.min_offset(topic, qid)
+                behind += max(0, store.max_offset(topic, qid) - max(low, start or low))
+            lag.add_metric([topic, group], behind)
+            flying.add_metric([topic, group], inflight[(topic, group)])
+        yield lag
+        yield flying
+
+
+class BrokerMetrics(RpcLayer):
+    """The metrics of one broker: counters fed by the RPCs (as a layer around them), the
+    send batcher (``stored``), and the group collector."""
+
+    def __init__(self, store: MessageStore, groups: ConsumerGroups) -> None:
+        self.registry = r = CollectorRegistry()
+        self.flush_sync = store.config.flush == "sync"
+        self.requests = Counter("strata_requests", "RPCs answered, by method and protocol "
+                                "status code", ["method", "code"], registry=r)
+        self.sent = Counter("strata_messages_sent", "Messages stored by SendMessage",
+                            ["topic"], registry=r)
+        self.sent_bytes = Counter("strata_sent_bytes", "Body bytes of the messages stored "
+                                  "by SendMessage", ["topic"], registry=r)
+        self.received = Counter("strata_messages_received", "Deliveries by ReceiveMessage "
+                                "(redeliveries count again)", ["topic", "group"], registry=r)
+        self.received_bytes = Counter("strata_received_bytes", "Body bytes delivered by "
+                                      "ReceiveMessage", ["topic", "group"], registry=r)
+        self.acked = Counter("strata_messages_acked", "Deliveries acknowledged by AckMessage",
+                             ["topic", "group"], registry=r)
+        self.put_batches = Counter("strata_put_batches", "put_batch calls of the send path "
+                                   "(messages sent / batches = group commit size)", registry=r)
+        self.flush_latency = Histogram(
+            "strata_flush_latency_seconds", "With --flush sync: time from a put_batch's start "
+            "until an fsync covers its messages (the sends' wait for durability)",
+            buckets=FLUSH_BUCKETS, registry=r)
+        r.register(GroupCollector(store, groups))
+        self._http = None
+        # labelled children by (metric, labels): labels() costs ~6x an inc() (lock, checks)
+        self._children: dict[tuple, object] = {}
+
+    def _child(self, metric, *labels: str):
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    # ------------------------------------------------------------------ the store side
+
+    def stored(self, messages: int, seconds: float) -> None:
+        """One put_batch of the send path stored ``messages`` in ``seconds``."""
+        self.put_batches.inc()
+        if self.flush_sync:
+            self.flush_latency.observe(seconds)
+
+    # ------------------------------------------------------------------ the RPCs
+
+    def _count(self, name: str, request, reply) -> None:
+        code = reply.status.code
+        self._child(self.requests, name, CODE_NAMES.get(code) or str(code)).inc()
+        if name == "SendMessage":
+            for m, e in zip(request.messages, reply.entries):
+                if e.status.code == OK:
+                    self._child(self.sent, m.topic.name).inc()
+                    self._child(self.sent_bytes, m.topic.name).inc(len(m.body))
+        elif name == "AckMessage":
+            n = sum(1 for e in reply.entries if e.status.code == OK)
+            if n:
+                self._child(self.acked, request.topic.name, request.group.name).inc(n)
+
+    def wrap_unary(self, name: str, inner: Unary) -> Unary:
+        async def counted(request, context):
+            reply = await inner(request, context)
+            if reply is not None:
+                self._count(name, request, reply)
+            return reply
+        return counted
+
+    def wrap_unary_stream(self, name: str, inner: UnaryStream) -> UnaryStream:
+        async def counted(request, context):
+            n = size = 0
+            first = True
+            try:
+                async for reply in inner(request, context):
+                    if first and reply.HasField("status"):
+                        self._count(name, request, reply)
+                        first = False
+                    if reply.HasField("message"):
+                        n += 1
+                        size += len(reply.message.body)
+                    yield reply
+            finally:
+                if n and name == "ReceiveMessage":
+                    labels = (request.message_queue.topic.name, request.group.name)
+                    self._child(self.received, *labels).inc(n)
+                    self._child(self.received_bytes, *labels).inc(size)
+        return counted
+
+    # ------------------------------------------------------------------ the endpoint
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` over HTTP on a thread; returns the port (0 picks a free one)."""
+        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return self._http.server_port
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None

@@ -1,0 +1,65 @@
+"""Telemetry sessions: each client's open Telemetry stream, what it publishes, and a queue of
+commands the server pushes to it (settings replies, orphaned-transaction checks)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Session:
+    """One open Telemetry stream."""
+
+    client_id: str
+    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    client_type: int = 0
+    topics: frozenset[str] = frozenset()     # what a producer said it publishes
+    closed: bool = False
+
+    def push(self, command) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(command)
+
+    def close(self) -> None:
+        """End the stream (the server's generator stops after what is queued)."""
+        if not self.closed:
+            self.outbox.put_nowait(None)
+            self.closed = True
+
+
+class Sessions:
+    """The open sessions by client id (one event-loop thread)."""
+
+    def __init__(self) -> None:
+        self.by_client: dict[str, Session] = {}
+        self._turn = 0
+
+    def open(self, client_id: str) -> Session:
+        s = Session(client_id)
+        old = self.by_client.get(client_id)
+        self.by_client[client_id] = s
+        if old is not None:
+            old.close()
+        return s
+
+    def closed(self, s: Session) -> None:
+        s.closed = True
+        if self.by_client.get(s.client_id) is s:
+            del self.by_client[s.client_id]
+
+    def producer_for(self, topic: str, prefer: str = "") -> Session | None:
+        """A live producer session that publishes ``topic``: ``prefer`` (a client id) if it
+        does, else the next one in turn."""
+        s = self.by_client.get(prefer)
+        if s is not None and not s.closed and topic in s.topics:
+            return s
+        found = [s for s in self.by_client.values() if not s.closed and topic in s.topics]
+        if not found:
+            return None
+        self._turn += 1
+        return found[self._turn % len(found)]
+
+    def close_all(self) -> None:
+        for s in list(self.by_client.values()):
+            s.close()
