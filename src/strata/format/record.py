@@ -61,6 +61,8 @@ POS_PHYSICAL_OFFSET = 28
 POS_SYS_FLAG = 36
 POS_BORN_TIMESTAMP = 40
 POS_STORE_TIMESTAMP = 48
+POS_TX_OFFSET = 56
+POS_RECONSUME_TIMES = 64
 POS_BODY_LENGTH = 68
 POS_TOPIC_LENGTH = 72
 POS_PROPERTIES_LENGTH = 74
@@ -463,11 +465,12 @@ def check_record(buf, pos: int, limit: int, *, verify_crc: bool = True) -> tuple
 
 def decode_topic(raw, pos: int) -> str:
     """The topic name from its bytes ``raw``; CorruptRecordError (naming ``pos``) if they are
-    not UTF-8, as only a damaged record's can be (names are ASCII)."""
+    not ASCII, as only a damaged record's can be (``encode_topic`` admits ASCII names only)."""
     try:
-        return bytes(raw).decode("utf-8")
+        return bytes(raw).decode("ascii")
     except UnicodeDecodeError:
-        raise CorruptRecordError(f"topic bytes {bytes(raw)[:40]!r} are not UTF-8", pos) from None
+        raise CorruptRecordError(f"topic bytes {bytes(raw)[:40]!r} are not ASCII (a topic "
+                                 "name is)", pos) from None
 
 
 def decode_record(buf, pos: int = 0) -> StoredMessage:
