@@ -18,12 +18,8 @@ from crc32c import crc32c
 from strata.format import record as rec
 from strata.format import record_kernels as rk
 
-HEADER_DTYPE = np.dtype([
-    ("total", "<u4"), ("magic", "<u4"), ("crc", "<u4"), ("queue_id", "<i4"), ("flag", "<i4"),
-    ("queue_offset", "<i8"), ("phys", "<i8"), ("sys_flag", "<i4"), ("born_ts", "<i8"),
-    ("store_ts", "<i8"), ("tx_offset", "<i8"), ("reconsume", "<i4"), ("body_len", "<u4"),
-    ("topic_len", "<u2"), ("props_len", "<u2"),
-])
+_NUMPY_CODE = {"I": "<u4", "i": "<i4", "q": "<i8", "H": "<u2"}
+HEADER_DTYPE = np.dtype([(name, _NUMPY_CODE[code]) for name, code in rec.HEADER_FIELDS])
 assert HEADER_DTYPE.itemsize == rec.HEADER_SIZE
 
 _MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
