@@ -259,9 +259,26 @@ class MessageBatch(Sequence):
                    f[rk.F_BORN_TS].tolist(), f[rk.F_STORE_TS].tolist(),
                    f[rk.F_RECONSUME].tolist(), f[rk.F_FLAG].tolist(),
                    f[rk.F_SYS_FLAG].tolist(), f[rk.F_TX_OFFSET].tolist(),
-                   f[rk.F_TOTAL].tolist(), [buf[a:b] for a, b in zip(props, body)],
-                   [buf[a:b] for a, b in zip(hosts, topic_at)])
+                   f[rk.F_TOTAL].tolist(),
+                   self._sections(f[rk.F_PROPS_AT], f[rk.F_BODY_AT], props, body),
+                   self._sections(f[rk.F_HOSTS_AT], f[rk.F_TOPIC_AT], hosts, topic_at))
         return list(map(_new_message, rows))
+
+    def _sections(self, starts: np.ndarray, ends: np.ndarray, a: list, b: list):
+        """The bytes ``buf[a[i]:b[i]]`` of every message: one shared object when they are all
+        the same (the hosts of one producer, the properties of plain messages), as equal
+        values need not be copies."""
+        buf = self._buf
+        n = len(a)
+        lens = ends - starts
+        width = int(lens[0]) if n else 0
+        if n > 1 and (lens == width).all() and width <= 64:
+            if width == 0:
+                return repeat(b"", n)
+            rows = np.frombuffer(buf, np.uint8)[starts[:, None] + np.arange(width)]
+            if (rows == rows[0]).all():
+                return repeat(buf[a[0]:b[0]], n)
+        return [buf[x:y] for x, y in zip(a, b)]
 
     def _list(self) -> list[rec.StoredMessage]:
         items = self._items
