@@ -237,22 +237,25 @@ class MessageBatch(Sequence):
         batch._items = list(messages)
         return batch
 
-    def _topic_names(self, f: np.ndarray) -> list[str]:
-        buf, names = self._buf, self._topics
-        raw = [buf[a:b] for a, b in zip(f[rk.F_TOPIC_AT].tolist(), f[rk.F_PROPS_AT].tolist())]
+    def _topic_names(self, f: np.ndarray, a: list, b: list):
+        """Every message's topic name, from its bytes (one name when they are all the same)."""
+        names = self._topics
+        shared = self._shared(f[rk.F_TOPIC_AT], f[rk.F_PROPS_AT], a, b)
+        raw = [shared] if shared is not None else [self._buf[x:y] for x, y in zip(a, b)]
         out = list(map(names.get, raw))
         if None in out:   # names this reader has not met yet (checked ASCII by the kernel)
             for j, tb in enumerate(raw):
                 if out[j] is None:
                     out[j] = names[tb] = tb.decode("ascii")
-        return out
+        return repeat(out[0], len(a)) if shared is not None else out
 
     def _make(self, f: np.ndarray) -> list[rec.StoredMessage]:
         buf = self._buf
         n = f.shape[1]
         hosts, topic_at, props, body, end = (f[r].tolist() for r in (
             rk.F_HOSTS_AT, rk.F_TOPIC_AT, rk.F_PROPS_AT, rk.F_BODY_AT, rk.F_BODY_END))
-        topics = repeat(self._topic, n) if self._topic is not None else self._topic_names(f)
+        topics = repeat(self._topic, n) if self._topic is not None else \
+            self._topic_names(f, topic_at, props)
         # comprehensions slice inline: about twice as fast as map(slice, ...)
         rows = zip(topics, f[rk.F_QUEUE_ID].tolist(), f[rk.F_QUEUE_OFFSET].tolist(),
                    f[rk.F_PHYS].tolist(), [buf[a:b] for a, b in zip(body, end)],
@@ -268,17 +271,25 @@ class MessageBatch(Sequence):
         """The bytes ``buf[a[i]:b[i]]`` of every message: one shared object when they are all
         the same (the hosts of one producer, the properties of plain messages), as equal
         values need not be copies."""
+        shared = self._shared(starts, ends, a, b)
+        if shared is not None:
+            return repeat(shared, len(a))
         buf = self._buf
-        n = len(a)
-        lens = ends - starts
-        width = int(lens[0]) if n else 0
-        if n > 1 and (lens == width).all() and width <= 64:
-            if width == 0:
-                return repeat(b"", n)
-            rows = np.frombuffer(buf, np.uint8)[starts[:, None] + np.arange(width)]
-            if (rows == rows[0]).all():
-                return repeat(buf[a[0]:b[0]], n)
         return [buf[x:y] for x, y in zip(a, b)]
+
+    def _shared(self, starts: np.ndarray, ends: np.ndarray, a: list, b: list) -> bytes | None:
+        """``buf[a[0]:b[0]]`` if every ``buf[a[i]:b[i]]`` holds the same (short) bytes."""
+        n = len(a)
+        if n < 2:
+            return None
+        lens = ends - starts
+        width = int(lens[0])
+        if width > 128 or not (lens == width).all():
+            return None
+        if width == 0:
+            return b""
+        rows = np.frombuffer(self._buf, np.uint8)[starts[:, None] + np.arange(width)]
+        return self._buf[a[0]:b[0]] if (rows == rows[0]).all() else None
 
     def _list(self) -> list[rec.StoredMessage]:
         items = self._items
