@@ -209,6 +209,9 @@ def write_records(buf, pos: int, headers: np.ndarray, blob) -> None:
         u32_windows(mv, end)[starts + rec.POS_CRC] = crcs
 
 
+_NO_FIELDS = np.zeros((rk.FIELDS, 0), np.int64)
+
+
 class MessageBatch(Sequence):
     """Messages read in one batch: a read-only sequence of ``StoredMessage`` (index, slice,
     iterate, ``len``, ``+``, compare with a list) over one buffer holding their records'
@@ -231,9 +234,19 @@ class MessageBatch(Sequence):
         self._items: list[rec.StoredMessage] | None = None
 
     @classmethod
+    def made(cls, buf, fields: np.ndarray, topic: str | None,
+             topics: dict[bytes, str] | None = None) -> "MessageBatch":
+        """A batch whose messages are made now, straight from ``buf`` (a segment's map, say:
+        no reference to it is kept), for a reader that reads every message anyway."""
+        batch = cls(buf, fields, topic, topics)
+        batch._items = batch._make(fields)
+        batch._buf, batch._fields = b"", _NO_FIELDS
+        return batch
+
+    @classmethod
     def of(cls, messages: Sequence[rec.StoredMessage]) -> "MessageBatch":
         """A batch holding ``messages`` as they are (already made)."""
-        batch = cls(b"", np.zeros((rk.FIELDS, 0), np.int64), None)
+        batch = cls(b"", _NO_FIELDS, None)
         batch._items = list(messages)
         return batch
 
@@ -338,12 +351,15 @@ class MessageBatch(Sequence):
 
 
 def gather_batch(data: np.ndarray, fields: np.ndarray, topic: str | None,
-                 topics: dict[bytes, str] | None = None) -> MessageBatch:
+                 topics: dict[bytes, str] | None = None,
+                 scratch: np.ndarray | None = None) -> MessageBatch:
     """A ``MessageBatch`` of the checked records whose fields (``record_kernels.F_*`` rows,
     positions in ``data``) are ``fields``: their hosts, topic, properties and body are copied
-    out of ``data`` (a segment's map) into one new buffer, so the batch outlives the map."""
+    out of ``data`` (a segment's map) into one new buffer, so the batch outlives the map.
+    ``scratch`` (uint8, reused by the caller) holds the copy on its way, if large enough."""
     f = np.ascontiguousarray(fields)
     f = f.copy() if f is fields else f
-    out = np.empty(int((f[rk.F_BODY_END] - f[rk.F_HOSTS_AT]).sum()), np.uint8)
+    n = int((f[rk.F_BODY_END] - f[rk.F_HOSTS_AT]).sum())
+    out = scratch[:n] if scratch is not None and len(scratch) >= n else np.empty(n, np.uint8)
     rk.pack(data, f, np.zeros(f.shape[1], np.uint8), out)
     return MessageBatch(out.tobytes(), f, topic, topics)

@@ -21,12 +21,10 @@ from strata.format import record as rec
 from strata.format import record_kernels as rk
 from strata.format.record_batch import MessageBatch
 from strata.format.segment import HEADER_AREA
-from strata.log.record_walk import segment_map
+from strata.log.record_walk import scratch, segment_map
 
 _EMPTY_TOPIC = np.zeros(0, np.uint8)
 _NO_QUEUE_OFFSETS = np.zeros(0, np.int64)
-
-
 @dataclass
 class OffsetsRead:
     """What ``read_offsets`` found at each of n offsets."""
@@ -58,7 +56,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     offsets = np.asarray(offsets, np.int64)
     n = len(offsets)
     status = np.full(n, rk.NO_RECORD, np.uint8)
-    fields = np.empty((rk.FIELDS, n), np.int64)
+    fields = scratch("fields", (rk.FIELDS, n), np.int64)
     name = _EMPTY_TOPIC if topic is None else np.frombuffer(topic.encode("ascii"), np.uint8)
     qid = -1 if topic is None else queue_id
     qoffs = _NO_QUEUE_OFFSETS if topic is None else np.asarray(queue_offsets, np.int64)
@@ -74,9 +72,9 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
             data = segment_map(seg)
             good, nbytes = rk.check_at(data, pos, offsets[lo:hi], end, verify_crc, name, qid,
                                        qoffs[lo:hi] if qid >= 0 else qoffs, f, status[lo:hi])
-            out = np.empty(nbytes, np.uint8)
+            out = scratch("bytes", (nbytes,), np.uint8)
             rk.pack(data, f, status[lo:hi], out)
-            parts.append((out.tobytes(), f[:, :good]))
+            parts.append((out.tobytes(), f[:, :good].copy()))
             if good < hi - lo:
                 for i in np.flatnonzero(status[lo:hi] >= rk.NO_RECORD).tolist():
                     why = rec.record_damage(seg.mm, int(pos[i]), end, int(offsets[lo + i]))

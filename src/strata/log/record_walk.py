@@ -15,6 +15,7 @@ take over (``record_problem``, ``resync``).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Iterator
@@ -26,10 +27,24 @@ from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format import record as rec
 from strata.format import record_kernels as rk
-from strata.format.record_batch import MessageBatch, gather_batch
+from strata.format.record_batch import MessageBatch
 from strata.format.segment import HEADER_AREA
 
 WALK_ROWS = 1024   # records per run (a scan's batch)
+
+# Per-thread tables a read fills before copying out what it keeps: memory touched for the first
+# time costs more here than the reads themselves (DESIGN.md, ~1 ns a byte), so it is reused.
+_scratch = threading.local()
+
+
+def scratch(kind: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """This thread's reusable array ``kind``, at least ``shape`` (grown as needed), sliced to
+    ``shape``. Valid until this thread asks for ``kind`` again."""
+    arr = getattr(_scratch, kind, None)
+    if arr is None or any(have < want for have, want in zip(arr.shape, shape)):
+        arr = np.empty(shape[:-1] + (max(shape[-1], 1024),), dtype)
+        setattr(_scratch, kind, arr)
+    return arr[tuple(slice(0, want) for want in shape)]
 
 _MESSAGE = rec.U32.pack(rec.MESSAGE_MAGIC)
 _BLANK = rec.U32.pack(rec.BLANK_MAGIC)
@@ -103,7 +118,9 @@ def segment_map(seg: MappedSegment) -> np.ndarray:
 @dataclass
 class Run:
     """Good message records one after another in ``seg``: their fields
-    (``fields[record_kernels.F_*]``, positions in ``data``, the segment's map)."""
+    (``fields[record_kernels.F_*]``, positions in ``data``, the segment's map). The walk
+    reuses the table: a Run is valid until the walk is asked for the next item (``messages()``
+    copies what it needs)."""
 
     seg: MappedSegment
     data: np.ndarray
@@ -122,8 +139,9 @@ class Run:
         return self.fields[rk.F_TOTAL]
 
     def messages(self, topics: dict[bytes, str] | None = None) -> MessageBatch:
-        """The records as a MessageBatch (copied out of the map: it outlives the segment)."""
-        return gather_batch(self.data, self.fields, None, topics)
+        """The records as a MessageBatch of messages made now, each field copied out of the
+        map (so it outlives the segment)."""
+        return MessageBatch.made(self.seg.mm, self.fields, None, topics)
 
 
 class RecordWalk:
@@ -169,8 +187,8 @@ class RecordWalk:
         base = seg.base_offset
         pos = self.start
         crc_from = HEADER_AREA + self.crc_from
+        fields = scratch("walk", (rk.FIELDS, self.rows), np.int64)   # (fresh pages cost more)
         while pos < end:
-            fields = np.empty((rk.FIELDS, self.rows), np.int64)
             n, stop, why = rk.walk(data, HEADER_AREA + pos, HEADER_AREA + end,
                                    base - HEADER_AREA, crc_from, fields, 0, self.rows)
             if n:

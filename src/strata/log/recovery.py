@@ -34,7 +34,7 @@ from strata.format.segment import HEADER_AREA
 from strata.log.commit_log import CommitLog
 from strata.log.record_walk import Damage, RecordWalk
 
-RECOVERY_ROWS = 1 << 16   # records per compiled walk call
+RECOVERY_ROWS = 1 << 14   # records per compiled walk call
 
 log = logging.getLogger(__name__)
 

@@ -98,7 +98,7 @@ def verify_log(segments: SegmentQueue, limit: int, *,
     for seg in segs:
         file = f"commitlog/{seg.path.name}"
         end = max(0, min(seg.committed, limit - seg.base_offset))
-        walk = RecordWalk(seg, 0, end, rows=1 << 16)
+        walk = RecordWalk(seg, 0, end, rows=1 << 14)
         count = tmin = tmax = 0
         for run in walk.runs():
             if isinstance(run, Damage):
