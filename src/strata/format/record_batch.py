@@ -16,7 +16,7 @@ import numpy as np
 from crc32c import crc32c
 
 from strata.format import record as rec
-from strata.format import record_kernels as rk
+from strata.format import record_table as rk
 
 _NUMPY_CODE = {"I": "<u4", "i": "<i4", "q": "<i8", "H": "<u2"}
 HEADER_DTYPE = np.dtype([(name, _NUMPY_CODE[code]) for name, code in rec.HEADER_FIELDS])
@@ -361,5 +361,5 @@ def gather_batch(data: np.ndarray, fields: np.ndarray, topic: str | None,
     f = f.copy() if f is fields else f
     n = int((f[rk.F_BODY_END] - f[rk.F_HOSTS_AT]).sum())
     out = scratch[:n] if scratch is not None and len(scratch) >= n else np.empty(n, np.uint8)
-    rk.pack(data, f, np.zeros(f.shape[1], np.uint8), out)
+    rk.kernels().pack(data, f, np.zeros(f.shape[1], np.uint8), out)
     return MessageBatch(out.tobytes(), f, topic, topics)

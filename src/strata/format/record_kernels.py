@@ -25,6 +25,10 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from strata.format import record as rec
+from strata.format.record_table import (  # noqa: F401 - the kernels' interface
+    CRC_MISMATCH, F_BODY_AT, F_BODY_END, F_BORN_TS, F_FLAG, F_HOSTS_AT, F_PHYS, F_PROPS_AT,
+    F_QUEUE_ID, F_QUEUE_OFFSET, F_RECONSUME, F_STORE_TS, F_SYS_FLAG, F_TOPIC_AT, F_TOTAL,
+    F_TX_OFFSET, FIELDS, GOOD, NO_RECORD, OTHER, WALK_BAD, WALK_BLANK, WALK_END)
 
 # --------------------------------------------------------------------------- raw loads
 
@@ -143,21 +147,7 @@ def crc32c_of(data, start, end):
 
 # --------------------------------------------------------------------------- the record checks
 
-# Rows of the field table (int64, one column per record).
-(F_TOTAL, F_QUEUE_ID, F_FLAG, F_QUEUE_OFFSET, F_PHYS, F_SYS_FLAG, F_BORN_TS, F_STORE_TS,
- F_TX_OFFSET, F_RECONSUME, F_HOSTS_AT, F_TOPIC_AT, F_PROPS_AT, F_BODY_AT, F_BODY_END) = range(15)
-FIELDS = 15
-
-# What a check found at a record position.
-GOOD = 0            # a whole, intact message record of the offset asked for
-OTHER = 1           # intact, but another message than the one asked for (topic/queue/offset)
-NO_RECORD = 2       # not an intact message record there (blank, zeros, torn, bad lengths...)
-CRC_MISMATCH = 3    # structurally whole, its CRC32C does not match
-
-# walk(): why it stopped
-WALK_END = 0        # reached the end (or filled the table)
-WALK_BLANK = 1      # a blank record's magic at the stop position (checked by the caller)
-WALK_BAD = 2        # bytes at the stop position are no good record of that offset
+# The field table's rows and the verdicts: strata.format.record_table.
 
 _HEADER = rec.HEADER_SIZE
 _TRAILER = rec.TRAILER_SIZE

@@ -18,7 +18,7 @@ import numpy as np
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
-from strata.format import record_kernels as rk
+from strata.format import record_table as rk
 from strata.format.record_batch import MessageBatch
 from strata.format.segment import HEADER_AREA
 from strata.log.record_walk import scratch, segment_map
@@ -53,6 +53,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     ``limit``. With ``topic`` and ``queue_id`` a record is GOOD only if it is message
     ``queue_offsets[i]`` of that queue (else OTHER: the unit leads to another record).
     ``damaged`` names each offset where that offset's record is, but damaged."""
+    kernels = rk.kernels()
     offsets = np.asarray(offsets, np.int64)
     n = len(offsets)
     status = np.full(n, rk.NO_RECORD, np.uint8)
@@ -70,10 +71,11 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
         f = fields[:, lo:hi]
         try:
             data = segment_map(seg)
-            good, nbytes = rk.check_at(data, pos, offsets[lo:hi], end, verify_crc, name, qid,
-                                       qoffs[lo:hi] if qid >= 0 else qoffs, f, status[lo:hi])
+            good, nbytes = kernels.check_at(data, pos, offsets[lo:hi], end, verify_crc, name,
+                                            qid, qoffs[lo:hi] if qid >= 0 else qoffs, f,
+                                            status[lo:hi])
             out = scratch("bytes", (nbytes,), np.uint8)
-            rk.pack(data, f, status[lo:hi], out)
+            kernels.pack(data, f, status[lo:hi], out)
             parts.append((out.tobytes(), f[:, :good].copy()))
             if good < hi - lo:
                 for i in np.flatnonzero(status[lo:hi] >= rk.NO_RECORD).tolist():

@@ -26,7 +26,7 @@ from strata.errors import CorruptRecordError
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format import record as rec
-from strata.format import record_kernels as rk
+from strata.format import record_table as rk
 from strata.format.record_batch import MessageBatch
 from strata.format.segment import HEADER_AREA
 
@@ -188,9 +188,10 @@ class RecordWalk:
         pos = self.start
         crc_from = HEADER_AREA + self.crc_from
         fields = scratch("walk", (rk.FIELDS, self.rows), np.int64)   # (fresh pages cost more)
+        walk = rk.kernels().walk
         while pos < end:
-            n, stop, why = rk.walk(data, HEADER_AREA + pos, HEADER_AREA + end,
-                                   base - HEADER_AREA, crc_from, fields, 0, self.rows)
+            n, stop, why = walk(data, HEADER_AREA + pos, HEADER_AREA + end,
+                                base - HEADER_AREA, crc_from, fields, 0, self.rows)
             if n:
                 yield Run(seg, data, fields[:, :n])
             pos = stop - HEADER_AREA

@@ -29,7 +29,7 @@ from strata.errors import CorruptRecordError
 from strata.files.segment import MappedSegment
 from strata.format import record as rec
 from strata.format.checkpoint import Checkpoint
-from strata.format.record_kernels import F_STORE_TS
+from strata.format.record_table import F_STORE_TS
 from strata.format.segment import HEADER_AREA
 from strata.log.commit_log import CommitLog
 from strata.log.record_walk import Damage, RecordWalk

@@ -18,7 +18,7 @@ from strata.errors import CorruptRecordError
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format.segment import FOOTER_BYTES, HEADER_AREA
-from strata.format.record_kernels import F_STORE_TS
+from strata.format.record_table import F_STORE_TS
 from strata.log.record_walk import Damage, RecordWalk
 
 

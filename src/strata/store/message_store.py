@@ -24,7 +24,7 @@ from strata.files.lock import LOCK_NAME, DirectoryLock
 from strata.format import record as rec
 from strata.format.checkpoint import Checkpoint
 from strata.format.record_batch import MessageBatch
-from strata.format.record_kernels import GOOD, OTHER
+from strata.format.record_table import GOOD, OTHER
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport, recover
 from strata.store.config import StoreConfig
