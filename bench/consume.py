@@ -30,7 +30,10 @@ One JSON object per line, each with "bench": "consume" and a "case":
   (``sqlite_peer`` below: WAL, synchronous=NORMAL, executemany of 1000 per
   transaction; range read ``WHERE id > ? ORDER BY id LIMIT 1000``) and strata for the same
   count and size (put_batch of 1000 plain messages, async flush; get of 1000 per call over the
-  8 queues), 1,000,000 x 100 B and 200,000 x 1 KiB (``--peer-msgs`` scales both).
+  8 queues, counting the messages and then also reading every body; ``scan`` from 0, the same
+  two ways), 1,000,000 x 100 B and 200,000 x 1 KiB (``--peer-msgs`` scales both). A get's
+  messages are made when first read (``MessageBatch``), so the counting pass measures the
+  read path and the body-reading pass adds making every message object.
 * ``get_crc``: what checking every record's CRC32C on read costs (``verify_crc_on_read``, on
   by default): for 100 B and 1 KiB bodies, a topic of ``--crc-msgs`` messages (default
   1,000,000 of 100 B, a fifth of that of 1 KiB) consumed whole through ``store.get`` with
@@ -356,6 +359,15 @@ def strata_peer(d: Path, n: int, size: int, seg: int) -> dict:
         t = time.perf_counter()
         got = drain_topic(store, 1000)
         rd = time.perf_counter() - t
+        t = time.perf_counter()
+        touched = drain_topic(store, 1000, touch=True)
+        rd_touch = time.perf_counter() - t
+        t = time.perf_counter()
+        scanned = sum(1 for _ in store.scan(0))
+        sc = time.perf_counter() - t
+        t = time.perf_counter()
+        scanned_touch = sum(1 for m in store.scan(0) if m.body is not None)
+        sc_touch = time.perf_counter() - t
     finally:
         store.close()
         shutil.rmtree(sd, ignore_errors=True)
@@ -363,11 +375,17 @@ def strata_peer(d: Path, n: int, size: int, seg: int) -> dict:
                  "publish_msgs_s": round(n / pub),
                  "publish_incl_dispatch_msgs_s": round(n / pub_disp),
                  "consume_msgs_s": round(got / rd), "consumed": got,
-                 "note": "message construction included in publish, as in the SQLite loop"})
+                 "consume_body_read_msgs_s": round(touched / rd_touch),
+                 "scan_msgs_s": round(scanned / sc),
+                 "scan_body_read_msgs_s": round(scanned_touch / sc_touch),
+                 "note": "message construction included in publish, as in the SQLite loop; "
+                         "consume counts the messages get returns (made when read), "
+                         "*_body_read also reads every message's body"})
 
 
-def drain_topic(store, batch: int) -> int:
-    """Consume every queue of the topic from offset 0 with get; the messages read."""
+def drain_topic(store, batch: int, touch: bool = False) -> int:
+    """Consume every queue of the topic from offset 0 with get; the messages read (with
+    ``touch``, every message's body is read too, which makes each message object)."""
     got = 0
     for q in range(QUEUES):
         off = 0
@@ -376,6 +394,9 @@ def drain_topic(store, batch: int) -> int:
             if not r.messages:
                 break
             got += len(r.messages)
+            if touch:
+                for m in r.messages:
+                    m.body
             off = r.next_offset
     return got
 
@@ -502,8 +523,9 @@ def main() -> None:
                     m["publish_msgs_s"] / s["publish_msgs_s"], 2)
                 ratio[f"publish_incl_dispatch_{size}B_strata_over_sqlite"] = round(
                     m["publish_incl_dispatch_msgs_s"] / s["publish_msgs_s"], 2)
-                ratio[f"consume_{size}B_strata_over_sqlite"] = round(
-                    m["consume_msgs_s"] / s["consume_msgs_s"], 2)
+                for what in ("consume", "consume_body_read", "scan", "scan_body_read"):
+                    ratio[f"{what}_{size}B_strata_over_sqlite"] = round(
+                        m[f"{what}_msgs_s"] / s["consume_msgs_s"], 2)
             emit(ratio)
             rss_line("end")
     finally:

@@ -7,11 +7,13 @@ A segment knows its path, its bytes and three positions in its data area:
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
 from pathlib import Path
 
+import numpy as np
 from crc32c import crc32c
 
 from strata.errors import CorruptStoreError
@@ -292,15 +294,30 @@ class MappedSegment:
         done = 0
         pos = start
         while pos < end:
+            pos = self._next_data(pos, end)   # a hole in the file reads as zeros: skipped
+            if pos >= end:
+                break
             n = min(chunk, end - pos)
             a = HEADER_AREA + pos
-            if self.mm[a:a + n] != zeros[:n]:
+            view = np.frombuffer(self.mm, np.uint8, n, a)   # looked at in place, not copied
+            dirty = bool(view.any())
+            del view
+            if dirty:
                 self.mm[a:a + n] = zeros[:n]
                 done += n
             pos += n
         if done:
             self.file_ops.msync(self.path, self.mm, HEADER_AREA + start, end - start, self.fd)
         return done
+
+    def _next_data(self, pos: int, end: int) -> int:
+        """The first data byte at or after ``pos`` that is not in a hole of the file (``end``
+        if none is before it): holes hold zeros without reading them (SEEK_DATA)."""
+        try:
+            at = os.lseek(self.fd, HEADER_AREA + pos, os.SEEK_DATA) - HEADER_AREA
+        except OSError as exc:
+            return end if exc.errno == errno.ENXIO else pos   # ENXIO: only a hole follows
+        return min(end, max(pos, at - at % PAGE))
 
     # ------------------------------------------------------------------ lifetime
 

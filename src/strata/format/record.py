@@ -43,33 +43,44 @@ from strata.errors import (CorruptRecordError, InvalidInputError, InvalidTopicEr
 MESSAGE_MAGIC = 0x5354_4D31  # "STM1" read as a little-endian u32 spells "1MTS"; any fixed value works
 BLANK_MAGIC = 0x5354_4B30
 
-HEADER = struct.Struct("<IIIiiqqiqqqiIHH")
+# The fixed header field by field (name, struct code): HEADER, the POS_* positions below,
+# record_batch.HEADER_DTYPE and the compiled readers' offsets (record_kernels) all derive from
+# this one table.
+HEADER_FIELDS = (("total", "I"), ("magic", "I"), ("crc", "I"), ("queue_id", "i"), ("flag", "i"),
+                 ("queue_offset", "q"), ("phys", "q"), ("sys_flag", "i"), ("born_ts", "q"),
+                 ("store_ts", "q"), ("tx_offset", "q"), ("reconsume", "i"),
+                 ("body_len", "I"), ("topic_len", "H"), ("props_len", "H"))
+HEADER = struct.Struct("<" + "".join(code for _name, code in HEADER_FIELDS))
 HEADER_SIZE = HEADER.size  # 76
+FIELD_POS = {name: struct.calcsize("<" + "".join(c for _n, c in HEADER_FIELDS[:i]))
+             for i, (name, _code) in enumerate(HEADER_FIELDS)}
 TRAILER = struct.Struct("<I")
 TRAILER_SIZE = 4
 U32 = struct.Struct("<I")
 CRC_START = 12  # the CRC covers every byte after the CRC field
 
 # Peekable field positions (bytes from the start of a record).
-POS_TOTAL_LENGTH = 0
-POS_MAGIC = 4
-POS_CRC = 8
-POS_QUEUE_ID = 12
-POS_FLAG = 16
-POS_QUEUE_OFFSET = 20
-POS_PHYSICAL_OFFSET = 28
-POS_SYS_FLAG = 36
-POS_BORN_TIMESTAMP = 40
-POS_STORE_TIMESTAMP = 48
-POS_BODY_LENGTH = 68
-POS_TOPIC_LENGTH = 72
-POS_PROPERTIES_LENGTH = 74
+POS_TOTAL_LENGTH = FIELD_POS["total"]                # 0
+POS_MAGIC = FIELD_POS["magic"]                       # 4
+POS_CRC = FIELD_POS["crc"]                           # 8
+POS_QUEUE_ID = FIELD_POS["queue_id"]                 # 12
+POS_FLAG = FIELD_POS["flag"]                         # 16
+POS_QUEUE_OFFSET = FIELD_POS["queue_offset"]         # 20
+POS_PHYSICAL_OFFSET = FIELD_POS["phys"]              # 28
+POS_SYS_FLAG = FIELD_POS["sys_flag"]                 # 36
+POS_BORN_TIMESTAMP = FIELD_POS["born_ts"]            # 40
+POS_STORE_TIMESTAMP = FIELD_POS["store_ts"]          # 48
+POS_TX_OFFSET = FIELD_POS["tx_offset"]               # 56
+POS_RECONSUME_TIMES = FIELD_POS["reconsume"]         # 64
+POS_BODY_LENGTH = FIELD_POS["body_len"]              # 68
+POS_TOPIC_LENGTH = FIELD_POS["topic_len"]            # 72
+POS_PROPERTIES_LENGTH = FIELD_POS["props_len"]       # 74
 POS_HOSTS = HEADER_SIZE
 
 I32_AT = struct.Struct("<i")
 I64_AT = struct.Struct("<q")
 U16_AT = struct.Struct("<H")
-PEEK = struct.Struct("<IIIiiqqiqq")  # first 56 bytes: up to and including store_timestamp
+PEEK = struct.Struct(HEADER.format[:11])  # first 56 bytes: up to and including store_timestamp
 
 SYSFLAG_BORN_HOST_V6 = 0x10
 SYSFLAG_STORE_HOST_V6 = 0x20
@@ -463,11 +474,12 @@ def check_record(buf, pos: int, limit: int, *, verify_crc: bool = True) -> tuple
 
 def decode_topic(raw, pos: int) -> str:
     """The topic name from its bytes ``raw``; CorruptRecordError (naming ``pos``) if they are
-    not UTF-8, as only a damaged record's can be (names are ASCII)."""
+    not ASCII, as only a damaged record's can be (``encode_topic`` admits ASCII names only)."""
     try:
-        return bytes(raw).decode("utf-8")
+        return bytes(raw).decode("ascii")
     except UnicodeDecodeError:
-        raise CorruptRecordError(f"topic bytes {bytes(raw)[:40]!r} are not UTF-8", pos) from None
+        raise CorruptRecordError(f"topic bytes {bytes(raw)[:40]!r} are not ASCII (a topic "
+                                 "name is)", pos) from None
 
 
 def decode_record(buf, pos: int = 0) -> StoredMessage:

@@ -9,18 +9,17 @@ message costs a few slices and one tuple. Pure functions: no file I/O, no thread
 from __future__ import annotations
 
 from functools import partial
+from itertools import repeat
+from typing import Sequence
 
 import numpy as np
 from crc32c import crc32c
 
 from strata.format import record as rec
+from strata.format import record_table as rk
 
-HEADER_DTYPE = np.dtype([
-    ("total", "<u4"), ("magic", "<u4"), ("crc", "<u4"), ("queue_id", "<i4"), ("flag", "<i4"),
-    ("queue_offset", "<i8"), ("phys", "<i8"), ("sys_flag", "<i4"), ("born_ts", "<i8"),
-    ("store_ts", "<i8"), ("tx_offset", "<i8"), ("reconsume", "<i4"), ("body_len", "<u4"),
-    ("topic_len", "<u2"), ("props_len", "<u2"),
-])
+_NUMPY_CODE = {"I": "<u4", "i": "<i4", "q": "<i8", "H": "<u2"}
+HEADER_DTYPE = np.dtype([(name, _NUMPY_CODE[code]) for name, code in rec.HEADER_FIELDS])
 assert HEADER_DTYPE.itemsize == rec.HEADER_SIZE
 
 _MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
@@ -214,3 +213,159 @@ def write_records(buf, pos: int, headers: np.ndarray, blob) -> None:
         crcs = [crc32c(mv[a:b]) for a, b in zip((starts + rec.CRC_START).tolist(),
                                                  stops.tolist())]
         u32_windows(mv, end)[starts + rec.POS_CRC] = crcs
+
+
+_NO_FIELDS = np.zeros((rk.FIELDS, 0), np.int64)
+
+
+class MessageBatch(Sequence):
+    """Messages read in one batch: a read-only sequence of ``StoredMessage`` (index, slice,
+    iterate, ``len``, ``+``, compare with a list) over one buffer holding their records'
+    variable parts and a table of their fixed fields (``record_kernels.F_*`` rows, section
+    positions relative to the buffer).
+
+    A ``StoredMessage`` is made only when the sequence is indexed or iterated (all of them at
+    the first iteration, as ``PutResults`` does for writes), so a batch whose messages are
+    counted, or only partly read, costs no per-message objects. ``topic`` is every message's
+    topic, or None to read each one's from the buffer (names cached in ``topics``)."""
+
+    __slots__ = ("_buf", "_fields", "_topic", "_topics", "_items")
+
+    def __init__(self, buf: bytes, fields: np.ndarray, topic: str | None,
+                 topics: dict[bytes, str] | None = None) -> None:
+        self._buf = buf
+        self._fields = fields
+        self._topic = topic
+        self._topics = {} if topics is None else topics
+        self._items: list[rec.StoredMessage] | None = None
+
+    @classmethod
+    def made(cls, buf, fields: np.ndarray, topic: str | None,
+             topics: dict[bytes, str] | None = None) -> "MessageBatch":
+        """A batch whose messages are made now, straight from ``buf`` (a segment's map, say:
+        no reference to it is kept), for a reader that reads every message anyway."""
+        batch = cls(buf, fields, topic, topics)
+        batch._items = batch._make(fields)
+        batch._buf, batch._fields = b"", _NO_FIELDS
+        return batch
+
+    @classmethod
+    def of(cls, messages: Sequence[rec.StoredMessage]) -> "MessageBatch":
+        """A batch holding ``messages`` as they are (already made)."""
+        batch = cls(b"", _NO_FIELDS, None)
+        batch._items = list(messages)
+        return batch
+
+    def _topic_names(self, f: np.ndarray, a: list, b: list):
+        """Every message's topic name, from its bytes (one name when they are all the same)."""
+        names = self._topics
+        shared = self._shared(f[rk.F_TOPIC_AT], f[rk.F_PROPS_AT], a, b)
+        raw = [shared] if shared is not None else [self._buf[x:y] for x, y in zip(a, b)]
+        out = list(map(names.get, raw))
+        if None in out:   # names this reader has not met yet (checked ASCII by the kernel)
+            for j, tb in enumerate(raw):
+                if out[j] is None:
+                    out[j] = names[tb] = tb.decode("ascii")
+        return repeat(out[0], len(a)) if shared is not None else out
+
+    def _make(self, f: np.ndarray) -> list[rec.StoredMessage]:
+        buf = self._buf
+        n = f.shape[1]
+        hosts, topic_at, props, body, end = (f[r].tolist() for r in (
+            rk.F_HOSTS_AT, rk.F_TOPIC_AT, rk.F_PROPS_AT, rk.F_BODY_AT, rk.F_BODY_END))
+        topics = repeat(self._topic, n) if self._topic is not None else \
+            self._topic_names(f, topic_at, props)
+        # comprehensions slice inline: about twice as fast as map(slice, ...)
+        rows = zip(topics, f[rk.F_QUEUE_ID].tolist(), f[rk.F_QUEUE_OFFSET].tolist(),
+                   f[rk.F_PHYS].tolist(), [buf[a:b] for a, b in zip(body, end)],
+                   f[rk.F_BORN_TS].tolist(), f[rk.F_STORE_TS].tolist(),
+                   f[rk.F_RECONSUME].tolist(), f[rk.F_FLAG].tolist(),
+                   f[rk.F_SYS_FLAG].tolist(), f[rk.F_TX_OFFSET].tolist(),
+                   f[rk.F_TOTAL].tolist(),
+                   self._sections(f[rk.F_PROPS_AT], f[rk.F_BODY_AT], props, body),
+                   self._sections(f[rk.F_HOSTS_AT], f[rk.F_TOPIC_AT], hosts, topic_at))
+        return list(map(_new_message, rows))
+
+    def _sections(self, starts: np.ndarray, ends: np.ndarray, a: list, b: list):
+        """The bytes ``buf[a[i]:b[i]]`` of every message: one shared object when they are all
+        the same (the hosts of one producer, the properties of plain messages), as equal
+        values need not be copies."""
+        shared = self._shared(starts, ends, a, b)
+        if shared is not None:
+            return repeat(shared, len(a))
+        buf = self._buf
+        return [buf[x:y] for x, y in zip(a, b)]
+
+    def _shared(self, starts: np.ndarray, ends: np.ndarray, a: list, b: list) -> bytes | None:
+        """``buf[a[0]:b[0]]`` if every ``buf[a[i]:b[i]]`` holds the same (short) bytes."""
+        n = len(a)
+        if n < 2:
+            return None
+        lens = ends - starts
+        width = int(lens[0])
+        if width > 128 or not (lens == width).all():
+            return None
+        if width == 0:
+            return b""
+        rows = np.frombuffer(self._buf, np.uint8)[starts[:, None] + np.arange(width)]
+        return self._buf[a[0]:b[0]] if (rows == rows[0]).all() else None
+
+    def _list(self) -> list[rec.StoredMessage]:
+        items = self._items
+        if items is None:
+            items = self._items = self._make(self._fields)
+        return items
+
+    def __len__(self) -> int:
+        return len(self._items) if self._items is not None else self._fields.shape[1]
+
+    def __getitem__(self, i):
+        if self._items is None and type(i) is int:   # one message: made alone
+            n = self._fields.shape[1]
+            if -n <= i < n:
+                return self._make(self._fields[:, i:i + 1] if i != -1 else
+                                  self._fields[:, -1:])[0]
+        return self._list()[i]
+
+    def __iter__(self):
+        return iter(self._list())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, MessageBatch):
+            other = other._list()
+        if isinstance(other, (list, tuple)):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __add__(self, other) -> list[rec.StoredMessage]:
+        if isinstance(other, (list, tuple, MessageBatch)):
+            return self._list() + list(other)
+        return NotImplemented
+
+    def __radd__(self, other) -> list[rec.StoredMessage]:
+        if isinstance(other, (list, tuple)):
+            return list(other) + self._list()
+        return NotImplemented
+
+    def __reduce__(self):
+        return (list, (self._list(),))  # unpickles as a plain list of StoredMessage
+
+    def __repr__(self) -> str:
+        return f"MessageBatch({self._list()!r})"
+
+
+def gather_batch(data: np.ndarray, fields: np.ndarray, topic: str | None,
+                 topics: dict[bytes, str] | None = None,
+                 scratch: np.ndarray | None = None) -> MessageBatch:
+    """A ``MessageBatch`` of the checked records whose fields (``record_kernels.F_*`` rows,
+    positions in ``data``) are ``fields``: their hosts, topic, properties and body are copied
+    out of ``data`` (a segment's map) into one new buffer, so the batch outlives the map.
+    ``scratch`` (uint8, reused by the caller) holds the copy on its way, if large enough."""
+    f = np.ascontiguousarray(fields)
+    f = f.copy() if f is fields else f
+    n = int((f[rk.F_BODY_END] - f[rk.F_HOSTS_AT]).sum())
+    out = scratch[:n] if scratch is not None and len(scratch) >= n else np.empty(n, np.uint8)
+    rk.kernels().pack(data, f, np.zeros(f.shape[1], np.uint8), out)
+    return MessageBatch(out.tobytes(), f, topic, topics)

@@ -19,11 +19,12 @@ from crc32c import crc32c
 from strata.errors import CorruptRecordError
 from strata.files.io import DEFAULT_FILE_OPS, PAGE, FileOps
 from strata.files.segment import MappedSegment
-from strata.files.segment_queue import SegmentQueue, segment_runs
+from strata.files.segment_queue import SegmentQueue
 from strata.format import record as rec
-from strata.format.record_batch import decode_at, write_records
+from strata.format.record_batch import MessageBatch, write_records
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
-from strata.log.record_walk import record_start, walk_log
+from strata.log.batch_reader import OffsetsRead, read_offsets
+from strata.log.record_walk import WALK_ROWS, Run, record_start, walk_log, walk_runs
 
 log = logging.getLogger(__name__)
 
@@ -303,27 +304,21 @@ class CommitLog:
                    damaged: dict[int, str] | None = None) -> list[rec.StoredMessage | None]:
         """Decode the messages at commit-log ``offsets`` (ascending, e.g. one queue's units);
         None where ``read`` would answer None. ``damaged`` (if given) gets the index and the
-        reason of each None that is a damaged record (where ``read(strict=True)`` raises).
-        Each segment is located once per run of offsets."""
-        offsets = np.asarray(offsets, dtype=np.int64)
-        out: list[rec.StoredMessage | None] = []
-        for lo, hi, seg in segment_runs(list(self.segments.segments), offsets):
-            part = offsets[lo:hi]
-            if seg is None or seg.closed:
-                out.extend([None] * (hi - lo))
-                continue
-            end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
-            found: dict[int, str] | None = None if damaged is None else {}
-            try:  # numpy views of the mapping pin it while decode_at reads
-                out.extend(decode_at(seg.mm, part - seg.base_offset + HEADER_AREA, part, end,
-                                     verify_crc=verify_crc, topics=self._topic_names,
-                                     damaged=found))
-            except ValueError:  # closed by retention just now
-                out.extend([None] * (hi - lo))
-                continue
-            if found:
-                damaged.update((lo + i, why) for i, why in found.items())
-        return out
+        reason of each None that is a damaged record (where ``read(strict=True)`` raises)."""
+        found = self.read_offsets(offsets, limit, verify_crc=verify_crc)
+        if damaged is not None:
+            damaged.update(found.damaged)
+        return found.as_list()
+
+    def read_offsets(self, offsets: np.ndarray, limit: int, *, verify_crc: bool = False,
+                     topic: str | None = None, queue_id: int = -1,
+                     queue_offsets: np.ndarray | None = None) -> OffsetsRead:
+        """The records at commit-log ``offsets`` (ascending) below ``limit``, checked in one
+        compiled pass per segment (``strata.log.batch_reader.read_offsets``); with ``topic``,
+        ``queue_id`` and ``queue_offsets`` each must be that queue's message of that offset."""
+        return read_offsets(list(self.segments.segments), offsets, limit,
+                            verify_crc=verify_crc, topic=topic, queue_id=queue_id,
+                            queue_offsets=queue_offsets, topics=self._topic_names)
 
     def iter_records(self, from_offset: int, limit: int, *, verify_crc: bool = False,
                      strict: bool = False) -> Iterator[tuple[MappedSegment, int, int]]:
@@ -349,21 +344,27 @@ class CommitLog:
         a logged error naming its offset (or handed to ``on_damage(offset, error)``); the walk
         goes on at the next good record (``strata.log.record_walk``). A ``from_offset`` inside
         a record starts at the next."""
-        for seg, pos, _size, why in walk_log(self.segments, from_offset, limit,
-                                             verify_crc=verify_crc):
-            if why is None:
-                try:
-                    m = rec.decode_record(seg.mm, HEADER_AREA + pos)
-                except CorruptRecordError as exc:
-                    why = str(exc)
-                else:
-                    yield m
-                    continue
-            elif seg.base_offset + pos == from_offset and not record_start(seg, pos):
+        for batch in self.scan_batches(from_offset, limit, verify_crc=verify_crc,
+                                       on_damage=on_damage):
+            yield from batch
+
+    def scan_batches(self, from_offset: int, limit: int, *, verify_crc: bool,
+                     on_damage: Callable[[int, str], None] | None = None,
+                     rows: int = WALK_ROWS) -> Iterator[MessageBatch]:
+        """``scan`` a batch at a time: ``MessageBatch``es of up to ``rows`` messages, checked
+        in one compiled pass (``strata.log.record_walk.walk_runs``), damage as ``scan``."""
+        for item in walk_runs(self.segments, from_offset, limit, verify_crc=verify_crc,
+                                 rows=rows):
+            if isinstance(item, Run):
+                yield item.messages(self._topic_names)
                 continue
-            error = rec.damaged_record_error(seg.base_offset + pos, why)
+            seg = self.segments.find(item.offset)
+            if item.offset == from_offset and seg is not None and \
+                    not record_start(seg, item.offset - seg.base_offset):
+                continue   # a from_offset inside a record: the scan starts at the next
+            error = rec.damaged_record_error(item.offset, item.why)
             if on_damage is not None:
-                on_damage(seg.base_offset + pos, str(error))
+                on_damage(item.offset, str(error))
             else:
                 log.error("commit log %s: scan skips a damaged record: %s", self.directory,
                           error)

@@ -1,5 +1,5 @@
-"""Walk one commit-log segment record by record and get past damage: the record walker that
-recovery, ``strata verify`` and ``store.scan()`` share.
+"""Walk commit-log segments and get past damage: the record walker that recovery,
+``strata verify``, ``store.scan()`` and ``iter_records`` share.
 
 A message record is good when its magic, its length at both ends, its field lengths and its
 physical-offset field (== segment base + position) agree, and its CRC32C where the walk checks
@@ -7,24 +7,47 @@ CRCs. At a bad record the walker resynchronises: the next position whose bytes a
 record of that very offset with a matching CRC (found by searching for the magic), or a good
 blank record that reaches the segment's end. Everything in between is one ``Damage``. A stretch
 with no good record after it runs to the end of the walk.
+
+Good records are found in runs by one compiled pass (``record_kernels.walk``: the checks of
+``record.check_record`` over a segment's map); only at a record that fails it does Python
+take over (``record_problem``, ``resync``).
 """
 
 from __future__ import annotations
 
-import struct
+import threading
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Iterator
+
+import numpy as np
 
 from strata.errors import CorruptRecordError
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format import record as rec
+from strata.format import record_table as rk
+from strata.format.record_batch import MessageBatch
 from strata.format.segment import HEADER_AREA
+
+WALK_ROWS = 1024   # records per run (a scan's batch)
+
+# Per-thread tables a read fills before copying out what it keeps: memory touched for the first
+# time costs more here than the reads themselves (DESIGN.md, ~1 ns a byte), so it is reused.
+_scratch = threading.local()
+
+
+def scratch(kind: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """This thread's reusable array ``kind``, at least ``shape`` (grown as needed), sliced to
+    ``shape``. Valid until this thread asks for ``kind`` again."""
+    arr = getattr(_scratch, kind, None)
+    if arr is None or any(have < want for have, want in zip(arr.shape, shape)):
+        arr = np.empty(shape[:-1] + (max(shape[-1], 1024),), dtype)
+        setattr(_scratch, kind, arr)
+    return arr[tuple(slice(0, want) for want in shape)]
 
 _MESSAGE = rec.U32.pack(rec.MESSAGE_MAGIC)
 _BLANK = rec.U32.pack(rec.BLANK_MAGIC)
-_LENGTH_MAGIC = struct.Struct("<II")
-_MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE   # a record's fixed part, hosts, trailer
 
 
 @dataclass(frozen=True)
@@ -86,100 +109,158 @@ def resync(seg: MappedSegment, pos: int, end: int) -> int:
         lo = HEADER_AREA + q + 1
 
 
+def segment_map(seg: MappedSegment) -> np.ndarray:
+    """The whole mapping of ``seg`` as uint8 (pins the map while it lives; ValueError if the
+    segment was closed)."""
+    return np.frombuffer(seg.mm, np.uint8)
+
+
+@dataclass
+class Run:
+    """Good message records one after another in ``seg``: their fields
+    (``fields[record_kernels.F_*]``, positions in ``data``, the segment's map). The walk
+    reuses the table: a Run is valid until the walk is asked for the next item (``messages()``
+    copies what it needs)."""
+
+    seg: MappedSegment
+    data: np.ndarray
+    fields: np.ndarray
+
+    def __len__(self) -> int:
+        return self.fields.shape[1]
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Data-byte positions of the records in the segment."""
+        return self.fields[rk.F_HOSTS_AT] - (rec.HEADER_SIZE + HEADER_AREA)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.fields[rk.F_TOTAL]
+
+    def messages(self, topics: dict[bytes, str] | None = None) -> MessageBatch:
+        """The records as a MessageBatch of messages made now, each field copied out of the
+        map (so it outlives the segment)."""
+        return MessageBatch.made(self.seg.mm, self.fields, None, topics)
+
+
 class RecordWalk:
     """The records of ``seg`` in data bytes ``[start, end)`` (``start`` a record start).
 
-    Iterating yields ``(position, size, None)`` for each good message record and
-    ``(position, length, why)`` for each damaged stretch (``damage`` lists them as ``Damage``).
-    CRCs are checked for records that end after data byte ``crc_from`` (0: all; ``end``:
-    none but the records found by resynchronising). Records that end by ``light_until`` are
-    checked for magic, lengths at both ends and own offset only (what recovery trusts as
-    flushed: the quickest walk that still finds every record). Damage before ``resync_until``
-    is passed over; damage at or after it ends the walk (a torn tail: ``stopped`` says why).
-    A blank record ends the walk too (``closed``). ``position`` is where the walk ended.
+    ``runs()`` yields a ``Run`` per stretch of good records (checked by the compiled
+    ``record_kernels.walk``, up to ``rows`` a run) and a ``Damage`` per damaged stretch;
+    iterating the walk yields ``(position, size, None)`` per good message record and
+    ``(position, length, why)`` per damaged stretch. CRCs are checked for records that end
+    after data byte ``crc_from`` (0: all; ``end``: none but the records found by
+    resynchronising); every record's magic, lengths and own offset are checked in any case
+    (``light_until``, the range recovery trusts as flushed, is accepted for that reason and
+    changes nothing). Damage before ``resync_until`` is passed over; damage at or after it
+    ends the walk (a torn tail: ``stopped`` says why). A blank record ends the walk too
+    (``closed``). ``position`` is where the walk ended.
     """
 
     def __init__(self, seg: MappedSegment, start: int, end: int, *, crc_from: int = 0,
-                 resync_until: int | None = None, light_until: int = 0) -> None:
+                 resync_until: int | None = None, light_until: int = 0,
+                 rows: int = WALK_ROWS) -> None:
         self.seg = seg
         self.start = start
         self.end = min(end, seg.data_size)
         self.crc_from = crc_from
         self.resync_until = self.end if resync_until is None else resync_until
-        self.light_until = light_until
+        self.rows = rows
         self.position = start
         self.damage: list[Damage] = []
         self.closed = False
         self.stopped: str | None = None
 
     def __iter__(self) -> Iterator[tuple[int, int, str | None]]:
-        seg, end, crc_from = self.seg, self.end, self.crc_from
-        mm = seg.mm
-        check = rec.check_record
-        phys_at = rec.I64_AT.unpack_from
+        base = self.seg.base_offset
+        for item in self.runs():
+            if isinstance(item, Damage):
+                yield item.offset - base, item.length, item.why
+            else:
+                yield from zip(item.positions.tolist(), item.sizes.tolist(), repeat(None))
+
+    def runs(self) -> Iterator[Run | Damage]:
+        seg, end = self.seg, self.end
+        data = segment_map(seg)
         base = seg.base_offset
         pos = self.start
-        light = min(self.light_until, end)
-        head = _LENGTH_MAGIC.unpack_from
-        u32 = rec.U32.unpack_from
-        magic_ok, smallest = rec.MESSAGE_MAGIC, _MIN_RECORD
+        crc_from = HEADER_AREA + self.crc_from
+        fields = scratch("walk", (rk.FIELDS, self.rows), np.int64)   # (fresh pages cost more)
+        walk = rk.kernels().walk
         while pos < end:
-            p = HEADER_AREA + pos
-            if pos < light:   # the lightest path: magic, lengths at both ends, own offset
-                total, magic = head(mm, p)
-                if magic == magic_ok and total >= smallest and pos + total <= light and \
-                        u32(mm, p + total - 4)[0] == total and \
-                        phys_at(mm, p + rec.POS_PHYSICAL_OFFSET)[0] == base + pos:
-                    yield pos, total, None
-                    pos += total
-                    continue
-            crc = pos >= crc_from
-            try:   # the fast path: one good message record
-                kind, size = check(mm, p, HEADER_AREA + end, verify_crc=crc)
-                if kind == rec.RecordKind.MESSAGE and phys_at(
-                        mm, p + rec.POS_PHYSICAL_OFFSET)[0] == base + pos and (
-                        crc or pos + size <= crc_from or check(mm, p, HEADER_AREA + end)):
-                    yield pos, size, None
-                    pos += size
-                    continue
-            except CorruptRecordError:
-                pass
-            kind, size, why = record_problem(seg, pos, end, verify_crc=True)
-            if why is None:   # a blank record closing the segment
+            n, stop, why = walk(data, HEADER_AREA + pos, HEADER_AREA + end,
+                                base - HEADER_AREA, crc_from, fields, 0, self.rows)
+            if n:
+                yield Run(seg, data, fields[:, :n])
+            pos = stop - HEADER_AREA
+            if why == rk.WALK_END:
+                continue
+            # the slow path: what is at pos, and where the next good record starts
+            kind, size, problem = record_problem(seg, pos, end, verify_crc=True)
+            if problem is None and kind == rec.RecordKind.BLANK:
                 self.closed = True
                 pos += size
                 break
-            if pos >= self.resync_until:
-                self.stopped = why
+            if problem is None:   # whole and intact, yet its topic is no name (not ASCII)
+                problem = _decode_problem(seg, pos)
+                nxt = pos + size
+            elif pos >= self.resync_until:
+                self.stopped = problem
                 break
-            nxt = resync(seg, pos, end)
-            self.damage.append(Damage(base + pos, nxt - pos, why))
-            yield pos, nxt - pos, why
+            else:
+                nxt = resync(seg, pos, end)
+            d = Damage(base + pos, nxt - pos, problem)
+            self.damage.append(d)
+            yield d
             pos = nxt
         self.position = pos
 
 
-def walk_log(segments: SegmentQueue, from_offset: int, limit: int, *,
-             verify_crc: bool) -> Iterator[tuple[MappedSegment, int, int, str | None]]:
-    """``RecordWalk`` over the log's committed records in ``[from_offset, limit)``, segment
-    after segment: yields ``(segment, position, size, why)`` (``why`` None for a good message
-    record, else what failed where ``size`` damaged bytes start). With ``verify_crc`` every
-    record's CRC32C is checked, else lengths, magic and offsets only."""
+def _decode_problem(seg: MappedSegment, pos: int) -> str:
+    try:
+        rec.decode_record(seg.mm, HEADER_AREA + pos)
+    except CorruptRecordError as exc:
+        return str(exc)
+    return "the record cannot be read"   # pragma: no cover - the kernel and check_record agree
+
+
+def walk_runs(segments: SegmentQueue, from_offset: int, limit: int, *, verify_crc: bool,
+              rows: int = WALK_ROWS) -> Iterator[Run | Damage]:
+    """``RecordWalk.runs`` over the log's committed records in ``[from_offset, limit)``,
+    segment after segment: ``Run`` for good message records, ``Damage`` for damaged
+    stretches. With ``verify_crc`` every record's CRC32C is checked, else lengths, magic and
+    offsets only."""
     offset = max(from_offset, segments.min_offset())
     while offset < limit:
         seg = segments.find(offset)
         if seg is None:
             return
         end = min(seg.committed, limit - seg.base_offset)
-        walk = RecordWalk(seg, offset - seg.base_offset, end, crc_from=0 if verify_crc else end)
+        walk = RecordWalk(seg, offset - seg.base_offset, end,
+                          crc_from=0 if verify_crc else end, rows=rows)
         try:
-            for pos, size, why in walk:
-                yield seg, pos, size, why
+            yield from walk.runs()
         except ValueError:   # the segment was closed by retention meanwhile
             return
         if not walk.closed and walk.position < seg.data_size:
             return   # the limit lies inside this segment
         offset = seg.end_offset
+
+
+def walk_log(segments: SegmentQueue, from_offset: int, limit: int, *,
+             verify_crc: bool) -> Iterator[tuple[MappedSegment, int, int, str | None]]:
+    """``walk_runs`` record by record: yields ``(segment, position, size, why)`` (``why``
+    None for a good message record, else what failed where ``size`` damaged bytes start)."""
+    for item in walk_runs(segments, from_offset, limit, verify_crc=verify_crc):
+        if isinstance(item, Damage):
+            seg = segments.find(item.offset)
+            yield seg, item.offset - seg.base_offset, item.length, item.why
+        else:
+            seg = item.seg
+            for pos, size in zip(item.positions.tolist(), item.sizes.tolist()):
+                yield seg, pos, size, None
 
 
 def record_start(seg: MappedSegment, pos: int) -> bool:

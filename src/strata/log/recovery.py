@@ -2,9 +2,10 @@
 
 Clean stop (no abort marker, checkpoint carries the exact end): nothing is rescanned; the last
 record is checked through its trailer. Unclean stop: sealed segments whose footer is valid are
-trusted; from the first unsealed segment on, records are walked (``RecordWalk``). What the
-checkpoint says was flushed is trusted, as Kafka trusts its recovery point: there records are
-checked for structure only (magic, lengths at both ends, physical offset; no CRC), and a
+trusted; from the first unsealed segment on, records are walked (``RecordWalk``: one compiled
+pass per run of records). What the checkpoint says was flushed is trusted, as Kafka trusts its
+recovery point: there records are checked for structure only (magic, lengths at both ends,
+field lengths, physical offset; no CRC), and a
 damaged one is corruption, passed over by resynchronising, reported and never served. From the
 flushed offset on (the only part a crash can tear) every record is verified, CRC32C included,
 and the log ends before the first bad one. Bytes after the end are zeroed (so a later crash
@@ -22,13 +23,18 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from strata.errors import CorruptRecordError
 from strata.files.segment import MappedSegment
 from strata.format import record as rec
 from strata.format.checkpoint import Checkpoint
+from strata.format.record_table import F_STORE_TS
 from strata.format.segment import HEADER_AREA
 from strata.log.commit_log import CommitLog
 from strata.log.record_walk import Damage, RecordWalk
+
+RECOVERY_ROWS = 1 << 14   # records per compiled walk call
 
 log = logging.getLogger(__name__)
 
@@ -208,23 +214,22 @@ def _recover_unclean(clog: CommitLog, checkpoint: Checkpoint | None, *,
         # file that is not the last one lost bytes in a copy, not in a crash: passed over too.
         lost_in_copy = seg.restored_from is not None and not last
         lost_flushed = False
-        walk = RecordWalk(seg, 0, seg.data_size, crc_from=trust, light_until=trust,
-                          resync_until=seg.data_size if lost_in_copy else trust)
-        count = verified = 0
-        first = last_good = -1
-        for pos, size, why in walk:
-            if why is None:
-                if first < 0:
-                    first = pos
-                last_good = pos
-                count += 1
-                verified += pos + size > trust
+        walk = RecordWalk(seg, 0, seg.data_size, crc_from=trust,
+                          resync_until=seg.data_size if lost_in_copy else trust,
+                          rows=RECOVERY_ROWS)
+        count = verified = tmin = tmax = 0
+        for run in walk.runs():   # runs of good records, checked in one compiled pass each
+            if isinstance(run, Damage):
+                continue
+            n = len(run)
+            stamps = run.fields[F_STORE_TS]
+            if count == 0:
+                tmin = int(stamps[0])
+            tmax = int(stamps[n - 1])
+            count += n
+            verified += int(np.count_nonzero(run.positions + run.sizes > trust))
         report.records_walked += count
         report.records_verified += verified
-        stamp = rec.I64_AT.unpack_from
-        tmin = stamp(seg.mm, HEADER_AREA + first + rec.POS_STORE_TIMESTAMP)[0] if count else 0
-        tmax = stamp(seg.mm, HEADER_AREA + last_good + rec.POS_STORE_TIMESTAMP)[0] \
-            if count else 0
         damage = walk.damage
         position = walk.position
         if damage and damage[-1].end == seg.end_offset and not walk.closed:

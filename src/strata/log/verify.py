@@ -17,9 +17,9 @@ from typing import Callable
 from strata.errors import CorruptRecordError
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
-from strata.format import record as rec
 from strata.format.segment import FOOTER_BYTES, HEADER_AREA
-from strata.log.record_walk import RecordWalk
+from strata.format.record_table import F_STORE_TS
+from strata.log.record_walk import Damage, RecordWalk
 
 
 @dataclass(frozen=True)
@@ -98,19 +98,19 @@ def verify_log(segments: SegmentQueue, limit: int, *,
     for seg in segs:
         file = f"commitlog/{seg.path.name}"
         end = max(0, min(seg.committed, limit - seg.base_offset))
-        walk = RecordWalk(seg, 0, end)
+        walk = RecordWalk(seg, 0, end, rows=1 << 14)
         count = tmin = tmax = 0
-        for pos, size, why in walk:
-            if why is not None:
+        for run in walk.runs():
+            if isinstance(run, Damage):
                 check.problems.append(Problem(
-                    file, seg.base_offset + pos, record_problem_kind(why),
-                    f"{why} (file byte {HEADER_AREA + pos}; the next {size} bytes hold no good "
-                    "record and were passed over)"))
+                    file, run.offset, record_problem_kind(run.why),
+                    f"{run.why} (file byte {HEADER_AREA + run.offset - seg.base_offset}; the "
+                    f"next {run.length} bytes hold no good record and were passed over)"))
                 continue
-            ts = rec.I64_AT.unpack_from(seg.mm, HEADER_AREA + pos + rec.POS_STORE_TIMESTAMP)[0]
+            stamps = run.fields[F_STORE_TS]
             if count == 0:
-                tmin = ts
-            tmax, count = ts, count + 1
+                tmin = int(stamps[0])
+            tmax, count = int(stamps[-1]), count + len(run)
         check.records += count
         if seg.committed == seg.data_size:
             check.problems += check_footer(

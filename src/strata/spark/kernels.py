@@ -19,11 +19,10 @@ machines strata runs on. Compiled on first use and cached next to this file (num
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from strata.format import record as rec
+from strata.format import record_kernels as rk
 
 # Rows of the header-field table that scan_headers fills (one column per record).
 QUEUE_OFFSET, STORE_TS, BORN_TS, SYS_FLAG, BODY_START, BODY_LEN, PROPS_START, PROPS_LEN, \
@@ -32,38 +31,18 @@ FIELDS = 10
 NO_KEY = -1   # KEY_LEN of a record whose properties hold no KEYS entry
 
 
-@intrinsic
-def _memcpy(typingctx, dst, src, n):
-    def codegen(context, builder, signature, args):
-        d, s, k = args
-        i8p = ir.IntType(8).as_pointer()
-        fn = builder.module.declare_intrinsic("llvm.memcpy", [i8p, i8p, ir.IntType(64)])
-        builder.call(fn, [builder.inttoptr(d, i8p), builder.inttoptr(s, i8p), k,
-                          ir.Constant(ir.IntType(1), 0)])
-        return context.get_dummy_value()
-    return types.void(types.uintp, types.uintp, types.int64), codegen
-
-
-def _unaligned_load(nbtype):
-    """A compiled ``load(address)`` of one ``nbtype`` at any alignment."""
-    @intrinsic
-    def load(typingctx, addr):
-        def codegen(context, builder, signature, args):
-            ptr = builder.inttoptr(args[0], context.get_value_type(nbtype).as_pointer())
-            return builder.load(ptr, align=1)
-        return nbtype(types.uintp), codegen
-    return load
-
-
-_u16 = _unaligned_load(types.uint16)
-_u32 = _unaligned_load(types.uint32)
-_i32 = _unaligned_load(types.int32)
-_i64 = _unaligned_load(types.int64)
+_memcpy = rk.memcpy
+_u16, _u32, _i32, _i64 = rk.load_u16, rk.load_u32, rk.load_i32, rk.load_i64
 
 _HEADER = rec.HEADER_SIZE
 _MAGIC = rec.MESSAGE_MAGIC
 _BORN_V6 = rec.SYSFLAG_BORN_HOST_V6
 _STORE_V6 = rec.SYSFLAG_STORE_HOST_V6
+_P_MAGIC, _P_PHYS, _P_SYS, _P_QOFF = \
+    rec.POS_MAGIC, rec.POS_PHYSICAL_OFFSET, rec.POS_SYS_FLAG, rec.POS_QUEUE_OFFSET
+_P_BORN, _P_STORE, _P_BODY_LEN, _P_TOPIC_LEN, _P_PROPS_LEN = \
+    rec.POS_BORN_TIMESTAMP, rec.POS_STORE_TIMESTAMP, rec.POS_BODY_LENGTH, \
+    rec.POS_TOPIC_LENGTH, rec.POS_PROPERTIES_LENGTH
 # A properties section that starts with the KEYS entry: u16 name length 4, "KEYS", u16 length.
 _KEYS_PREFIX = int.from_bytes(b"\x04\x00KEYS", "little")
 
@@ -81,21 +60,21 @@ def scan_headers(data, pos, phys, fields, first):
         if p < 0 or p + _HEADER > size:
             return i
         a = base + p
-        if _u32(a + 4) != _MAGIC or _i64(a + 28) != phys[i]:
+        if _u32(a + _P_MAGIC) != _MAGIC or _i64(a + _P_PHYS) != phys[i]:
             return i
-        flags = _i32(a + 36)
+        flags = _i32(a + _P_SYS)
         hosts = (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
         topic_at = p + _HEADER + hosts
-        props_at = topic_at + _u16(a + 72)
-        props_len = np.int64(_u16(a + 74))
+        props_at = topic_at + _u16(a + _P_TOPIC_LEN)
+        props_len = np.int64(_u16(a + _P_PROPS_LEN))
         body_at = props_at + props_len
-        body_len = np.int64(_u32(a + 68))
+        body_len = np.int64(_u32(a + _P_BODY_LEN))
         if body_at + body_len > size:
             return i
         r = first + i
-        fields[QUEUE_OFFSET, r] = _i64(a + 20)
-        fields[STORE_TS, r] = _i64(a + 48)
-        fields[BORN_TS, r] = _i64(a + 40)
+        fields[QUEUE_OFFSET, r] = _i64(a + _P_QOFF)
+        fields[STORE_TS, r] = _i64(a + _P_STORE)
+        fields[BORN_TS, r] = _i64(a + _P_BORN)
         fields[SYS_FLAG, r] = flags
         fields[BODY_START, r] = body_at
         fields[BODY_LEN, r] = body_len

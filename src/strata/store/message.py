@@ -288,10 +288,11 @@ class CorruptRecord(NamedTuple):
 class GetResult:
     """Messages of one queue from an offset; ``next_offset`` is where to continue.
     ``corrupt`` lists the damaged records passed over on the way (in queue order), which
-    ``messages`` leaves out."""
+    ``messages`` leaves out. ``messages`` is a sequence (a ``MessageBatch`` or a list): a
+    batch read makes each ``StoredMessage`` from its one buffer only when it is read."""
 
     status: GetStatus
-    messages: list[StoredMessage]
+    messages: Sequence[StoredMessage]
     next_offset: int
     min_offset: int
     max_offset: int

@@ -23,6 +23,8 @@ from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
 from strata.files.lock import LOCK_NAME, DirectoryLock
 from strata.format import record as rec
 from strata.format.checkpoint import Checkpoint
+from strata.format.record_batch import MessageBatch
+from strata.format.record_table import GOOD, OTHER
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport, recover
 from strata.store.config import StoreConfig
@@ -923,24 +925,27 @@ class MessageStore:
 
         corrupt: list[CorruptRecord] = []
 
-        def read(rows: np.ndarray) -> tuple[list, int | None]:
-            """The messages of units ``rows`` (None for a damaged record, which goes to
-            ``corrupt``); a read-only opener's are cut before a unit the writer is still
-            copying, and then the offset to go on from comes too."""
-            damaged: dict[int, str] = {}
-            msgs = self.log.read_batch(phys[rows], limit, verify_crc=verify, damaged=damaged)
+        def read(rows: np.ndarray) -> tuple[Sequence, int | None]:
+            """The messages of units ``rows``: a MessageBatch when every unit leads to its
+            own intact record (the usual case), else a list with None for a damaged record
+            (which goes to ``corrupt``); a read-only opener's are cut before a unit the
+            writer is still copying, and then the offset to go on from comes too."""
+            # One compiled pass checks each record and that it is the unit's own message
+            # (topic, queue, queue offset): GOOD, OTHER (another record), or no record.
+            found = self.log.read_offsets(phys[rows], limit, verify_crc=verify, topic=topic,
+                                          queue_id=queue_id, queue_offsets=offset + rows)
+            if found.all_good:
+                return found.messages, None
+            damaged = found.damaged
+            msgs = found.as_list()
+            leads = found.status == GOOD
+            present = found.status <= OTHER   # an intact record is there (maybe another's)
             stop = None
-            # The unit check: does each unit lead to a record of its own topic, queue and
-            # queue offset? The records are decoded already (a damaged or unreadable one is
-            # None), so their fields answer it without reading the headers again.
-            leads = np.fromiter(
-                (m is not None and m[2] == q and m[1] == queue_id and m[0] == topic
-                 for m, q in zip(msgs, (offset + rows).tolist())), bool, len(msgs))
             if self.readonly:  # over the records that are not damaged
                 good = [j for j in range(len(rows)) if j not in damaged] if damaged else None
                 stop = self._first_unit_in_flight(
                     topic, queue_id, offset, rows if good is None else rows[good], phys,
-                    msgs if good is None else [msgs[j] for j in good], limit,
+                    present if good is None else present[good], limit,
                     leads if good is None else leads[good])
                 if stop is not None and good is not None:
                     stop = good[stop]
@@ -948,7 +953,7 @@ class MessageStore:
                 #        over; never is a record another unit's served
                 for j in np.flatnonzero(~leads).tolist():
                     q, at = offset + int(rows[j]), int(phys[rows[j]])
-                    if j in damaged or (msgs[j] is None and at < self.log.min_offset()):
+                    if j in damaged or (not present[j] and at < self.log.min_offset()):
                         continue    # (deleted by retention since the units were read)
                     if rederive_unit(cq, self.log, q, limit):
                         msgs[j] = self.log.read(cq.unit(q)[0], limit, verify_crc=verify)
@@ -968,7 +973,7 @@ class MessageStore:
         if wanted is None:  # at most max_messages units were read
             msgs, cut = read(picked)
             nxt = nxt if cut is None else cut
-            out = [m for m in msgs if m is not None]
+            out = msgs if type(msgs) is MessageBatch else [m for m in msgs if m is not None]
         else:  # decode candidates a chunk at a time; the real tag decides (hashes collide)
             out = []
             step = max(max_messages, 64)
@@ -994,11 +999,12 @@ class MessageStore:
         return GetResult(status, out, nxt, mn, mx, passed)
 
     def _first_unit_in_flight(self, topic: str, queue_id: int, offset: int, rows: np.ndarray,
-                              phys: np.ndarray, msgs: list, limit: int,
+                              phys: np.ndarray, present: np.ndarray, limit: int,
                               leads: np.ndarray) -> int | None:
-        """Read-only openers: the index in ``msgs`` (read up to commit-log offset ``limit``)
-        of the first message whose consume-queue unit (``rows``: the units' positions after
-        ``offset``) does not lead to its own record (``leads`` False); None if all do.
+        """Read-only openers: the index among units ``rows`` (their positions after
+        ``offset``; records read up to commit-log offset ``limit``, ``present`` where an
+        intact record was found) of the first whose consume-queue unit does not lead to its
+        own record (``leads`` False); None if all do.
 
         The writer copies a run of units with one memcpy, whose stores can land in any order,
         so for an instant a unit can show its size while its commit-log offset is still zero
@@ -1009,9 +1015,9 @@ class MessageStore:
         can only be damage, and is reported instead of answered with the wrong message.
         """
         for j in np.flatnonzero(~leads).tolist():
-            i, m = int(rows[j]), msgs[j]
+            i = int(rows[j])
             at = int(phys[i])
-            if m is None:
+            if not present[j]:
                 if at < self._readonly_min_offset():   # deleted by retention since
                     continue
                 if at >= limit:

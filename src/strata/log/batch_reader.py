@@ -1,0 +1,114 @@
+"""Reading the commit log's records at known offsets (a queue's units: ``get``, ``read_at``
+batches) in one compiled pass per segment.
+
+``read_offsets`` runs ``record_kernels.check_at`` over a segment's map — magic, lengths at
+both ends, field lengths, own offset, CRC32C, and optionally that each record is the unit's
+own message — and hands out a ``MessageBatch`` whose messages are made only when read. Its
+sibling for records that follow one another (``scan``, recovery, ``verify``) is
+``record_walk``, over the same kernels. Damage is judged as the per-record readers judge it
+(``record.record_damage``), on the slow path only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from strata.files.segment import MappedSegment
+from strata.files.segment_queue import segment_runs
+from strata.format import record as rec
+from strata.format import record_table as rk
+from strata.format.record_batch import MessageBatch
+from strata.format.segment import HEADER_AREA
+from strata.log.record_walk import scratch, segment_map
+
+_EMPTY_TOPIC = np.zeros(0, np.uint8)
+_NO_QUEUE_OFFSETS = np.zeros(0, np.int64)
+@dataclass
+class OffsetsRead:
+    """What ``read_offsets`` found at each of n offsets."""
+
+    status: np.ndarray                 # record_kernels.GOOD / OTHER / NO_RECORD / CRC_MISMATCH
+    messages: MessageBatch             # the GOOD ones, in order
+    damaged: dict[int, str] = field(default_factory=dict)   # index -> why (record_damage)
+
+    @property
+    def all_good(self) -> bool:
+        return len(self.messages) == len(self.status)
+
+    def as_list(self) -> list[rec.StoredMessage | None]:
+        """One entry per offset: the message where GOOD, else None."""
+        out: list[rec.StoredMessage | None] = [None] * len(self.status)
+        for i, m in zip(np.flatnonzero(self.status == rk.GOOD).tolist(), self.messages):
+            out[i] = m
+        return out
+
+
+def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int, *,
+                 verify_crc: bool, topic: str | None = None, queue_id: int = -1,
+                 queue_offsets: np.ndarray | None = None,
+                 topics: dict[bytes, str] | None = None) -> OffsetsRead:
+    """Check and read the message records at commit-log ``offsets`` (ascending) below
+    ``limit``. With ``topic`` and ``queue_id`` a record is GOOD only if it is message
+    ``queue_offsets[i]`` of that queue (else OTHER: the unit leads to another record).
+    ``damaged`` names each offset where that offset's record is, but damaged."""
+    kernels = rk.kernels()
+    offsets = np.asarray(offsets, np.int64)
+    n = len(offsets)
+    status = np.full(n, rk.NO_RECORD, np.uint8)
+    fields = scratch("fields", (rk.FIELDS, n), np.int64)
+    name = _EMPTY_TOPIC if topic is None else np.frombuffer(topic.encode("ascii"), np.uint8)
+    qid = -1 if topic is None else queue_id
+    qoffs = _NO_QUEUE_OFFSETS if topic is None else np.asarray(queue_offsets, np.int64)
+    parts: list[tuple[bytes, np.ndarray]] = []   # (variable parts, fields of GOOD rows)
+    damaged: dict[int, str] = {}
+    for lo, hi, seg in _runs(segments, offsets):
+        if seg is None or seg.closed:
+            continue
+        end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
+        pos = offsets[lo:hi] - seg.base_offset + HEADER_AREA
+        f = fields[:, lo:hi]
+        try:
+            data = segment_map(seg)
+            good, nbytes = kernels.check_at(data, pos, offsets[lo:hi], end, verify_crc, name,
+                                            qid, qoffs[lo:hi] if qid >= 0 else qoffs, f,
+                                            status[lo:hi])
+            out = scratch("bytes", (nbytes,), np.uint8)
+            kernels.pack(data, f, status[lo:hi], out)
+            parts.append((out.tobytes(), f[:, :good].copy()))
+            if good < hi - lo:
+                for i in np.flatnonzero(status[lo:hi] >= rk.NO_RECORD).tolist():
+                    why = rec.record_damage(seg.mm, int(pos[i]), end, int(offsets[lo + i]))
+                    if why is not None:
+                        damaged[lo + i] = why
+        except ValueError:   # closed by retention just now
+            status[lo:hi] = rk.NO_RECORD
+    if len(parts) == 1:
+        batch = MessageBatch(parts[0][0], parts[0][1], topic, topics)
+    else:
+        batch = _join(parts, topic, topics)
+    return OffsetsRead(status, batch, damaged)
+
+
+def _runs(segments: list[MappedSegment], offsets: np.ndarray):
+    """segment_runs, with the usual case (every offset in the newest segment) made quick."""
+    if len(offsets) and segments:
+        last = segments[-1]
+        if last.base_offset <= int(offsets[0]) and int(offsets[-1]) < last.end_offset:
+            return [(0, len(offsets), last)]
+    return segment_runs(segments, offsets)
+
+
+def _join(parts: list[tuple[bytes, np.ndarray]], topic: str | None,
+          topics: dict[bytes, str] | None) -> MessageBatch:
+    """One MessageBatch of the packed records of several segments."""
+    shift = 0
+    fs = [np.zeros((rk.FIELDS, 0), np.int64)]
+    for buf, f in parts:
+        f = f.copy()
+        f[rk.F_HOSTS_AT:rk.F_BODY_END + 1] += shift
+        shift += len(buf)
+        fs.append(f)
+    return MessageBatch(b"".join(buf for buf, _f in parts), np.concatenate(fs, axis=1), topic,
+                        topics)
