@@ -15,6 +15,7 @@ take over (``record_problem``, ``resync``).
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from itertools import repeat
@@ -38,13 +39,15 @@ _scratch = threading.local()
 
 
 def scratch(kind: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """This thread's reusable array ``kind``, at least ``shape`` (grown as needed), sliced to
-    ``shape``. Valid until this thread asks for ``kind`` again."""
+    """This thread's reusable array ``kind`` of ``shape`` (C-contiguous: the compiled code
+    runs about twice as fast over contiguous tables), carved from one flat buffer that
+    grows as needed. Valid until this thread asks for ``kind`` again."""
+    size = math.prod(shape)
     arr = getattr(_scratch, kind, None)
-    if arr is None or any(have < want for have, want in zip(arr.shape, shape)):
-        arr = np.empty(shape[:-1] + (max(shape[-1], 1024),), dtype)
+    if arr is None or arr.dtype != dtype or len(arr) < size:
+        arr = np.empty(max(size, 16384), dtype)
         setattr(_scratch, kind, arr)
-    return arr[tuple(slice(0, want) for want in shape)]
+    return arr[:size].reshape(shape)
 
 _MESSAGE = rec.U32.pack(rec.MESSAGE_MAGIC)
 _BLANK = rec.U32.pack(rec.BLANK_MAGIC)
