@@ -245,7 +245,7 @@ class MessageBatch(Sequence):
         """A batch whose messages are made now, straight from ``buf`` (a segment's map, say:
         no reference to it is kept), for a reader that reads every message anyway."""
         batch = cls(buf, fields, topic, topics)
-        batch._items = batch._make(fields)
+        batch._items = batch._make(0, fields.shape[1])
         batch._buf, batch._fields = b"", _NO_FIELDS
         return batch
 
@@ -268,7 +268,23 @@ class MessageBatch(Sequence):
                     out[j] = names[tb] = tb.decode("ascii")
         return repeat(out[0], len(a)) if shared is not None else out
 
-    def _make(self, f: np.ndarray) -> list[rec.StoredMessage]:
+    def _make(self, first: int, count: int) -> list[rec.StoredMessage]:
+        """The messages of the table's columns ``[first, first + count)``: made in compiled
+        code (``record_objects``), or by ``_make_python`` if that could not make one."""
+        if count == 0:
+            return []
+        buf = self._buf
+        out = [None] * count
+        data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
+        made = rk.objects().make_messages(
+            data.ctypes.data, self._fields, first, count, id(rec.StoredMessage),
+            0 if self._topic is None else id(self._topic), id(self._topics), id(out))
+        if made == count:
+            return out
+        return self._make_python(self._fields[:, first:first + count])
+
+    def _make_python(self, f: np.ndarray) -> list[rec.StoredMessage]:
+        """``_make`` in Python (what raises the error when an object cannot be made)."""
         buf = self._buf
         n = f.shape[1]
         hosts, topic_at, props, body, end = (f[r].tolist() for r in (
@@ -313,7 +329,7 @@ class MessageBatch(Sequence):
     def _list(self) -> list[rec.StoredMessage]:
         items = self._items
         if items is None:
-            items = self._items = self._make(self._fields)
+            items = self._items = self._make(0, self._fields.shape[1])
         return items
 
     def __len__(self) -> int:
@@ -323,8 +339,7 @@ class MessageBatch(Sequence):
         if self._items is None and type(i) is int:   # one message: made alone
             n = self._fields.shape[1]
             if -n <= i < n:
-                return self._make(self._fields[:, i:i + 1] if i != -1 else
-                                  self._fields[:, -1:])[0]
+                return self._make(i % n, 1)[0]
         return self._list()[i]
 
     def __iter__(self):

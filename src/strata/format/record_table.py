@@ -29,3 +29,10 @@ def kernels() -> ModuleType:
     cache load then: see README, "Start-up cost of the compiled reader")."""
     from strata.format import record_kernels
     return record_kernels
+
+
+def objects() -> ModuleType:
+    """``strata.format.record_objects`` (the compiled making of ``StoredMessage``s), imported
+    on first use as ``kernels()`` is."""
+    from strata.format import record_objects
+    return record_objects

@@ -1,0 +1,162 @@
+"""StoredMessages made in compiled code (strata.format.record_objects, through MessageBatch)
+are the messages the one-record decoder makes: equal, of the same type and field types,
+hashed, pickled and compared alike; values shared only where equal; no reference leaked or
+lost; and the Python maker takes over if the compiled one cannot make an object."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import sys
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from strata.format import record as rec
+from strata.format import record_objects as ro
+from strata.format import record_kernels as rk
+from strata.format.record_batch import MessageBatch
+
+from test_record_format import records
+
+BASE = 1000   # the commit-log offset of byte 0 of the test buffers
+
+
+def laid_out(kws: list[dict]) -> tuple[bytes, np.ndarray]:
+    """The records of ``kws`` back to back from byte 16 of a buffer, and their field table
+    (filled by the compiled walk, as a scan fills it)."""
+    buf = bytearray(16)
+    for kw in kws:
+        kw = dict(kw, physical_offset=BASE + len(buf))
+        buf += rec.encode_record(**kw)
+    data = np.frombuffer(bytes(buf), np.uint8)
+    fields = np.zeros((rk.FIELDS, len(kws)), np.int64)
+    n, _stop, why = rk.walk(data, 16, len(buf), BASE, 16, fields, 0, len(kws))
+    assert (n, why) == (len(kws), rk.WALK_END)
+    return bytes(buf), fields
+
+
+def decoded(buf: bytes, fields: np.ndarray) -> list[rec.StoredMessage]:
+    return [rec.decode_record(buf, int(p) - rec.HEADER_SIZE) for p in fields[rk.F_HOSTS_AT]]
+
+
+def same_values(a: rec.StoredMessage, b: rec.StoredMessage) -> bool:
+    return type(a) is type(b) and tuple(a) == tuple(b) and \
+        [type(x) for x in a] == [type(x) for x in b]
+
+
+# Runs of records that repeat some values (one producer's hosts, one topic, plain
+# properties, timestamps of one batch) and change others, so both the shared and the fresh
+# paths of the maker are taken.
+@st.composite
+def runs(draw):
+    kws = draw(st.lists(records(), min_size=1, max_size=6))
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        kw = dict(draw(st.sampled_from(kws)))
+        if out and draw(st.booleans()):
+            prev = out[-1]
+            for k in draw(st.lists(st.sampled_from(
+                    ["topic", "born_host", "store_host", "properties", "keys", "tags",
+                     "born_ts", "store_ts", "queue_id", "sys_flag", "body"]), max_size=6)):
+                kw[k] = prev[k]
+        out.append(kw)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs(), st.booleans())
+def test_compiled_messages_are_the_decoded_ones(kws, known_topic):
+    buf, fields = laid_out(kws)
+    want = decoded(buf, fields)
+    topics: dict[bytes, str] = {}
+    topic = want[0].topic if known_topic and len({m.topic for m in want}) == 1 else None
+    batch = MessageBatch(buf, fields, topic, topics)
+    got = list(batch)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert same_values(g, w) and g == w and hash(g) == hash(w)
+        assert (g.keys, g.tags, g.properties, g.born_host, g.store_host, g.msg_id) == \
+            (w.keys, w.tags, w.properties, w.born_host, w.store_host, w.msg_id)
+        assert same_values(pickle.loads(pickle.dumps(g)), w)
+        assert not gc.is_tracked(g)   # only str, int and bytes inside: no cycle possible
+    # the Python maker makes the same, and single messages are made alone
+    python = MessageBatch(buf, fields, topic, {})._make_python(fields)
+    assert all(same_values(p, w) for p, w in zip(python, want))
+    for i in (0, len(want) - 1, -1):
+        assert same_values(MessageBatch(buf, fields, topic, {})[i], want[i])
+    if topic is None:   # the topics met were learnt, each name made once
+        assert topics == {m.topic.encode(): m.topic for m in want}
+        assert all(g.topic is topics[g.topic.encode()] for g in got)
+
+
+def test_equal_values_are_shared_and_different_ones_are_not():
+    kw = dict(queue_id=1, flag=0, queue_offset=10**12, physical_offset=0, sys_flag=0,
+              born_ts=1_700_000_000_000, store_ts=1_700_000_000_001, tx_offset=0, reconsume=0,
+              born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 2), topic="t",
+              properties={"a": "b"}, body=b"x" * 300)
+    kws = [dict(kw, queue_offset=10**12 + i) for i in range(4)]
+    kws[2]["properties"] = {"a": "c"}
+    kws[3]["born_host"] = ("10.0.0.9", 1)
+    buf, fields = laid_out(kws)
+    m = list(MessageBatch(buf, fields, None, {}))
+    assert m[0].body is not m[1].body and m[0].body == m[1].body   # one bytes per body
+    assert m[0].store_timestamp is m[3].store_timestamp            # one batch's timestamps
+    assert m[0].queue_offset is not m[1].queue_offset
+    assert m[0].properties_raw is m[1].properties_raw
+    assert m[2].properties_raw != m[1].properties_raw and m[3].properties == {"a": "b"}
+    assert m[0].hosts_raw is m[2].hosts_raw and m[3].hosts_raw != m[2].hosts_raw
+    assert m[3].born_host == ("10.0.0.9", 1) and m[0].topic is m[3].topic
+
+
+def test_no_reference_is_leaked_or_lost():
+    kws = [dict(queue_id=i % 3, flag=0, queue_offset=10**10 + i, physical_offset=0,
+                sys_flag=0, born_ts=10**12 + i // 4, store_ts=10**12, tx_offset=0,
+                reconsume=0, born_host=("10.0.0.1", 1 + i % 2), store_host=("::1", 2),
+                topic=("ta", "tbb", "ta")[i % 3], properties={"k": str(i % 2)},
+                body=bytes([i % 256]) * (i % 50)) for i in range(300)]
+    buf, fields = laid_out(kws)
+    topic = "given"
+    topics: dict[bytes, str] = {}
+    list(MessageBatch(buf, fields, None, topics))   # learn the names, warm the compiled code
+    counts = (sys.getrefcount(topic), [sys.getrefcount(v) for v in topics.values()],
+              sys.getrefcount(rec.StoredMessage))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(200):
+            kept = list(MessageBatch(buf, fields, None, topics))
+            kept += list(MessageBatch(buf, fields, topic, topics))
+            assert len(kept) == 600
+        del kept
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, grown    # 120,000 messages made and dropped
+    assert counts == (sys.getrefcount(topic), [sys.getrefcount(v) for v in topics.values()],
+                      sys.getrefcount(rec.StoredMessage))
+
+
+def test_the_python_maker_takes_over_if_an_object_cannot_be_made(monkeypatch):
+    kws = [dict(queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0, born_ts=i,
+                store_ts=i, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
+                store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(5)]
+    buf, fields = laid_out(kws)
+    monkeypatch.setattr(ro, "make_messages", lambda *args: -1)
+    got = list(MessageBatch(buf, fields, None, {}))
+    assert all(same_values(g, w) for g, w in zip(got, decoded(buf, fields)))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_short_batches(n):
+    kws = [dict(queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0, born_ts=0,
+                store_ts=0, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
+                store_host=("10.0.0.2", 2), topic="t", body=b"") for i in range(n)]
+    if n == 0:
+        assert list(MessageBatch(b"", np.zeros((rk.FIELDS, 0), np.int64), None)) == []
+        return
+    buf, fields = laid_out(kws)
+    assert list(MessageBatch(buf, fields, None, {})) == decoded(buf, fields)
