@@ -9,8 +9,9 @@ import logging
 import os
 import threading
 import time
+from itertools import chain
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -584,10 +585,14 @@ class MessageStore:
             raise InvalidInputError(f"verify_crc must be a bool, got {verify_crc!r}")
         if on_damage is not None and not callable(on_damage):
             raise InvalidInputError(f"on_damage must be callable, got {on_damage!r}")
-        return self._scan(from_offset, to_offset, verify_crc, on_damage)
+        # the parts' messages chained in C (a generator re-yielding each costs ~70 ns)
+        return chain.from_iterable(self._scan_parts(from_offset, to_offset, verify_crc,
+                                                    on_damage))
 
-    def _scan(self, from_offset: int, to_offset: int | None, verify_crc: bool,
-              on_damage: Callable[[int, str], None] | None) -> Iterator[rec.StoredMessage]:
+    def _scan_parts(self, from_offset: int, to_offset: int | None, verify_crc: bool,
+                    on_damage: Callable[[int, str], None] | None) -> Iterator[Iterable]:
+        """What ``scan`` yields, a part at a time: the tier's history, then the local log's
+        batches (the limit is taken when the scan starts)."""
         limit = self.confirmed_offset()
         if to_offset is not None:
             limit = min(limit, to_offset)
@@ -595,11 +600,11 @@ class MessageStore:
         if from_offset < low and self.config.tier_url is not None:
             h = self._tier_history()   # what retention deleted, as far as the tier holds it
             if h is not None:
-                yield from h.scan(from_offset, min(low, limit))
+                yield h.scan(from_offset, min(low, limit))
         # A damaged record is skipped with a logged error (README "Durability").
-        yield from self.log.scan(from_offset, limit,
-                                 verify_crc=verify_crc or self.config.verify_crc_on_read,
-                                 on_damage=on_damage)
+        yield from self.log.scan_batches(from_offset, limit,
+                                         verify_crc=verify_crc or self.config.verify_crc_on_read,
+                                         on_damage=on_damage)
 
     # ------------------------------------------------------------------ topics and queues
 
