@@ -2,8 +2,8 @@
 memory as the log grows, and SQLite as a peer in the same run; prints JSON lines.
 
     python bench/consume.py [--quick] [--keys N] [--size B] [--seconds S] [--log-gib G]
-                            [--lag-seconds S] [--peer-msgs N] [--crc-msgs N] [--crc-rounds R]
-                            [--crc-only] [--dir DIR]
+                            [--lag-seconds S] [--peer-msgs N] [--peer-rounds R] [--peer-only]
+                            [--crc-msgs N] [--crc-rounds R] [--crc-only] [--dir DIR]
 
 One JSON object per line, each with "bench": "consume" and a "case":
 
@@ -27,13 +27,17 @@ One JSON object per line, each with "bench": "consume" and a "case":
   (mmapped segment/queue/index pages currently resident: reclaimable page cache, grows with
   what was touched).
 * ``peer_sqlite`` / ``peer_strata`` / ``peer_ratio``: a SQLite table used as a queue
-  (``sqlite_peer`` below: WAL, synchronous=NORMAL, executemany of 1000 per
-  transaction; range read ``WHERE id > ? ORDER BY id LIMIT 1000``) and strata for the same
-  count and size (put_batch of 1000 plain messages, async flush; get of 1000 per call over the
-  8 queues, counting the messages and then also reading every body; ``scan`` from 0, the same
-  two ways), 1,000,000 x 100 B and 200,000 x 1 KiB (``--peer-msgs`` scales both). A get's
-  messages are made when first read (``MessageBatch``), so the counting pass measures the
-  read path and the body-reading pass adds making every message object.
+  (``sqlite_build`` below: WAL, synchronous=NORMAL, executemany of 1000 per transaction; range
+  read ``WHERE id > ? ORDER BY id LIMIT 1000``, ``fetchall`` of ``(id, body)``) and strata for
+  the same count and size (put_batch of 1000 plain messages, async flush; get of 1000 per call
+  over the 8 queues, counting the messages and then also reading every body; ``scan`` from 0,
+  the same two ways), 1,000,000 x 100 B and 200,000 x 1 KiB (``--peer-msgs`` scales both).
+  Both stores are built first, then read in ``--peer-rounds`` rounds (default 3), every case
+  once a round so that SQLite and strata see the same machine load; the best round of each
+  case is kept, and ``peer_ratio`` gives strata / SQLite for each (with ``strata_src``, the
+  source tree measured: run it with another ``PYTHONPATH`` for an A/B). A get's messages are
+  made when first read (``MessageBatch``), so the counting pass measures the read path and
+  the body-reading pass adds making every message object. ``--peer-only`` runs just this.
 * ``get_crc``: what checking every record's CRC32C on read costs (``verify_crc_on_read``, on
   by default): for 100 B and 1 KiB bodies, a topic of ``--crc-msgs`` messages (default
   1,000,000 of 100 B, a fifth of that of 1 KiB) consumed whole through ``store.get`` with
@@ -307,7 +311,9 @@ def grow_phase(store, start_key: int, gib: float) -> int:
 
 # ------------------------------------------------------------------ peer
 
-def sqlite_peer(d: Path, n: int, size: int) -> dict:
+def sqlite_build(d: Path, n: int, size: int) -> tuple[sqlite3.Connection, str, float]:
+    """The SQLite table used as a queue, ``n`` rows of ``size`` B: (connection, path,
+    publish seconds)."""
     path = str(d / f"q{size}.db")
     c = sqlite3.connect(path, isolation_level=None)
     c.execute("PRAGMA journal_mode=WAL")
@@ -320,9 +326,12 @@ def sqlite_peer(d: Path, n: int, size: int) -> dict:
         c.execute("BEGIN")
         c.executemany("INSERT INTO msgs(body) VALUES (?)", rows)
         c.execute("COMMIT")
-    pub = time.perf_counter() - t
+    return c, path, time.perf_counter() - t
+
+
+def sqlite_read(c: sqlite3.Connection) -> int:
+    """The whole table through the range read, 1000 rows a call (``fetchall`` of (id, body))."""
     q = "SELECT id, body FROM msgs WHERE id > ? ORDER BY id LIMIT 1000"
-    t = time.perf_counter()
     last = got = 0
     while True:
         rows = c.execute(q, (last,)).fetchall()
@@ -330,57 +339,76 @@ def sqlite_peer(d: Path, n: int, size: int) -> dict:
             break
         got += len(rows)
         last = rows[-1][0]
-    rd = time.perf_counter() - t
-    c.close()
-    for suf in ("", "-wal", "-shm"):
-        try:
-            os.remove(path + suf)
-        except FileNotFoundError:
-            pass
-    return emit({"bench": "consume", "case": "peer_sqlite", "system": "sqlite-wal-NORMAL",
-                 "version": sqlite3.sqlite_version, "msgs": n, "body": size,
-                 "publish_msgs_s": round(n / pub), "consume_msgs_s": round(got / rd),
-                 "consumed": got})
+    return got
 
 
-def strata_peer(d: Path, n: int, size: int, seg: int) -> dict:
+def strata_build(d: Path, n: int, size: int, seg: int):
+    """A store holding ``n`` plain messages of ``size`` B: (store, directory, publish seconds,
+    publish seconds until dispatched)."""
     sd = d / f"strata{size}"
     store = strata.open(sd, strata.StoreConfig(segment_size=seg, flush="async"))
+    bodies = pool(size)
+    store.put_batch([strata.Message("Warm", b"x")])  # waits for the pre-faulted segment
+    t = time.perf_counter()
+    for start in range(0, n, 1000):
+        store.put_batch([strata.Message(TOPIC, bodies[i & 1023])
+                         for i in range(start, min(n, start + 1000))])
+    pub = time.perf_counter() - t
+    store.wait_dispatched(600)
+    return store, sd, pub, time.perf_counter() - t
+
+
+def scan_count(store) -> int:
+    return sum(1 for _ in store.scan(0))
+
+
+def scan_bodies(store) -> int:
+    return sum(1 for m in store.scan(0) if m.body is not None)
+
+
+def peer_pair(d: Path, n: int, size: int, seg: int, rounds: int) -> tuple[dict, dict]:
+    """SQLite and strata holding the same ``n`` messages of ``size`` B, read in turn
+    ``rounds`` times (every case once a round, so both see the same machine load); the best
+    round of each case is kept. Emits ``peer_sqlite`` and ``peer_strata``."""
+    c, path, s_pub = sqlite_build(d, n, size)
+    store, sd, pub, pub_disp = strata_build(d, n, size, seg)
+    cases = {"sqlite": lambda: sqlite_read(c),
+             "consume": lambda: drain_topic(store, 1000),
+             "consume_body_read": lambda: drain_topic(store, 1000, touch=True),
+             "scan": lambda: scan_count(store),
+             "scan_body_read": lambda: scan_bodies(store)}
+    best = dict.fromkeys(cases, float("inf"))
+    counts = {}
     try:
-        bodies = pool(size)
-        store.put_batch([strata.Message("Warm", b"x")])  # waits for the pre-faulted segment
-        t = time.perf_counter()
-        for start in range(0, n, 1000):
-            store.put_batch([strata.Message(TOPIC, bodies[i & 1023])
-                             for i in range(start, min(n, start + 1000))])
-        pub = time.perf_counter() - t
-        store.wait_dispatched(600)
-        pub_disp = time.perf_counter() - t
-        t = time.perf_counter()
-        got = drain_topic(store, 1000)
-        rd = time.perf_counter() - t
-        t = time.perf_counter()
-        touched = drain_topic(store, 1000, touch=True)
-        rd_touch = time.perf_counter() - t
-        t = time.perf_counter()
-        scanned = sum(1 for _ in store.scan(0))
-        sc = time.perf_counter() - t
-        t = time.perf_counter()
-        scanned_touch = sum(1 for m in store.scan(0) if m.body is not None)
-        sc_touch = time.perf_counter() - t
+        for _ in range(rounds):
+            for name, read in cases.items():
+                t = time.perf_counter()
+                counts[name] = read()
+                best[name] = min(best[name], time.perf_counter() - t)
     finally:
         store.close()
         shutil.rmtree(sd, ignore_errors=True)
-    return emit({"bench": "consume", "case": "peer_strata", "msgs": n, "body": size,
-                 "publish_msgs_s": round(n / pub),
-                 "publish_incl_dispatch_msgs_s": round(n / pub_disp),
-                 "consume_msgs_s": round(got / rd), "consumed": got,
-                 "consume_body_read_msgs_s": round(touched / rd_touch),
-                 "scan_msgs_s": round(scanned / sc),
-                 "scan_body_read_msgs_s": round(scanned_touch / sc_touch),
-                 "note": "message construction included in publish, as in the SQLite loop; "
-                         "consume counts the messages get returns (made when read), "
-                         "*_body_read also reads every message's body"})
+        c.close()
+        for suf in ("", "-wal", "-shm"):
+            try:
+                os.remove(path + suf)
+            except FileNotFoundError:
+                pass
+    s = emit({"bench": "consume", "case": "peer_sqlite", "system": "sqlite-wal-NORMAL",
+              "version": sqlite3.sqlite_version, "msgs": n, "body": size,
+              "publish_msgs_s": round(n / s_pub),
+              "consume_msgs_s": round(counts["sqlite"] / best["sqlite"]),
+              "consumed": counts["sqlite"], "rounds": rounds})
+    m = emit({"bench": "consume", "case": "peer_strata", "msgs": n, "body": size,
+              "publish_msgs_s": round(n / pub),
+              "publish_incl_dispatch_msgs_s": round(n / pub_disp),
+              **{f"{k}_msgs_s": round(counts[k] / best[k]) for k in cases if k != "sqlite"},
+              "consumed": counts["consume"], "rounds": rounds,
+              "note": "message construction included in publish, as in the SQLite loop; "
+                      "consume counts the messages get returns (made when read), "
+                      "*_body_read also reads every message's body; best of the rounds, "
+                      "SQLite's read in the same rounds"})
+    return s, m
 
 
 def drain_topic(store, batch: int, touch: bool = False) -> int:
@@ -435,6 +463,22 @@ def crc_phase(d: Path, n: int, size: int, seg: int, rounds: int) -> list[dict]:
     return out
 
 
+def run_peers(scratch: Path, peer_n: int, seg: int, rounds: int) -> dict:
+    """The SQLite comparison for 100 B and 1 KiB bodies; emits ``peer_ratio``."""
+    ratio: dict = {"bench": "consume", "case": "peer_ratio", "rounds": rounds,
+                   "strata_src": os.path.dirname(os.path.dirname(strata.__file__))}
+    for n, size in ((peer_n, 100), (max(1, peer_n // 5), 1024)):
+        s, m = peer_pair(scratch, n, size, seg, rounds)
+        ratio[f"publish_{size}B_strata_over_sqlite"] = round(
+            m["publish_msgs_s"] / s["publish_msgs_s"], 2)
+        ratio[f"publish_incl_dispatch_{size}B_strata_over_sqlite"] = round(
+            m["publish_incl_dispatch_msgs_s"] / s["publish_msgs_s"], 2)
+        for what in ("consume", "consume_body_read", "scan", "scan_body_read"):
+            ratio[f"{what}_{size}B_strata_over_sqlite"] = round(
+                m[f"{what}_msgs_s"] / s["consume_msgs_s"], 2)
+    return emit(ratio)
+
+
 # ------------------------------------------------------------------ main
 
 def main() -> None:
@@ -460,6 +504,11 @@ def main() -> None:
                     "default 1,000,000 (50,000 quick); 0 to skip")
     ap.add_argument("--crc-rounds", type=int, default=3, help="passes per CRC setting")
     ap.add_argument("--crc-only", action="store_true", help="run only the CRC comparison")
+    ap.add_argument("--peer-rounds", type=int, default=3,
+                    help="read rounds of the SQLite comparison (every case once a round, "
+                    "best kept; default 3)")
+    ap.add_argument("--peer-only", action="store_true",
+                    help="run only the SQLite comparison (peer_* lines and peer_ratio)")
     ap.add_argument("--dir", default=None, help="scratch directory (default: new under /tmp); "
                     "deleted afterwards")
     a = ap.parse_args()
@@ -482,11 +531,14 @@ def main() -> None:
           "dir": str(scratch), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     rss_line("start")
     try:
-        if crc_n > 0:
+        if crc_n > 0 and not a.peer_only:
             for n, size in ((crc_n, 100), (max(1, crc_n // 5), 1024)):
                 crc_phase(scratch, n, size, seg, a.crc_rounds)
             rss_line("after get_crc")
         if a.crc_only:
+            return
+        if a.peer_only:
+            run_peers(scratch, peer_n, seg, a.peer_rounds)
             return
         store = strata.open(scratch / "store", strata.StoreConfig(segment_size=seg))
         try:
@@ -515,18 +567,7 @@ def main() -> None:
             store.close()
             shutil.rmtree(scratch / "store", ignore_errors=True)
         if peer_n > 0:
-            ratio: dict = {"bench": "consume", "case": "peer_ratio"}
-            for n, size in ((peer_n, 100), (max(1, peer_n // 5), 1024)):
-                s = sqlite_peer(scratch, n, size)
-                m = strata_peer(scratch, n, size, seg)
-                ratio[f"publish_{size}B_strata_over_sqlite"] = round(
-                    m["publish_msgs_s"] / s["publish_msgs_s"], 2)
-                ratio[f"publish_incl_dispatch_{size}B_strata_over_sqlite"] = round(
-                    m["publish_incl_dispatch_msgs_s"] / s["publish_msgs_s"], 2)
-                for what in ("consume", "consume_body_read", "scan", "scan_body_read"):
-                    ratio[f"{what}_{size}B_strata_over_sqlite"] = round(
-                        m[f"{what}_msgs_s"] / s["consume_msgs_s"], 2)
-            emit(ratio)
+            run_peers(scratch, peer_n, seg, a.peer_rounds)
             rss_line("end")
     finally:
         remove_scratch()
