@@ -160,3 +160,12 @@ def test_short_batches(n):
         return
     buf, fields = laid_out(kws)
     assert list(MessageBatch(buf, fields, None, {})) == decoded(buf, fields)
+
+
+def test_a_table_pointing_outside_its_buffer_is_refused():
+    kws = [dict(queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0, born_ts=0,
+                store_ts=0, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
+                store_host=("10.0.0.2", 2), topic="t", body=b"abc")]
+    buf, fields = laid_out(kws)
+    with pytest.raises(ValueError, match="outside"):
+        list(MessageBatch(buf[:-10], fields, None, {}))   # the compiled code never reads past

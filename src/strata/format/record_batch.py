@@ -274,14 +274,18 @@ class MessageBatch(Sequence):
         if count == 0:
             return []
         buf = self._buf
+        f = self._fields
+        if f[rk.F_HOSTS_AT, first:first + count].min() < 0 or \
+                f[rk.F_BODY_END, first:first + count].max() > len(buf):   # (never: checked)
+            raise ValueError("a message's bytes lie outside its batch's buffer")
         out = [None] * count
         data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
         made = rk.objects().make_messages(
-            data.ctypes.data, self._fields, first, count, id(rec.StoredMessage),
+            data.ctypes.data, f, first, count, id(rec.StoredMessage),
             0 if self._topic is None else id(self._topic), id(self._topics), id(out))
         if made == count:
             return out
-        return self._make_python(self._fields[:, first:first + count])
+        return self._make_python(f[:, first:first + count])
 
     def _make_python(self, f: np.ndarray) -> list[rec.StoredMessage]:
         """``_make`` in Python (what raises the error when an object cannot be made)."""
