@@ -61,8 +61,10 @@ the raw case: the protocol stubs, 32 messages per SendMessage, 8 requests in fli
   broker's fsyncs/s over the disk's fsync rate measured above.
 * ``receive_ack``: msgs/s received and acked by one consumer; CPU ms per message of the
   server and of the consumer process (over its receive loop).
+* both: ``cpu_ceiling_msgs_per_s``, the machine's cores ÷ (server + client CPU per
+  message): the rate if server and clients had every core and nothing else ran.
 * ``ratio``: strata ÷ RabbitMQ and (with ``--floor``) strata ÷ floor msgs/s per case; for
-  floor rows floor ÷ RabbitMQ.
+  floor rows floor ÷ RabbitMQ, and the floor's CPU ceiling ÷ RabbitMQ's measured rate.
 
 With 8 producer processes and a window of 256 each, some sends of the official client ended
 CANCELLED on the client side while the broker logged nothing (not understood yet); the default
@@ -86,6 +88,7 @@ from pathlib import Path
 
 SMALL = ("segment_size=268435456", "index_slots=100000", "index_entries=400000")
 RABBIT_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+CORES = os.cpu_count() or 1
 FLOOR_SERVER = Path(__file__).resolve().parent / "broker_floor.py"
 
 PRODUCER = r'''
@@ -370,6 +373,12 @@ def rows(tag: dict, d: dict, size: int, window: int, total: int) -> tuple[dict, 
             "server_cpu_ms_per_msg": round(d["server_receive_cpu"] / max(rc["n"], 1) * 1000, 3)}
     if "cpu" in rc:     # the consumer's CPU over its receive loop
         recv["client_cpu_ms_per_msg"] = round(rc["cpu"] / max(rc["n"], 1) * 1000, 3)
+    for r in (send, recv):
+        # what server + clients' CPU per message allows if they had every core to themselves
+        if "client_cpu_ms_per_msg" in r:
+            both = r["server_cpu_ms_per_msg"] + r["client_cpu_ms_per_msg"]
+            if both > 0:
+                r["cpu_ceiling_msgs_per_s"] = round(CORES * 1000 / both)
     return send, recv
 
 
@@ -762,6 +771,9 @@ def ratios(out: list[dict]) -> list[dict]:
             row["system"] = "floor"
             if peer is not None:
                 row["floor_over_rabbitmq"] = round(s["msgs_per_s"] / peer["msgs_per_s"], 3)
+                if "cpu_ceiling_msgs_per_s" in s:
+                    row["floor_cpu_ceiling_over_rabbitmq"] = round(
+                        s["cpu_ceiling_msgs_per_s"] / peer["msgs_per_s"], 3)
         if len(row) > 5 + (rnd is not None):
             res.append(row)
     return res
