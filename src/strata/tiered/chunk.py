@@ -26,16 +26,16 @@ from strata.tiered.metadata import ChunkMeta
 class Chunk:
     """The three objects of a chunk and its metadata entry."""
 
-    log: bytearray | memoryview   # the .log bytes: all of ``buffer`` or a view of its start
+    log: memoryview               # the .log bytes: a view of the start of ``buffer``
     cq: bytes
     keys: bytes
     meta: ChunkMeta
-    buffer: bytearray             # holds ``log``: give it to the next build_chunk
+    buffer: np.ndarray | bytearray   # holds ``log``: give it to the next build_chunk
     touched: list                 # the commit-log segments it was read from
 
 
 def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
-                units: np.ndarray, buffer: bytearray | None = None,
+                units: np.ndarray, buffer: np.ndarray | bytearray | None = None,
                 intact: set[int] | None = None) -> Chunk:
     """The chunk of queue offsets [first, first + len(units)) whose local units are ``units``
     (all real, ascending commit-log offsets). CorruptRecordError names a damaged record;
@@ -57,9 +57,12 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
     total_bytes = int(out_at[-1])
     if buffer is not None and len(buffer) >= total_bytes:
         data = buffer
-    else:   # grown by at least half, so chunks of varying sizes rarely need a new one
-        data = bytearray(max(total_bytes, len(buffer) * 3 // 2 if buffer else 0))
-    out = np.frombuffer(data, np.uint8)
+    else:   # grown by at least half, so chunks of varying sizes rarely need a new one; numpy
+        # leaves a new one's pages untouched (no zeroing pass) and asks for huge pages, so its
+        # first fill costs a fraction of a bytearray's page faults
+        data = np.empty(max(total_bytes, len(buffer) * 3 // 2 if buffer is not None else 0),
+                        np.uint8)
+    out = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
     store_ts = np.empty(n, np.int64)
     name = topic.encode()
     scratch = kernels.scratch_for(name)
@@ -113,8 +116,7 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
                      keys_count=nkeys, keys_crc=crc32c(key_bytes) if nkeys else 0,
                      min_ts=int(store_ts.min()), max_ts=int(store_ts.max()),
                      first_phys=int(phys[0]), end_phys=int(phys[-1] + sizes[-1]))
-    return Chunk(memoryview(data)[:total_bytes] if len(data) > total_bytes else data, cq_bytes,
-                 key_bytes, meta, data, touched)
+    return Chunk(memoryview(data)[:total_bytes], cq_bytes, key_bytes, meta, data, touched)
 
 
 _WHY = ("no whole record of that offset there", "its CRC32C does not match",
