@@ -106,9 +106,14 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
     cq["tag"] = units["tag"]
     cq_bytes = cq.tobytes()
     keys = np.empty(nkeys, KEY_ENTRY)
-    if nkeys:   # by hash, then queue offset: entries come in offset order, a stable sort
-        order = np.argsort(key_hash[:nkeys], kind="stable")
-        keys["hash"] = key_hash[order]
+    if nkeys:   # by hash, then queue offset (entries come in offset order): quicksort, a
+        # third of a stable sort's time, kept unless two entries share a hash
+        hashes = key_hash[:nkeys]
+        order = np.argsort(hashes, kind="quicksort")
+        keys["hash"] = hashes[order]
+        if (keys["hash"][1:] == keys["hash"][:-1]).any():
+            order = np.argsort(hashes, kind="stable")
+            keys["hash"] = hashes[order]
         keys["store_ts"] = key_ts[order]
         keys["offset"] = key_off[order]
     key_bytes = keys.tobytes()
