@@ -145,7 +145,8 @@ def upload(directory: Path, tier_url: str, endpoint: str | None, kind: str,
         url = f"{tier_url.rstrip('/')}-{r}"
         cfg = dataclasses.replace(cfg, tier_url=url)
         meta = directory / "tiered"
-        shutil.rmtree(meta, ignore_errors=True)       # a fresh tier every round
+        shutil.rmtree(meta, ignore_errors=True)       # a fresh tier every round: the store
+        (directory / "config" / "tier.json").unlink(missing_ok=True)   # forgets the last one
         with strata.open(directory, cfg) as store:
             with RssSampler() as sampler:
                 t, c = time.perf_counter(), time.process_time()
