@@ -10,12 +10,16 @@ passed in, so the rules are testable without a clock.
 from __future__ import annotations
 
 import heapq
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata.broker import journal as jr
 from strata.broker.errors import InvalidReceiptHandleError
 from strata.broker.receipt import Receipt
+from strata.errors import DiskFullError
+
+log = logging.getLogger(__name__)
 
 COMPACT_BYTES = 64 << 20   # rewrite the journal as a snapshot past this size
 JOURNAL_NAME = "groups.journal"
@@ -237,7 +241,10 @@ class ConsumerGroups:
 
     def _maybe_compact(self) -> None:
         if self.journal.size > COMPACT_BYTES:
-            self.compact()
+            try:
+                self.compact()
+            except DiskFullError as exc:    # the journal stays as it was and takes appends
+                log.warning("%s not compacted: %s", self.journal.path, exc)
 
     def close(self) -> None:
         """Snapshot, sync and close the journal (clean shutdown)."""

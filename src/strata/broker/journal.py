@@ -15,6 +15,7 @@ import enum
 import logging
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -207,7 +208,12 @@ def read_records(data: bytes, magic: bytes = MAGIC,
 
 class Journal:
     """The open journal file of one broker (appends with O_APPEND); ``magic`` and ``decode``
-    name its kind of records (the consumer groups' by default)."""
+    name its kind of records (the consumer groups' by default).
+
+    Appends and rewrites run on the owner's thread; ``sync`` may run on another one (the
+    server fsyncs from an executor). A lock keeps a rewrite from closing the descriptor a sync
+    is about to fsync: without it the sync could fsync a closed descriptor (EBADF), or one
+    whose number was meanwhile given to another file or socket (EINVAL), and fail."""
 
     def __init__(self, path: Path, file_ops: FileOps | None = None, magic: bytes = MAGIC,
                  decode: Callable[[bytes], Any] = decode_payload) -> None:
@@ -216,6 +222,7 @@ class Journal:
         self.decode = decode
         self.file_ops = file_ops or FileOps()
         self._fd: int | None = None
+        self._fd_lock = threading.Lock()      # held by sync, rewrite and close
         self.size = 0
         self.dropped_tail = 0
 
@@ -243,18 +250,30 @@ class Journal:
         self.size += len(data)
 
     def sync(self) -> None:
-        if self._fd is not None:
-            self.file_ops.fsync(self.path, self._fd)
+        """fsync what was appended (from any thread; a rewrite waits for it)."""
+        with self._fd_lock:
+            if self._fd is not None:
+                self.file_ops.fsync(self.path, self._fd)
 
     def rewrite(self, records: Iterator[bytes]) -> None:
-        """Replace the journal with a header and ``records``, atomically."""
+        """Replace the journal with a header and ``records``, atomically. If the new file
+        cannot be written (a full disk) the old one stays, open for appends, and the error is
+        raised."""
         data = encode_header(self.magic) + b"".join(records)
-        self.close()
-        self.file_ops.write_atomic(self.path, data)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.size = len(data)
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            try:
+                self.file_ops.write_atomic(self.path, data)
+            except BaseException:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                raise
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self.size = len(data)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

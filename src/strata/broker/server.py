@@ -139,7 +139,10 @@ async def serve(cfg: ServeConfig) -> None:
     async def sync_journal() -> None:
         while True:
             await asyncio.sleep(JOURNAL_SYNC_S)
-            await loop.run_in_executor(None, groups.journal.sync)
+            try:
+                await loop.run_in_executor(None, groups.journal.sync)
+            except OSError:     # say so, and keep syncing (an ended task would sync no more)
+                log.exception("fsync of %s failed", groups.journal.path)
 
     tasks = [loop.create_task(sync_journal())]
     if cfg.exit_with_parent:
