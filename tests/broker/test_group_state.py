@@ -188,3 +188,51 @@ def test_a_compaction_refused_by_a_full_disk_leaves_the_journal_working(tmp_path
     g.journal.sync()
     g2 = ConsumerGroups(tmp_path)          # what a SIGKILL leaves: the ack is there
     assert sorted(g2.queue("g", "t", 0).in_flight) == [1]
+
+
+def test_renewed_deliveries_keep_their_handle_and_are_replayed_with_their_client(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0)], 2, deadline_ms=1000, renew=("c1", 50_000))
+    assert g.renewing_clients() == ["c1"]
+    assert g.renew("c1", now_ms=500, ahead_ms=100, slice_ms=1000) == (0, 0)   # not due yet
+    assert g.renew("c1", now_ms=950, ahead_ms=100, slice_ms=1000) == (2, 0)
+    assert g.queue("g", "t", 0).due(now_ms=1500, limit=10) == []             # renewed: 1950
+    # the client's handles from the receive still work past their own deadline
+    assert g.ack([_receipt(g, 0, h[0], 1000)], now_ms=1500) == [None]
+    g2 = ConsumerGroups(tmp_path)          # what a SIGKILL leaves
+    d = g2.queue("g", "t", 0).in_flight[1]
+    assert (d.deadline_ms, d.handle_id, d.renew_client, d.renew_until_ms) == \
+        (1950, h[1], "c1", 50_000)
+    g2.close()
+    g3 = ConsumerGroups(tmp_path)          # and a clean stop (a snapshot: STATE + RENEW)
+    assert g3.queue("g", "t", 0).in_flight[1] == d
+    assert g3.renewing_clients() == ["c1"]
+
+
+def test_a_gone_clients_deliveries_come_back_soon_and_stay_released(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0)], 2, deadline_ms=60_000, renew=("c1", 10**9))
+    g.pop("g", "t", 1, 0, [(0, 0)], 1, deadline_ms=60_000, renew=("c2", 10**9))
+    assert g.release("c1", deadline_ms=2_000) == 2
+    assert g.renewing_clients() == ["c2"]
+    q = g.queue("g", "t", 0)
+    assert q.due(now_ms=2_000, limit=10) == [(0, 1), (1, 1)]
+    assert q.in_flight[0].handle_id == h[0] and not q.in_flight[0].renew_client
+    g2 = ConsumerGroups(tmp_path)
+    assert g2.renewing_clients() == ["c2"]
+    assert g2.queue("g", "t", 0).due(now_ms=2_000, limit=10) == [(0, 1), (1, 1)]
+
+
+def test_renewal_stops_at_its_limit_and_after_a_change_or_a_redelivery(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0), (2, 0)], 3, deadline_ms=1000,
+              renew=("c1", 900))
+    g.change_invisible(_receipt(g, 1, h[1], 1000), 5000, now_ms=100)   # the client's nack
+    g.ack([_receipt(g, 2, h[2], 1000)], now_ms=100)
+    # offset 0 is past its renew limit: not renewed, it comes back at its deadline
+    assert g.renew("c1", now_ms=950, ahead_ms=100, slice_ms=1000) == (0, 1)
+    assert g.renewing_clients() == []
+    q = g.queue("g", "t", 0)
+    assert q.due(now_ms=1000, limit=10) == [(0, 1)]
+    assert q.in_flight[1].deadline_ms == 5000
+    assert ConsumerGroups(tmp_path).renewing_clients() == []
