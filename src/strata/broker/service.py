@@ -49,6 +49,8 @@ RENEW_PERIOD_MS = 5_000            # how often renewals are looked for (or a six
 RELEASE_MS = 1_000                 # a gone client's renewed messages come back this soon
 SESSION_TIMEOUT_MS = 30_000        # a client without a Telemetry stream: gone after this
                                    # long without a call (the clients heartbeat every 10 s)
+STREAM_TIMEOUT_MS = 120_000        # ... with one open (a hung process): RocketMQ's channel
+                                   # expiry
 MAX_DELIVERY_ATTEMPTS = 16
 # invisible time after a consumer's n-th failed attempt (RocketMQ's retry levels from 1 s)
 CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,
@@ -219,7 +221,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         slice_ms = self.options.renew_slice_ms
         ahead = min(RENEW_AHEAD_MS, slice_ms // 3)
         for client in self.groups.renewing_clients():
-            if self.sessions.connected(client, now, SESSION_TIMEOUT_MS):
+            if self.sessions.connected(client, now, SESSION_TIMEOUT_MS, STREAM_TIMEOUT_MS):
                 self.renewed += self.groups.renew(client, now, ahead, slice_ms)[0]
             else:
                 self._release(client, now)
@@ -320,6 +322,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator, context):
         """Answers each settings command; pushes orphaned-transaction checks to producers."""
         session = self.sessions.open(_client_id(context))
+        self.sessions.seen(session.client_id, now_ms())
 
         async def read() -> None:
             try:

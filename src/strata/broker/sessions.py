@@ -62,13 +62,16 @@ class Sessions:
         """The client said goodbye, or its stream closed: not connected until it calls again."""
         self.last_seen.pop(client_id, None)
 
-    def connected(self, client_id: str, now_ms: int, timeout_ms: int) -> bool:
-        """A Telemetry stream of the client is open, or it called within ``timeout_ms``."""
-        s = self.by_client.get(client_id)
-        if s is not None and not s.closed:
-            return True
+    def connected(self, client_id: str, now_ms: int, timeout_ms: int,
+                  stream_timeout_ms: int) -> bool:
+        """The client called within ``timeout_ms`` or, while a Telemetry stream of it is
+        open, within ``stream_timeout_ms`` (a hung process keeps its connection open)."""
         t = self.last_seen.get(client_id)
-        return t is not None and now_ms - t <= timeout_ms
+        if t is None:
+            return False
+        s = self.by_client.get(client_id)
+        open_ = s is not None and not s.closed
+        return now_ms - t <= (stream_timeout_ms if open_ else timeout_ms)
 
     def producer_for(self, topic: str, prefer: str = "") -> Session | None:
         """A live producer session that publishes ``topic``: ``prefer`` (a client id) if it
