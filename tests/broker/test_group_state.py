@@ -236,3 +236,35 @@ def test_renewal_stops_at_its_limit_and_after_a_change_or_a_redelivery(tmp_path)
     assert q.due(now_ms=1000, limit=10) == [(0, 1)]
     assert q.in_flight[1].deadline_ms == 5000
     assert ConsumerGroups(tmp_path).renewing_clients() == []
+
+
+def test_an_append_cut_short_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
+    """A record half written when the disk filled must not stay in the file: the next open
+    would cut the journal there and drop every record appended after it."""
+    import errno
+
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0), (2, 0)], 3, deadline_ms=1000)
+    real_write = os.write
+    cut = {"left": 1}
+
+    def full_disk_write(fd, data):      # the first write stops short, the next finds no room
+        if cut["left"] == 1:
+            cut["left"] = 0
+            return real_write(fd, bytes(data[: max(1, len(data) // 2)]))
+        if cut["left"] == 0:
+            cut["left"] = -1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(jr.os, "write", full_disk_write)
+    with pytest.raises(OSError):
+        g.ack([_receipt(g, 0, h[0], 1000)], now_ms=500)
+    assert g.ack([_receipt(g, 1, h[1], 1000)], now_ms=500) == [None]   # the disk has room again
+    monkeypatch.setattr(jr.os, "write", real_write)
+    data = (tmp_path / JOURNAL_NAME).read_bytes()
+    assert jr.read_records(data)[1] == len(data)       # whole records only
+    g2 = ConsumerGroups(tmp_path)                      # what a SIGKILL leaves
+    assert g2.journal.dropped_tail == 0
+    assert 1 not in g2.queue("g", "t", 0).in_flight    # the ack after the refusal stands
+    assert 2 in g2.queue("g", "t", 0).in_flight

@@ -259,6 +259,7 @@ class Journal:
         self._fd_lock = threading.Lock()      # held by sync, rewrite and close
         self.size = 0
         self.dropped_tail = 0
+        self._torn = False                    # an append was cut short and not taken back
 
     def open(self) -> list:
         """Open (creating it if needed), return its records; a torn tail is cut off."""
@@ -277,11 +278,30 @@ class Journal:
         return records
 
     def append(self, data: bytes) -> None:
+        """Append whole records. A write cut short (a full disk) is taken back before the
+        error is raised, so no torn record stands between the file's good records and the ones
+        appended after it (the next open would cut the file there, dropping those too); if it
+        cannot be taken back, appends are refused until it can."""
+        if self._torn:
+            self._untear()
         view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except BaseException:
+            self._torn = True
+            try:
+                self._untear()
+            except OSError:
+                log.exception("%s: a record cut short at offset %d could not be taken "
+                              "back; appends wait until it can", self.path, self.size)
+            raise
         self.size += len(data)
+
+    def _untear(self) -> None:
+        os.ftruncate(self._fd, self.size)
+        self._torn = False
 
     def sync(self) -> None:
         """fsync what was appended (from any thread; a rewrite waits for it)."""
@@ -305,6 +325,7 @@ class Journal:
                 raise
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
             self.size = len(data)
+            self._torn = False
 
     def close(self) -> None:
         with self._fd_lock:
