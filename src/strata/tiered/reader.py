@@ -71,7 +71,7 @@ class TieredQueueReader:
 
     def __init__(self, backend: TierBackend,
                  metadata: TierMetadata | Callable[[], TierMetadata], *,
-                 cache_bytes: int = 64 * MiB, block_size: int = MiB) -> None:
+                 cache_bytes: int = 64 * MiB, block_size: int = 2 * MiB) -> None:
         self.backend = backend
         self._metadata = metadata if callable(metadata) else (lambda: metadata)
         self.cache = BlockCache(cache_bytes, block_size)
