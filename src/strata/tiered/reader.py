@@ -3,8 +3,10 @@
 ``TieredQueueReader`` needs only a backend and the metadata (the local file or the tier's own
 copy, so a tier can be read without the store that wrote it). Record bytes come through a
 bounded block cache; a chunk's .cq and .keys objects are checked against the CRCs in the
-metadata, every record against its own CRC, its queue id and offset. Damaged bytes raise
-CorruptTierError naming the object; they are never returned.
+metadata, every record by the local reader's compiled pass (``read_kernels.check_units``:
+lengths, magic, its own CRC, queue id, offset, topic, size) over the cached bytes, and read
+records come back as a lazy ``MessageBatch``. Damaged bytes raise CorruptTierError naming
+the object (``read`` names each damaged record instead); they are never returned.
 """
 
 from __future__ import annotations
