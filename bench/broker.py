@@ -3,7 +3,8 @@ RabbitMQ driven by pika, in the same run; JSON lines.
 
     python bench/broker.py [--messages N] [--size B] [--producers 1,8] [--flush async,sync]
                            [--message-groups 0,64] [--kinds normal,delay] [--delay-ms 2000]
-                           [--before-src DIR] [--no-rabbitmq] [--no-install]
+                           [--before-src DIR] [--floor] [--rounds R] [--no-rabbitmq]
+                           [--no-install]
 
 strata: for each flush mode and producer count a fresh store is served on 127.0.0.1 and
 ``--producers`` client processes (each its own HOME, as the client writes logs there) send
@@ -28,13 +29,24 @@ and ``kind``, and only normal cases with 0 message groups are set against Rabbit
 The client scripts read ``BENCH_AK`` / ``BENCH_SK`` (credentials, for ``--acl``) and
 ``BENCH_TLS`` (non-empty: TLS) from the environment (bench/broker_security.py sets them).
 
+``--floor``: per producer count, the same official-client producers and consumer against
+bench/broker_floor.py, which is ``strata serve`` (same CLI, grpc.aio server, uvloop, routes,
+heartbeats, telemetry settings) with SendMessage, ReceiveMessage and AckMessage replaced by
+answers that do no storage work (OK with the client's message id; messages pre-built in
+memory, as many as were sent; OK for every ack). Its rows (``"system": "floor"``) are what a
+broker that stores nothing costs with these clients on this machine: the official client's
+and gRPC's share. ``--rounds R`` repeats every case R times in one run (rows carry
+``round``; ratios pair rows of the same round).
+
 RabbitMQ: Debian's ``rabbitmq-server`` (``apt-get install -y rabbitmq-server`` when it is
 missing and we are root, unless ``--no-install``), started on 127.0.0.1 with free ports and
 its own temporary dirs, stopped at the end. ``--producers`` pika processes publish
 persistent messages to a classic durable queue with publisher confirms (a confirm means the
 message is on disk) and the same window of unconfirmed messages; one consumer receives with
-prefetch 32 and acks each message. If it cannot be installed or started, a JSON line says
-why and the strata cases go on.
+prefetch 32 and acks each message. It is started once, and each producer count's RabbitMQ
+case runs right after that count's strata (and floor) cases of the first flush mode, so the
+systems compared meet the same moment of a shared machine. If it cannot be installed or
+started, a JSON line says why and the strata cases go on.
 
 One JSON object per case (``"system"`` says whose; strata rows with ``"client"`` come from
 the raw case: the protocol stubs, 32 messages per SendMessage, 8 requests in flight):
@@ -47,8 +59,12 @@ the raw case: the protocol stubs, 32 messages per SendMessage, 8 requests in fli
   on one writer thread and under ``--flush sync`` each put returns after the fsync that covers
   it, so there ``msgs_per_put_batch`` is messages per fsync and ``fsync_share`` is the
   broker's fsyncs/s over the disk's fsync rate measured above.
-* ``receive_ack``: msgs/s received and acked by one consumer.
-* ``ratio``: strata ÷ RabbitMQ msgs/s, per case.
+* ``receive_ack``: msgs/s received and acked by one consumer; CPU ms per message of the
+  server and of the consumer process (over its receive loop).
+* both: ``cpu_ceiling_msgs_per_s``, the machine's cores ÷ (server + client CPU per
+  message): the rate if server and clients had every core and nothing else ran.
+* ``ratio``: strata ÷ RabbitMQ and (with ``--floor``) strata ÷ floor msgs/s per case; for
+  floor rows floor ÷ RabbitMQ, and the floor's CPU ceiling ÷ RabbitMQ's measured rate.
 
 With 8 producer processes and a window of 256 each, some sends of the official client ended
 CANCELLED on the client side while the broker logged nothing (not understood yet); the default
@@ -72,6 +88,8 @@ from pathlib import Path
 
 SMALL = ("segment_size=268435456", "index_slots=100000", "index_entries=400000")
 RABBIT_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+CORES = os.cpu_count() or 1
+FLOOR_SERVER = Path(__file__).resolve().parent / "broker_floor.py"
 
 PRODUCER = r'''
 import json, os, sys, time, threading
@@ -176,6 +194,7 @@ c = SimpleConsumer(ClientConfiguration(endpoint, creds, request_timeout=30), "be
                    tls_enable=bool(os.environ.get("BENCH_TLS")))
 c.startup()
 got = 0
+c0 = os.times()
 t0 = time.perf_counter()
 while got < n:
     ms = c.receive(32, 60)
@@ -184,8 +203,10 @@ while got < n:
     list(pool.map(c.ack, ms))
     got += len(ms)
 el = time.perf_counter() - t0
+c1 = os.times()
 c.shutdown()
-print("RESULT " + json.dumps({"seconds": el, "n": got}), flush=True)
+print("RESULT " + json.dumps({"seconds": el, "n": got,
+      "cpu": c1.user + c1.system - c0.user - c0.system}), flush=True)
 '''
 
 RABBIT_PRODUCER = r'''
@@ -243,7 +264,7 @@ print("RESULT " + json.dumps({"seconds": state["t1"] - state["t0"], "lat": sorte
 '''
 
 RABBIT_CONSUMER = r'''
-import json, sys, time
+import json, os, sys, time
 import pika
 port, queue, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
@@ -255,12 +276,15 @@ def on_msg(c, method, props, body):
     got[0] += 1
     if got[0] >= n:
         c.stop_consuming()
+c0 = os.times()
 t0 = time.perf_counter()
 ch.basic_consume(queue, on_msg, auto_ack=False)
 ch.start_consuming()
 el = time.perf_counter() - t0
+c1 = os.times()
 conn.close()
-print("RESULT " + json.dumps({"seconds": el, "n": got[0]}), flush=True)
+print("RESULT " + json.dumps({"seconds": el, "n": got[0],
+      "cpu": c1.user + c1.system - c0.user - c0.system}), flush=True)
 '''
 
 
@@ -347,6 +371,14 @@ def rows(tag: dict, d: dict, size: int, window: int, total: int) -> tuple[dict, 
     recv = {**tag, "case": "receive_ack", "messages": rc["n"],
             "msgs_per_s": round(rc["n"] / rc["seconds"]),
             "server_cpu_ms_per_msg": round(d["server_receive_cpu"] / max(rc["n"], 1) * 1000, 3)}
+    if "cpu" in rc:     # the consumer's CPU over its receive loop
+        recv["client_cpu_ms_per_msg"] = round(rc["cpu"] / max(rc["n"], 1) * 1000, 3)
+    for r in (send, recv):
+        # what server + clients' CPU per message allows if they had every core to themselves
+        if "client_cpu_ms_per_msg" in r:
+            both = r["server_cpu_ms_per_msg"] + r["client_cpu_ms_per_msg"]
+            if both > 0:
+                r["cpu_ceiling_msgs_per_s"] = round(CORES * 1000 / both)
     return send, recv
 
 
@@ -357,7 +389,8 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
                 label: str | None = None, per_request: int = 0,
                 profile: Path | None = None, groups: int = 0, kind: str = "normal",
                 delay_ms: int = 0, serve_args: tuple[str, ...] = (),
-                client_env: dict | None = None, suffix: str = "") -> list[dict]:
+                client_env: dict | None = None, suffix: str = "",
+                floor: bool = False) -> list[dict]:
     """One served store, official-client producers then a consumer; ``src`` serves from
     another source tree (its rows carry ``"src": label``); ``per_request``: raw producers
     putting that many messages into each SendMessage instead; ``profile``: a directory for
@@ -365,21 +398,26 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
     that many message groups; ``kind`` "delay": each message due ``delay_ms`` after its send.
     ``serve_args`` go to `strata serve`, ``client_env`` (BENCH_AK, BENCH_SK, BENCH_TLS, ...)
     to the client processes, ``suffix`` to the store's and log's names.
-    ``fsyncs_per_s`` (None: not measured) only sets ``fsync_share`` under sync flush."""
+    ``fsyncs_per_s`` (None: not measured) only sets ``fsync_share`` under sync flush.
+    ``floor``: serve with bench/broker_floor.py instead (strata serve whose SendMessage,
+    ReceiveMessage and AckMessage do no storage work); rows with ``"system": "floor"``."""
     if kind not in ("normal", "delay"):
         raise ValueError(f"kind {kind!r}: normal or delay")
     if kind == "delay" and groups:
         raise ValueError("a message cannot have both a message group and a delivery time")
-    name = (f"{label or 'strata'}-{flush}-{producers}{'-raw' if per_request else ''}"
+    if floor and (groups or kind != "normal" or per_request):
+        raise ValueError("the floor answers normal sends of the official client only")
+    name = (f"{label or ('floor' if floor else 'strata')}-{flush}-{producers}{'-raw' if per_request else ''}"
             f"{f'-g{groups}' if groups else ''}{'-delay' if kind == 'delay' else ''}{suffix}")
     store = root / name
-    cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--listen",
+    entry = [str(FLOOR_SERVER)] if floor else ["-m", "strata.cli.main"]
+    cmd = [sys.executable, *entry, "serve", str(store), "--listen",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent", *serve_args]
     for o in SMALL:
         cmd += ["--store-option", o]
     log_path = root / f"serve-{name}.log"
     log = open(log_path, "w")
-    senv = dict(os.environ)
+    senv = dict(os.environ, BENCH_FLOOR_SIZE=str(size))
     if src is not None:
         senv["PYTHONPATH"] = src
     server = subprocess.Popen(cmd, stderr=log, text=True, env=senv)
@@ -417,9 +455,17 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
     tail = log_path.read_text()
     if "stopped cleanly" not in tail:
         raise RuntimeError(f"strata serve: {tail[-3000:]}")
+    total = each * producers
+    if floor:
+        m = re.search(r"floor: (\d+) sends answered, (\d+) messages served, (\d+) acks", tail)
+        if m is None or int(m.group(1)) != total or int(m.group(3)) != total:
+            raise RuntimeError(f"floor server: {tail[-1000:]}")
+        tag = {"bench": "broker", "system": "floor",
+               "server": "strata serve without storage work (bench/broker_floor.py)",
+               "producers": producers}
+        return list(rows(tag, d, size, window, total))
     m = re.search(r"(\d+) messages stored in (\d+) batches", tail)
     stored, batches = int(m.group(1)), int(m.group(2))
-    total = each * producers
     tag = {"bench": "broker", "system": "strata", "flush": flush, "producers": producers,
            "message_groups": groups, "kind": kind}
     if per_request:
@@ -589,6 +635,11 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=int, default=2000)
     ap.add_argument("--before-src", default=None,
                     help="also serve every strata case from this source tree (\"before\")")
+    ap.add_argument("--floor", action="store_true",
+                    help="also the floor: the same clients against strata serve without "
+                         "storage work (bench/broker_floor.py), per producer count")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat every case this many times, interleaved (rows carry round)")
     ap.add_argument("--no-rabbitmq", action="store_true", help="strata only")
     ap.add_argument("--no-batched", dest="batched", action="store_false",
                     help="skip the raw case of 32 messages per SendMessage")
@@ -602,6 +653,7 @@ def main() -> None:
     counts = [int(x) for x in a.producers.split(",")]
     groups = [int(x) for x in a.message_groups.split(",")]
     kinds = a.kinds.split(",")
+    flushes = a.flush.split(",")
     if any(k not in ("normal", "delay") for k in kinds):
         ap.error("--kinds: normal and/or delay")
     # the client refuses a message with both a message group and a delivery time
@@ -615,57 +667,116 @@ def main() -> None:
             emit({"bench": "broker", "case": "skipped", "kind": "delay",
                   "message_groups": [g for g in groups if g],
                   "why": "a message cannot have both a message group and a delivery time"})
-        strata_rows = []
-        for flush in a.flush.split(","):
-            for n in counts:
-                if flush == "sync":   # the disk's rate drifts: measure it again beside the case
-                    disk = fsync_rate(root)
-                    emit({"bench": "broker", "case": "fsync", "fsyncs_per_s": round(disk),
-                          "before": f"sync, {n} producers"})
-                for g, kind in cases:
-                    more = {"groups": g, "kind": kind, "delay_ms": a.delay_ms}
-                    if a.before_src:
-                        for r in strata_case(root, flush, n, a.messages, a.size, a.window,
-                                             disk, os.path.abspath(a.before_src), "before",
-                                             **more):
-                            emit(r)
-                        label = "after"
-                    else:
-                        label = None
-                    for r in strata_case(root, flush, n, a.messages, a.size, a.window, disk,
-                                         None, label, profile=a.profile, **more):
-                        strata_rows.append(emit(r))
-            if a.batched:
-                for r in strata_case(root, flush, 1, a.messages, a.size, 8, disk,
-                                     per_request=32):
-                    emit(r)
-        if a.no_rabbitmq:
-            return
-        why = rabbit_unavailable(not a.no_install)
-        if why is not None:
-            emit({"bench": "broker", "system": "rabbitmq", "case": "skipped", "why": why})
-            return
-        rabbit = Rabbit(root / "rabbitmq")
-        rabbit_rows = []
+        # RabbitMQ runs beside strata (and the floor) per producer count, so that the three
+        # see the same moment of a shared machine
+        rabbit = None
+        if not a.no_rabbitmq:
+            why = rabbit_unavailable(not a.no_install)
+            if why is not None:
+                emit({"bench": "broker", "system": "rabbitmq", "case": "skipped", "why": why})
+            else:
+                rabbit = Rabbit(root / "rabbitmq")
+                try:
+                    rabbit.start()
+                except Exception as exc:   # noqa: BLE001 - a peer that fails is reported
+                    emit({"bench": "broker", "system": "rabbitmq", "case": "failed",
+                          "why": f"{type(exc).__name__}: {exc}"[:600]})
+                    rabbit.stop()
+                    rabbit = None
+        out: list[dict] = []
+
+        def keep(row: dict, rnd: int) -> None:
+            if a.rounds > 1:
+                row["round"] = rnd
+            out.append(emit(row))
+
         try:
-            rabbit.start()
-            for n in counts:
-                for r in rabbit_case(rabbit, root, n, a.messages, a.size, a.window):
-                    rabbit_rows.append(emit(r))
-        except Exception as exc:   # noqa: BLE001 - a peer that fails is reported, not fatal
-            emit({"bench": "broker", "system": "rabbitmq", "case": "failed",
-                  "why": f"{type(exc).__name__}: {exc}"[:600]})
+            for rnd in range(1, a.rounds + 1):
+                for fi, flush in enumerate(flushes):
+                    for n in counts:
+                        if flush == "sync":   # the disk's rate drifts: measure it beside the case
+                            disk = fsync_rate(root)
+                            emit({"bench": "broker", "case": "fsync",
+                                  "fsyncs_per_s": round(disk), "before": f"sync, {n} producers"})
+                        sfx = f"-r{rnd}" if a.rounds > 1 else ""
+                        for g, kind in cases:
+                            more = {"groups": g, "kind": kind, "delay_ms": a.delay_ms,
+                                    "suffix": sfx}
+                            if a.before_src:
+                                for r in strata_case(root, flush, n, a.messages, a.size,
+                                                     a.window, disk,
+                                                     os.path.abspath(a.before_src), "before",
+                                                     **more):
+                                    keep(r, rnd)
+                                label = "after"
+                            else:
+                                label = None
+                            for r in strata_case(root, flush, n, a.messages, a.size, a.window,
+                                                 disk, None, label, profile=a.profile, **more):
+                                keep(r, rnd)
+                        if fi == 0 and a.floor:    # flush does not matter to what stores nothing
+                            for r in strata_case(root, flush, n, a.messages, a.size, a.window,
+                                                 None, floor=True, suffix=sfx):
+                                keep(r, rnd)
+                        if fi == 0 and rabbit is not None:  # its row stands for both flushes
+                            try:
+                                for r in rabbit_case(rabbit, root, n, a.messages, a.size,
+                                                     a.window):
+                                    keep(r, rnd)
+                            except Exception as exc:   # noqa: BLE001 - reported, not fatal
+                                emit({"bench": "broker", "system": "rabbitmq", "case": "failed",
+                                      "why": f"{type(exc).__name__}: {exc}"[:600]})
+                                rabbit.stop()
+                                rabbit = None
+                    if a.batched:
+                        for r in strata_case(root, flush, 1, a.messages, a.size, 8, disk,
+                                             per_request=32, suffix=f"-r{rnd}"):
+                            keep(r, rnd)
         finally:
-            rabbit.stop()
-        for s in strata_rows:
-            if s["message_groups"] or s["kind"] != "normal":   # RabbitMQ's are normal sends
-                continue
-            peer = next((r for r in rabbit_rows if r["case"] == s["case"]
-                         and r["producers"] == s["producers"]), None)
+            if rabbit is not None:
+                rabbit.stop()
+        for r in ratios(out):
+            emit(r)
+
+
+def ratios(out: list[dict]) -> list[dict]:
+    """strata ÷ RabbitMQ, floor ÷ RabbitMQ and strata ÷ floor, per case, producer count and
+    round (only the official client's normal sends with 0 message groups)."""
+    def find(system: str, case: str, n: int, rnd) -> dict | None:
+        return next((r for r in out if r.get("system") == system and r["case"] == case
+                     and r["producers"] == n and r.get("round") == rnd
+                     and "client" not in r and "src" not in r), None)
+    res = []
+    for s in out:
+        if s.get("system") not in ("strata", "floor") or s["case"] not in ("send",
+                                                                             "receive_ack"):
+            continue
+        if "client" in s or s.get("message_groups") or s.get("kind", "normal") != "normal":
+            continue
+        if s.get("src") == "before":
+            continue
+        n, rnd = s["producers"], s.get("round")
+        peer = find("rabbitmq", s["case"], n, rnd)
+        row = {"bench": "broker", "case": "ratio", "of": s["case"], "producers": n}
+        if rnd is not None:
+            row["round"] = rnd
+        if s["system"] == "strata":
+            row["flush"] = s["flush"]
             if peer is not None:
-                emit({"bench": "broker", "case": "ratio", "of": s["case"], "flush": s["flush"],
-                      "producers": s["producers"],
-                      "strata_over_rabbitmq": round(s["msgs_per_s"] / peer["msgs_per_s"], 3)})
+                row["strata_over_rabbitmq"] = round(s["msgs_per_s"] / peer["msgs_per_s"], 3)
+            floor = find("floor", s["case"], n, rnd)
+            if floor is not None:
+                row["strata_over_floor"] = round(s["msgs_per_s"] / floor["msgs_per_s"], 3)
+        else:
+            row["system"] = "floor"
+            if peer is not None:
+                row["floor_over_rabbitmq"] = round(s["msgs_per_s"] / peer["msgs_per_s"], 3)
+                if "cpu_ceiling_msgs_per_s" in s:
+                    row["floor_cpu_ceiling_over_rabbitmq"] = round(
+                        s["cpu_ceiling_msgs_per_s"] / peer["msgs_per_s"], 3)
+        if len(row) > 5 + (rnd is not None):
+            res.append(row)
+    return res
 
 
 if __name__ == "__main__":

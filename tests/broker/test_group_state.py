@@ -1,6 +1,7 @@
 """The consumer-group journal and state, and receipt handles, without a server."""
 
 import os
+import threading
 
 import pytest
 
@@ -8,6 +9,9 @@ from strata.broker import journal as jr
 from strata.broker.errors import CorruptJournalError, InvalidReceiptHandleError
 from strata.broker.group_state import JOURNAL_NAME, ConsumerGroups
 from strata.broker.receipt import Receipt, ReceiptSigner, load_or_create_secret
+from strata.errors import DiskFullError
+from strata.files.faults import FaultInjectingFileOps
+from strata.files.io import FileOps
 
 pytestmark = pytest.mark.broker
 
@@ -102,3 +106,165 @@ def test_receipt_handles_round_trip_and_resist_forgery(tmp_path):
         signer.decode(handle[:-2])
     with pytest.raises(InvalidReceiptHandleError, match="base64"):
         signer.decode("%%%")
+
+
+class _PausedFsync(FileOps):
+    """fsync pauses on other threads after it got its descriptor (a thread preempted between
+    reading the journal's descriptor and the syscall) until ``go`` is set; and the first
+    descriptor freed while it waits is taken by something else (as gRPC's threads open
+    sockets), so a stale descriptor would name another file."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.squatter: int | None = None
+        self.seen: list[tuple[bool, str]] = []     # (fd is the journal's file, error)
+
+    def write_atomic(self, path, data):
+        if self.entered.is_set() and self.squatter is None:
+            self.squatter = os.open(os.devnull, os.O_RDONLY)
+        super().write_atomic(path, data)
+
+    def fsync(self, path, fd):
+        if threading.current_thread() is threading.main_thread() or path.name.endswith(".tmp"):
+            return super().fsync(path, fd)
+        self.entered.set()
+        self.go.wait(10)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except OSError:
+            same = False
+        try:
+            super().fsync(path, fd)
+            self.seen.append((same, ""))
+        except OSError as exc:
+            self.seen.append((same, repr(exc)))
+            raise
+
+
+def test_a_journal_fsync_on_another_thread_and_a_compaction_do_not_race(tmp_path):
+    """server.sync_journal fsyncs the group journal from an executor thread while the event
+    loop may compact it (close, atomic replace, reopen). The fsync must cover the journal
+    file, not a descriptor closed under it (the old code raised EBADF/EINVAL there, which
+    ended the server's once-a-second sync task for good)."""
+    ops = _PausedFsync()
+    g = ConsumerGroups(tmp_path, jr.Journal(tmp_path / JOURNAL_NAME, file_ops=ops))
+    g.pop("g", "t", 0, 0, [(0, 0), (1, 0)], 2, deadline_ms=1000)
+    errors: list[BaseException] = []
+
+    def run(fn):
+        try:
+            fn()
+        except BaseException as exc:       # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    syncer = threading.Thread(target=run, args=(g.journal.sync,))
+    syncer.start()
+    assert ops.entered.wait(10)
+    compactor = threading.Thread(target=run, args=(g.compact,))
+    compactor.start()
+    compactor.join(0.3)          # the old code compacts right here, under the paused fsync
+    ops.go.set()
+    syncer.join(10)
+    compactor.join(10)
+    if ops.squatter is not None:
+        os.close(ops.squatter)
+    assert not errors, errors
+    assert ops.seen == [(True, "")]
+    g.ack([_receipt(g, 0, 1, 1000)], now_ms=500)     # the journal takes appends after it
+    g2 = ConsumerGroups(tmp_path)
+    assert sorted(g2.queue("g", "t", 0).in_flight) == [1]
+
+
+def test_a_compaction_refused_by_a_full_disk_leaves_the_journal_working(tmp_path):
+    ops = FaultInjectingFileOps()
+    g = ConsumerGroups(tmp_path, jr.Journal(tmp_path / JOURNAL_NAME, file_ops=ops))
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0)], 2, deadline_ms=1000)
+    ops.space_left = 0
+    with pytest.raises(DiskFullError):
+        g.compact()
+    ops.space_left = None
+    assert g.ack([_receipt(g, 0, h[0], 1000)], now_ms=500) == [None]
+    g.journal.sync()
+    g2 = ConsumerGroups(tmp_path)          # what a SIGKILL leaves: the ack is there
+    assert sorted(g2.queue("g", "t", 0).in_flight) == [1]
+
+
+def test_renewed_deliveries_keep_their_handle_and_are_replayed_with_their_client(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0)], 2, deadline_ms=1000, renew=("c1", 50_000))
+    assert g.renewing_clients() == ["c1"]
+    assert g.renew("c1", now_ms=500, ahead_ms=100, slice_ms=1000) == (0, 0)   # not due yet
+    assert g.renew("c1", now_ms=950, ahead_ms=100, slice_ms=1000) == (2, 0)
+    assert g.queue("g", "t", 0).due(now_ms=1500, limit=10) == []             # renewed: 1950
+    # the client's handles from the receive still work past their own deadline
+    assert g.ack([_receipt(g, 0, h[0], 1000)], now_ms=1500) == [None]
+    g2 = ConsumerGroups(tmp_path)          # what a SIGKILL leaves
+    d = g2.queue("g", "t", 0).in_flight[1]
+    assert (d.deadline_ms, d.handle_id, d.renew_client, d.renew_until_ms) == \
+        (1950, h[1], "c1", 50_000)
+    g2.close()
+    g3 = ConsumerGroups(tmp_path)          # and a clean stop (a snapshot: STATE + RENEW)
+    assert g3.queue("g", "t", 0).in_flight[1] == d
+    assert g3.renewing_clients() == ["c1"]
+
+
+def test_a_gone_clients_deliveries_come_back_soon_and_stay_released(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0)], 2, deadline_ms=60_000, renew=("c1", 10**9))
+    g.pop("g", "t", 1, 0, [(0, 0)], 1, deadline_ms=60_000, renew=("c2", 10**9))
+    assert g.release("c1", deadline_ms=2_000) == 2
+    assert g.renewing_clients() == ["c2"]
+    q = g.queue("g", "t", 0)
+    assert q.due(now_ms=2_000, limit=10) == [(0, 1), (1, 1)]
+    assert q.in_flight[0].handle_id == h[0] and not q.in_flight[0].renew_client
+    g2 = ConsumerGroups(tmp_path)
+    assert g2.renewing_clients() == ["c2"]
+    assert g2.queue("g", "t", 0).due(now_ms=2_000, limit=10) == [(0, 1), (1, 1)]
+
+
+def test_renewal_stops_at_its_limit_and_after_a_change_or_a_redelivery(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0), (2, 0)], 3, deadline_ms=1000,
+              renew=("c1", 900))
+    g.change_invisible(_receipt(g, 1, h[1], 1000), 5000, now_ms=100)   # the client's nack
+    g.ack([_receipt(g, 2, h[2], 1000)], now_ms=100)
+    # offset 0 is past its renew limit: not renewed, it comes back at its deadline
+    assert g.renew("c1", now_ms=950, ahead_ms=100, slice_ms=1000) == (0, 1)
+    assert g.renewing_clients() == []
+    q = g.queue("g", "t", 0)
+    assert q.due(now_ms=1000, limit=10) == [(0, 1)]
+    assert q.in_flight[1].deadline_ms == 5000
+    assert ConsumerGroups(tmp_path).renewing_clients() == []
+
+
+def test_an_append_cut_short_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
+    """A record half written when the disk filled must not stay in the file: the next open
+    would cut the journal there and drop every record appended after it."""
+    import errno
+
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0), (2, 0)], 3, deadline_ms=1000)
+    real_write = os.write
+    cut = {"left": 1}
+
+    def full_disk_write(fd, data):      # the first write stops short, the next finds no room
+        if cut["left"] == 1:
+            cut["left"] = 0
+            return real_write(fd, bytes(data[: max(1, len(data) // 2)]))
+        if cut["left"] == 0:
+            cut["left"] = -1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(jr.os, "write", full_disk_write)
+    with pytest.raises(OSError):
+        g.ack([_receipt(g, 0, h[0], 1000)], now_ms=500)
+    assert g.ack([_receipt(g, 1, h[1], 1000)], now_ms=500) == [None]   # the disk has room again
+    monkeypatch.setattr(jr.os, "write", real_write)
+    data = (tmp_path / JOURNAL_NAME).read_bytes()
+    assert jr.read_records(data)[1] == len(data)       # whole records only
+    g2 = ConsumerGroups(tmp_path)                      # what a SIGKILL leaves
+    assert g2.journal.dropped_tail == 0
+    assert 1 not in g2.queue("g", "t", 0).in_flight    # the ack after the refusal stands
+    assert 2 in g2.queue("g", "t", 0).in_flight

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import strata
 from support import small_store_config
@@ -99,3 +100,134 @@ def test_a_damaged_record_is_named_even_in_a_trusted_segment(store):
     with pytest.raises(CorruptRecordError, match=str(victim)):
         build_chunk(store.log, "orders", 0, 0, units, None, intact)
     assert seg.base_offset not in intact
+
+
+# ---------------------------------------------------------------- the compiled builder
+
+def varied(i: int) -> strata.Message:
+    """Two topics interleaved in the log, every properties shape the builder parses: no
+    properties, tags only, one key, several keys (some long enough for two BLAKE2b blocks,
+    one message with more keys than records), unique keys (one empty: no entry), UTF-8."""
+    topic = "orders" if i % 3 else "audit-log"
+    kw: dict = {}
+    shape = i % 9
+    if shape == 0:
+        kw["keys"] = (f"k{i}",)
+    elif shape == 1:
+        kw["keys"] = (f"k{i}", "long-" + "x" * (150 + i % 300), f"ü{i}")
+        kw["tags"] = "red"
+    elif shape == 2:
+        kw["tags"] = "blue"
+    elif shape == 3:
+        kw["keys"] = (f"k{i}",)
+        kw["properties"] = {rec.PROP_UNIQ_KEY: f"u{i}", "a": "b"}
+    elif shape == 4:
+        kw["properties"] = {rec.PROP_UNIQ_KEY: ""}
+    elif shape == 5 and i % 45 == 5:
+        kw["keys"] = tuple(f"many-{i}-{j}" for j in range(300))
+    elif shape == 6:
+        kw["keys"] = ("same", "same")
+    return strata.Message(topic, bytes([i % 251]) * (1 + i % 700), **kw)
+
+
+def test_the_compiled_builder_matches_the_python_reference(tmp_store_dir):
+    """Byte for byte the chunks of the Python builder it replaced (tests/tiered/
+    chunk_reference.py): .log, .cq, .keys and the metadata, with and without trusted
+    segments, from new and from reused dirty buffers, whole queues and runs inside them."""
+    from chunk_reference import build_chunk as reference
+    with strata.open(tmp_store_dir, small_store_config()) as s:
+        for lo in range(0, 2400, 120):
+            s.put_batch([varied(i) for i in range(lo, lo + 120)])
+        s.flush()
+        s.wait_dispatched()
+        dirty = bytearray(b"\xab" * (8 << 20))
+        checked = grown = 0
+        for topic in ("orders", "audit-log"):
+            for q in range(s.queue_count(topic)):
+                cq = s.queues.get(topic, q)
+                n = cq.max_offset()
+                for first, count in ((0, n), (7, n - 20), (n - 1, 1)):
+                    units = cq.read_units(first, count)
+                    for intact in (None, set()):
+                        want = reference(s.log, topic, q, first, units, None,
+                                         None if intact is None else set())
+                        got = build_chunk(s.log, topic, q, first, units, dirty, intact)
+                        assert bytes(got.log) == bytes(want.log)
+                        assert (got.cq, got.keys, got.meta) == (want.cq, want.keys, want.meta)
+                        dirty = got.buffer
+                        checked += 1
+                        grown = max(grown, got.meta.keys_count - got.meta.count)
+                assert cq.max_offset() >= 100
+        assert checked == 2 * 3 * (s.queue_count("orders") + s.queue_count("audit-log"))
+        assert grown > 16      # more key entries than the first guess: the arrays grew
+
+
+def _check_blake2b(data: bytes) -> None:
+    import hashlib
+
+    from strata.tiered.blake2b import blake2b64_of
+    buf = np.zeros(len(data) + 256, np.uint8)
+    buf[:len(data)] = np.frombuffer(data, np.uint8)
+    want = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    assert int(blake2b64_of(buf, len(data))) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600))
+def test_compiled_blake2b_is_hashlib(data):
+    _check_blake2b(data)
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 129, 255, 256, 257, 1000])
+def test_compiled_blake2b_at_block_edges(n):
+    _check_blake2b(bytes(i * 7 % 256 for i in range(n)))
+
+
+def test_a_record_of_another_topic_is_named(store):
+    """Units pointing at another topic's record of the same queue id and offset (a damaged
+    consume queue): named, not uploaded."""
+    other = []
+    for i in range(3):
+        other.append(strata.Message("other", b"x" * 30, keys=(f"o{i}",)))
+    store.put_batch(other)
+    store.flush()
+    store.wait_dispatched()
+    cq = store.queues.get("other", 0)
+    units = cq.read_units(0, cq.max_offset())
+    assert len(units)
+    with pytest.raises(CorruptRecordError, match=r"orders/0 offset 0: .* commit-log offset "
+                       rf"{int(units['offset'][0])} is damaged \(another"):
+        build_chunk(store.log, "orders", 0, 0, units)
+
+
+def test_damage_in_the_active_segment_is_named_per_record(store):
+    """The active (unsealed) segment: each record's own CRC32C is checked, and a record whose
+    CRC still matches but whose properties overrun their section is named too."""
+    import crc32c as crc
+    store.put_batch([strata.Message("orders", b"y" * 40, keys=(f"a{i}",)) for i in range(8)])
+    store.flush()
+    store.wait_dispatched()
+    q = 0
+    cq = store.queues.get("orders", q)
+    units = cq.read_units(0, cq.max_offset())
+    seg = store.log.segments.segments[-1]
+    assert not seg.sealed
+    tail = units[units["offset"] >= seg.base_offset]
+    assert len(tail)
+    phys, size = int(tail["offset"][-1]), int(tail["size"][-1])
+    at = HEADER_AREA + phys - seg.base_offset
+    seg.mm[at + size - 6] ^= 0x01                          # a body byte: the CRC fails
+    with pytest.raises(CorruptRecordError, match=rf"commit-log offset {phys} is damaged "
+                                                 r"\(its CRC32C"):
+        build_chunk(store.log, "orders", q, 0, units, None, set())
+    seg.mm[at + size - 6] ^= 0x01
+    build_chunk(store.log, "orders", q, 0, units, None, set())   # whole again
+    m = store.get("orders", q, len(units) - 1, 1).messages[0]
+    props_at = at + (m.size - 4 - len(m.body) - len(m.properties_raw))
+    assert bytes(seg.mm[props_at:props_at + 6]) == b"\x04\x00KEYS"
+    seg.mm[props_at] = 0x40                                # a name running past the section
+    seg.mm[at + rec.POS_CRC:at + rec.POS_CRC + 4] = crc.crc32c(
+        bytes(seg.mm[at + rec.CRC_START:at + size])).to_bytes(4, "little")
+    with pytest.raises(CorruptRecordError, match=rf"commit-log offset {phys} is damaged "
+                                                 r"\(its properties overrun"):
+        build_chunk(store.log, "orders", q, 0, units, None, set())

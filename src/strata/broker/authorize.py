@@ -101,10 +101,13 @@ class AclLayer(RpcLayer):
             return await inner(request, context)
         return checked
 
-    def wrap_unary_stream(self, name: str, inner: UnaryStream) -> UnaryStream:
+    def _wrap_stream(self, name: str, inner, request_of):
+        """A streaming handler checked before its first reply (``request_of(request)``: what
+        the rule looks at; a stream's requests are not known when it opens, its headers are
+        signed)."""
         async def checked(request, context):
             try:
-                self.check(name, request, context.invocation_metadata())
+                self.check(name, request_of(request), context.invocation_metadata())
             except Refusal as r:
                 reply = self._refusal(name, r)
                 if reply is None:
@@ -115,16 +118,8 @@ class AclLayer(RpcLayer):
                 yield reply
         return checked
 
+    def wrap_unary_stream(self, name: str, inner: UnaryStream) -> UnaryStream:
+        return self._wrap_stream(name, inner, lambda request: request)
+
     def wrap_stream_stream(self, name: str, inner: StreamStream) -> StreamStream:
-        async def checked(requests, context):
-            try:       # a stream is checked when it opens (its headers are signed)
-                self.check(name, None, context.invocation_metadata())
-            except Refusal as r:
-                reply = self._refusal(name, r)
-                if reply is None:
-                    await self._abort(context, r)
-                yield reply
-                return
-            async for reply in inner(requests, context):
-                yield reply
-        return checked
+        return self._wrap_stream(name, inner, lambda requests: None)

@@ -1,6 +1,6 @@
 """Consumer-group state: per group, topic and queue the next offset never delivered (the
-pop offset) and the deliveries in flight (deadline, attempt, handle id), kept in memory and
-journaled (``strata.broker.journal``) so that a restart, clean or after SIGKILL, neither
+pop offset) and the deliveries in flight (deadline, attempt, handle id; for a push consumer's
+receive, the client it is renewed for and until when), kept in memory and journaled (``strata.broker.journal``) so that a restart, clean or after SIGKILL, neither
 redelivers an acked message nor forgets an unacked one.
 
 All methods run on one thread (the server's event loop); times are ms since the epoch and
@@ -10,17 +10,22 @@ passed in, so the rules are testable without a clock.
 from __future__ import annotations
 
 import heapq
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata.broker import journal as jr
 from strata.broker.errors import InvalidReceiptHandleError
 from strata.broker.receipt import Receipt
+from strata.errors import DiskFullError
+
+log = logging.getLogger(__name__)
 
 COMPACT_BYTES = 64 << 20   # rewrite the journal as a snapshot past this size
 JOURNAL_NAME = "groups.journal"
 
 QueueKey = tuple[str, str, int]   # group, topic, queue id
+RenewKey = tuple[QueueKey, int]   # a queue and an offset in it
 
 
 @dataclass
@@ -32,6 +37,8 @@ class Delivery:
     deadline_ms: int
     attempt: int
     handle_id: int
+    renew_client: str = ""      # auto_renew: renewed while this client is connected
+    renew_until_ms: int = 0     # ... but not past this time
 
     @property
     def held(self) -> bool:
@@ -78,7 +85,10 @@ class QueueState:
     def put(self, offset: int, d: Delivery) -> None:
         """Hand out ``offset`` (or, with a held delivery, hold it back: it then has no
         deadline and never shows up in ``due``)."""
+        old = self.in_flight.get(offset)
         self.in_flight[offset] = d
+        if old is not None and (old.deadline_ms, old.handle_id) == (d.deadline_ms, d.handle_id):
+            return          # its item in the deadline heap stands (one item per delivery)
         if not d.held:
             heapq.heappush(self._due, (d.deadline_ms, offset, d.handle_id))
 
@@ -90,6 +100,9 @@ class ConsumerGroups:
         self.journal = journal or jr.Journal(directory / JOURNAL_NAME)
         self.queues: dict[QueueKey, QueueState] = {}
         self.next_handle_id = 1
+        # client id -> the deliveries renewed for it (queue and offset -> handle id); an item
+        # whose delivery was acked, replaced or released since is dropped when met
+        self.renewing: dict[str, dict[RenewKey, int]] = {}
         for rec in self.journal.open():
             self._apply(rec)
         self.compact()
@@ -127,12 +140,25 @@ class ConsumerGroups:
             if d is not None:
                 q.put(rec.offset, Delivery(rec.deadline_ms, d.attempt, rec.entries[0].handle_id))
                 self.next_handle_id = max(self.next_handle_id, rec.entries[0].handle_id + 1)
+        elif rec.kind is jr.Kind.RENEW:
+            for e in rec.entries:
+                d = q.in_flight.get(e.offset)
+                if d is not None and not d.held and d.handle_id == e.handle_id:
+                    self._put_renewing(key, q, e.offset, d, e.deadline_ms, rec.client,
+                                       e.renew_until_ms)
 
     def snapshot_records(self):
         yield jr.encode_counter(self.next_handle_id)
         for (g, t, qid), q in self.queues.items():
             yield jr.encode_state(g, t, qid, q.pop_offset, [
                 (o, d.deadline_ms, d.attempt, d.handle_id) for o, d in q.in_flight.items()])
+            renewed: dict[str, list[tuple[int, int, int, int]]] = {}
+            for o, d in q.in_flight.items():
+                if d.renew_client:
+                    renewed.setdefault(d.renew_client, []).append(
+                        (o, d.handle_id, d.deadline_ms, d.renew_until_ms))
+            for client, entries in renewed.items():
+                yield jr.encode_renew(g, t, qid, client, entries)
 
     def compact(self) -> None:
         """Rewrite the journal as the current state (atomically)."""
@@ -153,11 +179,13 @@ class ConsumerGroups:
 
     def pop(self, group: str, topic: str, queue_id: int, start_offset: int,
             picked: list[tuple[int, int]], pop_offset: int, deadline_ms: int,
-            held: list[int] = ()) -> list[int]:
+            held: list[int] = (), renew: tuple[str, int] | None = None) -> list[int]:
         """Hand out ``picked`` (queue offset, attempts so far; 0 = never delivered) until
         ``deadline_ms``, hold back ``held`` (offsets of a FIFO topic passed over) and move
         the queue's pop offset to ``pop_offset``; returns a new handle id per delivery.
-        ``start_offset`` is where a queue the group never read starts."""
+        ``start_offset`` is where a queue the group never read starts. ``renew`` (client id,
+        renew until ms): a push consumer's receive, renewed while that client is connected
+        (``renew``)."""
         key = (group, topic, queue_id)
         q = self.queues.get(key)
         if q is None:
@@ -166,10 +194,17 @@ class ConsumerGroups:
         self.next_handle_id += len(picked)
         entries = [(o, a + 1, first + i) for i, (o, a) in enumerate(picked)]
         q.pop_offset = max(q.pop_offset, pop_offset)
-        self.journal.append(jr.encode_pop(group, topic, queue_id, q.pop_offset, deadline_ms,
-                                          entries + [(o, 0, 0) for o in held]))
+        data = jr.encode_pop(group, topic, queue_id, q.pop_offset, deadline_ms,
+                             entries + [(o, 0, 0) for o in held])
+        if renew is not None and entries:
+            data += jr.encode_renew(group, topic, queue_id, renew[0],
+                                    [(o, h, deadline_ms, renew[1]) for o, _a, h in entries])
+        self.journal.append(data)
         for o, a, h in entries:
-            q.put(o, Delivery(deadline_ms, a, h))
+            if renew is not None:
+                self._put_renewing(key, q, o, Delivery(deadline_ms, a, h), deadline_ms, *renew)
+            else:
+                q.put(o, Delivery(deadline_ms, a, h))
         for o in held:
             q.put(o, HELD)
         self._maybe_compact()
@@ -186,10 +221,10 @@ class ConsumerGroups:
             raise InvalidReceiptHandleError(
                 f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset} was replaced "
                 "(by ChangeInvisibleDuration or a redelivery); use the newest handle")
-        if now_ms > r.deadline_ms:
+        if now_ms > d.deadline_ms:      # the handle's own deadline, or as renewed since
             raise InvalidReceiptHandleError(
                 f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset} expired "
-                f"{now_ms - r.deadline_ms} ms ago (its invisible time is over; the message will "
+                f"{now_ms - d.deadline_ms} ms ago (its invisible time is over; the message will "
                 "be delivered again)")
         return q, d
 
@@ -235,9 +270,79 @@ class ConsumerGroups:
         q.put(r.queue_offset, Delivery(deadline_ms, d.attempt, handle))
         return handle
 
+    # ------------------------------------------------------------------ renewal (auto_renew)
+
+    def _put_renewing(self, key: QueueKey, q: QueueState, offset: int, d: Delivery,
+                      deadline_ms: int, client: str, until_ms: int) -> None:
+        q.put(offset, Delivery(deadline_ms, d.attempt, d.handle_id, client, until_ms))
+        self.renewing.setdefault(client, {})[(key, offset)] = d.handle_id
+
+    def _renewed_for(self, client: str) -> list[tuple[QueueKey, QueueState, int, Delivery]]:
+        """The deliveries still renewed for ``client`` (stale index items are dropped)."""
+        items = self.renewing.get(client)
+        if not items:
+            self.renewing.pop(client, None)
+            return []
+        out = []
+        for rk, handle in list(items.items()):
+            key, offset = rk
+            q = self.queues.get(key)
+            d = q.in_flight.get(offset) if q is not None else None
+            if d is None or d.handle_id != handle or d.renew_client != client:
+                del items[rk]
+            else:
+                out.append((key, q, offset, d))
+        if not items:
+            del self.renewing[client]
+        return out
+
+    def renewing_clients(self) -> list[str]:
+        """The clients that deliveries in flight are renewed for."""
+        return [c for c in list(self.renewing) if self._renewed_for(c)]
+
+    def renew(self, client: str, now_ms: int, ahead_ms: int, slice_ms: int) -> tuple[int, int]:
+        """Of the deliveries renewed for ``client``, give those whose invisible time ends
+        within ``ahead_ms`` another ``slice_ms`` from now (same handle id: the client's
+        receipt handle keeps working); one past its renew-until time is renewed no more and
+        comes back at its deadline. Returns (renewed, stopped)."""
+        renewed: dict[QueueKey, list[tuple[int, int, int, int]]] = {}
+        stopped: list[bytes] = []
+        for key, q, offset, d in self._renewed_for(client):
+            if d.deadline_ms - now_ms > ahead_ms:
+                continue
+            if now_ms >= d.renew_until_ms:
+                stopped.append(jr.encode_change(*key, offset, d.deadline_ms, d.handle_id))
+                q.put(offset, Delivery(d.deadline_ms, d.attempt, d.handle_id))
+                continue
+            deadline = now_ms + slice_ms
+            renewed.setdefault(key, []).append((offset, d.handle_id, deadline, d.renew_until_ms))
+            q.put(offset, Delivery(deadline, d.attempt, d.handle_id, client, d.renew_until_ms))
+        if renewed or stopped:
+            self.journal.append(b"".join(stopped) + b"".join(
+                jr.encode_renew(*key, client, entries) for key, entries in renewed.items()))
+            self._maybe_compact()
+        return sum(len(e) for e in renewed.values()), len(stopped)
+
+    def release(self, client: str, deadline_ms: int) -> int:
+        """``client`` is gone: its renewed deliveries are renewed no more and end their
+        invisible time at ``deadline_ms`` (soon); returns how many."""
+        changes: list[bytes] = []
+        for key, q, offset, d in self._renewed_for(client):
+            deadline = min(d.deadline_ms, deadline_ms)
+            changes.append(jr.encode_change(*key, offset, deadline, d.handle_id))
+            q.put(offset, Delivery(deadline, d.attempt, d.handle_id))
+        self.renewing.pop(client, None)
+        if changes:
+            self.journal.append(b"".join(changes))
+            self._maybe_compact()
+        return len(changes)
+
     def _maybe_compact(self) -> None:
         if self.journal.size > COMPACT_BYTES:
-            self.compact()
+            try:
+                self.compact()
+            except DiskFullError as exc:    # the journal stays as it was and takes appends
+                log.warning("%s not compacted: %s", self.journal.path, exc)
 
     def close(self) -> None:
         """Snapshot, sync and close the journal (clean shutdown)."""

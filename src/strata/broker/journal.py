@@ -2,7 +2,7 @@
 
 An append-only file: a 16-byte header, then records ``[u32 length][u32 crc32c][payload]``
 (little-endian; the CRC covers the payload). Each payload starts with a type byte. Pops,
-acks and invisible-time changes are appended as they happen (``os.write``: a process crash
+acks, invisible-time changes and renewals are appended as they happen (``os.write``: a process crash
 loses none of them); ``compact`` rewrites the file as one STATE record per queue plus the
 handle counter (written whole to a temporary file, fsynced, renamed). Reading stops at the
 first record whose length or CRC does not hold (a torn tail) and the opener truncates there.
@@ -15,6 +15,7 @@ import enum
 import logging
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -27,7 +28,8 @@ from strata.files.io import FileOps
 log = logging.getLogger(__name__)
 
 MAGIC = b"STRATAGJ"
-VERSION = 1
+VERSION = 1               # of the held journal; and the groups journal before RENEW records
+GROUPS_VERSION = 2        # the groups journal since RENEW records (it reads 1 too)
 HEADER = struct.Struct("<8sII")           # magic, version, crc32c of the first 12 bytes
 RECORD_HEAD = struct.Struct("<II")        # payload length, crc32c(payload)
 MAX_PAYLOAD = 64 << 20
@@ -41,6 +43,8 @@ _CHANGE = struct.Struct("<qqQ")           # queue offset, deadline ms, handle id
 _STATE_HEAD = struct.Struct("<qI")        # pop offset, in-flight count
 _STATE_ENTRY = struct.Struct("<qqIQ")     # queue offset, deadline ms, attempt, handle id
 _COUNTER = struct.Struct("<Q")
+_RENEW_HEAD = struct.Struct("<I")         # entry count (after the client id)
+_RENEW_ENTRY = struct.Struct("<qQqq")     # queue offset, handle id, deadline ms, renew until ms
 
 
 class Kind(enum.IntEnum):
@@ -49,23 +53,27 @@ class Kind(enum.IntEnum):
     CHANGE = 3
     STATE = 4
     COUNTER = 5
+    RENEW = 6
 
 
 @dataclass(frozen=True)
 class Entry:
     """One in-flight delivery: a queue offset, its attempt (1 = first), its handle id and,
-    where the record has one per entry, its deadline."""
+    where the record has one per entry, its deadline (and in a RENEW, until when it may be
+    renewed)."""
 
     offset: int
     attempt: int
     handle_id: int
     deadline_ms: int = 0
+    renew_until_ms: int = 0
 
 
 @dataclass(frozen=True)
 class JournalRecord:
     """A decoded record. ``offset`` is the pop offset after a POP / the pop offset of a STATE;
-    ``entries`` the deliveries (POP, STATE, CHANGE) or acked offsets (ACK, attempt 0)."""
+    ``entries`` the deliveries (POP, STATE, CHANGE, RENEW) or acked offsets (ACK, attempt 0);
+    ``client`` the client a RENEW's deliveries are renewed for."""
 
     kind: Kind
     group: str = ""
@@ -75,6 +83,7 @@ class JournalRecord:
     deadline_ms: int = 0
     entries: tuple[Entry, ...] = ()
     counter: int = 0
+    client: str = ""
 
 
 def _names(group: str, topic: str, queue_id: int) -> bytes:
@@ -115,6 +124,17 @@ def encode_state(group: str, topic: str, queue_id: int, pop_offset: int,
                   + _STATE_HEAD.pack(pop_offset, len(entries)) + body)
 
 
+def encode_renew(group: str, topic: str, queue_id: int, client: str,
+                 entries: list[tuple[int, int, int, int]]) -> bytes:
+    """A RENEW record: the deliveries ``entries`` — (queue offset, handle id, deadline ms,
+    renew until ms) — are invisible until their deadline and renewed for ``client`` while it
+    is connected, until ``renew until``."""
+    c = client.encode()
+    body = b"".join(_RENEW_ENTRY.pack(*e) for e in entries)
+    return _frame(bytes((Kind.RENEW,)) + _names(group, topic, queue_id)
+                  + _STR_LEN.pack(len(c)) + c + _RENEW_HEAD.pack(len(entries)) + body)
+
+
 def encode_counter(next_handle_id: int) -> bytes:
     return _frame(bytes((Kind.COUNTER,)) + _COUNTER.pack(next_handle_id))
 
@@ -124,8 +144,8 @@ def frame(payload: bytes) -> bytes:
     return _frame(payload)
 
 
-def encode_header(magic: bytes = MAGIC) -> bytes:
-    head = struct.pack("<8sI", magic, VERSION)
+def encode_header(magic: bytes = MAGIC, version: int = GROUPS_VERSION) -> bytes:
+    head = struct.pack("<8sI", magic, version)
     return head + struct.pack("<I", crc32c(head))
 
 
@@ -164,6 +184,16 @@ def decode_payload(p: bytes) -> JournalRecord:
         pos += _CHANGE.size
         rec = JournalRecord(kind, group, topic, queue_id, offset, deadline,
                             (Entry(offset, 0, handle, deadline),))
+    elif kind is Kind.RENEW:
+        (cl,) = _STR_LEN.unpack_from(p, pos)
+        client = p[pos + 2:pos + 2 + cl].decode()
+        pos += 2 + cl
+        (n,) = _RENEW_HEAD.unpack_from(p, pos)
+        pos += _RENEW_HEAD.size
+        entries = tuple(Entry(o, 0, h, d, u) for o, h, d, u in
+                        _RENEW_ENTRY.iter_unpack(p[pos:pos + n * _RENEW_ENTRY.size]))
+        pos += n * _RENEW_ENTRY.size
+        rec = JournalRecord(kind, group, topic, queue_id, entries=entries, client=client)
     else:
         pop_offset, n = _STATE_HEAD.unpack_from(p, pos)
         pos += _STATE_HEAD.size
@@ -177,15 +207,16 @@ def decode_payload(p: bytes) -> JournalRecord:
 
 
 def read_records(data: bytes, magic: bytes = MAGIC,
-                 decode: Callable[[bytes], Any] = decode_payload) -> tuple[list, int]:
-    """The whole records after the header and the byte position where they end; ``magic``
-    and ``decode`` say which journal (the consumer groups' by default)."""
+                 decode: Callable[[bytes], Any] = decode_payload,
+                 versions: tuple[int, ...] = (VERSION, GROUPS_VERSION)) -> tuple[list, int]:
+    """The whole records after the header and the byte position where they end; ``magic``,
+    ``decode`` and ``versions`` say which journal (the consumer groups' by default)."""
     if len(data) < HEADER.size:
         raise CorruptJournalError(f"journal is {len(data)} bytes, shorter than its header")
     found, version, crc = HEADER.unpack_from(data)
     if found != magic or crc != crc32c(data[:12]):
         raise CorruptJournalError("journal header is damaged (magic or checksum)")
-    if version != VERSION:
+    if version not in versions:
         raise CorruptJournalError(f"journal version {version} is not one this strata reads")
     out: list[JournalRecord] = []
     pos = HEADER.size
@@ -207,25 +238,36 @@ def read_records(data: bytes, magic: bytes = MAGIC,
 
 class Journal:
     """The open journal file of one broker (appends with O_APPEND); ``magic`` and ``decode``
-    name its kind of records (the consumer groups' by default)."""
+    name its kind of records (the consumer groups' by default).
+
+    Appends and rewrites run on the owner's thread; ``sync`` may run on another one (the
+    server fsyncs from an executor). A lock keeps a rewrite from closing the descriptor a sync
+    is about to fsync: without it the sync could fsync a closed descriptor (EBADF), or one
+    whose number was meanwhile given to another file or socket (EINVAL), and fail."""
 
     def __init__(self, path: Path, file_ops: FileOps | None = None, magic: bytes = MAGIC,
-                 decode: Callable[[bytes], Any] = decode_payload) -> None:
+                 decode: Callable[[bytes], Any] = decode_payload,
+                 version: int = GROUPS_VERSION,
+                 readable: tuple[int, ...] = (VERSION, GROUPS_VERSION)) -> None:
         self.path = path
         self.magic = magic
+        self.version = version            # written by a new file and by a rewrite
+        self.readable = readable
         self.decode = decode
         self.file_ops = file_ops or FileOps()
         self._fd: int | None = None
+        self._fd_lock = threading.Lock()      # held by sync, rewrite and close
         self.size = 0
         self.dropped_tail = 0
+        self._torn = False                    # an append was cut short and not taken back
 
     def open(self) -> list:
         """Open (creating it if needed), return its records; a torn tail is cut off."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
-            self.file_ops.write_atomic(self.path, encode_header(self.magic))
+            self.file_ops.write_atomic(self.path, encode_header(self.magic, self.version))
         data = self.path.read_bytes()
-        records, end = read_records(data, self.magic, self.decode)
+        records, end = read_records(data, self.magic, self.decode, self.readable)
         if end < len(data):
             self.dropped_tail = len(data) - end
             log.warning("%s: %d bytes after offset %d do not form whole records (a write cut "
@@ -236,25 +278,57 @@ class Journal:
         return records
 
     def append(self, data: bytes) -> None:
+        """Append whole records. A write cut short (a full disk) is taken back before the
+        error is raised, so no torn record stands between the file's good records and the ones
+        appended after it (the next open would cut the file there, dropping those too); if it
+        cannot be taken back, appends are refused until it can."""
+        if self._torn:
+            self._untear()
         view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except BaseException:
+            self._torn = True
+            try:
+                self._untear()
+            except OSError:
+                log.exception("%s: a record cut short at offset %d could not be taken "
+                              "back; appends wait until it can", self.path, self.size)
+            raise
         self.size += len(data)
 
+    def _untear(self) -> None:
+        os.ftruncate(self._fd, self.size)
+        self._torn = False
+
     def sync(self) -> None:
-        if self._fd is not None:
-            self.file_ops.fsync(self.path, self._fd)
+        """fsync what was appended (from any thread; a rewrite waits for it)."""
+        with self._fd_lock:
+            if self._fd is not None:
+                self.file_ops.fsync(self.path, self._fd)
 
     def rewrite(self, records: Iterator[bytes]) -> None:
-        """Replace the journal with a header and ``records``, atomically."""
-        data = encode_header(self.magic) + b"".join(records)
-        self.close()
-        self.file_ops.write_atomic(self.path, data)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.size = len(data)
+        """Replace the journal with a header and ``records``, atomically. If the new file
+        cannot be written (a full disk) the old one stays, open for appends, and the error is
+        raised."""
+        data = encode_header(self.magic, self.version) + b"".join(records)
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            try:
+                self.file_ops.write_atomic(self.path, data)
+            except BaseException:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                raise
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self.size = len(data)
+            self._torn = False
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -50,7 +50,10 @@ class Popper:
         self._rotation: dict[tuple[str, str], int] = {}
 
     def pop(self, group: str, topic: str, tags: frozenset[str] | None, max_messages: int,
-            invisible_ms: int, now_ms: int) -> list[Delivered]:
+            invisible_ms: int, now_ms: int,
+            renew: tuple[str, int] | None = None) -> list[Delivered]:
+        """Up to ``max_messages`` deliveries, invisible for ``invisible_ms``; with ``renew``
+        (client id, renew until ms) renewed while that client is connected."""
         n = self.store.queue_count(topic)
         if n == 0:
             return []
@@ -70,7 +73,7 @@ class Popper:
                                       self.max_attempts)
             else:
                 pick = self._pick(qs, topic, q, tags, need, now_ms)
-            out += self._carry_out(group, topic, q, pick, deadline)
+            out += self._carry_out(group, topic, q, pick, deadline, renew)
         return out
 
     def _pick(self, qs: QueueState | None, topic: str, q: int, tags: frozenset[str] | None,
@@ -107,7 +110,7 @@ class Popper:
         return pick
 
     def _carry_out(self, group: str, topic: str, q: int, pick: QueuePick,
-                   deadline: int) -> list[Delivered]:
+                   deadline: int, renew: tuple[str, int] | None = None) -> list[Delivered]:
         if pick.dead:
             # rare: stored right here, before the deliveries leave the group's flight
             self.store.put_batch([dead_letter(m, group, attempt) for m, attempt in pick.dead])
@@ -117,7 +120,7 @@ class Popper:
         if pick.hands_out_nothing() and self.groups.queue(group, topic, q) is not None:
             return []
         handles = self.groups.pop(group, topic, q, pick.pop_offset, pick.picked, pick.new_pop,
-                                  deadline, pick.held)
+                                  deadline, pick.held, renew)
         return [Delivered(m, self.signer.encode(Receipt(group, topic, q, off, h, deadline)),
                           attempt + 1)
                 for m, (off, attempt), h in zip(pick.messages, pick.picked, handles)]

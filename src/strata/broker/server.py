@@ -51,6 +51,8 @@ class ServeConfig:
     transaction_check_interval_s: float = 60.0    # first check of a half message, then as often
     transaction_max_checks: int = 15              # checks before it is dropped
     gather_ms: float = 2.0                     # puts start at most once per this interval
+    renew_slice_s: float = 60.0                # auto_renew: invisible time per renewal
+    renew_max_s: float = 10800.0               # auto_renew: renewed for at most this long
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -96,7 +98,9 @@ async def serve(cfg: ServeConfig) -> None:
                                              transaction_check_interval_ms=int(
                                                  cfg.transaction_check_interval_s * 1000),
                                              transaction_max_checks=cfg.transaction_max_checks,
-                                             gather_s=cfg.gather_ms / 1000),
+                                             gather_s=cfg.gather_ms / 1000,
+                                             renew_slice_ms=int(cfg.renew_slice_s * 1000),
+                                             renew_max_ms=int(cfg.renew_max_s * 1000)),
                                held)
     layers = []      # outermost first: metrics count what the ACL refuses too
     metrics = None
@@ -139,7 +143,10 @@ async def serve(cfg: ServeConfig) -> None:
     async def sync_journal() -> None:
         while True:
             await asyncio.sleep(JOURNAL_SYNC_S)
-            await loop.run_in_executor(None, groups.journal.sync)
+            try:
+                await loop.run_in_executor(None, groups.journal.sync)
+            except OSError:     # say so, and keep syncing (an ended task would sync no more)
+                log.exception("fsync of %s failed", groups.journal.path)
 
     tasks = [loop.create_task(sync_journal())]
     if cfg.exit_with_parent:
@@ -173,6 +180,8 @@ async def serve(cfg: ServeConfig) -> None:
              f"{service.transactions.rolled_back} rolled back, "
              f"{service.transactions.dropped} dropped, "
              f"{service.transactions.checks_sent} checks sent; "
+             f"{service.renewed} invisible times renewed, {service.released} messages of "
+             f"gone push consumers released; "
              f"{len(held.entries)} messages still held)")
 
 

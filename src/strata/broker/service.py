@@ -39,8 +39,18 @@ log = logging.getLogger(__name__)
 MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_BATCH = 32
-# a push consumer's receive (auto_renew, no duration): invisible this long; not renewed yet
-AUTO_RENEW_INVISIBLE_MS = 60_000
+# a push consumer's receive (auto_renew): invisible this long, renewed by as much while its
+# client is connected (RocketMQ's proxy: renewSliceTimeMillis), for at most RENEW_MAX_MS
+# (renewMaxTimeMillis); a renewal is made when the invisible time has this much left
+RENEW_SLICE_MS = 60_000
+RENEW_MAX_MS = 3 * 3600 * 1000
+RENEW_AHEAD_MS = 10_000            # or a third of the slice, if less
+RENEW_PERIOD_MS = 5_000            # how often renewals are looked for (or a sixth of the slice)
+RELEASE_MS = 1_000                 # a gone client's renewed messages come back this soon
+SESSION_TIMEOUT_MS = 30_000        # a client without a Telemetry stream: gone after this
+                                   # long without a call (the clients heartbeat every 10 s)
+STREAM_TIMEOUT_MS = 120_000        # ... with one open (a hung process): RocketMQ's channel
+                                   # expiry
 MAX_DELIVERY_ATTEMPTS = 16
 # invisible time after a consumer's n-th failed attempt (RocketMQ's retry levels from 1 s)
 CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,
@@ -77,6 +87,8 @@ class BrokerOptions:
     transaction_check_interval_ms: int = 60_000
     transaction_max_checks: int = 15
     gather_s: float = GATHER_S      # puts start at most once per this interval (send.py)
+    renew_slice_ms: int = RENEW_SLICE_MS    # auto_renew: invisible time per renewal
+    renew_max_ms: int = RENEW_MAX_MS        # auto_renew: renewed for at most this long
 
 
 def _input_error(exc: InvalidInputError) -> Refused:
@@ -119,6 +131,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             check_interval_ms=options.transaction_check_interval_ms,
             max_checks=options.transaction_max_checks)
         self.stopping = False
+        self.renewed = 0             # renewals made, deliveries released (stop line, tests)
+        self.released = 0
+        self._renewer: asyncio.Task | None = None
 
     def start(self) -> None:
         self.batcher.start()
@@ -126,8 +141,15 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self.held.start()
         self.timer.start()
         self.transactions.start()
+        t = now_ms()
+        for client in self.groups.renewing_clients():   # from before a restart: they get
+            self.sessions.seen(client, t)                # a session timeout to come back
+        self.renew_due(t)          # before the first receive: a slice may have ended meanwhile
+        self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
 
     async def close(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
         self.sessions.close_all()
         await self.timer.close()
         await self.transactions.close()
@@ -181,6 +203,43 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         if self.stopping:
             self.sessions.close_all()
 
+    # ------------------------------------------------------------------ renewal (auto_renew)
+
+    async def _renew_loop(self) -> None:
+        slice_ms = self.options.renew_slice_ms
+        period = max(0.05, min(RENEW_PERIOD_MS, slice_ms / 6) / 1000)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                self.renew_due(now_ms())
+            except Exception:       # noqa: BLE001 - keep renewing; say what went wrong
+                log.exception("renewing invisible times failed")
+
+    def renew_due(self, now: int) -> None:
+        """Renew the push consumers' deliveries that are close to their deadline, for the
+        clients still connected; release those of clients that are not."""
+        slice_ms = self.options.renew_slice_ms
+        ahead = min(RENEW_AHEAD_MS, slice_ms // 3)
+        for client in self.groups.renewing_clients():
+            if self.sessions.connected(client, now, SESSION_TIMEOUT_MS, STREAM_TIMEOUT_MS):
+                self.renewed += self.groups.renew(client, now, ahead, slice_ms)[0]
+            else:
+                self._release(client, now)
+
+    def _release(self, client: str, now: int) -> None:
+        n = self.groups.release(client, now + RELEASE_MS)
+        if n:
+            self.released += n
+            log.info("client %s is gone: its %d messages in flight come back in %d ms",
+                     client, n, RELEASE_MS)
+
+    def _client_gone(self, client: str) -> None:
+        """The client ended its session (NotifyClientTermination, or its Telemetry stream
+        closed): what is renewed for it comes back soon."""
+        self.sessions.forget(client)
+        if client:
+            self._release(client, now_ms())
+
     def _notify_arrival(self) -> None:
         ev, self._arrived = self._arrived, asyncio.Event()
         ev.set()
@@ -204,11 +263,15 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 self._group(request.group)
             except Refused as r:
                 return svc.HeartbeatResponse(status=_status(r.code, str(r)))
-        self.clients[_client_id(context)] = request.client_type
+        client = _client_id(context)
+        self.clients[client] = request.client_type
+        self.sessions.seen(client, now_ms())
         return svc.HeartbeatResponse(status=_status())
 
     async def NotifyClientTermination(self, request, context):
-        self.clients.pop(_client_id(context), None)
+        client = _client_id(context)
+        self.clients.pop(client, None)
+        self._client_gone(client)
         return svc.NotifyClientTerminationResponse(status=_status())
 
     async def QueryAssignment(self, request, context):
@@ -259,6 +322,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator, context):
         """Answers each settings command; pushes orphaned-transaction checks to producers."""
         session = self.sessions.open(_client_id(context))
+        self.sessions.seen(session.client_id, now_ms())
 
         async def read() -> None:
             try:
@@ -282,7 +346,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 yield cmd
         finally:
             reader.cancel()
-            self.sessions.closed(session)
+            if self.sessions.closed(session) and not self.stopping:
+                self._client_gone(session.client_id)     # no other stream of it is open
 
     # ------------------------------------------------------------------ send
 
@@ -369,16 +434,6 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     # ------------------------------------------------------------------ receive
 
-    def _fifo_push_invisible_ms(self) -> int:
-        """A FIFO push consumer retries a failed message itself, sleeping the backoff's
-        delays between attempts, then forwards it to the DLQ: its receive stays invisible
-        for all of that (no renewal yet), or the broker would hand the message out again
-        while the client still works on it."""
-        last = len(CONSUMER_BACKOFF_S) - 1
-        retries = 1000 * sum(CONSUMER_BACKOFF_S[min(i, last)]
-                             for i in range(self.options.max_delivery_attempts - 1))
-        return min(MAX_INVISIBLE_MS, AUTO_RENEW_INVISIBLE_MS + retries)
-
     def _receive_args(self, request):
         group = self._group(request.group)
         topic = self._topic(request.message_queue.topic)
@@ -390,12 +445,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             tags = parse_tag_expression(fe.expression)
         except InvalidMessageError as exc:
             raise Refused(exc.code, str(exc)) from None
-        if request.HasField("invisible_duration"):
+        if request.auto_renew:     # push consumers: renewed while the client is connected
+            invisible = self.options.renew_slice_ms
+        elif request.HasField("invisible_duration"):
             invisible = _duration_ms(request.invisible_duration)
-        elif request.auto_renew:   # push consumers leave it to the broker
-            invisible = AUTO_RENEW_INVISIBLE_MS
-            if self.store.topic_type(topic) is TopicType.FIFO:
-                invisible = self._fifo_push_invisible_ms()
         else:
             raise Refused(Code.ILLEGAL_INVISIBLE_TIME, "a receive needs an invisible duration")
         if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
@@ -415,6 +468,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         except Refused as r:
             yield svc.ReceiveMessageResponse(status=_status(r.code, str(r)))
             return
+        client = _client_id(context)
+        self.sessions.seen(client, now_ms())
+        renew_for = client if request.auto_renew and client else None
         began = time.monotonic()
         remaining = context.time_remaining()
         poll_s = poll_ms / 1000
@@ -423,7 +479,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         end = began + max(poll_s, 0.0)
         while True:
             arrived = self._arrived
-            got = self.popper.pop(group, topic, tags, batch, invisible, now_ms())
+            got = self._pop(group, topic, tags, batch, invisible, renew_for)
             if got:
                 break
             left = end - time.monotonic()
@@ -439,7 +495,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 await asyncio.wait_for(arrived.wait(), wait)
                 # what a send stored may still be on its way into the consume queue
                 for _ in range(40):
-                    got = self.popper.pop(group, topic, tags, batch, invisible, now_ms())
+                    got = self._pop(group, topic, tags, batch, invisible, renew_for)
                     if got:
                         break
                     await asyncio.sleep(0.005)
@@ -456,6 +512,12 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         resp.delivery_timestamp.seconds, ms = divmod(t, 1000)
         resp.delivery_timestamp.nanos = ms * 1_000_000
         yield resp
+
+    def _pop(self, group: str, topic: str, tags, batch: int, invisible: int,
+             renew_for: str | None):
+        t = now_ms()
+        renew = None if renew_for is None else (renew_for, t + self.options.renew_max_ms)
+        return self.popper.pop(group, topic, tags, batch, invisible, t, renew)
 
     # ------------------------------------------------------------------ ack, invisible time
 

@@ -1,5 +1,7 @@
 """Telemetry sessions: each client's open Telemetry stream, what it publishes, and a queue of
-commands the server pushes to it (settings replies, orphaned-transaction checks)."""
+commands the server pushes to it (settings replies, orphaned-transaction checks); and when
+each client was last heard from, to tell whether it is still connected (the renewal of a push
+consumer's invisible times lasts as long as that)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class Sessions:
 
     def __init__(self) -> None:
         self.by_client: dict[str, Session] = {}
+        self.last_seen: dict[str, int] = {}     # client id -> ms of its last call
         self._turn = 0
 
     def open(self, client_id: str) -> Session:
@@ -43,10 +46,32 @@ class Sessions:
             old.close()
         return s
 
-    def closed(self, s: Session) -> None:
+    def closed(self, s: Session) -> bool:
+        """``s`` ended; True if its client has no other stream open now."""
         s.closed = True
         if self.by_client.get(s.client_id) is s:
             del self.by_client[s.client_id]
+            return True
+        return s.client_id not in self.by_client
+
+    def seen(self, client_id: str, now_ms: int) -> None:
+        if client_id:
+            self.last_seen[client_id] = now_ms
+
+    def forget(self, client_id: str) -> None:
+        """The client said goodbye, or its stream closed: not connected until it calls again."""
+        self.last_seen.pop(client_id, None)
+
+    def connected(self, client_id: str, now_ms: int, timeout_ms: int,
+                  stream_timeout_ms: int) -> bool:
+        """The client called within ``timeout_ms`` or, while a Telemetry stream of it is
+        open, within ``stream_timeout_ms`` (a hung process keeps its connection open)."""
+        t = self.last_seen.get(client_id)
+        if t is None:
+            return False
+        s = self.by_client.get(client_id)
+        open_ = s is not None and not s.closed
+        return now_ms - t <= (stream_timeout_ms if open_ else timeout_ms)
 
     def producer_for(self, topic: str, prefer: str = "") -> Session | None:
         """A live producer session that publishes ``topic``: ``prefer`` (a client id) if it

@@ -11,13 +11,12 @@ resolved or malformed ids are refused with ``INVALID_TRANSACTION_ID``.
 
 from __future__ import annotations
 
-import asyncio
-import heapq
 import logging
 from typing import Callable
 
 from strata.broker import held_journal as hj
 from strata.broker.convert import PROP_TRANSACTION, to_protocol
+from strata.broker.due_queue import DueQueue
 from strata.broker.errors import InvalidMessageError
 from strata.broker.held import HeldEntry, HeldMessages
 from strata.broker.protocol import Code, pb, svc
@@ -29,7 +28,6 @@ log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_MS = 60_000      # first check this long after the send, then as often
 MAX_CHECKS = 15
-IDLE_WAIT_S = 1.0
 
 
 def is_transactional(m: Message) -> bool:
@@ -41,32 +39,22 @@ def _refuse(message: str) -> InvalidMessageError:
     return InvalidMessageError(Code.INVALID_TRANSACTION_ID, message)
 
 
-class Transactions:
+class Transactions(DueQueue):
     """The half messages of one broker and their checks."""
 
     def __init__(self, held: HeldMessages, sessions: Sessions, on_moved: Callable[[], None], *,
                  check_interval_ms: int = CHECK_INTERVAL_MS,
                  max_checks: int = MAX_CHECKS) -> None:
-        self.held = held
+        super().__init__(held, hj.Kind.TRANSACTION)
         self.sessions = sessions
         self.on_moved = on_moved
         self.check_interval_ms = check_interval_ms
         self.max_checks = max_checks
         self._senders: dict[bytes, str] = {}     # held id -> client id that sent it (memory)
-        self._heap = [(e.due_ms, e.id) for e in held.entries.values()
-                      if e.kind is hj.Kind.TRANSACTION]
-        heapq.heapify(self._heap)
-        self._task: asyncio.Task | None = None
-        self._wake: asyncio.Event | None = None
-        self._stopping = False
         self.committed = 0
         self.rolled_back = 0
         self.checks_sent = 0
         self.dropped = 0
-
-    def start(self) -> None:
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run())
 
     # ------------------------------------------------------------------ half messages
 
@@ -75,7 +63,7 @@ class Transactions:
         due = now_ms() + self.check_interval_ms
         entries = await self.held.hold([(m, hj.Kind.TRANSACTION, due, mid) for m, mid in msgs])
         for e in entries:
-            heapq.heappush(self._heap, (e.due_ms, e.id))
+            self.push(e.due_ms, e.id)
             self._senders[e.id] = client_id
         return entries
 
@@ -132,7 +120,7 @@ class Transactions:
             await self.held.drop([e], hj.Reason.DROPPED)
             return
         self.held.checked(e, checks, now + self.check_interval_ms)
-        heapq.heappush(self._heap, (e.due_ms, e.id))
+        self.push(e.due_ms, e.id)
         s = self.sessions.producer_for(e.topic, self._senders.get(e.id, ""))
         if s is None:
             log.info("transaction %s (topic %s): no live producer of the topic to check it "
@@ -150,25 +138,9 @@ class Transactions:
     async def _run(self) -> None:
         while not self._stopping:
             now = now_ms()
-            while self._heap and self._heap[0][0] <= now:
-                _due, i = heapq.heappop(self._heap)
-                e = self.held.entries.get(i)
-                if e is not None and not e.busy and e.due_ms <= now:
-                    try:
-                        await self._check(e, now)
-                    except Exception:  # noqa: BLE001 - one bad half message stops no check
-                        log.exception("checking transaction %s failed", e.id.hex())
-            wait = IDLE_WAIT_S
-            if self._heap:
-                wait = min(wait, max(0.0, (self._heap[0][0] - now_ms()) / 1000))
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
-
-    async def close(self) -> None:
-        self._stopping = True
-        if self._task is not None:
-            self._wake.set()
-            await self._task
+            for e in self.pop_due(now):
+                try:
+                    await self._check(e, now)
+                except Exception:  # noqa: BLE001 - one bad half message stops no check
+                    log.exception("checking transaction %s failed", e.id.hex())
+            await self.wait_for_due()

@@ -19,7 +19,7 @@ from strata.cli.refstore_cmd import refstore_group
 from strata.cli.serve import serve_command
 from strata.cli.spark_cmd import spark_group
 from strata.cli.tier_cmd import tier_group
-from strata.errors import CorruptRecordError, StrataError, StoreNotFoundError
+from strata.errors import StrataError, StoreNotFoundError
 from strata.log.verify import verify_log
 from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry

@@ -49,6 +49,14 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--transaction-max-checks", type=click.IntRange(1, 1000), default=15,
               show_default=True,
               help="Checks of an unresolved half message before it is dropped.")
+@click.option("--renew-slice", type=click.FloatRange(1, 43200), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="A push consumer's receive (auto_renew) is invisible this long, renewed "
+                   "by as much while its client stays connected.")
+@click.option("--renew-max", type=click.FloatRange(1, 7 * 86400), default=10800.0,
+              show_default=True, metavar="SECONDS",
+              help="A push consumer's delivery is renewed for at most this long; then it "
+                   "comes back at the end of its invisible time.")
 @click.option("--gather-ms", type=click.FloatRange(0, 1000), default=2.0, show_default=True,
               help="Puts start at most once per this many ms; sends arriving meanwhile share one.")
 @click.option("--store-option", "store_options", multiple=True, metavar="NAME=VALUE",
@@ -71,6 +79,7 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                   exit_with_parent: bool, max_delivery_attempts: int,
                   transaction_check_interval: float, transaction_max_checks: int,
+                  renew_slice: float, renew_max: float,
                   gather_ms: float, store_options: tuple[str, ...], acl: Path | None,
                   acl_window_s: int, tls_cert: Path | None, tls_key: Path | None,
                   metrics: str | None) -> None:
@@ -92,4 +101,5 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                     max_delivery_attempts, _store_options(store_options), acl, acl_window_s,
                     tls_cert, tls_key, metrics_at,
                     transaction_check_interval_s=transaction_check_interval,
-                    transaction_max_checks=transaction_max_checks, gather_ms=gather_ms))
+                    transaction_max_checks=transaction_max_checks, gather_ms=gather_ms,
+                    renew_slice_s=renew_slice, renew_max_s=renew_max))

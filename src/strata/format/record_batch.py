@@ -388,3 +388,28 @@ def gather_batch(data: np.ndarray, fields: np.ndarray, topic: str | None,
     out = scratch[:n] if scratch is not None and len(scratch) >= n else np.empty(n, np.uint8)
     rk.kernels().pack(data, f, np.zeros(f.shape[1], np.uint8), out)
     return MessageBatch(out.tobytes(), f, topic, topics)
+
+
+def join_parts(parts: list[tuple[bytes, np.ndarray]], topic: str | None,
+               topics: dict[bytes, str] | None = None) -> MessageBatch:
+    """One MessageBatch of several parts, each a buffer and the field table of its records
+    (positions relative to that buffer): the buffers joined, the positions shifted."""
+    if len(parts) == 1:
+        return MessageBatch(parts[0][0], parts[0][1], topic, topics)
+    shift = 0
+    fs = [np.zeros((rk.FIELDS, 0), np.int64)]
+    for buf, f in parts:
+        f = f.copy()
+        f[rk.F_HOSTS_AT:rk.F_BODY_END + 1] += shift
+        shift += len(buf)
+        fs.append(f)
+    return MessageBatch(b"".join(buf for buf, _f in parts), np.concatenate(fs, axis=1), topic,
+                        topics)
+
+
+def join_batches(batches: list[MessageBatch], topic: str | None,
+                 topics: dict[bytes, str] | None = None) -> MessageBatch:
+    """One MessageBatch of the messages of ``batches`` in order (still lazy if they were)."""
+    if any(b._items is not None for b in batches):
+        return MessageBatch.of([m for b in batches for m in b])
+    return join_parts([(b._buf, b._fields) for b in batches], topic, topics)

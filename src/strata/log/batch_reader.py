@@ -19,7 +19,7 @@ from strata.files.segment import MappedSegment
 from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
 from strata.format import record_table as rk
-from strata.format.record_batch import MessageBatch
+from strata.format.record_batch import MessageBatch, join_parts
 from strata.format.segment import HEADER_AREA
 from strata.log.record_walk import scratch, segment_map
 
@@ -87,7 +87,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     if len(parts) == 1:
         batch = MessageBatch(parts[0][0], parts[0][1], topic, topics)
     else:
-        batch = _join(parts, topic, topics)
+        batch = join_parts(parts, topic, topics)
     return OffsetsRead(status, batch, damaged)
 
 
@@ -98,17 +98,3 @@ def _runs(segments: list[MappedSegment], offsets: np.ndarray):
         if last.base_offset <= int(offsets[0]) and int(offsets[-1]) < last.end_offset:
             return [(0, len(offsets), last)]
     return segment_runs(segments, offsets)
-
-
-def _join(parts: list[tuple[bytes, np.ndarray]], topic: str | None,
-          topics: dict[bytes, str] | None) -> MessageBatch:
-    """One MessageBatch of the packed records of several segments."""
-    shift = 0
-    fs = [np.zeros((rk.FIELDS, 0), np.int64)]
-    for buf, f in parts:
-        f = f.copy()
-        f[rk.F_HOSTS_AT:rk.F_BODY_END + 1] += shift
-        shift += len(buf)
-        fs.append(f)
-    return MessageBatch(b"".join(buf for buf, _f in parts), np.concatenate(fs, axis=1), topic,
-                        topics)

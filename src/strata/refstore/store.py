@@ -219,7 +219,7 @@ class RefStore:
         self._cur = CurrentFile(self.directory, newest.number, newest.size, write_buffer_size)
         if newest.size >= file_size_limit:
             self._roll()
-        self._server = threading.Thread(target=self._serve, name=f"refstore-server",
+        self._server = threading.Thread(target=self._serve, name="refstore-server",
                                         daemon=True)
         self._server.start()
         self._gc.start()

@@ -813,23 +813,26 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, [], nxt, tmin, mx)
         want = min(max(max_messages, MAX_SCAN_UNITS) if wanted else max_messages,
                    tmax - offset)
+        hashes = None if wanted is None else np.array([tag_hash(t) for t in wanted], np.int64)
         corrupt: list[CorruptRecord] = []
-        try:
-            msgs = h.get(topic, queue_id, offset, want)
-        except CorruptStoreError:   # find the damaged records one by one; serve the rest
-            msgs = []
+        try:   # one compiled pass over the cached chunk; a damaged record comes back named
+            got = h.read(topic, queue_id, offset, want, hashes)
+            msgs, nxt = got.messages, got.next_offset
+            corrupt = [CorruptRecord(q, -1, why) for q, why in got.damaged]
+        except CorruptStoreError:   # an object damaged as a whole: offset by offset
+            msgs, nxt = [], offset
             for q in range(offset, offset + want):
                 try:
-                    got = h.get(topic, queue_id, q, 1)
+                    one = h.read(topic, queue_id, q, 1, hashes)
                 except CorruptStoreError as exc:
                     corrupt.append(CorruptRecord(q, -1, str(exc)))
-                    log.error("store %s: get %s/%d passed over offset %d: %s", self.path,
-                              topic, queue_id, q, exc)
+                    nxt = q + 1
                     continue
-                if not got:   # the end of what the tier holds there
+                if one.next_offset == q:   # the end of what the tier holds there
                     break
-                msgs += got
-        nxt = offset + len(msgs) + len(corrupt)
+                corrupt += [CorruptRecord(o, -1, why) for o, why in one.damaged]
+                msgs += one.messages
+                nxt = one.next_offset
         if wanted is not None:
             out = []
             for m in msgs:
@@ -839,9 +842,12 @@ class MessageStore:
                         nxt = m.queue_offset + 1
                         break
             msgs = out
+        passed = tuple(c for c in corrupt if c.queue_offset < nxt)
+        for c in passed:
+            log.error("store %s: get %s/%d passed over offset %d: %s", self.path, topic,
+                      queue_id, c.queue_offset, c.error())
         status = GetStatus.FOUND if msgs else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, msgs, nxt, tmin, mx,
-                         tuple(c for c in corrupt if c.queue_offset < nxt))
+        return GetResult(status, msgs, nxt, tmin, mx, passed)
 
     def wait_dispatched(self, timeout: float = 30.0) -> bool:
         """Block until queues and index cover everything confirmed so far."""

@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from strata.format.record import StoredMessage
+    from strata.tiered.reader import TierRead
     from strata.store.message_store import MessageStore
 
 
@@ -38,6 +41,13 @@ class TierHistory(Protocol):
     def get(self, topic: str, queue_id: int, offset: int,
             max_messages: int) -> list["StoredMessage"]:
         """Up to ``max_messages`` messages from ``offset`` (fewer at the tier's end)."""
+
+    def read(self, topic: str, queue_id: int, offset: int, count: int,
+             tag_hashes: "np.ndarray | None" = None) -> "TierRead":
+        """The messages at offsets [offset, offset + count) as far as the tier holds them
+        without a gap (only those of ``tag_hashes``' unit tag hashes, if given): the intact
+        ones (``messages``), each damaged one as (queue offset, why) in ``damaged`` (never
+        served), and the offset after the last one looked at (``next_offset``)."""
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int,
                         boundary: str) -> int:

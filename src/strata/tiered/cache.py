@@ -51,8 +51,19 @@ class BlockCache:
 
     def read(self, path: str, start: int, length: int,
              fetch: Callable[[str, int, int], bytes]) -> bytes:
+        """Bytes ``[start, start + length)`` of ``path`` (fewer at the object's end)."""
+        buf, off = self.view(path, start, length, fetch)
+        if off == 0 and len(buf) <= length:
+            return buf
+        return buf[off:off + length]   # copy only the bytes asked for, not the whole block
+
+    def view(self, path: str, start: int, length: int,
+             fetch: Callable[[str, int, int], bytes]) -> tuple[bytes, int]:
+        """``(buf, off)``: bytes ``[start, start + length)`` of ``path`` are
+        ``buf[off:off + length]`` (fewer at the object's end). Within one block ``buf`` is the
+        cached block itself, not a copy; across blocks, the blocks joined."""
         if length <= 0:
-            return b""
+            return b"", 0
         bs = self.block_size
         first, last = start // bs, (start + length - 1) // bs
         blocks: dict[int, bytes] = {}
@@ -78,10 +89,10 @@ class BlockCache:
                     self._put((path, b), piece)
             i = j + 1
         off = start - first * bs
-        if first == last:   # copy only the bytes asked for, not the whole block
-            return blocks[first][off:off + length]
+        if first == last:
+            return blocks[first], off
         return b"".join([blocks[first][off:], *(blocks[b] for b in range(first + 1, last)),
-                         blocks[last][:start + length - last * bs]])
+                         blocks[last][:start + length - last * bs]]), 0
 
     def drop(self, path: str) -> None:
         with self._lock:

@@ -3,7 +3,7 @@
 Given the queue's consume-queue units and the commit log, a chunk is the records of a run of
 consecutive queue offsets copied verbatim, their units re-pointed at positions inside the
 chunk, and key entries for ``topic#key`` lookups. Every record is checked (lengths, offsets,
-CRC) before it is copied: damaged local bytes are never uploaded.
+queue, topic, CRC) before it is copied: damaged local bytes are never uploaded.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ from crc32c import crc32c
 
 from strata.errors import CorruptRecordError
 from strata.files.segment_queue import segment_runs
-from strata.format import record as rec
 from strata.format.consume_queue import UNIT_DTYPE
-from strata.format.record_batch import check_headers, crcs_match
 from strata.format.segment import HEADER_AREA
 from strata.log.commit_log import CommitLog
-from strata.tiered.layout import KEY_ENTRY, key_hash, key_hashes, sort_keys
+from strata.tiered.layout import KEY_ENTRY
 from strata.tiered.metadata import ChunkMeta
 
 
@@ -28,16 +26,16 @@ from strata.tiered.metadata import ChunkMeta
 class Chunk:
     """The three objects of a chunk and its metadata entry."""
 
-    log: bytearray | memoryview   # the .log bytes: all of ``buffer`` or a view of its start
+    log: memoryview               # the .log bytes: a view of the start of ``buffer``
     cq: bytes
     keys: bytes
     meta: ChunkMeta
-    buffer: bytearray             # holds ``log``: give it to the next build_chunk
+    buffer: np.ndarray | bytearray   # holds ``log``: give it to the next build_chunk
     touched: list                 # the commit-log segments it was read from
 
 
 def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
-                units: np.ndarray, buffer: bytearray | None = None,
+                units: np.ndarray, buffer: np.ndarray | bytearray | None = None,
                 intact: set[int] | None = None) -> Chunk:
     """The chunk of queue offsets [first, first + len(units)) whose local units are ``units``
     (all real, ascending commit-log offsets). CorruptRecordError names a damaged record;
@@ -47,10 +45,10 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
     one. ``intact``: base offsets of sealed segments whose bytes matched their footer's CRC
     (filled in here): their records need no CRC of their own.
 
-    A batch path: per segment, one numpy pass checks every record's header (lengths, magic,
-    offsets, queue) and one crc32c call per record its CRC; records that lie back to back in
-    the log are copied as one piece; key entries come from the properties sections in bulk
-    (records whose only property is one key, the common shape, need no parsing)."""
+    Compiled (``chunk_kernels.build_run``), one call per segment: every record checked
+    (lengths, offsets, queue, topic, CRC), copied (records back to back in the log as one
+    piece) and its key entries hashed in one loop, no Python per record."""
+    kernels = _kernels()
     phys = units["offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     n = len(units)
@@ -59,61 +57,82 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
     total_bytes = int(out_at[-1])
     if buffer is not None and len(buffer) >= total_bytes:
         data = buffer
-    else:   # grown by at least half, so chunks of varying sizes rarely need a new one
-        data = bytearray(max(total_bytes, len(buffer) * 3 // 2 if buffer else 0))
+    else:   # grown by at least half, so chunks of varying sizes rarely need a new one; numpy
+        # leaves a new one's pages untouched (no zeroing pass) and asks for huge pages, so its
+        # first fill costs a fraction of a bytearray's page faults
+        data = np.empty(max(total_bytes, len(buffer) * 3 // 2 if buffer is not None else 0),
+                        np.uint8)
+    out = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
     store_ts = np.empty(n, np.int64)
-    key_parts: list[np.ndarray] = []
+    name = topic.encode()
+    scratch = kernels.scratch_for(name)
+    topic_arr = np.frombuffer(name, np.uint8)
+    cap = n + 16                               # one key each, the common shape; grown if not
+    key_hash = np.empty(cap, np.uint64)
+    key_ts = np.empty(cap, np.int64)
+    key_off = np.empty(cap, np.int64)
+    nkeys = 0
     touched: list = []
     for lo, hi, seg in segment_runs(list(log.segments.segments), phys):
         if seg is None or seg.closed:
             raise ValueError(f"commit-log offset {int(phys[lo])} is no longer stored")
         pos = phys[lo:hi] - seg.base_offset + HEADER_AREA
-        end = HEADER_AREA + seg.committed
-        mm = seg.mm
-        hdr, ok, total, hosts = check_headers(mm, pos, phys[lo:hi], end)
-        ok &= total == sizes[lo:hi]
-        ok &= hdr["queue_offset"] == np.arange(first + lo, first + hi)
-        ok &= hdr["queue_id"] == queue_id
-        if ok.any() and not _intact(seg, intact):
-            rows = np.flatnonzero(ok)
-            ok[rows[~crcs_match(mm, pos[rows], total[rows], hdr["crc"][rows])]] = False
-        if not ok.all():
-            i = int(np.argmin(ok))
+        mm = np.frombuffer(seg.mm, np.uint8)
+        crc = not _intact(seg, intact)
+        at = 0
+        while True:
+            at, nkeys, why, detail = kernels.build_run(
+                mm, pos, phys[lo:hi], sizes[lo:hi], HEADER_AREA + seg.committed, crc,
+                topic_arr, queue_id, first + lo, out, out_at[lo:hi], store_ts[lo:hi], at,
+                scratch, len(name) + 1, key_hash, key_ts, key_off, nkeys)
+            if why == kernels.KEYS_FULL:
+                cap *= 2
+                key_hash, key_ts, key_off = (np.resize(a, cap)
+                                             for a in (key_hash, key_ts, key_off))
+                continue
+            break
+        del mm
+        if why == kernels.BAD_RECORD:
+            i = lo + at
             raise CorruptRecordError(
-                f"{topic}/{queue_id} offset {first + lo + i}: the record at commit-log "
-                f"offset {int(phys[lo + i])} is damaged; not uploaded", int(phys[lo + i]))
-        store_ts[lo:hi] = hdr["store_ts"]
-        # where each record's properties start, absolute in the map
-        props_at = pos + rec.HEADER_SIZE + hosts + hdr["topic_len"].astype(np.int64)
-        ends = pos + sizes[lo:hi]
-        # one copy per run of records that follow each other in the log
-        cuts = np.flatnonzero(pos[1:] != ends[:-1]) + 1
-        run_lo = np.concatenate(([0], cuts))
-        run_hi = np.concatenate((cuts, [hi - lo]))
-        src_a, src_b = pos[run_lo].tolist(), ends[run_hi - 1].tolist()
-        dst = out_at[lo + run_lo]
-        dst_end = (dst + (ends[run_hi - 1] - pos[run_lo])).tolist()
-        with memoryview(mm) as mv, memoryview(data) as dv:
-            for a, b, d, e in zip(src_a, src_b, dst.tolist(), dst_end):
-                dv[d:e] = mv[a:b]      # a memoryview target: a third faster than bytearray's
-            key_parts.append(_key_entries(mm, props_at, hdr["props_len"].astype(np.int64),
-                                          hdr["store_ts"], np.arange(first + lo, first + hi),
-                                          topic))
+                f"{topic}/{queue_id} offset {first + i}: the record at commit-log "
+                f"offset {int(phys[i])} is damaged ({_WHY[detail]}); not uploaded",
+                int(phys[i]))
         touched.append(seg)
+    del out
     cq = np.empty(n, UNIT_DTYPE)
     cq["size"] = sizes
     cq["offset"] = out_at[:-1]
     cq["tag"] = units["tag"]
     cq_bytes = cq.tobytes()
-    keys = np.concatenate(key_parts) if key_parts else np.empty(0, KEY_ENTRY)
-    key_arr = sort_keys(keys) if len(keys) else keys
-    key_bytes = key_arr.tobytes()
+    keys = np.empty(nkeys, KEY_ENTRY)
+    if nkeys:   # by hash, then queue offset (entries come in offset order): quicksort, a
+        # third of a stable sort's time, kept unless two entries share a hash
+        hashes = key_hash[:nkeys]
+        order = np.argsort(hashes, kind="quicksort")
+        keys["hash"] = hashes[order]
+        if (keys["hash"][1:] == keys["hash"][:-1]).any():
+            order = np.argsort(hashes, kind="stable")
+            keys["hash"] = hashes[order]
+        keys["store_ts"] = key_ts[order]
+        keys["offset"] = key_off[order]
+    key_bytes = keys.tobytes()
     meta = ChunkMeta(first=first, count=n, log_bytes=total_bytes, cq_crc=crc32c(cq_bytes),
-                     keys_count=len(key_arr), keys_crc=crc32c(key_bytes) if len(keys) else 0,
+                     keys_count=nkeys, keys_crc=crc32c(key_bytes) if nkeys else 0,
                      min_ts=int(store_ts.min()), max_ts=int(store_ts.max()),
                      first_phys=int(phys[0]), end_phys=int(phys[-1] + sizes[-1]))
-    return Chunk(memoryview(data)[:total_bytes] if len(data) > total_bytes else data, cq_bytes,
-                 key_bytes, meta, data, touched)
+    return Chunk(memoryview(data)[:total_bytes], cq_bytes, key_bytes, meta, data, touched)
+
+
+_WHY = ("no whole record of that offset there", "its CRC32C does not match",
+        "not the size its consume-queue unit says", "another queue's, offset's or topic's "
+        "message", "its properties overrun their section")
+
+
+def _kernels():
+    """``strata.tiered.chunk_kernels``, imported (numba, compiled code) on the first build."""
+    from strata.tiered import chunk_kernels
+    return chunk_kernels
 
 
 def _intact(seg, intact: set[int] | None) -> bool:
@@ -126,46 +145,3 @@ def _intact(seg, intact: set[int] | None) -> bool:
             return False   # each record is checked then, and the damaged one named
         intact.add(seg.base_offset)
     return True
-
-
-# A properties section that is one KEYS entry and nothing else starts with these 6 bytes.
-_KEYS_HEADER = np.frombuffer(b"\x04\x00KEYS", np.uint8)
-
-
-def _key_entries(mm, props_at: np.ndarray, props_len: np.ndarray,
-                 store_ts: np.ndarray, offsets: np.ndarray, topic: str) -> np.ndarray:
-    """Key entries (KEY_ENTRY, unsorted) of records whose properties sections start at
-    ``props_at`` of the map ``mm``: one per key and per unique key. A section that is a single
-    KEYS entry (the common shape) is hashed straight from the map's bytes; others are parsed
-    (record.dispatch_properties)."""
-    out = np.empty(0, KEY_ENTRY)
-    has = props_len > 0
-    if not has.any():
-        return out
-    raw = np.frombuffer(mm, np.uint8)
-    at = np.where(has, props_at, 0)
-    # 8 bytes of every section's start (clipped at the map's end: only sections of 8 bytes
-    # or more can be the common shape, and those lie inside it)
-    head = raw[np.minimum(at[:, None] + np.arange(8), len(raw) - 1)]
-    vlen = head[:, 6].astype(np.int64) | head[:, 7].astype(np.int64) << 8
-    simple = has & (head[:, :6] == _KEYS_HEADER).all(axis=1) & (8 + vlen == props_len)
-    rows = np.flatnonzero(simple)
-    if len(rows):
-        a = (props_at[rows] + 8).tolist()
-        b = (props_at[rows] + 8 + vlen[rows]).tolist()
-        out = np.empty(len(rows), KEY_ENTRY)
-        # bytes slices of the map: for keys this short, faster than memoryview slices
-        out["hash"] = key_hashes(topic, [mm[x:y] for x, y in zip(a, b)])
-        out["store_ts"] = store_ts[rows]
-        out["offset"] = offsets[rows]
-    other = np.flatnonzero(has & ~simple)
-    if len(other):
-        extra = []
-        for i in other.tolist():
-            p = int(props_at[i])
-            k, _tags, uniq = rec.dispatch_properties(mm[p:p + int(props_len[i])])
-            for key in (*k, uniq) if uniq else k:
-                extra.append((key_hash(topic, key), int(store_ts[i]), int(offsets[i])))
-        if extra:
-            out = np.concatenate((out, np.array(extra, KEY_ENTRY)))
-    return out

@@ -98,7 +98,7 @@ class UploadDispatcher:
         # a chunk's objects are written here while the upload thread builds the next one,
         # into the other of two buffers that are used again and again (chunk.build_chunk)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="strata-tier-put")
-        self._buffers = [bytearray(), bytearray()]
+        self._buffers: list = [None, None]
         self._turn = 0
         self._inflight: tuple[QueueMeta, Chunk, Future] | None = None
         self._intact: set[int] = set()   # sealed segments whose footer CRC matched

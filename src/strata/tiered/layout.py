@@ -51,21 +51,9 @@ def parse_chunk_path(path: str) -> tuple[str, int, int, str] | None:
 
 def key_hash(topic: str, key: str) -> int:
     """The 64-bit hash of ``topic#key`` stored in key entries (BLAKE2b, 8-byte digest, read
-    as a little-endian u64). Readers compare the real topic and key too: hashes collide."""
+    as a little-endian u64). Readers compare the real topic and key too: hashes collide. The
+    upload computes the same hash compiled (``tiered.blake2b``)."""
     return _from_bytes(_blake2b(f"{topic}#{key}".encode(), digest_size=8).digest(), "little")
-
-
-def key_hashes(topic: str, keys: list) -> np.ndarray:
-    """``key_hash`` of many keys of one topic at once, the keys given as their UTF-8 bytes
-    (bytes or memoryviews, e.g. straight from a record's properties)."""
-    start = _blake2b(f"{topic}#".encode(), digest_size=8).copy   # the prefix hashed once
-
-    def one(key) -> bytes:
-        h = start()
-        h.update(key)
-        return h.digest()
-
-    return np.frombuffer(b"".join([one(k) for k in keys]), "<u8")
 
 
 _blake2b = hashlib.blake2b

@@ -3,8 +3,10 @@
 ``TieredQueueReader`` needs only a backend and the metadata (the local file or the tier's own
 copy, so a tier can be read without the store that wrote it). Record bytes come through a
 bounded block cache; a chunk's .cq and .keys objects are checked against the CRCs in the
-metadata, every record against its own CRC, its queue id and offset. Damaged bytes raise
-CorruptTierError naming the object; they are never returned.
+metadata, every record by the local reader's compiled pass (``read_kernels.check_units``:
+lengths, magic, its own CRC, queue id, offset, topic, size) over the cached bytes, and read
+records come back as a lazy ``MessageBatch``. Damaged bytes raise CorruptTierError naming
+the object (``read`` names each damaged record instead); they are never returned.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import numpy as np
 from crc32c import crc32c
 
 from strata.format import record as rec
-from strata.format.consume_queue import UNIT_DTYPE, UNIT_SIZE
-from strata.format.record_batch import HEADER_DTYPE, decode_at, header_windows
+from strata.format import record_table as rk
+from strata.format.consume_queue import UNIT_DTYPE
+from strata.format.record_batch import MessageBatch, join_batches
+from strata.log.record_walk import scratch
 from strata.tiered.backend import TierBackend
 from strata.tiered.cache import BlockCache
 from strata.tiered.errors import CorruptTierError
@@ -30,6 +34,23 @@ from strata.tiered.metadata import ChunkMeta, QueueMeta, TierMetadata, read_tier
 
 MiB = 1 << 20
 MAX_INDEX_OBJECTS = 256   # verified .cq/.keys arrays kept in memory
+PIECE_BYTES = 8 * MiB     # .log bytes checked in one piece (a longer read takes several)
+_NO_FIELDS = np.zeros((rk.FIELDS, 0), np.int64)
+
+
+def _read_kernels():
+    """``strata.tiered.read_kernels``, imported (numba, compiled code) on the first read."""
+    from strata.tiered import read_kernels
+    return read_kernels
+
+
+@dataclass
+class TierRead:
+    """What ``TieredQueueReader.read`` found at a run of a queue's offsets."""
+
+    messages: MessageBatch                 # the intact records, in offset order
+    damaged: list[tuple[int, str]]         # (queue offset, why) of records failing checks
+    next_offset: int                       # the offset after the last unit looked at
 
 
 @dataclass
@@ -52,7 +73,7 @@ class TieredQueueReader:
 
     def __init__(self, backend: TierBackend,
                  metadata: TierMetadata | Callable[[], TierMetadata], *,
-                 cache_bytes: int = 64 * MiB, block_size: int = MiB) -> None:
+                 cache_bytes: int = 64 * MiB, block_size: int = 2 * MiB) -> None:
         self.backend = backend
         self._metadata = metadata if callable(metadata) else (lambda: metadata)
         self.cache = BlockCache(cache_bytes, block_size)
@@ -185,54 +206,140 @@ class TieredQueueReader:
                 hi = mid
         return lo
 
-    def _records(self, q: QueueMeta, c: ChunkMeta, lo: int, hi: int) -> list[rec.StoredMessage]:
-        """Messages at positions [lo, hi) of chunk ``c``, each checked."""
+    def _piece_end(self, units: np.ndarray, lo: int, hi: int) -> int:
+        """The end of the piece of units [lo, hi) that starts at ``lo``: at most PIECE_BYTES
+        of the .log object (at least one unit)."""
+        if hi - lo <= 1 or int(units["offset"][hi - 1]) - int(units["offset"][lo]) < PIECE_BYTES:
+            return hi
+        cut = int(np.searchsorted(units["offset"][lo:hi], units["offset"][lo] + PIECE_BYTES))
+        return lo + max(1, cut)
+
+    def _check(self, q: QueueMeta, c: ChunkMeta, lo: int, hi: int,
+               tag_hashes: np.ndarray | None = None
+               ) -> tuple[MessageBatch, list[tuple[int, str, int]]]:
+        """The records of chunk ``c``'s units [lo, hi) (with ``tag_hashes``: only those whose
+        unit's tag hash is one of them) checked in one compiled pass: the intact ones as a
+        MessageBatch, and (queue offset, why, byte) of each that fails its checks. Objects
+        missing, short or of bad units raise CorruptTierError."""
         units = self._units(q, c)[lo:hi]
-        pos = units["offset"].astype(np.int64)
-        start = int(pos[0])
-        end = int(pos[-1] + units["size"][-1])
+        qoffs = np.arange(c.first + lo, c.first + hi, dtype=np.int64)
+        offsets = units["offset"].astype(np.int64)
+        sizes = units["size"].astype(np.int64)
+        if tag_hashes is not None:
+            keep = np.flatnonzero(np.isin(units["tag"], tag_hashes))
+            offsets, sizes, qoffs = offsets[keep], sizes[keep], qoffs[keep]
+        n = len(offsets)
+        if n == 0:
+            return MessageBatch(b"", _NO_FIELDS, q.topic, self._topics), []
+        start = int(offsets[0])
+        end = int(offsets[-1] + sizes[-1])
         path = chunk_path(q.topic, q.queue_id, c.first, "log")
         if start < 0 or end > c.log_bytes:
             raise CorruptTierError(f"tier {self.backend.url}: {path}: units point outside "
                                    f"the object ({start}..{end} of {c.log_bytes} bytes)", path)
-        buf = self.cache.read(path, start, end - start, self._fetch)
-        if len(buf) != end - start:
+        buf, off = self.cache.view(path, start, end - start, self._fetch)
+        if len(buf) - off < end - start:
             raise CorruptTierError(f"tier {self.backend.url}: {path} is shorter than the "
-                                   f"metadata says ({start + len(buf)} < {end} bytes)", path)
-        rel = pos - start
-        ok = rel + rec.HEADER_SIZE <= len(buf)
-        phys = np.zeros(len(rel), np.int64)
-        if ok.all():
-            phys = header_windows(buf, len(buf))[rel].view(HEADER_DTYPE)["phys"]
-        msgs = decode_at(buf, rel, phys, len(buf), verify_crc=True, topics=self._topics)
-        want = c.first + lo
-        for i, m in enumerate(msgs):
-            if m is None or m[2] != want + i or m[1] != q.queue_id or m[0] != q.topic or \
-                    m[11] != int(units["size"][i]):
-                why = "fails its checks (length, magic or CRC32C)" if m is None else \
-                    f"holds {m[0]}/{m[1]} offset {m[2]}"
-                raise CorruptTierError(
-                    f"tier {self.backend.url}: {path}: the record of {q.topic}/{q.queue_id} "
-                    f"offset {want + i} (byte {int(pos[i])}) {why}", path)
-        return msgs
+                                   f"metadata says ({start + len(buf) - off} < {end} bytes)",
+                                   path)
+        data = np.frombuffer(buf, np.uint8)
+        fields = scratch("tier_fields", (rk.FIELDS, n), np.int64)
+        status = np.empty(n, np.uint8)
+        good, nbytes = _read_kernels().check_units(
+            data, offsets, sizes, off - start, c.first_phys, c.end_phys,
+            np.frombuffer(q.topic.encode("ascii"), np.uint8), q.queue_id, qoffs,
+            scratch("tier_pos", (n,), np.int64), scratch("tier_phys", (n,), np.int64),
+            fields, status)
+        damaged = [] if good == n else [
+            (int(qoffs[i]), self._why(q, c, data, fields[:, i], int(status[i]),
+                                      int(qoffs[i]), int(sizes[i])), int(offsets[i])) for i in np.flatnonzero(status != rk.GOOD).tolist()]
+        if good == n and 2 * nbytes >= len(buf):   # the records fill most of the buffer:
+            return MessageBatch(buf, fields.copy(), q.topic, self._topics), damaged  # no copy
+        out = scratch("tier_bytes", (nbytes,), np.uint8)
+        rk.kernels().pack(data, fields, status, out)
+        return MessageBatch(out.tobytes(), fields[:, :good].copy(), q.topic,
+                            self._topics), damaged
+
+    @staticmethod
+    def _why(q: QueueMeta, c: ChunkMeta, data: np.ndarray, f: np.ndarray, status: int,
+             offset: int, size: int) -> str:
+        """What is wrong with the record of queue offset ``offset`` (its status from
+        ``check_units``, its fields ``f``, its unit's size ``size``)."""
+        if status == rk.CRC_MISMATCH:
+            return "fails its checks (CRC32C)"
+        if status == rk.NO_RECORD:
+            return "fails its checks (no whole record there: length, magic or field lengths)"
+        topic = bytes(data[f[rk.F_TOPIC_AT]:f[rk.F_PROPS_AT]]).decode("ascii", "replace")
+        if topic != q.topic or f[rk.F_QUEUE_ID] != q.queue_id or \
+                f[rk.F_QUEUE_OFFSET] != offset:
+            return f"holds {topic}/{int(f[rk.F_QUEUE_ID])} offset {int(f[rk.F_QUEUE_OFFSET])}"
+        if f[rk.F_TOTAL] != size:
+            return f"is {int(f[rk.F_TOTAL])} bytes, its unit says {size}"
+        return (f"carries commit-log offset {int(f[rk.F_PHYS])}, outside the chunk's "
+                f"{c.first_phys}..{c.end_phys}")
+
+    def _records(self, q: QueueMeta, c: ChunkMeta, lo: int, hi: int) -> MessageBatch:
+        """Messages at positions [lo, hi) of chunk ``c``, each checked; the first that fails
+        its checks raises CorruptTierError naming it."""
+        batch, damaged = self._check(q, c, lo, hi)
+        if damaged:
+            offset, why, at = damaged[0]
+            path = chunk_path(q.topic, q.queue_id, c.first, "log")
+            raise CorruptTierError(
+                f"tier {self.backend.url}: {path}: the record of {q.topic}/{q.queue_id} "
+                f"offset {offset} (byte {at}) {why}", path)
+        return batch
 
     # ------------------------------------------------------------------ reads
 
-    def get(self, topic: str, queue_id: int, offset: int,
-            max_messages: int = 32) -> list[rec.StoredMessage]:
-        """Up to ``max_messages`` messages of the queue from ``offset`` (fewer at the end of
-        the tiered range; none if the tier does not hold ``offset``)."""
+    def read(self, topic: str, queue_id: int, offset: int, count: int,
+             tag_hashes: np.ndarray | None = None) -> TierRead:
+        """The queue's messages at offsets [offset, offset + count) as far as the tier holds
+        them without a gap (with ``tag_hashes``: only those whose unit's tag hash is one of
+        them), every record checked: the intact ones, and each damaged one named (never
+        served). Objects missing or damaged as a whole raise CorruptTierError."""
         q = self._queue(topic, queue_id)
-        out: list[rec.StoredMessage] = []
-        while q is not None and len(out) < max_messages:
+        batches: list[MessageBatch] = []
+        damaged: list[tuple[int, str]] = []
+        end = offset + count
+        while q is not None and offset < end:
             c = self._chunk_at(q, offset)
             if c is None:
                 break
             lo = offset - c.first
-            hi = min(c.count, lo + max_messages - len(out))
-            out.extend(self._records(q, c, lo, hi))
+            hi = self._piece_end(self._units(q, c), lo, min(c.count, end - c.first))
+            batch, bad = self._check(q, c, lo, hi, tag_hashes)
+            path = chunk_path(q.topic, q.queue_id, c.first, "log")
+            damaged += [(o, f"tier {self.backend.url}: {path}: the record of {topic}/"
+                            f"{queue_id} offset {o} (byte {at}) {why}") for o, why, at in bad]
+            if len(batch):
+                batches.append(batch)
             offset = c.first + hi
-        return out
+        return TierRead(self._joined(batches, topic), damaged, offset)
+
+    def _joined(self, batches: list[MessageBatch], topic: str) -> MessageBatch:
+        if len(batches) == 1:
+            return batches[0]
+        return join_batches(batches, topic, self._topics)
+
+    def get(self, topic: str, queue_id: int, offset: int,
+            max_messages: int = 32) -> MessageBatch:
+        """Up to ``max_messages`` messages of the queue from ``offset`` (fewer at the end of
+        the tiered range; none if the tier does not hold ``offset``); a record that fails its
+        checks raises CorruptTierError naming it."""
+        q = self._queue(topic, queue_id)
+        batches: list[MessageBatch] = []
+        got = 0
+        while q is not None and got < max_messages:
+            c = self._chunk_at(q, offset)
+            if c is None:
+                break
+            lo = offset - c.first
+            hi = self._piece_end(self._units(q, c), lo, min(c.count, lo + max_messages - got))
+            batches.append(self._records(q, c, lo, hi))
+            got += hi - lo
+            offset = c.first + hi
+        return self._joined(batches, topic)
 
     def _store_time(self, q: QueueMeta, c: ChunkMeta, i: int) -> int:
         u = self._units(q, c)[i]

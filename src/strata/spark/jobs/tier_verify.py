@@ -17,10 +17,11 @@ from pathlib import Path
 
 from strata.log.verify import Problem
 from strata.spark.jobs.progress import NullProgress
+from strata.spark.jobs.verify import ResultVerdict, SummaryVerdict
 
 
 @dataclass
-class TierVerifySummary:
+class TierVerifySummary(SummaryVerdict):
     """What tier-verify looked at and what it found."""
 
     tier: str
@@ -35,22 +36,11 @@ class TierVerifySummary:
     problem_kinds: dict = field(default_factory=dict)
     seconds: float = 0.0
 
-    @property
-    def ok(self) -> bool:
-        return self.problems == 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
-class TierVerifyResult:
+class TierVerifyResult(ResultVerdict):
     summary: TierVerifySummary
     problems: list[Problem]
-
-    @property
-    def ok(self) -> bool:
-        return self.summary.ok
 
 
 def load_metadata(store: str | Path | None, tier_url: str | None, endpoint: str | None):

@@ -29,8 +29,27 @@ from strata.spark.jobs.progress import NullProgress
 REPORT_SCHEMA = "file string, offset long, kind string, detail string"
 
 
+class SummaryVerdict:
+    """``ok`` and ``to_dict`` of a job's summary dataclass (it counts ``problems``)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.problems == 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class ResultVerdict:
+    """``ok`` of a job's result: its summary's."""
+
+    @property
+    def ok(self) -> bool:
+        return self.summary.ok
+
+
 @dataclass
-class VerifySummary:
+class VerifySummary(SummaryVerdict):
     """What verify looked at and what it found."""
 
     store: str
@@ -49,23 +68,12 @@ class VerifySummary:
     problem_kinds: dict = field(default_factory=dict)
     seconds: float = 0.0
 
-    @property
-    def ok(self) -> bool:
-        return self.problems == 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
-class VerifyResult:
+class VerifyResult(ResultVerdict):
     report: object           # DataFrame[file, offset, kind, detail], sorted by file and offset
     summary: VerifySummary
     problems: list[Problem]  # the same rows, on the driver
-
-    @property
-    def ok(self) -> bool:
-        return self.summary.ok
 
 
 @dataclass(frozen=True)
