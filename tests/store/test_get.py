@@ -439,3 +439,18 @@ def test_reads_refuse_bad_arguments_with_a_named_error(tmp_path):
                 call()   # refused at the call, before any reading
         assert [m.body for m in store.scan(to_offset=None)] == [b"m0", b"m1", b"m2"]
         assert len(store.query("t", "k", begin_ms=0, end_ms=None)) == 3
+
+
+def test_scan_to_an_offset_inside_a_record_stops_before_it_without_calling_it_damaged(tmp_path):
+    with open_store(tmp_path / "s") as store:
+        store.put_batch([strata.Message("t", b"m%04d" % i) for i in range(3000)])
+        settle(store)
+        offsets = [m.commitlog_offset for m in store.scan()]
+        for stop in (offsets[1] + 3, offsets[2500] + 1, offsets[1500], 1):
+            damage = []
+            got = [m.commitlog_offset for m in
+                   store.scan(0, to_offset=stop, on_damage=lambda o, e: damage.append(o))]
+            assert got == [o for o in offsets if o < stop]
+            assert damage == []
+        assert [m.body for m in store.scan(offsets[10], to_offset=offsets[12])] == \
+            [b"m0010", b"m0011"]
