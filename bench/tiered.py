@@ -174,6 +174,7 @@ def upload(directory: Path, tier_url: str, endpoint: str | None, kind: str,
          mb_s=round(up.bytes / took / 1e6, 1), raw_seconds=round(raw, 3),
          raw_mb_s=round(sum(sizes) / raw / 1e6, 1), ratio=round(raw / took, 2),
          median_ratio=round(statistics.median(r / u[0] for r, u in zip(raws, ups)), 2),
+         rounds_ratio=[round(r / u[0], 2) for r, u in zip(raws, ups)],
          goal=0.8, met=raw / took >= 0.8, rss_mib=rss)
 
 
