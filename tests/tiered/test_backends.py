@@ -113,3 +113,46 @@ def test_posix_backend_that_cannot_write_says_where(tmp_path):
     (tmp_path / "t" / "a").write_bytes(b"")     # a file where a directory must go
     with pytest.raises(TierUnavailableError, match="a/b"):
         b.put("a/b", b"x")
+
+
+def test_put_many_writes_every_object_whole(tier):
+    """A chunk's objects in one call (the POSIX backend fsyncs them together): each whole,
+    replacing what was there, nothing temporary left."""
+    b = tier.backend()
+    b.put("q/0/x.cq", b"old")
+    log = os.urandom(3 * MiB + 5)
+    b.put_many([("q/0/x.log", memoryview(log)), ("q/0/x.cq", b"cq"), ("q/1/x.keys", b"")])
+    assert b.read("q/0/x.log") == log and b.read("q/0/x.cq") == b"cq"
+    assert b.size("q/1/x.keys") == 0
+    assert b.list() == ["q/0/x.cq", "q/0/x.log", "q/1/x.keys"]
+    assert b.clean_partial() == 0
+    b.put_many([("one", b"1")])
+    assert b.read("one") == b"1"
+
+
+def test_put_many_that_fails_leaves_no_object_and_no_temporary_file(tmp_path):
+    """A failed fsync: none of the objects is there (nor half of one), the error names the
+    object and the old bytes of a replaced object stay."""
+    from strata.files.io import FileOps
+
+    class FsyncFails(FileOps):
+        def fsync(self, path, fd):
+            if path.name.startswith("b"):
+                raise OSError(5, "Input/output error")
+            os.fsync(fd)
+
+    b = PosixBackend(tmp_path / "t", file_ops=FsyncFails())
+    b.put("d/a", b"old")
+    with pytest.raises(TierUnavailableError, match="d/b.*Input/output error"):
+        b.put_many([("d/a", b"new"), ("d/b", b"x"), ("d/c", b"y")])
+    assert b.list() == ["d/a"] and b.read("d/a") == b"old"
+    assert sorted(os.listdir(tmp_path / "t" / "d")) == ["a"]
+
+
+def test_faulty_backend_counts_put_many_object_by_object(tmp_path):
+    """The fault layer hits the object it counts to; those before it are written."""
+    from strata.tiered.faults import Fault, FaultyBackend
+    b = FaultyBackend(PosixBackend(tmp_path / "t"), Fault(at_put=2))
+    with pytest.raises(TierUnavailableError, match="injected"):
+        b.put_many([("x.log", b"l"), ("x.cq", b"c"), ("x.keys", b"k")])
+    assert b.list() == ["x.log"] and b.puts == 2

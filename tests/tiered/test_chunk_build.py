@@ -102,6 +102,29 @@ def test_a_damaged_record_is_named_even_in_a_trusted_segment(store):
     assert seg.base_offset not in intact
 
 
+def test_footer_crc_deferred_checks_each_record(store):
+    """``footer_now=False`` (the upload's first chunk): no segment's footer CRC is computed
+    then, the chunk is the same, and each record's own CRC still names a damaged one."""
+    intact: set[int] = set()
+    cq = store.queues.get("orders", 0)
+    units = cq.read_units(0, cq.max_offset())
+    later = build_chunk(store.log, "orders", 0, 0, units, None, intact, footer_now=False)
+    assert intact == set()
+    now = build_chunk(store.log, "orders", 0, 0, units, None, intact)
+    assert intact and bytes(later.log) == bytes(now.log)
+    assert (later.cq, later.keys, later.meta) == (now.cq, now.keys, now.meta)
+    assert build_chunk(store.log, "orders", 0, 0, units, None, intact,
+                       footer_now=False).meta == now.meta       # a known segment stays trusted
+    seg = next(s for s in store.log.segments.segments if s.sealed)
+    inside = units[(units["offset"] >= seg.base_offset)
+                   & (units["offset"] < seg.base_offset + seg.wrote)]
+    victim = int(inside["offset"][len(inside) // 2])
+    at = HEADER_AREA + victim - seg.base_offset + int(inside["size"][len(inside) // 2]) - 6
+    seg.mm[at] ^= 0x01
+    with pytest.raises(CorruptRecordError, match=str(victim)):
+        build_chunk(store.log, "orders", 0, 0, units, None, set(), footer_now=False)
+
+
 # ---------------------------------------------------------------- the compiled builder
 
 def varied(i: int) -> strata.Message:

@@ -22,6 +22,13 @@ class TierBackend(abc.ABC):
     def put(self, path: str, data: bytes | memoryview) -> None:
         """Store ``data`` as object ``path`` (replacing it), atomically and durably."""
 
+    def put_many(self, items: list[tuple[str, bytes | memoryview]]) -> None:
+        """``put`` of each (path, data): every object whole and durable when this returns
+        (a failure may leave some of them written, none part-written). A backend may share
+        the cost of making them durable (the POSIX one: one journal commit for all)."""
+        for path, data in items:
+            self.put(path, data)
+
     @abc.abstractmethod
     def put_if(self, path: str, data: bytes, expect: str | None) -> str:
         """Store ``data`` only if ``path``'s current version is ``expect`` (None: only if no

@@ -36,14 +36,17 @@ class Chunk:
 
 def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
                 units: np.ndarray, buffer: np.ndarray | bytearray | None = None,
-                intact: set[int] | None = None) -> Chunk:
+                intact: set[int] | None = None, footer_now: bool = True) -> Chunk:
     """The chunk of queue offsets [first, first + len(units)) whose local units are ``units``
     (all real, ascending commit-log offsets). CorruptRecordError names a damaged record;
     ValueError if a segment was closed meanwhile (retention): the caller tries again later.
     The .log bytes go into ``buffer`` when it is large enough (a buffer used again and again
     has its pages touched already: a fresh one costs a page fault per 4 KiB), else into a new
     one. ``intact``: base offsets of sealed segments whose bytes matched their footer's CRC
-    (filled in here): their records need no CRC of their own.
+    (filled in here): their records need no CRC of their own. ``footer_now`` False: a sealed
+    segment not in ``intact`` yet has its records checked one by one instead of its footer's
+    CRC over all of it now (the upload's first chunk: nothing is being written meanwhile, and
+    one chunk's CRCs cost a third of a 256 MiB segment's).
 
     Compiled (``chunk_kernels.build_run``), one call per segment: every record checked
     (lengths, offsets, queue, topic, CRC), copied (records back to back in the log as one
@@ -78,7 +81,7 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
             raise ValueError(f"commit-log offset {int(phys[lo])} is no longer stored")
         pos = phys[lo:hi] - seg.base_offset + HEADER_AREA
         mm = np.frombuffer(seg.mm, np.uint8)
-        crc = not _intact(seg, intact)
+        crc = not _intact(seg, intact, footer_now)
         at = 0
         while True:
             at, nkeys, why, detail = kernels.build_run(
@@ -135,12 +138,15 @@ def _kernels():
     return chunk_kernels
 
 
-def _intact(seg, intact: set[int] | None) -> bool:
+def _intact(seg, intact: set[int] | None, footer_now: bool = True) -> bool:
     """Whether a sealed segment's bytes match the CRC32C its footer holds (one hardware CRC
-    over the segment instead of a call per record; remembered in ``intact``)."""
+    over the segment instead of a call per record; remembered in ``intact``). Not known and
+    not ``footer_now``: False (its records are checked one by one)."""
     if intact is None or not seg.sealed:
         return False
     if seg.base_offset not in intact:
+        if not footer_now:
+            return False
         if seg.data_crc(seg.footer.data_length) != seg.footer.data_crc:
             return False   # each record is checked then, and the damaged one named
         intact.add(seg.base_offset)

@@ -369,10 +369,11 @@ class UploadDispatcher:
     def _put_chunk(self, q: QueueMeta, chunk: Chunk) -> None:
         """Write a chunk's objects (on the writer thread)."""
         first = chunk.meta.first
-        self.backend.put(chunk_path(q.topic, q.queue_id, first, "log"), chunk.log)
-        self.backend.put(chunk_path(q.topic, q.queue_id, first, "cq"), chunk.cq)
+        items = [(chunk_path(q.topic, q.queue_id, first, "log"), chunk.log),
+                 (chunk_path(q.topic, q.queue_id, first, "cq"), chunk.cq)]
         if chunk.meta.keys_count:
-            self.backend.put(chunk_path(q.topic, q.queue_id, first, "keys"), chunk.keys)
+            items.append((chunk_path(q.topic, q.queue_id, first, "keys"), chunk.keys))
+        self.backend.put_many(items)   # all durable before the metadata may count them
 
     def _release(self, touched: list) -> None:
         """Keep the sealed segments chunks were built from mapped up to ``mapped_bytes``
@@ -432,8 +433,11 @@ class UploadDispatcher:
                 continue
             if len(units) == 0 or not (forced or self._due(units)):
                 return
+            # with no chunk being written, a segment's footer CRC (15 ms per 256 MiB) would
+            # only delay the first write: that chunk's records are checked one by one
             chunk = build_chunk(self.store.log, q.topic, q.queue_id, first, units,
-                                self._buffers[self._turn], self._intact)
+                                self._buffers[self._turn], self._intact,
+                                footer_now=self._inflight is not None)
             self._buffers[self._turn] = chunk.buffer
             self._turn ^= 1
             self._release(chunk.touched)

@@ -37,15 +37,22 @@ class FaultyBackend(TierBackend):
         self.failures = 0
         self._lock = threading.Lock()
 
-    def _maybe_fail(self, path: str) -> None:
+    def _due(self, path: str) -> bool:
+        """Counts a write of ``path``; whether the fault hits it."""
         f = self.fault
         if f is None or f.path_contains not in path:
-            return
+            return False
         with self._lock:
             self.puts += 1
             n = self.puts
-        if not f.at_put <= n < f.at_put + f.times:
-            return
+        return f.at_put <= n < f.at_put + f.times
+
+    def _maybe_fail(self, path: str) -> None:
+        if self._due(path):
+            self._fail(path)
+
+    def _fail(self, path: str) -> None:
+        f = self.fault
         self.failures += 1
         if f.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -57,6 +64,16 @@ class FaultyBackend(TierBackend):
     def put(self, path: str, data) -> None:
         self._maybe_fail(path)
         self.inner.put(path, data)
+
+    def put_many(self, items) -> None:
+        """Counted object by object: the objects before the one a fault hits are written
+        (as ``put`` one by one would leave them), that one and the rest are not."""
+        for i, (path, _data) in enumerate(items):
+            if self._due(path):
+                if i:
+                    self.inner.put_many(items[:i])
+                self._fail(path)
+        self.inner.put_many(items)
 
     def put_if(self, path: str, data: bytes, expect: str | None) -> str:
         self._maybe_fail(path)

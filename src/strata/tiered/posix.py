@@ -8,6 +8,7 @@ they compare versions; a version is the CRC32C and size of the object's bytes.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -53,15 +54,61 @@ class PosixBackend(TierBackend):
     def _fail(self, what: str, path: str, exc: OSError) -> TierUnavailableError:
         return TierUnavailableError(f"tier {self.url}: {what} {path}: {exc.strerror or exc}")
 
+    def _parent(self, f: Path) -> None:
+        if not f.parent.is_dir():
+            f.parent.mkdir(parents=True, exist_ok=True)
+            self.file_ops.fsync_dir(f.parent.parent)
+
     def put(self, path: str, data) -> None:
         f = self._file(path)
         try:
-            if not f.parent.is_dir():
-                f.parent.mkdir(parents=True, exist_ok=True)
-                self.file_ops.fsync_dir(f.parent.parent)
+            self._parent(f)
             self.file_ops.write_atomic(f, data)   # bytes-like: os.write takes it uncopied
         except OSError as exc:
             raise self._fail("writing", path, exc) from None
+
+    def put_many(self, items) -> None:
+        """Each object as ``put`` writes it (a temporary file, fsynced, renamed over the
+        object), but all temporary files are written before any is fsynced and the
+        directories are fsynced once after all renames: a chunk's three objects cost about
+        one journal commit for their data and one for their names, not three of each. All
+        are durable when this returns; a crash before leaves temporary files
+        (``clean_partial``) or some of the objects, each whole."""
+        if len(items) < 2:
+            return super().put_many(items)
+        files = [(self._file(path), path, data) for path, data in items]
+        ops = self.file_ops
+        opened: list[tuple[int, Path]] = []
+        at = items[0][0]
+        try:
+            try:
+                for f, path, data in files:
+                    at = path
+                    self._parent(f)
+                    tmp = f.with_name(f.name + TMP_SUFFIX)
+                    opened.append((os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+                                   tmp))
+                    ops.reserve(opened[-1][0], len(data), tmp)
+                    if os.write(opened[-1][0], data) != len(data):   # uncopied, as put
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+                for (fd, tmp), (_f, path, _d) in zip(opened, files):
+                    at = path
+                    ops.fsync(tmp, fd)
+            finally:
+                for fd, _tmp in opened:
+                    os.close(fd)
+        except OSError as exc:
+            for _fd, tmp in opened:
+                ops.remove(tmp)
+            raise self._fail("writing", at, exc) from None
+        try:
+            for (_fd, tmp), (f, path, _d) in zip(opened, files):
+                at = path
+                os.replace(tmp, f)
+            for parent in dict.fromkeys(f.parent for f, _p, _d in files):
+                ops.fsync_dir(parent)
+        except OSError as exc:
+            raise self._fail("writing", at, exc) from None
 
     def put_if(self, path: str, data: bytes, expect: str | None) -> str:
         lock = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
