@@ -85,6 +85,11 @@ class StatePage:
         self._fd: int | None = None
         self._offsets: np.ndarray | None = None   # confirmed, dispatched, min: a view of mm
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the page is mapped (``open`` found or made it, ``close`` not yet called)."""
+        return self.mm is not None
+
     def _map(self, fd: int, access: int) -> None:
         self._fd = fd
         self.mm = mmap.mmap(fd, STATE_SIZE, access=access)

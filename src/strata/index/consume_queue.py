@@ -30,6 +30,20 @@ def _units(seg: MappedSegment, first: int, n: int) -> np.ndarray:
     return np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE)
 
 
+def oldest_unit_offset(qdir: Path, scan_units: int) -> int | None:
+    """The commit-log offset of the first real unit among the first ``scan_units`` of a queue
+    directory's first file (None: none), read with a plain file read (no map is opened)."""
+    files = sorted(p for p in qdir.iterdir() if p.name.isdigit() and len(p.name) == 20)
+    if not files:
+        return None
+    with open(files[0], "rb") as f:
+        f.seek(HEADER_AREA)
+        raw = f.read(UNIT_SIZE * scan_units)
+    units = np.frombuffer(raw, UNIT_DTYPE, len(raw) // UNIT_SIZE)
+    real = np.flatnonzero((units["size"] > 0) & (units["size"] != BLANK_SIZE))
+    return int(units["offset"][real[0]]) if len(real) else None
+
+
 # A consume-queue file's first reservation (then doubling as it fills): a topic's queues
 # take 64 KiB each (3,276 units) until they hold more.
 CQ_RESERVE_MIN = 64 << 10
@@ -220,6 +234,35 @@ class ConsumeQueue:
         n = max(0, min(max_units, avail))
         units = _units(seg, first, n)
         return units.copy() if copy else units
+
+    def data_end(self, n0: int, most: int) -> int:
+        """One past the last unit in ``[n0, n0 + most)`` that holds any non-zero byte (``n0``
+        if none)."""
+        found = n0
+        for seg in self.segments.segments:
+            first = seg.base_offset // UNIT_SIZE
+            lo, hi = max(n0, first), min(n0 + most, first + seg.data_size // UNIT_SIZE)
+            if hi <= lo:
+                continue
+            words = np.frombuffer(seg.mm, "<u4", (hi - lo) * UNIT_SIZE // 4,
+                                  HEADER_AREA + (lo - first) * UNIT_SIZE)
+            words = words.reshape(-1, UNIT_SIZE // 4)
+            used = np.flatnonzero(words.any(axis=1))
+            del words
+            if len(used):
+                found = lo + int(used[-1]) + 1
+        return found
+
+    def rewrite_unit(self, n: int, phys: int, size: int, tag: int) -> bool:
+        """Overwrite unit ``n`` in place and msync it (recovery's repair of one unit); False if
+        no file holds unit ``n``."""
+        unit = self.segments.find(n * UNIT_SIZE)
+        if unit is None:
+            return False
+        at = HEADER_AREA + n * UNIT_SIZE - unit.base_offset
+        UNIT.pack_into(unit.mm, at, phys, size, tag)
+        unit.file_ops.msync(unit.path, unit.mm, at, UNIT_SIZE)
+        return True
 
     def commitlog_offsets_at(self, offsets: np.ndarray) -> np.ndarray:
         """The commit-log offset of the unit at each of ``offsets`` (queue offsets), read

@@ -21,8 +21,7 @@ import numpy as np
 
 from strata.errors import CorruptRecordError
 from strata.format import record as rec
-from strata.format.consume_queue import BLANK_SIZE, UNIT, UNIT_DTYPE, UNIT_SIZE, tag_hash
-from strata.format.segment import HEADER_AREA
+from strata.format.consume_queue import BLANK_SIZE, UNIT_DTYPE, UNIT_SIZE, tag_hash
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.queues import ConsumeQueueSet
 from strata.index.unit_check import units_lead_to_records
@@ -61,19 +60,7 @@ def _data_end(cq: ConsumeQueue, n0: int, most: int) -> int:
     """One past the last unit in ``[n0, n0 + most)`` that holds any non-zero byte (``n0`` if
     none): where units a power loss left behind can be, past the apparent end ``n0`` (units
     before the checkpoint are all there, and at most ``most`` came after it)."""
-    found = n0
-    for seg in cq.segments.segments:
-        first = seg.base_offset // UNIT_SIZE
-        lo, hi = max(n0, first), min(n0 + most, first + seg.data_size // UNIT_SIZE)
-        if hi <= lo:
-            continue
-        words = np.frombuffer(seg.mm, "<u4", (hi - lo) * UNIT_SIZE // 4,
-                              HEADER_AREA + (lo - first) * UNIT_SIZE).reshape(-1, UNIT_SIZE // 4)
-        used = np.flatnonzero(words.any(axis=1))
-        del words
-        if len(used):
-            found = lo + int(used[-1]) + 1
-    return found
+    return cq.data_end(n0, most)
 
 
 def recover_queue(cq: ConsumeQueue, clog: CommitLog, start: int, end: int, *,
@@ -163,15 +150,9 @@ def rederive_unit(cq: ConsumeQueue, clog: CommitLog, q: int, limit: int) -> bool
     stop = int(after[0]) if len(after) else limit
     for seg, pos, size in clog.iter_records(start, stop):
         try:
-            m = rec.decode_record(seg.mm, HEADER_AREA + pos)
+            m = clog.decode_at(seg.base_offset + pos)
         except CorruptRecordError:
             continue
         if m.queue_offset == q and m.queue_id == cq.queue_id and m.topic == cq.topic:
-            unit = cq.segments.find(q * UNIT_SIZE)
-            if unit is None:
-                return False
-            at = HEADER_AREA + q * UNIT_SIZE - unit.base_offset
-            UNIT.pack_into(unit.mm, at, seg.base_offset + pos, size, tag_hash(m.tags))
-            unit.file_ops.msync(unit.path, unit.mm, at, UNIT_SIZE)
-            return True
+            return cq.rewrite_unit(q, seg.base_offset + pos, size, tag_hash(m.tags))
     return False

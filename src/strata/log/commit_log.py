@@ -253,6 +253,25 @@ class CommitLog:
             return None
         return seg, offset - seg.base_offset
 
+    def store_time_at(self, offset: int) -> int | None:
+        """The store timestamp (ms) of the record starting at ``offset``; None if no segment
+        holds ``offset``. The record is not checked (the offset comes from a consume queue or
+        the log's own walk)."""
+        loc = self.locate(offset)
+        if loc is None:
+            return None
+        seg, pos = loc
+        return rec.I64_AT.unpack_from(seg.mm, HEADER_AREA + pos + rec.POS_STORE_TIMESTAMP)[0]
+
+    def decode_at(self, offset: int) -> rec.StoredMessage | None:
+        """Decode the record starting at ``offset`` without checks (for offsets the log's own
+        walk, ``iter_records``, just returned); None if no segment holds ``offset``."""
+        loc = self.locate(offset)
+        if loc is None:
+            return None
+        seg, pos = loc
+        return rec.decode_record(seg.mm, HEADER_AREA + pos)
+
     def _readable(self, offset: int, limit: int) -> tuple[MappedSegment, int, int] | None:
         """(segment, position of ``offset`` in it, end of its readable data) if ``offset`` lies
         in [min offset, ``limit``); positions count from the segment's first data byte."""

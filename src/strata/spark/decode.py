@@ -16,9 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from strata.errors import CorruptRecordError
-from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
-from strata.format.segment import HEADER_AREA
+from strata.log.record_area import area_runs
 from strata.spark import kernels as k
 
 
@@ -66,12 +65,11 @@ class Records:
         self._props_index: tuple[np.ndarray, ...] | None = None   # _properties_index()
         # (first row, end row, bytes as uint8, byte positions of those rows' records)
         self.spans: list[tuple[int, int, np.ndarray, np.ndarray]] = []
-        for lo, hi, seg in segment_runs(segments, phys):
+        for lo, hi, seg, area, pos in area_runs(segments, phys):
             if seg is None:
                 raise CorruptRecordError(f"commit-log offset {int(phys[lo])} is below the "
                                          "oldest segment (deleted by retention?)")
-            self._add_span(lo, hi, np.frombuffer(seg.mm, np.uint8),
-                           HEADER_AREA + (phys[lo:hi] - seg.base_offset))
+            self._add_span(lo, hi, area, pos)
 
     @classmethod
     def from_buffer(cls, data: np.ndarray, positions: np.ndarray,

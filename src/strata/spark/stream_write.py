@@ -146,9 +146,6 @@ def _write_wal(wal: Path, files: list[str], topic_option: str | None) -> None:
 
 def _records_from(store, start: int):
     """Decoded messages of the log from ``start`` on (a record start or a segment's end)."""
-    from strata.format import record as rec
-    from strata.format.segment import HEADER_AREA
-
     log = store.log
     limit = store.confirmed_offset()
     off = max(start, log.min_offset())
@@ -157,7 +154,7 @@ def _records_from(store, start: int):
         if seg is None:
             return
         for s, pos, _size in log.iter_records(off, min(limit, seg.end_offset)):
-            yield rec.decode_record(s.mm, HEADER_AREA + pos)
+            yield log.decode_at(s.base_offset + pos)
         off = seg.end_offset
 
 

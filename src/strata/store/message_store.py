@@ -31,7 +31,6 @@ from strata.log.recovery import RecoveryReport, recover
 from strata.store.config import StoreConfig
 from strata.store.geometry import save_geometry, stored_config
 from strata.format.consume_queue import BLANK_SIZE, tag_hash
-from strata.format.segment import HEADER_AREA
 from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
@@ -281,7 +280,7 @@ class MessageStore:
         self._queue_next = {k: cq.max_offset() for k, cq in self.queues.queues.items()}
 
     def _on_dispatched(self, offset: int) -> None:
-        if self.state.mm is not None:
+        if self.state.is_open:
             self.state.set_dispatched(offset)
 
     def _open_readonly(self) -> None:
@@ -766,14 +765,11 @@ class MessageStore:
         return cq.max_offset() if cq is not None else 0
 
     def _store_time_at(self, phys: int) -> int:
-        loc = self.log.locate(phys)
-        if loc is None:
-            return -1
-        seg, pos = loc
         try:
-            return rec.I64_AT.unpack_from(seg.mm, HEADER_AREA + pos + rec.POS_STORE_TIMESTAMP)[0]
+            ts = self.log.store_time_at(phys)
         except ValueError:
             return -1
+        return -1 if ts is None else ts
 
     def earliest_time(self, topic: str, queue_id: int) -> int:
         """Store time (ms) of the oldest message still in the queue; -1 if none."""

@@ -9,14 +9,12 @@ import logging
 import os
 from pathlib import Path
 
-import numpy as np
 from crc32c import crc32c
 
 from strata.errors import CorruptStoreError, InvalidInputError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
-from strata.format.consume_queue import BLANK_SIZE, UNIT_DTYPE, UNIT_SIZE
 from strata.format.record import encode_topic, is_topic_name
-from strata.format.segment import HEADER_AREA
+from strata.index.consume_queue import oldest_unit_offset
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +268,7 @@ def topics_from_queue_dirs(root: Path) -> tuple[dict[str, int], dict[str, int]]:
     since: dict[str, int] = {}
     for topic, n in queues.items():
         tdir = Path(root) / topic
-        firsts = [f for f in (_oldest_unit_offset(tdir / str(q)) for q in range(n)
+        firsts = [f for f in (oldest_unit_offset(tdir / str(q), SCAN_UNITS) for q in range(n)
                               if (tdir / str(q)).is_dir()) if f is not None]
         since[topic] = min(firsts, default=0)
     return queues, since
@@ -289,16 +287,3 @@ def queue_counts_from_dirs(root: Path) -> dict[str, int]:
         if ids and max(ids) < MAX_QUEUES:
             queues[tdir.name] = max(ids) + 1
     return queues
-
-
-def _oldest_unit_offset(qdir: Path) -> int | None:
-    """The commit-log offset of the first real unit in a queue's first file (None: none)."""
-    files = sorted(p for p in qdir.iterdir() if p.name.isdigit() and len(p.name) == 20)
-    if not files:
-        return None
-    with open(files[0], "rb") as f:
-        f.seek(HEADER_AREA)
-        raw = f.read(UNIT_SIZE * SCAN_UNITS)
-    units = np.frombuffer(raw, UNIT_DTYPE, len(raw) // UNIT_SIZE)
-    real = np.flatnonzero((units["size"] > 0) & (units["size"] != BLANK_SIZE))
-    return int(units["offset"][real[0]]) if len(real) else None

@@ -14,10 +14,10 @@ import numpy as np
 from crc32c import crc32c
 
 from strata.errors import CorruptRecordError
-from strata.files.segment_queue import segment_runs
 from strata.format.consume_queue import UNIT_DTYPE
-from strata.format.segment import HEADER_AREA
+from strata.files.segment_queue import segment_runs
 from strata.log.commit_log import CommitLog
+from strata.log.record_area import record_area
 from strata.tiered.layout import KEY_ENTRY
 from strata.tiered.metadata import ChunkMeta
 
@@ -79,13 +79,13 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
     for lo, hi, seg in segment_runs(list(log.segments.segments), phys):
         if seg is None or seg.closed:
             raise ValueError(f"commit-log offset {int(phys[lo])} is no longer stored")
-        pos = phys[lo:hi] - seg.base_offset + HEADER_AREA
-        mm = np.frombuffer(seg.mm, np.uint8)
+        pos = phys[lo:hi] - seg.base_offset
+        mm = record_area(seg)
         crc = not _intact(seg, intact, footer_now)
         at = 0
         while True:
             at, nkeys, why, detail = kernels.build_run(
-                mm, pos, phys[lo:hi], sizes[lo:hi], HEADER_AREA + seg.committed, crc,
+                mm, pos, phys[lo:hi], sizes[lo:hi], seg.committed, crc,
                 topic_arr, queue_id, first + lo, out, out_at[lo:hi], store_ts[lo:hi], at,
                 scratch, len(name) + 1, key_hash, key_ts, key_off, nkeys)
             if why == kernels.KEYS_FULL:

@@ -27,9 +27,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from strata.errors import StrataError
-from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE
-from strata.format.segment import HEADER_AREA
 from strata.tiered.backend import TierBackend
 from strata.tiered.chunk import Chunk, build_chunk
 from strata.tiered.errors import TierConflictError, TierError, TierUnavailableError
@@ -359,11 +357,9 @@ class UploadDispatcher:
     def _due(self, units: np.ndarray) -> bool:
         if int(units["size"].astype(np.int64).sum()) >= self.policy.min_chunk_bytes:
             return True
-        loc = self.store.log.locate(int(units["offset"][0]))
-        if loc is None:
+        ts = self.store.log.store_time_at(int(units["offset"][0]))
+        if ts is None:
             return True
-        seg, pos = loc
-        ts = rec.I64_AT.unpack_from(seg.mm, HEADER_AREA + pos + rec.POS_STORE_TIMESTAMP)[0]
         return time.time() * 1000 - ts >= self.policy.max_delay_s * 1000
 
     def _put_chunk(self, q: QueueMeta, chunk: Chunk) -> None:
