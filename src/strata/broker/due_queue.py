@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from abc import ABC, abstractmethod
 
 from strata.broker import held_journal as hj
 from strata.broker.held import HeldMessages
@@ -13,7 +14,7 @@ from strata.store.message_store import now_ms
 IDLE_WAIT_S = 1.0                         # look at the clock at least this often
 
 
-class DueQueue:
+class DueQueue(ABC):
     """Held entries of one kind by due time. A subclass's ``_run`` loops while not
     ``_stopping``, takes what ``pop_due`` gives and calls ``wait_for_due`` when none is due."""
 
@@ -29,8 +30,9 @@ class DueQueue:
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
+    @abstractmethod
     async def _run(self) -> None:
-        raise NotImplementedError
+        """The task: loop while not ``_stopping`` over what ``pop_due`` gives."""
 
     def push(self, due_ms: int, held_id: bytes) -> None:
         """Schedule an entry; wakes the task if it is now the first due."""
