@@ -75,6 +75,15 @@ def _status(code: int = Code.OK, message: str = "OK"):
     return pb.Status(code=code, message=message)
 
 
+def _held_error_status(exc: Exception, what: str):
+    """The status of a refused or failed RecallMessage / EndTransaction (call it in the
+    ``except``: an unexpected store error is logged with its traceback)."""
+    if isinstance(exc, (Refused, InvalidMessageError)):
+        return _status(exc.code, str(exc))
+    log.exception("%s failed", what)
+    return _status(Code.INTERNAL_SERVER_ERROR, str(exc))
+
+
 def _duration_ms(d) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
@@ -594,13 +603,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         try:
             topic = self._topic(request.topic)
             mid = await self.timer.recall(request.recall_handle, topic)
-        except Refused as r:
-            return Resp(status=_status(r.code, str(r)))
-        except InvalidMessageError as exc:
-            return Resp(status=_status(exc.code, str(exc)))
-        except StrataError as exc:
-            log.exception("recall failed")
-            return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        except (Refused, InvalidMessageError, StrataError) as exc:
+            return Resp(status=_held_error_status(exc, "recall"))
         return Resp(status=_status(), message_id=mid)
 
     async def EndTransaction(self, request, context):
@@ -614,13 +618,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                               f"{request.resolution}")
             e = self.transactions.lookup(request.transaction_id, topic, request.message_id)
             await self.transactions.end(e, request.resolution)
-        except Refused as r:
-            return Resp(status=_status(r.code, str(r)))
-        except InvalidMessageError as exc:
-            return Resp(status=_status(exc.code, str(exc)))
-        except StrataError as exc:
-            log.exception("end of transaction failed")
-            return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        except (Refused, InvalidMessageError, StrataError) as exc:
+            return Resp(status=_held_error_status(exc, "end of transaction"))
         return Resp(status=_status())
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):
