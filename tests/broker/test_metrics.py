@@ -5,7 +5,6 @@ import re
 import socket
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families

@@ -9,7 +9,7 @@ import strata
 import strata.format.consume_queue as cq_format
 import strata.index.dispatch_batch as dispatch_batch_mod
 import strata.store.message_store as ms_mod
-from strata.errors import CorruptStoreError, InvalidInputError, TopicExistsError
+from strata.errors import InvalidInputError, TopicExistsError
 from strata.store.message import GetStatus
 
 from store_helpers import config, drain, open_store, settle

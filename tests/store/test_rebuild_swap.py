@@ -3,7 +3,6 @@ its swap leaves a store whose next writer open re-dispatches everything correctl
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
