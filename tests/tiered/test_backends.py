@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from strata.tiered.errors import TierConflictError, TierUnavailableError
@@ -156,3 +157,55 @@ def test_faulty_backend_counts_put_many_object_by_object(tmp_path):
     with pytest.raises(TierUnavailableError, match="injected"):
         b.put_many([("x.log", b"l"), ("x.cq", b"c"), ("x.keys", b"k")])
     assert b.list() == ["x.log"] and b.puts == 2
+
+
+def _opens(monkeypatch, refuse_direct: bool = False) -> list[int]:
+    """Flags of every os.open from here on (O_DIRECT ones refused with EINVAL, as tmpfs does,
+    when ``refuse_direct``)."""
+    import errno
+    flags: list[int] = []
+    real = os.open
+
+    def spy(path, how, *a, **k):
+        flags.append(how)
+        if refuse_direct and how & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument", str(path))
+        return real(path, how, *a, **k)
+    monkeypatch.setattr(os, "open", spy)
+    return flags
+
+
+@pytest.mark.parametrize("size", [MiB, 3 * MiB + 5, 5 * MiB - 4095])
+def test_put_many_writes_aligned_objects_with_o_direct_byte_for_byte(tmp_path, monkeypatch,
+                                                                      size):
+    """A large object in 4 KiB-aligned memory (a chunk's .log buffer) goes to the disk with
+    O_DIRECT, its last partial block buffered: the object holds exactly its bytes."""
+    from strata.tiered.chunk import aligned_empty
+    buf = aligned_empty(size + 100)
+    buf[:] = np.frombuffer(os.urandom(len(buf)), np.uint8)
+    b = PosixBackend(tmp_path / "t")
+    flags = _opens(monkeypatch)
+    b.put_many([("q/x.log", memoryview(buf)[:size]), ("q/x.cq", b"cq")])
+    assert any(f & os.O_DIRECT for f in flags)
+    assert b.read("q/x.log") == buf[:size].tobytes() and b.read("q/x.cq") == b"cq"
+    assert b.clean_partial() == 0
+    unaligned = memoryview(buf)[1:size + 1]          # not aligned: buffered, same bytes
+    flags.clear()
+    b.put_many([("q/y.log", unaligned), ("q/y.cq", b"")])
+    assert not any(f & os.O_DIRECT for f in flags)
+    assert b.read("q/y.log") == bytes(unaligned)
+
+
+def test_put_many_falls_back_to_buffered_writes_where_o_direct_is_refused(tmp_path,
+                                                                          monkeypatch):
+    from strata.tiered.chunk import aligned_empty
+    buf = aligned_empty(2 * MiB + 7)
+    buf[:] = 7
+    b = PosixBackend(tmp_path / "t")
+    flags = _opens(monkeypatch, refuse_direct=True)
+    b.put_many([("x.log", memoryview(buf)), ("x.cq", b"c")])
+    assert b.read("x.log") == buf.tobytes() and b.read("x.cq") == b"c"
+    n = len(flags)
+    b.put_many([("y.log", memoryview(buf)), ("y.cq", b"c")])   # not tried again
+    assert not any(f & os.O_DIRECT for f in flags[n:])
+    assert b.read("y.log") == buf.tobytes() and b.clean_partial() == 0

@@ -18,7 +18,7 @@ from strata.tiered import service as tier_service
 from strata.tiered.dispatcher import UploadPolicy
 from strata.tiered.layout import chunk_path
 from strata.tiered.reader import TieredQueueReader
-from tier_helpers import fill, local_history, tier_config
+from tier_helpers import TOPICS, fill, local_history, tier_config
 
 N = 4000
 FAR = int((datetime.now() + timedelta(days=30)).timestamp() * 1000)   # every segment expired
@@ -176,3 +176,69 @@ def test_the_read_cache_stays_within_its_bound(tier, tmp_store_dir, small_chunks
             assert got == msgs[off:off + 17]
             assert reader.cache.cached_bytes <= 8192
             off += len(got)
+
+
+def test_read_at_from_the_tier_returns_exactly_the_stored_messages(tier, tmp_store_dir,
+                                                                   small_chunks):
+    """read_at by commit-log offset from the tier alone: each record as the local read gave
+    it, whether found by a search over headers (a chunk's first reads) or in the chunk's
+    record offsets (built once searched often enough); None where no record starts."""
+    import random
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, N)
+        store.tier_sync(timeout_s=60)
+        msgs = [m for ms in local_history(store).values() for m in ms]
+        reader = store.tier.reader()
+        sample = random.Random(7).sample(msgs, 300 if tier.kind == "s3" else len(msgs))
+        for _ in range(3):
+            random.Random(len(reader._phys)).shuffle(sample)
+            for m in sample:
+                assert reader.read_at(m.commitlog_offset) == m
+        assert reader._phys                              # the record offsets path ran
+        by_phys = {m.commitlog_offset: m for m in msgs}
+        for m in sample[:100]:
+            assert reader.read_at(m.commitlog_offset + 1) is None   # not a record start
+            assert reader.read_at(m.commitlog_offset + m.size) == \
+                by_phys.get(m.commitlog_offset + m.size)           # the next record, if any
+        last = max(m.commitlog_offset + m.size for m in msgs)
+        assert reader.read_at(-1) is None and reader.read_at(last) is None
+        assert reader.read_at(last + 10_000) is None
+        assert reader.min_commitlog_offset() == min(by_phys)
+        fill(store, 10, start=N)                                    # not uploaded: not there
+        fresh = [m for ms in local_history(store).values() for m in ms
+                 if m.commitlog_offset >= last]
+        assert fresh and all(reader.read_at(m.commitlog_offset) is None for m in fresh)
+
+
+def test_read_at_names_a_damaged_record_whichever_way_it_is_found(tmp_path, tmp_store_dir,
+                                                                  small_chunks):
+    from strata.format import record as rec
+    from strata.tiered.errors import CorruptTierError
+    from tier_helpers import Tier
+    tier = Tier("posix", f"file://{tmp_path / 'tier'}", None)
+    with strata.open(tmp_store_dir, tier_config(tier)) as store:
+        fill(store, N)
+        store.tier_sync(timeout_s=60)
+        hist = local_history(store)
+        msgs = hist[(TOPICS[0], 0)][:CHUNK]                  # the queue's first chunk
+        path = chunk_path(TOPICS[0], 0, 0, "log")
+        b = tier.backend()
+        good = b.read(path)
+        at = sum(m.size for m in msgs[:5])                   # record 5 starts here
+        for where, header in ((at + msgs[5].size - 20, False),        # its body: CRC fails
+                              (at + rec.POS_PHYSICAL_OFFSET + 6, True)):  # its offset field
+            raw = bytearray(good)
+            raw[where] ^= 0x40
+            b.put(path, bytes(raw))
+            reader = store.tier.reader()
+            for _ in range(3):                               # record offsets built (or not)
+                for m in msgs[:5] + msgs[6:]:
+                    try:
+                        assert reader.read_at(m.commitlog_offset) == m
+                    except CorruptTierError as exc:   # a search over the headers that
+                        assert header and path in str(exc)   # meets the damaged one
+            with pytest.raises(CorruptTierError, match=path):
+                reader.read_at(msgs[5].commitlog_offset)
+        b.put(path, good)
+        reader = store.tier.reader()
+        assert all(reader.read_at(m.commitlog_offset) == m for m in msgs)

@@ -94,6 +94,20 @@ class BlockCache:
         return b"".join([blocks[first][off:], *(blocks[b] for b in range(first + 1, last)),
                          blocks[last][:start + length - last * bs]]), 0
 
+    def cached_view(self, path: str, start: int, length: int) -> tuple[bytes, int] | None:
+        """As ``view`` if one cached block holds all of ``[start, start + length)``; else
+        None, fetching nothing (a caller that wants a few bytes reads them itself rather
+        than a whole block)."""
+        bs = self.block_size
+        b = start // bs
+        if length <= 0 or (start + length - 1) // bs != b:
+            return None
+        data = self._get((path, b))
+        if data is None or len(data) < start + length - b * bs:
+            return None
+        self.hits += 1
+        return data, start - b * bs
+
     def drop(self, path: str) -> None:
         with self._lock:
             for key in [k for k in self._blocks if k[0] == path]:

@@ -63,8 +63,8 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
     else:   # grown by at least half, so chunks of varying sizes rarely need a new one; numpy
         # leaves a new one's pages untouched (no zeroing pass) and asks for huge pages, so its
         # first fill costs a fraction of a bytearray's page faults
-        data = np.empty(max(total_bytes, len(buffer) * 3 // 2 if buffer is not None else 0),
-                        np.uint8)
+        data = aligned_empty(max(total_bytes,
+                                 len(buffer) * 3 // 2 if buffer is not None else 0))
     out = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
     store_ts = np.empty(n, np.int64)
     name = topic.encode()
@@ -125,6 +125,18 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
                      min_ts=int(store_ts.min()), max_ts=int(store_ts.max()),
                      first_phys=int(phys[0]), end_phys=int(phys[-1] + sizes[-1]))
     return Chunk(memoryview(data)[:total_bytes], cq_bytes, key_bytes, meta, data, touched)
+
+
+ALIGN = 4096
+
+
+def aligned_empty(size: int) -> np.ndarray:
+    """An uninitialised byte array of ``size`` whose first byte lies on a 4 KiB boundary: the
+    POSIX backend writes a chunk's ``.log`` from it with O_DIRECT (straight from this buffer
+    to the disk, no copy into the page cache), which wants block-aligned memory."""
+    raw = np.empty(size + ALIGN, np.uint8)
+    skip = -raw.ctypes.data % ALIGN
+    return raw[skip:skip + size]
 
 
 _WHY = ("no whole record of that offset there", "its CRC32C does not match",
