@@ -3,11 +3,10 @@
 Given a batch's commit-log offsets (sorted) and the commit-log segments, a compiled pass
 (kernels.scan_headers) checks every record with the record reader's own check (the one get and
 scan run: record_kernels; CRC32C with ``verify_crc``) and reads its header fields into numpy
-arrays, and
-the variable-length columns (value, key, topic) are copied straight from the memory maps into
-Arrow buffers (kernels.gather); keys, tags and user properties (headers) come out of the
-properties sections the same way (kernels.scan_properties, property_spans), and message ids are
-formatted for the whole batch at once: no per-row Python for any column.
+arrays, and the variable-length columns (value, key, topic) are copied straight from the
+memory maps into Arrow buffers (kernels.gather); keys, tags and user properties (headers) come
+out of the properties sections the same way (kernels.scan_properties, property_spans), and
+message ids are formatted for the whole batch at once: no per-row Python for any column.
 """
 
 from __future__ import annotations
