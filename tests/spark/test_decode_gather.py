@@ -74,7 +74,7 @@ def test_scan_headers_reads_what_the_record_decoder_reads(msgs):
     pos = np.array(pos, np.int64)
     n = len(pos)
     fields = np.empty((k.FIELDS, n), np.int64)
-    assert k.scan_headers(data, pos, 5000 + pos, fields, 0) == -1
+    assert k.scan_headers(data, pos, 5000 + pos, fields, 0, True) == (-1, k.GOOD)
     key_count, user_count, tag_start, tag_len = (np.empty(n, np.int64) for _ in range(4))
     assert k.scan_properties(data, fields[k.PROPS_START], fields[k.PROPS_LEN], key_count,
                              user_count, tag_start, tag_len, 0) == -1
@@ -119,7 +119,8 @@ def _one_record(phys: int, body=b"x" * 40, keys=("key-1",)) -> bytearray:
 
 
 @pytest.mark.parametrize("damage", ["none", "magic", "offset", "body-past-end", "key-past-props",
-                                    "position-past-end", "negative-position"])
+                                    "position-past-end", "negative-position", "field-lengths",
+                                    "trailer", "body-byte"])
 def test_scan_headers_reports_a_damaged_record_instead_of_reading_past_it(damage):
     good = _one_record(0)
     raw = _one_record(len(good))
@@ -133,6 +134,12 @@ def test_scan_headers_reports_a_damaged_record_instead_of_reading_past_it(damage
     elif damage == "key-past-props":
         props_at = rec.HEADER_SIZE + 12 + 1
         struct.pack_into("<H", raw, props_at + 6, 60000)
+    elif damage == "field-lengths":     # magic, offset, both lengths right; body 1 byte short
+        struct.pack_into("<I", raw, rec.POS_BODY_LENGTH, 39)
+    elif damage == "trailer":           # the length at the end disagrees with the one in front
+        struct.pack_into("<I", raw, len(raw) - rec.TRAILER_SIZE, len(raw) + 8)
+    elif damage == "body-byte":         # only the CRC32C sees it
+        raw[len(raw) - rec.TRAILER_SIZE - 3] ^= 0x01
     elif damage == "none":
         pass
     elif damage == "position-past-end":
@@ -144,11 +151,19 @@ def test_scan_headers_reports_a_damaged_record_instead_of_reading_past_it(damage
     phys = at.copy()
     phys[1] = len(good)                              # what the consume queue says it is
     fields = np.zeros((k.FIELDS, 2), np.int64)
-    assert k.scan_headers(data, at[:1], phys[:1], fields, 0) == -1
+    assert k.scan_headers(data, at[:1], phys[:1], fields, 0, True) == (-1, k.GOOD)
     if damage == "none":
-        assert k.scan_headers(data, at, phys, fields, 0) == -1
+        assert k.scan_headers(data, at, phys, fields, 0, True) == (-1, k.GOOD)
         return
-    assert k.scan_headers(data, at, phys, fields, 0) == 1
+    if damage == "body-byte":   # intact but for its CRC32C: only a CRC-checking read sees it
+        assert k.scan_headers(data, at, phys, fields, 0, False) == (-1, k.GOOD)
+        assert k.scan_headers(data, at, phys, fields, 0, True) == (1, k.CRC_MISMATCH)
+    elif damage == "key-past-props":   # whole, so the CRC32C (when checked) fails it first
+        assert k.scan_headers(data, at, phys, fields, 0, False) == (1, k.NO_RECORD)
+        assert k.scan_headers(data, at, phys, fields, 0, True) == (1, k.CRC_MISMATCH)
+    else:
+        for crc in (False, True):
+            assert k.scan_headers(data, at, phys, fields, 0, crc) == (1, k.NO_RECORD)
     assert fields[k.BODY_LEN, 0] == 40               # the intact record before it was read
 
 
@@ -183,7 +198,7 @@ def test_scan_properties_reports_an_entry_running_past_the_section():
     data = np.frombuffer(bytes(good + bad), np.uint8)
     at = np.array([0, len(good)], np.int64)
     fields = np.zeros((k.FIELDS, 2), np.int64)
-    assert k.scan_headers(data, at, at.copy(), fields, 0) == 1   # the key check sees it first
+    assert k.scan_headers(data, at, at.copy(), fields, 0, False) == (1, k.NO_RECORD)  # key check
     key_count, user_count, tag_start, tag_len = (np.zeros(2, np.int64) for _ in range(4))
     fields[k.PROPS_START, 1] = len(good) + props_at
     fields[k.PROPS_LEN, 1] = fields[k.PROPS_LEN, 0]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import struct
 
 import pytest
 
@@ -151,6 +153,50 @@ def test_user_schema_subset(spark, store_dir):
         [(m.queue_offset, m.body) for m in want]
 
 
+def _damaged_copy(store_dir, tmp_path, damage):
+    """A copy of the store with the record of orders/0 offset 7 damaged: (copy, its offset).
+    ``body``: one body byte flipped (only the CRC32C sees it); ``lengths``: its body length
+    one short, so its field lengths no longer add up to its total (magic, offset and the
+    length at both ends still right)."""
+    from strata.format import record as rec
+    from strata.format.segment import HEADER_AREA
+
+    with _ro(store_dir) as store:
+        m = store.get("orders", 0, 7, max_messages=1).messages[0]
+    path = tmp_path / "damaged"
+    shutil.copytree(store_dir, path)
+    seg = max((p for p in (path / "commitlog").iterdir() if int(p.name) <= m.commitlog_offset),
+              key=lambda p: int(p.name))
+    at = HEADER_AREA + m.commitlog_offset - int(seg.name)
+    with open(seg, "r+b") as f:
+        f.seek(at)
+        raw = bytearray(f.read(m.size))
+        if damage == "body":
+            raw[-rec.TRAILER_SIZE - 1] ^= 0x10
+        else:
+            struct.pack_into("<I", raw, rec.POS_BODY_LENGTH, len(m.body) - 1)
+        f.seek(at)
+        f.write(raw)
+    return path, m.commitlog_offset
+
+
+def test_a_record_failing_its_crc_is_reported_never_served(spark, store_dir, tmp_path):
+    path, phys = _damaged_copy(store_dir, tmp_path, "body")
+    with pytest.raises(Exception, match=f"commit-log offset {phys} fails its CRC32C"):
+        read(spark, path, assign='{"orders": [0]}').collect()
+    # verifyCrc=false reads it as the structure allows (its body with the flipped bit)
+    rows = read(spark, path, assign='{"orders": [0]}', verifyCrc="false").collect()
+    assert len(rows) == len(expected(store_dir, "orders", 0))
+
+
+def test_a_record_whose_field_lengths_do_not_add_up_is_reported(spark, store_dir, tmp_path):
+    path, phys = _damaged_copy(store_dir, tmp_path, "lengths")
+    for crc in ("true", "false"):
+        with pytest.raises(Exception, match=f"no intact message record at commit-log offset "
+                                            f"{phys}"):
+            read(spark, path, assign='{"orders": [0]}', verifyCrc=crc).collect()
+
+
 @pytest.mark.parametrize("opts, option", [
     ({}, "subscribe"),
     ({"subscribe": "orders", "assign": '{"orders": [0]}'}, "subscribe"),
@@ -165,6 +211,7 @@ def test_user_schema_subset(spark, store_dir):
     ({"subscribe": "orders", "maxRecordsPerBatch": "many"}, "maxRecordsPerBatch"),
     ({"subscribe": "orders", "includeHeaders": "maybe"}, "includeHeaders"),
     ({"subscribe": "orders", "startingTimestamp": "yesterday"}, "startingTimestamp"),
+    ({"subscribe": "orders", "verifyCrc": "perhaps"}, "verifyCrc"),
 ])
 def test_bad_options_name_the_option(spark, store_dir, opts, option):
     with pytest.raises(Exception, match=f"option '{option}'"):
@@ -204,6 +251,7 @@ def test_option_parsing_defaults():
     o = parse_read_options({"path": "/x", "subscribe": "a, b"})
     assert o.subscribe == ("a", "b") and o.starting == "earliest" and o.ending == "latest"
     assert o.max_records_per_batch == 65536 and o.min_partitions is None
+    assert o.verify_crc
     with pytest.raises(OptionError, match="option 'endingOffsets'"):
         parse_read_options({"path": "/x", "subscribe": "a",
                             "endingOffsets": '{"a": {"0": -2}}'})

@@ -1,11 +1,12 @@
 """Commit-log records -> Arrow columns, in bulk (no per-row Python on the core path).
 
 Given a batch's commit-log offsets (sorted) and the commit-log segments, a compiled pass
-(kernels.scan_headers) checks every record and reads its header fields into numpy arrays, and
-the variable-length columns (value, key, topic) are copied straight from the memory maps into
-Arrow buffers (kernels.gather); keys, tags and user properties (headers) come out of the
-properties sections the same way (kernels.scan_properties, property_spans), and message ids are
-formatted for the whole batch at once: no per-row Python for any column.
+(kernels.scan_headers) checks every record with the record reader's own check (the one get and
+scan run: record_kernels; CRC32C with ``verify_crc``) and reads its header fields into numpy
+arrays, and the variable-length columns (value, key, topic) are copied straight from the
+memory maps into Arrow buffers (kernels.gather); keys, tags and user properties (headers) come
+out of the properties sections the same way (kernels.scan_properties, property_spans), and
+message ids are formatted for the whole batch at once: no per-row Python for any column.
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ class Records:
     """The records at a batch's commit-log offsets, ascending (log order, as
     log_order.log_ordered_units gives them): every header field as a numpy array
     (``fields[kernels.BODY_LEN]`` ...), and the runs of rows that lie in each segment (or in
-    one buffer: ``from_buffer``)."""
+    one buffer: ``from_buffer``). A record that fails its check (CRC32C too with
+    ``verify_crc``) is a CorruptRecordError, never a row."""
 
-    def __init__(self, segments, phys: np.ndarray) -> None:
+    def __init__(self, segments, phys: np.ndarray, *, verify_crc: bool) -> None:
+        self.verify_crc = verify_crc
         self.phys = phys
         self.n = len(phys)
         self.fields = np.empty((k.FIELDS, self.n), np.int64)
@@ -72,12 +75,13 @@ class Records:
             self._add_span(lo, hi, area, pos)
 
     @classmethod
-    def from_buffer(cls, data: np.ndarray, positions: np.ndarray,
-                    phys: np.ndarray) -> "Records":
+    def from_buffer(cls, data: np.ndarray, positions: np.ndarray, phys: np.ndarray, *,
+                    verify_crc: bool) -> "Records":
         """The records at ``positions`` of one buffer (``data``, uint8) that carry commit-log
         offsets ``phys``: e.g. a tier chunk's .log object, whose records keep the offsets of
         the log that wrote them (docs/format.md section 14)."""
         self = cls.__new__(cls)
+        self.verify_crc = verify_crc
         self.phys = phys
         self.n = len(phys)
         self.fields = np.empty((k.FIELDS, self.n), np.int64)
@@ -89,11 +93,16 @@ class Records:
 
     def _add_span(self, lo: int, hi: int, data: np.ndarray, pos: np.ndarray) -> None:
         self.spans.append((lo, hi, data, pos))
-        bad = k.scan_headers(data, pos, self.phys[lo:hi], self.fields, lo)
+        bad, why = k.scan_headers(data, pos, self.phys[lo:hi], self.fields, lo,
+                                  self.verify_crc)
         if bad >= 0:
-            raise CorruptRecordError(f"no intact message record at commit-log offset "
-                                     f"{int(self.phys[lo + bad])} although a consume queue "
-                                     "points there")
+            at = int(self.phys[lo + bad])
+            if why == k.CRC_MISMATCH:
+                raise CorruptRecordError(f"the message record at commit-log offset {at} fails "
+                                         "its CRC32C (damaged bytes) although a consume queue "
+                                         "points there")
+            raise CorruptRecordError(f"no intact message record at commit-log offset {at} "
+                                     "although a consume queue points there")
 
     def _bytes(self, start_row: int, len_row: int, mask: np.ndarray | None = None) -> pa.Array:
         col = _Column(self.fields[len_row], mask)

@@ -32,14 +32,14 @@ NO_KEY = -1   # KEY_LEN of a record whose properties hold no KEYS entry
 
 
 _memcpy = rk.memcpy
+_check = rk._check
 _u16, _u32, _i32, _i64 = rk.load_u16, rk.load_u32, rk.load_i32, rk.load_i64
+GOOD, NO_RECORD, CRC_MISMATCH = rk.GOOD, rk.NO_RECORD, rk.CRC_MISMATCH
 
 _HEADER = rec.HEADER_SIZE
-_MAGIC = rec.MESSAGE_MAGIC
 _BORN_V6 = rec.SYSFLAG_BORN_HOST_V6
 _STORE_V6 = rec.SYSFLAG_STORE_HOST_V6
-_P_MAGIC, _P_PHYS, _P_SYS, _P_QOFF = \
-    rec.POS_MAGIC, rec.POS_PHYSICAL_OFFSET, rec.POS_SYS_FLAG, rec.POS_QUEUE_OFFSET
+_P_SYS, _P_QOFF = rec.POS_SYS_FLAG, rec.POS_QUEUE_OFFSET
 _P_BORN, _P_STORE, _P_BODY_LEN, _P_TOPIC_LEN, _P_PROPS_LEN = \
     rec.POS_BORN_TIMESTAMP, rec.POS_STORE_TIMESTAMP, rec.POS_BODY_LENGTH, \
     rec.POS_TOPIC_LENGTH, rec.POS_PROPERTIES_LENGTH
@@ -48,29 +48,28 @@ _KEYS_PREFIX = int.from_bytes(b"\x04\x00KEYS", "little")
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def scan_headers(data, pos, phys, fields, first):
+def scan_headers(data, pos, phys, fields, first, crc):
     """Check and read the records at ``pos`` (byte positions in ``data``, a segment's map;
-    ``phys`` their commit-log offsets) into ``fields[:, first:first + len(pos)]``. Returns -1,
-    or the index in ``pos`` of the first record that is not an intact message record at its
-    offset (wrong magic or offset field, or lengths running past the map)."""
+    ``phys`` their commit-log offsets) into ``fields[:, first:first + len(pos)]``. Each record
+    is judged by the record reader's own check (``record_kernels._check``: magic, length at
+    both ends, field lengths adding up, its own offset, ASCII topic; its CRC32C too with
+    ``crc``), so Spark takes a record as intact exactly when get/scan do. Returns (-1, GOOD),
+    or the index in ``pos`` of the first record that fails and its verdict (NO_RECORD,
+    CRC_MISMATCH; also for a KEYS entry running past its properties section: NO_RECORD)."""
     base = data.ctypes.data
     size = len(data)
     for i in range(len(pos)):
         p = pos[i]
-        if p < 0 or p + _HEADER > size:
-            return i
+        st, _ = _check(base, p, phys[i], size, crc)
+        if st != GOOD:
+            return i, st
         a = base + p
-        if _u32(a + _P_MAGIC) != _MAGIC or _i64(a + _P_PHYS) != phys[i]:
-            return i
         flags = _i32(a + _P_SYS)
         hosts = (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
-        topic_at = p + _HEADER + hosts
-        props_at = topic_at + _u16(a + _P_TOPIC_LEN)
+        props_at = p + _HEADER + hosts + _u16(a + _P_TOPIC_LEN)
         props_len = np.int64(_u16(a + _P_PROPS_LEN))
         body_at = props_at + props_len
         body_len = np.int64(_u32(a + _P_BODY_LEN))
-        if body_at + body_len > size:
-            return i
         r = first + i
         fields[QUEUE_OFFSET, r] = _i64(a + _P_QOFF)
         fields[STORE_TS, r] = _i64(a + _P_STORE)
@@ -84,10 +83,10 @@ def scan_headers(data, pos, phys, fields, first):
         if props_len >= 8 and (_i64(base + props_at) & 0xFFFFFFFFFFFF) == _KEYS_PREFIX:
             key_len = np.int64(_u16(base + props_at + 6))
             if 8 + key_len > props_len:
-                return i
+                return i, NO_RECORD
         fields[KEY_START, r] = props_at + 8
         fields[KEY_LEN, r] = key_len
-    return -1
+    return -1, GOOD
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

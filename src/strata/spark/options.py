@@ -14,6 +14,8 @@ from typing import Mapping
 EARLIEST = -2  # Kafka's JSON codes inside startingOffsets / endingOffsets
 LATEST = -1
 DEFAULT_MAX_RECORDS_PER_BATCH = 65536
+# verifyCrc: check each record's CRC32C as it is read (docs/spark.md, "Damaged records")
+DEFAULT_VERIFY_CRC = True
 
 TIMESTAMP_STRATEGIES = ("error", "latest")  # startingOffsetsByTimestampStrategy (Kafka's)
 
@@ -178,6 +180,7 @@ class ReadOptions:
     ending_timestamp: int | None = None
     ending_by_timestamp: dict[str, dict[int, int]] | None = None
     filter_pushdown: bool = True  # used when Spark's filter pushdown is on
+    verify_crc: bool = DEFAULT_VERIFY_CRC
     # a tier read alone (no store directory: ``path`` is ""), README "Tiered storage"
     tier_url: str | None = None
     tier_endpoint_url: str | None = None
@@ -262,6 +265,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         ending_timestamp=_timestamp(opts, "endingTimestamp"),
         ending_by_timestamp=_timestamps_json(opts, "endingOffsetsByTimestamp"),
         filter_pushdown=_bool(opts, "filterPushdown", True),
+        verify_crc=_bool(opts, "verifyCrc", DEFAULT_VERIFY_CRC),
         tier_url=tier_url, tier_endpoint_url=tier_endpoint,
     )
 

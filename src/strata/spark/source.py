@@ -12,7 +12,8 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from strata.spark.options import OptionError, parse_read_options, parse_write_options
+from strata.spark.options import (
+    DEFAULT_VERIFY_CRC, OptionError, parse_read_options, parse_write_options)
 from strata.spark.planning import QueueRange, plan_tasks, resolve_ranges
 from strata.spark.pushdown import PushFiltersHook
 from strata.spark.schema import ALL_COLUMNS, arrow_schema, read_schema
@@ -116,7 +117,7 @@ class StrataBatchReader(DataSourceReader):
                               tag_hashes=tag_hashes)
         return read_ranges(self.o.path, partition, arrow_schema(self.schema),
                            self.o.max_records_per_batch, self.o.fail_on_data_loss,
-                           tag_hashes=tag_hashes)
+                           tag_hashes=tag_hashes, verify_crc=self.o.verify_crc)
 
 
 class TierPartition(InputPartition):
@@ -130,27 +131,30 @@ class TierPartition(InputPartition):
 
 
 def read_ranges(path: str, partition, schema, batch_rows: int, fail_on_data_loss: bool = True,
-                *, tag_hashes=None) -> Iterator:
+                *, tag_hashes=None, verify_crc: bool = DEFAULT_VERIFY_CRC) -> Iterator:
     """The record batches of a task: each of its queue ranges in turn, from one read-only
     opening of the store."""
     if not isinstance(partition, RangesPartition):  # Spark's stand-in for "no partitions"
         return iter(())
     return _ranges_batches(path, partition.ranges, schema, batch_rows, fail_on_data_loss,
-                           tag_hashes)
+                           tag_hashes, verify_crc)
 
 
 def read_range(path: str, r: QueueRange, schema, batch_rows: int,
-               fail_on_data_loss: bool = True, *, tag_hashes=None) -> Iterator:
+               fail_on_data_loss: bool = True, *, tag_hashes=None,
+               verify_crc: bool = DEFAULT_VERIFY_CRC) -> Iterator:
     """Yield pyarrow RecordBatches of the messages at queue offsets [r.start, r.end); with
     ``tag_hashes``, only those whose consume-queue tag hash is one of them (the others'
     records are never read)."""
-    return _ranges_batches(path, (r,), schema, batch_rows, fail_on_data_loss, tag_hashes)
+    return _ranges_batches(path, (r,), schema, batch_rows, fail_on_data_loss, tag_hashes,
+                           verify_crc)
 
 
 def _ranges_batches(path: str, ranges, schema, batch_rows: int, fail_on_data_loss: bool,
-                    tag_hashes) -> Iterator:
+                    tag_hashes, verify_crc: bool) -> Iterator:
     """The ranges' record batches, from one read-only opening of the store, in commit-log
-    order across the ranges (log_order.py)."""
+    order across the ranges (log_order.py); every record checked, its CRC32C too with
+    ``verify_crc``."""
     import numpy as np
 
     from strata.spark.decode import Records, build_batch
@@ -165,7 +169,7 @@ def _ranges_batches(path: str, ranges, schema, batch_rows: int, fail_on_data_los
         segments = store.log.segments.segments
         for phys, which in log_ordered_units(store, ranges, batch_rows, fail_on_data_loss,
                                              tag_hashes):
-            yield build_batch(Records(segments, phys), topics,
+            yield build_batch(Records(segments, phys, verify_crc=verify_crc), topics,
                               topic_of_range[which] if len(topics) > 1 else None,
                               queue_of_range[which], schema)
     finally:

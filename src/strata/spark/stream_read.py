@@ -337,7 +337,8 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition) -> Iterator:
         return read_ranges(self.o.read.path, partition, arrow_schema(self.schema),
-                           self.o.read.max_records_per_batch, self.o.read.fail_on_data_loss)
+                           self.o.read.max_records_per_batch, self.o.read.fail_on_data_loss,
+                           verify_crc=self.o.read.verify_crc)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: strata keeps no consumer state for Spark; the checkpoint is the truth."""

@@ -221,6 +221,7 @@ def read_spans(url: str, endpoint: str | None, spans, schema, batch_rows: int,
     """The record batches of tier spans (pyarrow RecordBatches of ``schema``), each batch at
     most ``batch_rows`` messages of one span, every record checked before it is decoded; with
     ``tag_hashes``, only messages whose unit's tag hash is one of them."""
+    from strata.format.record_table import F_PHYS
     from strata.spark.decode import Records, build_batch
     from strata.tiered.chunk_check import check_records, check_units
     from strata.tiered.layout import chunk_path
@@ -248,15 +249,15 @@ def read_spans(url: str, endpoint: str | None, spans, schema, batch_rows: int,
                     raise CorruptTierError(f"{where} is shorter than the metadata says "
                                            f"({start + len(raw)} < {end} bytes)", where)
                 pos = u["offset"] - start
-                hdr = check_records(raw, pos, u["size"].astype(np.int64), s.topic, s.queue_id,
-                                    s.first + lo, where, base=start)
+                phys = check_records(raw, pos, u["size"], s.topic, s.queue_id, s.first + lo,
+                                     where, base=start)[F_PHYS]
                 keep = None if wanted is None else np.isin(u["tag"], wanted)
                 if keep is not None:
-                    pos, hdr = pos[keep], hdr[keep]
+                    pos, phys = pos[keep], phys[keep]
                 if not len(pos):
                     continue
-                records = Records.from_buffer(np.frombuffer(raw, np.uint8), pos,
-                                              hdr["phys"].astype(np.int64))
+                records = Records.from_buffer(np.frombuffer(raw, np.uint8), pos, phys,
+                                              verify_crc=False)   # check_records did
                 if queues is None or len(queues) != len(pos):
                     queues = np.full(len(pos), s.queue_id, np.int32)
                 yield build_batch(records, [s.topic], None, queues, schema)

@@ -3,10 +3,11 @@
 Pure functions over bytes already fetched: a chunk's ``.cq`` object against the size and
 CRC32C the metadata counts, and a run of its ``.log`` records against their units — whole
 records (magic, lengths at both ends, fields adding up), each record's own CRC32C, the
-chunk's topic and queue id, consecutive queue offsets and the unit's size. numpy over all
-records at once plus one crc32c call each: no per-record Python beyond that. A failure is a
-CorruptTierError naming the object, the queue offset and the byte; nothing damaged is
-returned. Used by the Spark tier read and ``strata spark tier-verify``.
+chunk's topic and queue id, consecutive queue offsets and the unit's size: the one compiled
+record check the local and tier readers run (record_kernels, through the tier reader's
+read_kernels.check_units), no per-record Python. A failure is a CorruptTierError naming the
+object, the queue offset and the byte; nothing damaged is returned. Used by the Spark tier
+read and ``strata spark tier-verify``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 import numpy as np
 from crc32c import crc32c
 
-from strata.format import record as rec
 from strata.format.consume_queue import UNIT_DTYPE
-from strata.format.record_batch import HEADER_DTYPE, check_headers, crcs_match, header_windows
+from strata.format.record_table import CRC_MISMATCH, F_PHYS, F_STORE_TS, FIELDS, GOOD
 from strata.tiered.errors import CorruptTierError
 from strata.tiered.metadata import ChunkMeta
+
+_NO_PHYS_LIMIT = 2**63 - 1   # check_records: any commit-log offset (chunk_problems checks them)
 
 
 def check_units(raw: bytes, c: ChunkMeta, where: str) -> np.ndarray:
@@ -45,41 +47,34 @@ def check_units(raw: bytes, c: ChunkMeta, where: str) -> np.ndarray:
 
 def check_records(buf, positions: np.ndarray, sizes: np.ndarray, topic: str, queue_id: int,
                   first_offset: int, where: str, base: int = 0) -> np.ndarray:
-    """The headers (HEADER_DTYPE) of the records at ``positions`` of ``buf`` whose queue
-    offsets are ``first_offset``, ``first_offset + 1``, ... and sizes ``sizes``, once every one
-    of them passes its checks; CorruptTierError naming the first that does not (``buf`` starts
-    at byte ``base`` of the object; the error's ``queue_offset`` is that record's)."""
+    """The field table (record_table ``F_*`` rows, a column per record, positions in ``buf``)
+    of the records at ``positions`` of ``buf`` whose queue offsets are ``first_offset``,
+    ``first_offset + 1``, ... and sizes ``sizes``, once every one of them passes the tier
+    reader's compiled check (read_kernels.check_units); CorruptTierError naming the first that
+    does not (``buf`` starts at byte ``base`` of the object; the error's ``queue_offset`` is
+    that record's)."""
+    from strata.tiered import read_kernels   # numba and the compiled checks, on first use
+
     n = len(positions)
-    limit = len(buf)
-    pos = positions.astype(np.int64, copy=False)
-    inside = (pos >= 0) & (pos + rec.HEADER_SIZE <= limit)
-    phys = np.zeros(n, np.int64)
-    if inside.all():   # the offsets the records carry: the log that wrote them
-        phys = header_windows(buf, limit)[pos].view(HEADER_DTYPE)["phys"].astype(np.int64)
-    hdr, ok, total, hosts = check_headers(buf, pos, phys, limit)
-    ok &= total == sizes
-    ok &= hdr["queue_offset"] == np.arange(first_offset, first_offset + n)
-    ok &= hdr["queue_id"] == queue_id
-    tb = np.frombuffer(topic.encode(), np.uint8)
-    ok &= hdr["topic_len"] == len(tb)
-    if ok.any() and len(tb):
-        topic_at = pos + rec.HEADER_SIZE + hosts
-        windows = np.lib.stride_tricks.as_strided(
-            np.frombuffer(buf, np.uint8), (max(0, limit - len(tb) + 1), len(tb)), (1, 1),
-            writeable=False)
-        ok &= (windows[np.where(ok, topic_at, 0)] == tb).all(axis=1)
-    if ok.any():
-        rows = np.flatnonzero(ok)
-        ok[rows[~crcs_match(buf, pos[rows], total[rows], hdr["crc"][rows])]] = False
-    if not ok.all():
-        i = int(np.argmin(ok))
+    fields = np.empty((FIELDS, n), np.int64)
+    status = np.empty(n, np.uint8)
+    pos = np.empty(n, np.int64)
+    good, _ = read_kernels.check_units(
+        np.frombuffer(buf, np.uint8), positions.astype(np.int64, copy=False),
+        sizes.astype(np.int64, copy=False), 0, 0, _NO_PHYS_LIMIT,
+        np.frombuffer(topic.encode(), np.uint8), queue_id,
+        np.arange(first_offset, first_offset + n, dtype=np.int64), pos,
+        np.empty(n, np.int64), fields, status)
+    if good != n:
+        i = int(np.argmax(status != GOOD))
+        what = "CRC32C" if status[i] == CRC_MISMATCH else \
+            "lengths, magic, topic, queue, offset or CRC32C"
         err = CorruptTierError(
             f"{where}: the record of {topic}/{queue_id} offset {first_offset + i} (byte "
-            f"{base + int(pos[i])}) fails its checks (lengths, magic, topic, "
-            "queue, offset or CRC32C)", where)
+            f"{base + int(pos[i])}) fails its checks ({what})", where)
         err.queue_offset = first_offset + i
         raise err
-    return hdr
+    return fields
 
 
 def chunk_problems(backend, topic: str, queue_id: int,
@@ -133,13 +128,13 @@ def chunk_problems(backend, topic: str, queue_id: int,
     for lo in range(0, c.count, step):
         u = units[lo:lo + step]
         try:
-            hdr = check_records(log_raw, u["offset"], u["size"].astype(np.int64), topic,
-                                queue_id, c.first + lo, paths["log"])
+            f = check_records(log_raw, u["offset"], u["size"], topic, queue_id, c.first + lo,
+                              paths["log"])
         except CorruptTierError as exc:
             out.append((paths["log"], getattr(exc, "queue_offset", -1), "record", str(exc)))
             return out
-        times.append((int(hdr["store_ts"].min()), int(hdr["store_ts"].max())))
-        phys.append((int(hdr["phys"][0]), int(hdr["phys"][-1] + u["size"][-1])))
+        times.append((int(f[F_STORE_TS].min()), int(f[F_STORE_TS].max())))
+        phys.append((int(f[F_PHYS, 0]), int(f[F_PHYS, -1] + u["size"][-1])))
     lo_ts, hi_ts = min(t[0] for t in times), max(t[1] for t in times)
     if (lo_ts, hi_ts) != (c.min_ts, c.max_ts):
         out.append((paths["log"], -1, "times", f"records stored {lo_ts}..{hi_ts} ms, the "
