@@ -180,38 +180,51 @@ def _topic_codes(data: np.ndarray, topic_at: np.ndarray, props_at: np.ndarray,
                                     zip(topic_at.tolist(), props_at.tolist())]), np.int64)
 
 
+_COLUMN_ROWS = [F_QUEUE_ID, F_QUEUE_OFFSET, F_PHYS, F_TOTAL, F_STORE_TS, F_SYS_FLAG]
+_AT_ROWS = [F_TOPIC_AT, F_PROPS_AT, F_BODY_AT]
+
+
 def _columns(data: np.ndarray, f: np.ndarray, names: TopicNames) -> DispatchBatch:
     """``DispatchBatch.from_fields`` over the contiguous copy ``f``; raises one of
     ``PARSE_ERRORS`` if a record's topic or properties cannot be parsed."""
-    topic_at, props_at, body_at = f[F_TOPIC_AT], f[F_PROPS_AT], f[F_BODY_AT]
     n = f.shape[1]
     keyed: list[tuple[int, list[str], str | None]] = []
+    tags: list[int] | np.ndarray
+    buf = memoryview(data)   # (slicing a memoryview costs less than slicing an array)
     if n <= SMALL_BATCH:   # a handful: plain Python beats numpy's per-call cost
+        topic_at, props_at, body_at = f[_AT_ROWS].tolist()
         code = names.code
+        codes = [code(buf[a:b].tobytes()) for a, b in zip(topic_at, props_at)]
         tags = [0] * n
-        codes = []
-        for row, (a, b, c) in enumerate(zip(topic_at.tolist(), props_at.tolist(),
-                                            body_at.tolist())):
-            codes.append(code(data[a:b].tobytes()))
-            if b != c:
-                keys, tag, uniq = rec.dispatch_properties(data[b:c].tobytes())
-                if tag:
-                    tags[row] = tag_hash(tag)
-                if keys or uniq is not None:
-                    keyed.append((row, keys, uniq))
+        _properties(buf, range(n), props_at, body_at, tags, keyed)
     else:
+        topic_at, props_at, body_at = f[_AT_ROWS]
         codes = _topic_codes(data, topic_at, props_at, names)
         tags = np.zeros(n, np.int64)
-        with_props = np.flatnonzero(body_at - props_at)
-        for row, b, c in zip(with_props.tolist(), props_at[with_props].tolist(),
-                             body_at[with_props].tolist()):
-            keys, tag, uniq = rec.dispatch_properties(data[b:c].tobytes())
-            if tag:
-                tags[row] = tag_hash(tag)
-            if keys or uniq is not None:
-                keyed.append((row, keys, uniq))
-    return DispatchBatch(names.names, codes, f[F_QUEUE_ID], f[F_QUEUE_OFFSET], f[F_PHYS],
-                         f[F_TOTAL], tags, f[F_STORE_TS], f[F_SYS_FLAG], keyed)
+        rows = np.flatnonzero(body_at - props_at)
+        _properties(buf, rows.tolist(), props_at[rows].tolist(), body_at[rows].tolist(), tags,
+                    keyed)
+    batch = DispatchBatch.__new__(DispatchBatch)   # the rows are int64 already: no asarray
+    batch.topics, batch.keyed = names.names, keyed
+    batch.topic_codes = np.asarray(codes, np.int64)
+    batch.tag_hashes = np.asarray(tags, np.int64)
+    (batch.queue_ids, batch.queue_offsets, batch.offsets, batch.sizes, batch.store_timestamps,
+     batch.sys_flags) = f[_COLUMN_ROWS]
+    return batch
+
+
+def _properties(buf: memoryview, rows, starts: list[int], ends: list[int], tags,
+                keyed: list[tuple[int, list[str], str | None]]) -> None:
+    """Tag hashes (into ``tags[row]``) and keys (appended to ``keyed``) from the properties
+    sections ``buf[starts[i]:ends[i]]`` of ``rows`` (empty sections are passed over)."""
+    for row, b, c in zip(rows, starts, ends):
+        if b == c:
+            continue
+        keys, tag, uniq = rec.dispatch_properties(buf[b:c].tobytes())
+        if tag:
+            tags[row] = tag_hash(tag)
+        if keys or uniq is not None:
+            keyed.append((row, keys, uniq))
 
 
 def _past_damage(seg, rel: int, end: int) -> int:
