@@ -80,7 +80,7 @@ class DispatchBatch:
 
     @classmethod
     def from_fields(cls, data: np.ndarray, fields: np.ndarray,
-                    names: "TopicNames") -> "DispatchBatch":
+                    names: TopicNames) -> DispatchBatch:
         """Columns straight from the field table of checked records
         (``strata.log.record_fields``; ``F_*_AT`` positions in ``data``): only topics (the
         distinct ones) and non-empty properties sections are read per record. The batch ends

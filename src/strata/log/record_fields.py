@@ -27,16 +27,13 @@ from strata.log.verify import record_problem_kind
 
 @dataclass
 class FieldRun:
-    """Good message records one after another in ``seg`` (log order): their fields
-    ``fields[F_*, i]``, positions in ``data``. ``stop`` is the commit-log offset where
-    reading stopped and ``why`` why (``WALK_END``: the end or ``rows`` reached, ``WALK_BLANK``:
-    a blank record's magic there, ``WALK_BAD``: no good record there). ``fields`` is this
-    thread's scratch table: valid until the thread reads again."""
+    """Good message records of one segment (log order): their fields ``fields[F_*, i]``,
+    positions in ``data``; ``why`` reading stopped after them (``WALK_END``: the end or
+    ``rows`` reached, ``WALK_BLANK``: a blank record's magic next, ``WALK_BAD``: no good
+    record next). ``fields`` is this thread's scratch table: valid until it reads again."""
 
-    seg: MappedSegment
     data: np.ndarray
     fields: np.ndarray
-    stop: int
     why: int
 
     def __len__(self) -> int:
@@ -50,11 +47,11 @@ def walk_fields(seg: MappedSegment, pos: int, end: int, rows: int, *,
     data = segment_map(seg)
     fields = scratch("field_run", (rk.FIELDS, rows), np.int64)
     end = min(end, seg.data_size)
-    n, stop, why = rk.kernels().walk(data, HEADER_AREA + pos, HEADER_AREA + end,
+    n, _stop, why = rk.kernels().walk(data, HEADER_AREA + pos, HEADER_AREA + end,
                                      seg.base_offset - HEADER_AREA,
                                      HEADER_AREA if verify_crc else HEADER_AREA + end,
                                      fields, 0, rows)
-    return FieldRun(seg, data, fields[:, :n], seg.base_offset + stop - HEADER_AREA, why)
+    return FieldRun(data, fields[:, :n], why)
 
 
 _NO_TOPIC = np.zeros(0, np.uint8)
@@ -65,7 +62,7 @@ def fields_at(seg: MappedSegment, offsets: np.ndarray, end: int, *,
               verify_crc: bool) -> FieldRun:
     """The records at commit-log ``offsets`` (ascending, all in ``seg``) below data byte
     ``end``, up to the first that is not a good message record of its offset (``why``
-    WALK_BAD at ``stop`` then)."""
+    WALK_BAD then)."""
     offsets = np.asarray(offsets, np.int64)
     n = len(offsets)
     data = segment_map(seg)
@@ -76,9 +73,7 @@ def fields_at(seg: MappedSegment, offsets: np.ndarray, end: int, *,
                           fields, status)
     bad = np.flatnonzero(status != rk.GOOD)
     good = int(bad[0]) if len(bad) else n
-    stop = int(offsets[good]) if good < n else \
-        int(offsets[-1] + fields[rk.F_TOTAL, n - 1]) if n else seg.base_offset
-    return FieldRun(seg, data, fields[:, :good], stop, rk.WALK_BAD if good < n else rk.WALK_END)
+    return FieldRun(data, fields[:, :good], rk.WALK_BAD if good < n else rk.WALK_END)
 
 
 def check_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
