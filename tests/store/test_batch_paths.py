@@ -182,10 +182,10 @@ def test_few_records_are_read_as_the_vectorised_reader_reads_them(tmp_path, monk
         offsets = np.array([r.commitlog_offset for r in results], np.int64)
         for offs in (offsets, np.concatenate([offsets[:5], offsets[5:6] + 1, offsets[6:]])):
             run = fields_at(seg, offs, seg.committed, verify_crc=False)
-            few = DispatchBatch.from_fields(run.data, run.fields, TopicNames())
+            few = DispatchBatch.from_fields(run, TopicNames())
             with monkeypatch.context() as m:
                 m.setattr(db, "SMALL_BATCH", 0)  # force the numpy path for the same records
-                many = DispatchBatch.from_fields(run.data, run.fields, TopicNames())
+                many = DispatchBatch.from_fields(run, TopicNames())
             assert few.requests() == many.requests()
         assert len(few) == 5   # the shifted offset ended the batch
 

@@ -25,7 +25,7 @@ from strata.format.consume_queue import tag_hash
 from strata.format.record_table import (F_BODY_AT, F_PHYS, F_PROPS_AT, F_QUEUE_ID,
                                         F_QUEUE_OFFSET, F_STORE_TS, F_SYS_FLAG, F_TOPIC_AT,
                                         F_TOTAL, WALK_BLANK)
-from strata.log.record_fields import fields_at, past_damage, walk_fields
+from strata.log.record_fields import FieldRun, fields_at, past_damage, walk_fields
 
 log = logging.getLogger(__name__)
 
@@ -79,28 +79,27 @@ class DispatchBatch:
                    [r.store_timestamp for r in requests], [r.sys_flag for r in requests], keyed)
 
     @classmethod
-    def from_fields(cls, data: np.ndarray, fields: np.ndarray,
-                    names: TopicNames) -> DispatchBatch:
-        """Columns straight from the field table of checked records
-        (``strata.log.record_fields``; ``F_*_AT`` positions in ``data``): only topics (the
-        distinct ones) and non-empty properties sections are read per record. The batch ends
-        before the first record whose topic is no topic name or whose properties cannot be
-        parsed (damage that the checks without CRC let through)."""
-        f = fields.copy()   # (the table is the reader's scratch)
+    def from_fields(cls, run: FieldRun, names: TopicNames) -> DispatchBatch:
+        """Columns straight from the field table of checked records (``run``, from
+        ``strata.log.record_fields``): only topics (the distinct ones) and non-empty properties
+        sections are read per record. The batch ends before the first record whose topic is no
+        topic name or whose properties cannot be parsed (damage that the checks without CRC
+        let through)."""
+        f = run.fields.copy()   # (the table is the reader's scratch)
         if not f.shape[1]:
             return EMPTY
         try:
-            return _columns(data, f, names)
+            return _columns(run, f, names)
         except PARSE_ERRORS:
             pass
         good = 0
         for row in range(f.shape[1]):
             try:
-                _columns(data, f[:, row:row + 1], names)
+                _columns(run, f[:, row:row + 1], names)
             except PARSE_ERRORS:
                 break
             good += 1
-        return _columns(data, f[:, :good], names) if good else EMPTY
+        return _columns(run, f[:, :good], names) if good else EMPTY
 
     def select(self, rows: np.ndarray) -> "DispatchBatch":
         """The records at ``rows`` (a boolean mask or ascending indices)."""
@@ -158,15 +157,16 @@ class TopicNames:
         return codes
 
 
-def _topic_codes(data: np.ndarray, topic_at: np.ndarray, props_at: np.ndarray,
+def _topic_codes(run: FieldRun, topic_at: np.ndarray, props_at: np.ndarray,
                  names: TopicNames) -> np.ndarray:
-    """The topic code of every record (topic bytes ``data[topic_at:props_at]``). When all topic
-    names have one length (the usual batch: one topic) they are gathered and compared as
+    """The topic code of every record (topic bytes ``run.data[topic_at:props_at]``). When all
+    topic names have one length (the usual batch: one topic) they are gathered and compared as
     fixed-size byte strings in numpy and only the distinct ones are looked up; otherwise one
     slice per record."""
     topic_len = props_at - topic_at
     width = int(topic_len[0])
     if width and (topic_len == width).all():
+        data = run.data
         windows = np.ndarray(shape=(len(data) - width + 1,), dtype=(np.void, width),
                              buffer=data, strides=(1,))
         raw = windows[topic_at]
@@ -176,33 +176,31 @@ def _topic_codes(data: np.ndarray, topic_at: np.ndarray, props_at: np.ndarray,
         distinct, inverse = np.unique(raw, return_inverse=True)
         lookup = np.array([names.code(d.tobytes()) for d in distinct], np.int64)
         return lookup[inverse.ravel()]
-    return np.array(names.codes_of([data[a:b].tobytes() for a, b in
-                                    zip(topic_at.tolist(), props_at.tolist())]), np.int64)
+    return np.array(names.codes_of(run.slices(topic_at.tolist(), props_at.tolist())), np.int64)
 
 
 _COLUMN_ROWS = [F_QUEUE_ID, F_QUEUE_OFFSET, F_PHYS, F_TOTAL, F_STORE_TS, F_SYS_FLAG]
 _AT_ROWS = [F_TOPIC_AT, F_PROPS_AT, F_BODY_AT]
 
 
-def _columns(data: np.ndarray, f: np.ndarray, names: TopicNames) -> DispatchBatch:
-    """``DispatchBatch.from_fields`` over the contiguous copy ``f``; raises one of
-    ``PARSE_ERRORS`` if a record's topic or properties cannot be parsed."""
+def _columns(run: FieldRun, f: np.ndarray, names: TopicNames) -> DispatchBatch:
+    """``DispatchBatch.from_fields`` over ``f``, a copy of ``run``'s table (or of some of its
+    columns); raises one of ``PARSE_ERRORS`` if a record's topic or properties cannot be
+    parsed."""
     n = f.shape[1]
     keyed: list[tuple[int, list[str], str | None]] = []
     tags: list[int] | np.ndarray
-    buf = memoryview(data)   # (slicing a memoryview costs less than slicing an array)
     if n <= SMALL_BATCH:   # a handful: plain Python beats numpy's per-call cost
         topic_at, props_at, body_at = f[_AT_ROWS].tolist()
-        code = names.code
-        codes = [code(buf[a:b].tobytes()) for a, b in zip(topic_at, props_at)]
+        codes = list(map(names.code, run.slices(topic_at, props_at)))
         tags = [0] * n
-        _properties(buf, range(n), props_at, body_at, tags, keyed)
+        _properties(run, range(n), props_at, body_at, tags, keyed)
     else:
         topic_at, props_at, body_at = f[_AT_ROWS]
-        codes = _topic_codes(data, topic_at, props_at, names)
+        codes = _topic_codes(run, topic_at, props_at, names)
         tags = np.zeros(n, np.int64)
         rows = np.flatnonzero(body_at - props_at)
-        _properties(buf, rows.tolist(), props_at[rows].tolist(), body_at[rows].tolist(), tags,
+        _properties(run, rows.tolist(), props_at[rows].tolist(), body_at[rows].tolist(), tags,
                     keyed)
     batch = DispatchBatch.__new__(DispatchBatch)   # the rows are int64 already: no asarray
     batch.topics, batch.keyed = names.names, keyed
@@ -213,14 +211,14 @@ def _columns(data: np.ndarray, f: np.ndarray, names: TopicNames) -> DispatchBatc
     return batch
 
 
-def _properties(buf: memoryview, rows, starts: list[int], ends: list[int], tags,
+def _properties(run: FieldRun, rows, starts: list[int], ends: list[int], tags,
                 keyed: list[tuple[int, list[str], str | None]]) -> None:
     """Tag hashes (into ``tags[row]``) and keys (appended to ``keyed``) from the properties
-    sections ``buf[starts[i]:ends[i]]`` of ``rows`` (empty sections are passed over)."""
-    for row, b, c in zip(rows, starts, ends):
-        if b == c:
+    sections ``[starts[i], ends[i])`` of ``rows`` (empty sections are passed over)."""
+    for row, raw in zip(rows, run.slices(starts, ends)):
+        if not raw:
             continue
-        keys, tag, uniq = rec.dispatch_properties(buf[b:c].tobytes())
+        keys, tag, uniq = rec.dispatch_properties(raw)
         if tag:
             tags[row] = tag_hash(tag)
         if keys or uniq is not None:
@@ -257,7 +255,7 @@ def read_batch(clog, start: int, limit: int, max_records: int,
                                   max_records)
     if appended is not None and len(appended):   # the writer's offsets: no need to walk
         run = fields_at(seg, appended, end, verify_crc=False)
-        batch = DispatchBatch.from_fields(run.data, run.fields, names)
+        batch = DispatchBatch.from_fields(run, names)
     if not batch:  # no hint, or one the records contradict: walk the log
         # Records found by walking (a replay after an open, a reader's catch-up) were not just
         # written by this process: their CRCs are checked, so a flipped bit (a topic or queue
@@ -267,7 +265,7 @@ def read_batch(clog, start: int, limit: int, max_records: int,
             if run.why == WALK_BLANK:   # the rest of this segment is a blank record
                 return EMPTY, seg.end_offset if seg.end_offset <= limit else seg.base_offset + rel
             return EMPTY, _past_damage(seg, rel, end)
-        batch = DispatchBatch.from_fields(run.data, run.fields, names)
+        batch = DispatchBatch.from_fields(run, names)
         if not batch:
             return batch, _past_damage(seg, rel, end)
         blank = run.why == WALK_BLANK and len(batch) == len(run)

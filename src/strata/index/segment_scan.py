@@ -46,7 +46,7 @@ class SegmentScan:
         while pos < self.limit:
             run = walk_fields(seg, pos, self.limit, max_records, verify_crc=self.verify_crc)
             # a record whose topic or properties cannot even be parsed ends the batch there
-            batch = DispatchBatch.from_fields(run.data, run.fields, names) if len(run) else EMPTY
+            batch = DispatchBatch.from_fields(run, names) if len(run) else EMPTY
             if len(batch):
                 self._count(batch)
                 pos = batch.end - base

@@ -11,6 +11,7 @@ here too (``past_damage``, ``record_problem``).
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,9 +36,15 @@ class FieldRun:
     data: np.ndarray
     fields: np.ndarray
     why: int
+    _raw: mmap.mmap   # the same bytes as ``data``; its slices are ``bytes``, made in one step
 
     def __len__(self) -> int:
         return self.fields.shape[1]
+
+    def slices(self, starts: list[int], ends: list[int]) -> list[bytes]:
+        """``bytes`` of ``data[starts[i]:ends[i]]`` for each i (topics, properties sections)."""
+        raw = self._raw
+        return [raw[a:b] for a, b in zip(starts, ends)]
 
 
 def walk_fields(seg: MappedSegment, pos: int, end: int, rows: int, *,
@@ -51,7 +58,7 @@ def walk_fields(seg: MappedSegment, pos: int, end: int, rows: int, *,
                                      seg.base_offset - HEADER_AREA,
                                      HEADER_AREA if verify_crc else HEADER_AREA + end,
                                      fields, 0, rows)
-    return FieldRun(data, fields[:, :n], why)
+    return FieldRun(data, fields[:, :n], why, seg.mm)
 
 
 _NO_TOPIC = np.zeros(0, np.uint8)
@@ -73,7 +80,8 @@ def fields_at(seg: MappedSegment, offsets: np.ndarray, end: int, *,
                           fields, status)
     bad = np.flatnonzero(status != rk.GOOD)
     good = int(bad[0]) if len(bad) else n
-    return FieldRun(data, fields[:, :good], rk.WALK_BAD if good < n else rk.WALK_END)
+    return FieldRun(data, fields[:, :good], rk.WALK_BAD if good < n else rk.WALK_END,
+                    seg.mm)
 
 
 def check_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
