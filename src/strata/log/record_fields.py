@@ -84,6 +84,19 @@ def fields_at(seg: MappedSegment, offsets: np.ndarray, end: int, *,
                     seg.mm)
 
 
+def load_reader() -> None:
+    """Load the compiled record reader now: numba and its cached code cost a process about
+    0.4 s on first use. The dispatch thread calls this as it starts, so that cost falls at
+    open rather than in the middle of the first puts (the first batch it dispatches)."""
+    kernels = rk.kernels()
+    data = np.zeros(64, np.uint8)
+    fields = np.zeros((rk.FIELDS, 1), np.int64)
+    none = np.zeros(1, np.int64)
+    kernels.walk(data, 0, 64, 0, 64, fields, 0, 1)
+    kernels.check_at(data, none, none, 64, False, _NO_TOPIC, -1, _NO_QUEUE_OFFSETS, fields,
+                     np.zeros(1, np.uint8))
+
+
 def check_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
                   topic: bytes, queue_id: int,
                   queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
