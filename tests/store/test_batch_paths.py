@@ -172,22 +172,22 @@ def test_a_wrong_append_hint_is_checked_and_ignored(tmp_path):
 
 
 def test_few_records_are_read_as_the_vectorised_reader_reads_them(tmp_path, monkeypatch):
-    """read_segment_batch takes a plain-Python path for small batches: same checks, same
-    columns, and a bad position ends the batch at the same record."""
-    from strata.format.segment import HEADER_AREA
+    """DispatchBatch.from_fields takes a plain-Python path for small batches: same columns;
+    and a bad offset ends the batch at that record."""
     from strata.index import dispatch_batch as db
+    from strata.log.record_fields import fields_at
     with strata.open(tmp_path / "s", config()) as store:
         results = store.put_batch([message(i, "mixed") for i in range(12)])
         seg = store.log.segments.segments[0]
-        positions = [HEADER_AREA + r.commitlog_offset - seg.base_offset for r in results]
-        end = HEADER_AREA + seg.committed
-        for pos in (positions, positions[:5] + [positions[5] + 1] + positions[6:]):
-            few = db.read_segment_batch(seg.mm, seg.base_offset, pos, end, TopicNames())
+        offsets = np.array([r.commitlog_offset for r in results], np.int64)
+        for offs in (offsets, np.concatenate([offsets[:5], offsets[5:6] + 1, offsets[6:]])):
+            run = fields_at(seg, offs, seg.committed, verify_crc=False)
+            few = DispatchBatch.from_fields(run, TopicNames())
             with monkeypatch.context() as m:
                 m.setattr(db, "SMALL_BATCH", 0)  # force the numpy path for the same records
-                many = db.read_segment_batch(seg.mm, seg.base_offset, pos, end, TopicNames())
+                many = DispatchBatch.from_fields(run, TopicNames())
             assert few.requests() == many.requests()
-        assert len(few) == 5   # the shifted position ended the batch
+        assert len(few) == 5   # the shifted offset ended the batch
 
 
 def test_topics_of_one_length_are_told_apart(tmp_path):

@@ -14,6 +14,7 @@ from typing import Callable, Protocol
 
 from strata.index.dispatch_batch import DispatchBatch, TopicNames, read_batch
 from strata.log.commit_log import CommitLog
+from strata.log.record_fields import load_reader
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ class ReputService:
         self._wake.set()
 
     def _run(self) -> None:
+        load_reader()
         while not self._stop.is_set():
             before = self.reput_offset
             try:

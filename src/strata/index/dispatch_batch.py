@@ -1,13 +1,14 @@
 """A run of commit-log records as dispatchers see it: columns, not one object per record.
 
-``read_batch`` takes the record offsets the writer just appended (``CommitLog.recent_appends``) or
-walks the log from an offset (record lengths only), then reads every fixed header
-of the run with one numpy take and checks them (magic, lengths at both ends, offsets) the way
-``check_record`` does; records found by walking (not just appended by this process: a replay
-after an open) get their CRC32C checked too. A record that fails, or whose topic is not a topic
-name, is skipped as damage (logged), never dispatched. Only topics and non-empty properties
-sections are read per record. Dispatchers work on the columns (``ConsumeQueueSet`` writes each queue's units in
-one slice); ``requests()`` gives the per-record view for anything that wants it.
+``read_batch`` takes the record offsets the writer just appended (``CommitLog.take_appended``)
+and checks those records without their CRC, or walks the log from an offset with CRC32C checked
+(records not just appended by this process: a replay after an open); both through
+``strata.log.record_fields``, the compiled record reader's field table.
+``DispatchBatch.from_fields`` builds the columns from that table; only topics (the distinct
+ones) and non-empty properties sections are read per record. A record that fails, or whose topic
+or properties cannot be parsed, is skipped as damage (logged), never dispatched. Dispatchers
+work on the columns (``ConsumeQueueSet`` writes each queue's units in one slice);
+``requests()`` gives the per-record view for anything that wants it.
 """
 
 from __future__ import annotations
@@ -17,19 +18,17 @@ import struct
 from typing import Sequence
 
 import numpy as np
-from crc32c import crc32c
 
 from strata.errors import CorruptRecordError
 from strata.format import record as rec
 from strata.format.consume_queue import tag_hash
-from strata.format.record_batch import check_headers, u32_windows
-from strata.format.segment import HEADER_AREA
-from strata.log.record_walk import record_problem, resync
+from strata.format.record_table import (F_BODY_AT, F_PHYS, F_PROPS_AT, F_QUEUE_ID,
+                                        F_QUEUE_OFFSET, F_STORE_TS, F_SYS_FLAG, F_TOPIC_AT,
+                                        F_TOTAL, WALK_BLANK)
+from strata.log.record_fields import FieldRun, fields_at, past_damage, walk_fields
 
 log = logging.getLogger(__name__)
 
-_LENGTH_MAGIC = struct.Struct("<II")
-_MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
 SMALL_BATCH = 16  # up to this many records, plain Python beats numpy's per-call cost
 # What parsing a damaged record's topic or properties can raise.
 PARSE_ERRORS = (CorruptRecordError, struct.error, UnicodeDecodeError, ValueError, IndexError)
@@ -79,6 +78,29 @@ class DispatchBatch:
                    [r.size for r in requests], [r.tag_hash for r in requests],
                    [r.store_timestamp for r in requests], [r.sys_flag for r in requests], keyed)
 
+    @classmethod
+    def from_fields(cls, run: FieldRun, names: TopicNames) -> DispatchBatch:
+        """Columns straight from the field table of checked records (``run``, from
+        ``strata.log.record_fields``): only topics (the distinct ones) and non-empty properties
+        sections are read per record. The batch ends before the first record whose topic is no
+        topic name or whose properties cannot be parsed (damage that the checks without CRC
+        let through)."""
+        f = run.fields.copy()   # (the table is the reader's scratch)
+        if not f.shape[1]:
+            return EMPTY
+        try:
+            return _columns(run, f, names)
+        except PARSE_ERRORS:
+            pass
+        good = 0
+        for row in range(f.shape[1]):
+            try:
+                _columns(run, f[:, row:row + 1], names)
+            except PARSE_ERRORS:
+                break
+            good += 1
+        return _columns(run, f[:, :good], names) if good else EMPTY
+
     def select(self, rows: np.ndarray) -> "DispatchBatch":
         """The records at ``rows`` (a boolean mask or ascending indices)."""
         idx = np.flatnonzero(rows) if rows.dtype == bool else rows
@@ -105,30 +127,6 @@ class DispatchBatch:
 
 
 EMPTY = DispatchBatch([], [], [], [], [], [], [], [], [], [])  # (never modified)
-
-
-def walk_records(mm, pos: int, end: int, max_records: int) -> tuple[list[int], bool]:
-    """Start positions of the message records from ``pos`` (bytes of ``mm``, data area
-    included) up to ``end``, reading only each record's length and magic. Returns (positions,
-    blank): ``blank`` is True when a blank record (the end of the segment's data) was reached.
-    Stops early at anything that is not a plausible record; the header checks decide."""
-    out: list[int] = []
-    append = out.append
-    unpack = _LENGTH_MAGIC.unpack_from
-    message, blank = rec.MESSAGE_MAGIC, rec.BLANK_MAGIC
-    last = end - 8
-    for _ in range(max_records):
-        if pos > last:
-            break
-        total, magic = unpack(mm, pos)
-        if magic != message:
-            return out, magic == blank
-        nxt = pos + total
-        if total < _MIN_RECORD or nxt > end:
-            break
-        append(pos)
-        pos = nxt
-    return out, False
 
 
 class TopicNames:
@@ -159,66 +157,18 @@ class TopicNames:
         return codes
 
 
-def first_bad_crc(seg, positions: list[int]) -> int | None:
-    """Index of the first record at ``positions`` of ``seg`` (whole records, as
-    ``walk_records`` gives them) whose CRC32C fails; None if every one is intact."""
-    if not positions:
-        return None
-    mm, mv = seg.mm, seg.mv
-    pos = np.asarray(positions, np.int64)
-    stored = u32_windows(mm, len(mm))[pos + rec.POS_CRC]
-    totals = u32_windows(mm, len(mm))[pos].astype(np.int64)
-    starts = (pos + rec.CRC_START).tolist()
-    ends = (pos + totals).tolist()
-    actual = np.array([crc32c(mv[a:b]) for a, b in zip(starts, ends)], np.uint32)
-    bad = np.flatnonzero(actual != stored)
-    return int(bad[0]) if len(bad) else None
-
-
-def read_segment_batch(mm, base_offset: int, positions: list[int], limit: int,
-                       names: TopicNames) -> DispatchBatch:
-    """The records at ``positions`` (from ``walk_records``) of one segment, checked as
-    ``check_record`` does without the CRC; the batch ends before the first bad record."""
-    if len(positions) <= SMALL_BATCH:
-        return _read_few(mm, base_offset, positions, limit, names)
-    pos = np.asarray(positions, np.int64)
-    hdr, good, total, hosts = check_headers(mm, pos, pos - HEADER_AREA + base_offset, limit)
-    sys_flag = hdr["sys_flag"].astype(np.int64)
-    if not good.all():
-        n = int(np.argmin(good))  # the first bad record ends the batch
-        hdr, pos, total, sys_flag, hosts = hdr[:n], pos[:n], total[:n], sys_flag[:n], hosts[:n]
-    topic_len = hdr["topic_len"].astype(np.int64)
-    props_len = hdr["props_len"].astype(np.int64)
-    topic_at = pos + rec.HEADER_SIZE + hosts
-    topic_end = topic_at + topic_len
-    codes = _topic_codes(mm, topic_at, topic_end, topic_len, names)
-    tags = np.zeros(len(pos), np.int64)
-    keyed: list[tuple[int, list[str], str | None]] = []
-    with_props = np.flatnonzero(props_len)
-    if len(with_props):
-        ends = (topic_end + props_len)[with_props].tolist()
-        starts = topic_end[with_props].tolist()
-        for row, a, b in zip(with_props.tolist(), starts, ends):
-            keys, tag, uniq = rec.dispatch_properties(mm[a:b])
-            if tag:
-                tags[row] = tag_hash(tag)
-            if keys or uniq is not None:
-                keyed.append((row, keys, uniq))
-    return DispatchBatch(names.names, codes, hdr["queue_id"], hdr["queue_offset"], hdr["phys"],
-                         total, tags, hdr["store_ts"], sys_flag, keyed)
-
-
-def _topic_codes(mm, topic_at: np.ndarray, topic_end: np.ndarray, topic_len: np.ndarray,
-                 names: TopicNames):
-    """The topic code of every record. When all topic names have one length (the usual
-    batch: one topic) they are gathered and compared as fixed-size byte strings in numpy and
-    only the distinct ones are looked up; otherwise one slice per record."""
-    if not len(topic_len):
-        return np.zeros(0, np.int64)
+def _topic_codes(run: FieldRun, topic_at: np.ndarray, props_at: np.ndarray,
+                 names: TopicNames) -> np.ndarray:
+    """The topic code of every record (topic bytes ``run.data[topic_at:props_at]``). When all
+    topic names have one length (the usual batch: one topic) they are gathered and compared as
+    fixed-size byte strings in numpy and only the distinct ones are looked up; otherwise one
+    slice per record."""
+    topic_len = props_at - topic_at
     width = int(topic_len[0])
     if width and (topic_len == width).all():
-        windows = np.ndarray(shape=(len(mm) - width + 1,), dtype=(np.void, width), buffer=mm,
-                             strides=(1,))
+        data = run.data
+        windows = np.ndarray(shape=(len(data) - width + 1,), dtype=(np.void, width),
+                             buffer=data, strides=(1,))
         raw = windows[topic_at]
         first = raw[0]
         if (raw == first).all():
@@ -226,95 +176,63 @@ def _topic_codes(mm, topic_at: np.ndarray, topic_end: np.ndarray, topic_len: np.
         distinct, inverse = np.unique(raw, return_inverse=True)
         lookup = np.array([names.code(d.tobytes()) for d in distinct], np.int64)
         return lookup[inverse.ravel()]
-    return names.codes_of([mm[a:b] for a, b in zip(topic_at.tolist(), topic_end.tolist())])
+    return np.array(names.codes_of(run.slices(topic_at.tolist(), props_at.tolist())), np.int64)
 
 
-def _read_few(mm, base_offset: int, positions: list[int], limit: int,
-              names: TopicNames) -> DispatchBatch:
-    """``read_segment_batch`` record by record: for a handful of records numpy's per-call cost
-    (tens of calls, microseconds each) is far more than the work. Same checks, same result."""
-    unpack = rec.HEADER.unpack_from
-    trailer_at = rec.U32.unpack_from
-    rows = []
-    tags: list[int] = []
+_COLUMN_ROWS = [F_QUEUE_ID, F_QUEUE_OFFSET, F_PHYS, F_TOTAL, F_STORE_TS, F_SYS_FLAG]
+_AT_ROWS = [F_TOPIC_AT, F_PROPS_AT, F_BODY_AT]
+
+
+def _columns(run: FieldRun, f: np.ndarray, names: TopicNames) -> DispatchBatch:
+    """``DispatchBatch.from_fields`` over ``f``, a copy of ``run``'s table (or of some of its
+    columns); raises one of ``PARSE_ERRORS`` if a record's topic or properties cannot be
+    parsed."""
+    n = f.shape[1]
     keyed: list[tuple[int, list[str], str | None]] = []
-    for p in positions:
-        if p + _MIN_RECORD > limit:
-            break
-        (total, magic, _crc, qid, _flag, qoff, phys, sys_flag, _born, store_ts, _tx, _again,
-         body_len, topic_len, props_len) = unpack(mm, p)
-        topic_at = p + rec.HEADER_SIZE + (18 if sys_flag & rec.SYSFLAG_BORN_HOST_V6 else 6) + \
-            (18 if sys_flag & rec.SYSFLAG_STORE_HOST_V6 else 6)
-        if (magic != rec.MESSAGE_MAGIC or phys != p - HEADER_AREA + base_offset
-                or total != topic_at - p + topic_len + props_len + body_len + rec.TRAILER_SIZE
-                or p + total > limit or trailer_at(mm, p + total - rec.TRAILER_SIZE)[0] != total):
-            break
-        props_at = topic_at + topic_len
-        tag = 0
-        if props_len:
-            keys, tag_text, uniq = rec.dispatch_properties(mm[props_at:props_at + props_len])
-            tag = tag_hash(tag_text) if tag_text else 0
-            if keys or uniq is not None:
-                keyed.append((len(rows), keys, uniq))
-        rows.append((names.code(mm[topic_at:props_at]), qid, qoff, phys, total, store_ts,
-                     sys_flag))
-        tags.append(tag)
-    if not rows:
-        return EMPTY
-    codes, qids, qoffs, offsets, sizes, stamps, flags = zip(*rows)
-    return DispatchBatch(names.names, codes, qids, qoffs, offsets, sizes, tags, stamps, flags,
-                         keyed)
+    tags: list[int] | np.ndarray
+    if n <= SMALL_BATCH:   # a handful: plain Python beats numpy's per-call cost
+        topic_at, props_at, body_at = f[_AT_ROWS].tolist()
+        codes = list(map(names.code, run.slices(topic_at, props_at)))
+        tags = [0] * n
+        _properties(run, range(n), props_at, body_at, tags, keyed)
+    else:
+        topic_at, props_at, body_at = f[_AT_ROWS]
+        codes = _topic_codes(run, topic_at, props_at, names)
+        tags = np.zeros(n, np.int64)
+        rows = np.flatnonzero(body_at - props_at)
+        _properties(run, rows.tolist(), props_at[rows].tolist(), body_at[rows].tolist(), tags,
+                    keyed)
+    batch = DispatchBatch.__new__(DispatchBatch)   # the rows are int64 already: no asarray
+    batch.topics, batch.keyed = names.names, keyed
+    batch.topic_codes = np.asarray(codes, np.int64)
+    batch.tag_hashes = np.asarray(tags, np.int64)
+    (batch.queue_ids, batch.queue_offsets, batch.offsets, batch.sizes, batch.store_timestamps,
+     batch.sys_flags) = f[_COLUMN_ROWS]
+    return batch
 
 
-def _take_hints(hints: dict, seg, start: int, max_records: int) -> np.ndarray | None:
-    """The writer's offsets from ``start``: its hint there, followed by the hints of the
-    appends right after it while they stay in ``seg`` and ``max_records`` is not reached (so a
-    dispatcher that fell a few puts behind catches up in one batch)."""
-    first = hints.pop(start, None)
-    if first is None or len(first) >= max_records:
-        return first
-    parts, count = [first], len(first)
-    while count < max_records:
-        last = int(parts[-1][-1])
-        if last >= seg.end_offset:
-            break
-        more = hints.pop(last + rec.U32.unpack_from(seg.mm, last - seg.base_offset +
-                                                    HEADER_AREA)[0], None)
-        if more is None:
-            break
-        parts.append(more)
-        count += len(more)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-def read_parseable(seg, positions: list[int], end: int, names: TopicNames) -> DispatchBatch:
-    """``read_segment_batch``, ending before a record whose topic or properties cannot even be
-    parsed (a damaged record that its header checks let through)."""
-    try:
-        return read_segment_batch(seg.mm, seg.base_offset, positions, end, names)
-    except PARSE_ERRORS:
-        pass
-    good = 0
-    for p in positions:
-        try:
-            read_segment_batch(seg.mm, seg.base_offset, [p], end, names)
-        except PARSE_ERRORS:
-            break
-        good += 1
-    return read_segment_batch(seg.mm, seg.base_offset, positions[:good], end, names) \
-        if good else EMPTY
+def _properties(run: FieldRun, rows, starts: list[int], ends: list[int], tags,
+                keyed: list[tuple[int, list[str], str | None]]) -> None:
+    """Tag hashes (into ``tags[row]``) and keys (appended to ``keyed``) from the properties
+    sections ``[starts[i], ends[i])`` of ``rows`` (empty sections are passed over)."""
+    for row, raw in zip(rows, run.slices(starts, ends)):
+        if not raw:
+            continue
+        keys, tag, uniq = rec.dispatch_properties(raw)
+        if tag:
+            tags[row] = tag_hash(tag)
+        if keys or uniq is not None:
+            keyed.append((row, keys, uniq))
 
 
 def _past_damage(seg, rel: int, end: int) -> int:
-    """Where dispatch goes on when no record can be read at data byte ``rel`` of ``seg``: there
-    if nothing is committed there yet, else past the damaged record (the next good one, found
-    by ``resync``), logged as an error: a damaged record is skipped, never the rest of the log."""
-    if HEADER_AREA + rel >= end:
+    """Where dispatch goes on when no record can be read at data byte ``rel`` of ``seg`` (data
+    bytes below ``end`` confirmed): there if nothing whole is confirmed there yet, else past the
+    damaged record (the next good one), logged as an error: a damaged record is skipped, never
+    the rest of the log."""
+    nxt = past_damage(seg, rel, end)
+    if nxt is None:
         return seg.base_offset + rel
-    _kind, size, why = record_problem(seg, rel, seg.committed, verify_crc=False)
-    if why is None and HEADER_AREA + rel + size > end:
-        return seg.base_offset + rel   # a whole record that is not confirmed yet: wait for it
-    nxt = resync(seg, rel, end - HEADER_AREA)
     log.error("dispatch skips the damaged record at commit-log offset %d (%d bytes up to the "
               "next good record are not dispatched; `strata verify` lists the damage)",
               seg.base_offset + rel, nxt - rel)
@@ -330,34 +248,28 @@ def read_batch(clog, start: int, limit: int, max_records: int,
     if loc is None:
         return EMPTY, start
     seg, rel = loc
-    end = HEADER_AREA + min(seg.committed, limit - seg.base_offset)
-    batch = None
-    appended = _take_hints(clog.recent_appends, seg, seg.base_offset + rel, max_records)
-    if appended is not None:  # offsets the writer just appended: no need to walk the log
-        mine = appended[:min(max_records, int(np.searchsorted(
-            appended, min(seg.end_offset, limit))))]
-        if len(mine) < len(appended):
-            rest = appended[len(mine):]
-            clog.recent_appends[int(rest[0])] = rest
-        positions, blank = (mine - seg.base_offset + HEADER_AREA).tolist(), False
-        if positions:
-            batch = read_parseable(seg, positions, end, names)
-    if not batch:  # no hint, or one the headers contradict: walk the log
-        positions, blank = walk_records(seg.mm, HEADER_AREA + rel, end, max_records)
+    end = min(seg.committed, limit - seg.base_offset)
+    batch = EMPTY
+    blank = False
+    appended = clog.take_appended(seg.base_offset + rel, min(seg.end_offset, limit),
+                                  max_records)
+    if appended is not None and len(appended):   # the writer's offsets: no need to walk
+        run = fields_at(seg, appended, end, verify_crc=False)
+        batch = DispatchBatch.from_fields(run, names)
+    if not batch:  # no hint, or one the records contradict: walk the log
         # Records found by walking (a replay after an open, a reader's catch-up) were not just
         # written by this process: their CRCs are checked, so a flipped bit (a topic or queue
         # that still parses) is skipped as damage, never dispatched to a queue.
-        bad = first_bad_crc(seg, positions)
-        if bad is not None:
-            positions, blank = positions[:bad], False
-        if not positions:
-            if blank:   # the rest of this segment is a blank record
+        run = walk_fields(seg, rel, end, max_records, verify_crc=True)
+        if not len(run):
+            if run.why == WALK_BLANK:   # the rest of this segment is a blank record
                 return EMPTY, seg.end_offset if seg.end_offset <= limit else seg.base_offset + rel
             return EMPTY, _past_damage(seg, rel, end)
-        batch = read_parseable(seg, positions, end, names)
+        batch = DispatchBatch.from_fields(run, names)
         if not batch:
             return batch, _past_damage(seg, rel, end)
+        blank = run.why == WALK_BLANK and len(batch) == len(run)
     nxt = batch.end
-    if blank and len(batch) == len(positions) and nxt < seg.end_offset <= limit:
+    if blank and nxt < seg.end_offset <= limit:
         nxt = seg.end_offset
     return batch, nxt

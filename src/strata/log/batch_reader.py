@@ -63,7 +63,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     qoffs = _NO_QUEUE_OFFSETS if topic is None else np.asarray(queue_offsets, np.int64)
     parts: list[tuple[bytes, np.ndarray]] = []   # (variable parts, fields of GOOD rows)
     damaged: dict[int, str] = {}
-    for lo, hi, seg in _runs(segments, offsets):
+    for lo, hi, seg in offset_runs(segments, offsets):
         if seg is None or seg.closed:
             continue
         end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
@@ -91,8 +91,8 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     return OffsetsRead(status, batch, damaged)
 
 
-def _runs(segments: list[MappedSegment], offsets: np.ndarray):
-    """segment_runs, with the usual case (every offset in the newest segment) made quick."""
+def offset_runs(segments: list[MappedSegment], offsets: np.ndarray):
+    """``segment_runs``, with the usual case (every offset in the newest segment) made quick."""
     if len(offsets) and segments:
         last = segments[-1]
         if last.base_offset <= int(offsets[0]) and int(offsets[-1]) < last.end_offset:

@@ -25,6 +25,7 @@ from strata.format import record as rec
 from strata.format.record_batch import MessageBatch, write_records
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 from strata.log.batch_reader import OffsetsRead, read_offsets
+from strata.log.record_fields import check_offsets
 from strata.log.record_walk import WALK_ROWS, Run, record_start, walk_log, walk_runs
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class CommitLog:
         # them instead of walking the log (it still checks every header). Bounded; the oldest
         # hint is forgotten first.
         self.recent_appends: dict[int, np.ndarray] = {}
+        self._append_ends: dict[int, int] = {}   # first offset -> end of that append's last record
 
     def load(self) -> None:
         self.segments.load()
@@ -198,17 +200,48 @@ class CommitLog:
         self.last_store_timestamp = store_ts
         self.segments.keep_ahead(seg)
         offsets = headers["phys"].copy()
-        self._remember(offsets)
+        self._remember(offsets, seg.base_offset + seg.wrote)
         return offsets
 
-    def _remember(self, offsets: np.ndarray) -> None:
-        hints = self.recent_appends
+    def _remember(self, offsets: np.ndarray, end: int) -> None:
+        hints, ends = self.recent_appends, self._append_ends
         while len(hints) >= RECENT_APPENDS:  # forget the oldest: a dispatcher that fell
             try:                             # behind walks that stretch, then finds the rest
-                del hints[next(iter(hints))]
+                oldest = next(iter(hints))
+                del hints[oldest]
+                ends.pop(oldest, None)
             except (KeyError, StopIteration, RuntimeError):  # the dispatcher took it meanwhile
                 pass
+        ends[int(offsets[0])] = end
         hints[int(offsets[0])] = offsets
+
+    def take_appended(self, start: int, stop: int, max_records: int) -> np.ndarray | None:
+        """The offsets of the records this process appended from ``start`` (a hint left by a
+        large append), followed by those of the appends right after it, up to ``max_records``
+        and below offset ``stop`` (so a dispatcher that fell a few puts behind catches up in one
+        batch); the rest stays for the next call. None when no append started at ``start``.
+        The offsets are the writer's word only: the reader still checks each record."""
+        hints, ends = self.recent_appends, self._append_ends
+        first = hints.pop(start, None)
+        if first is None:
+            return None
+        parts, count = [first], len(first)
+        end = ends.pop(start, None)
+        while count < max_records and end is not None and end < stop:
+            more = hints.pop(end, None)
+            if more is None:
+                break
+            parts.append(more)
+            count += len(more)
+            end = ends.pop(end, None)
+        offsets = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        mine = offsets[:min(max_records, int(np.searchsorted(offsets, stop)))]
+        if len(mine) < len(offsets):
+            rest = offsets[len(mine):]
+            if end is not None:
+                ends[int(rest[0])] = end
+            hints[int(rest[0])] = rest
+        return mine
 
     @staticmethod
     def _account(seg: MappedSegment, count: int, store_ts: int) -> None:
@@ -339,6 +372,14 @@ class CommitLog:
         return read_offsets(list(self.segments.segments), offsets, limit,
                             verify_crc=verify_crc, topic=topic, queue_id=queue_id,
                             queue_offsets=queue_offsets, topics=self._topic_names)
+
+    def check_offsets(self, offsets: np.ndarray, limit: int, *, topic: bytes, queue_id: int,
+                      queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether the records at commit-log ``offsets`` (below ``limit``) are messages
+        ``queue_offsets`` of ``topic``/``queue_id``, without decoding them or checking CRCs:
+        ``(status, sizes)`` (``strata.log.record_fields.check_offsets``)."""
+        return check_offsets(list(self.segments.segments), offsets, limit, topic, queue_id,
+                             queue_offsets)
 
     def iter_records(self, from_offset: int, limit: int, *, verify_crc: bool = False,
                      strict: bool = False) -> Iterator[tuple[MappedSegment, int, int]]:
