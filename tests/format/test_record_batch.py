@@ -1,8 +1,9 @@
-"""The batch decoder (strata.format.record_batch) agrees with the one-record path
-(``rec.message_at``: check_record + decode_record).
+"""The compiled record reader (``record_kernels.check_at`` and ``pack``, handed out as a
+``record_batch.MessageBatch``, as ``log/batch_reader`` runs them per segment) agrees with the
+one-record path (``rec.message_at``: check_record + decode_record).
 
 Random runs of records (IPv4/IPv6 hosts, properties, empty bodies) are laid out back to back,
-some positions are damaged or wrong; decode_at must return exactly what the one-record path
+some positions are damaged or wrong; the batch read must return exactly what the one-record path
 returns: the same message where that path accepts the record, None where it finds none, and
 None reported as damaged where it raises CorruptRecordError. Every single flipped bit of a
 record is reported as damage to that record, never served and never a raw decoding error.
@@ -18,7 +19,9 @@ from hypothesis import given, settings, strategies as st
 
 from strata.errors import CorruptRecordError
 from strata.format import record as rec
-from strata.format.record_batch import decode_at
+from strata.format import record_kernels as rk
+from strata.format import record_table as rt
+from strata.format.record_batch import MessageBatch
 
 from test_record_format import records
 
@@ -29,6 +32,30 @@ def one_by_one(buf: bytes, pos: int, phys: int, limit: int, verify_crc: bool):
         return rec.message_at(buf, pos, limit, phys, verify_crc=verify_crc), None
     except CorruptRecordError as exc:
         return None, exc
+
+
+def decode_at(buf: bytes, positions: np.ndarray, phys: np.ndarray, limit: int, *,
+              verify_crc: bool, damaged: dict[int, str]) -> list:
+    """The records at ``positions`` as the store's batch read sees them: one ``check_at`` pass,
+    the good ones packed into one buffer and made into messages; None where a record is not
+    GOOD, and ``damaged[i]`` the reason where it is a damaged record of that offset (the slow
+    path the batch reader takes, ``rec.record_damage``)."""
+    data = np.frombuffer(buf, np.uint8)
+    positions = np.asarray(positions, np.int64)
+    n = len(positions)
+    status = np.full(n, rt.NO_RECORD, np.uint8)
+    fields = np.zeros((rt.FIELDS, n), np.int64)
+    good, nbytes = rk.check_at(data, positions, np.asarray(phys, np.int64), limit, verify_crc,
+                               np.zeros(0, np.uint8), -1, np.zeros(0, np.int64), fields, status)
+    out = np.zeros(nbytes, np.uint8)
+    assert rk.pack(data, fields, status, out) == good
+    made = iter(MessageBatch(out.tobytes(), fields[:, :good].copy(), None, {}))
+    got = [next(made) if st == rt.GOOD else None for st in status.tolist()]
+    for i in np.flatnonzero(status >= rt.NO_RECORD).tolist():
+        why = rec.record_damage(buf, int(positions[i]), limit, int(phys[i]))
+        if why is not None:
+            damaged[i] = why
+    return got
 
 
 @st.composite
@@ -175,9 +202,12 @@ def test_stored_message_is_an_immutable_value(kw):
 
 def test_decode_at_with_nothing_readable():
     raw = bytes(200)
-    assert decode_at(raw, np.array([0, 50], np.int64), np.array([0, 50], np.int64), 10) \
-        == [None, None]
-    assert decode_at(raw, np.array([], np.int64), np.array([], np.int64), 200) == []
+    damaged: dict[int, str] = {}
+    assert decode_at(raw, np.array([0, 50], np.int64), np.array([0, 50], np.int64), 10,
+                     verify_crc=True, damaged=damaged) == [None, None]
+    assert decode_at(raw, np.array([], np.int64), np.array([], np.int64), 200,
+                     verify_crc=True, damaged=damaged) == []
+    assert damaged == {}
 
 
 def test_write_records_refuses_a_blob_that_disagrees_with_the_headers():

@@ -13,12 +13,53 @@ from strata.errors import CorruptRecordError
 from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
 from strata.format.consume_queue import UNIT_DTYPE
-from strata.format.record_batch import check_headers, crcs_match
+from strata.format.record_batch import HEADER_DTYPE, header_windows, u32_windows
 from strata.format.segment import HEADER_AREA
 from strata.tiered.chunk import Chunk
 from strata.tiered.layout import KEY_ENTRY, key_hash, sort_keys
 from strata.tiered.metadata import ChunkMeta
 
+_MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
+
+
+# The numpy header check the store used before the compiled reader (record_kernels):
+# kept here, with the old builder, as an independent second opinion.
+def check_headers(buf, positions: np.ndarray, phys, limit: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The fixed headers at ``positions`` (int64) of ``buf[:limit]`` and which of them start a
+    whole message record carrying commit-log offset ``phys``: ``check_record``'s checks without
+    the CRC (magic, lengths at both ends, field lengths adding up, within the limit).
+
+    Returns (headers, ok, total length, host bytes); headers where ``ok`` is False are garbage.
+    """
+    ok = (positions >= 0) & (positions + _MIN_RECORD <= limit)
+    if not ok.any():
+        zero = np.zeros(len(positions), np.int64)
+        return np.zeros(len(positions), HEADER_DTYPE), ok, zero, zero
+    hdr = header_windows(buf, limit)[np.where(ok, positions, 0)].view(HEADER_DTYPE)
+    total = hdr["total"].astype(np.int64)
+    sys_flag = hdr["sys_flag"]
+    hosts = (np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
+             + np.where(sys_flag & rec.SYSFLAG_STORE_HOST_V6, 18, 6))
+    ok &= hdr["magic"] == rec.MESSAGE_MAGIC
+    ok &= hdr["phys"] == phys
+    ok &= total == (rec.HEADER_SIZE + hosts + hdr["topic_len"].astype(np.int64)
+                    + hdr["props_len"].astype(np.int64) + hdr["body_len"].astype(np.int64)
+                    + rec.TRAILER_SIZE)
+    ok &= positions + total <= limit
+    ok &= u32_windows(buf, limit)[np.where(ok, positions + total - rec.TRAILER_SIZE, 0)] == total
+    return hdr, ok, total, hosts
+
+
+def crcs_match(buf, positions: np.ndarray, totals: np.ndarray, crcs: np.ndarray) -> np.ndarray:
+    """Which of the whole records at ``positions`` (of lengths ``totals``) carry the right
+    CRC32C ``crcs`` (their header's field): one crc32c call per record over the bytes after
+    the CRC field, slicing a memoryview inline (no per-record numpy indexing)."""
+    starts = positions.astype(np.int64, copy=False)
+    with memoryview(buf) as mv:
+        got = [crc32c(mv[a:b]) for a, b in zip((starts + rec.CRC_START).tolist(),
+                                                (starts + totals).tolist())]
+    return np.asarray(got, np.int64) == crcs
 
 def key_hashes(topic: str, keys: list) -> np.ndarray:
     """``key_hash`` of many keys of one topic, the keys as their UTF-8 bytes."""

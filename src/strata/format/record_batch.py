@@ -1,9 +1,6 @@
-"""Many message records at once: validate their fixed headers with numpy, build StoredMessages.
-
-``decode_at`` is the batch form of ``check_record`` + ``decode_record`` for records whose start
-positions are known (from consume-queue units): one numpy take reads every fixed header, the
-checks (magic, physical offset, lengths at both ends and in between) run vectorised, and each
-message costs a few slices and one tuple. Pure functions: no file I/O, no threads.
+"""Many message records at once: write them back to back (``write_records``), and hand out
+the records the compiled reader (``record_kernels``) checked as a ``MessageBatch`` whose
+messages are made only when read. Pure functions: no file I/O, no threads.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ _NUMPY_CODE = {"I": "<u4", "i": "<i4", "q": "<i8", "H": "<u2"}
 HEADER_DTYPE = np.dtype([(name, _NUMPY_CODE[code]) for name, code in rec.HEADER_FIELDS])
 assert HEADER_DTYPE.itemsize == rec.HEADER_SIZE
 
-_MIN_RECORD = rec.HEADER_SIZE + 12 + rec.TRAILER_SIZE
 _new_message = partial(tuple.__new__, rec.StoredMessage)  # StoredMessage(values), minus a call
 
 
@@ -42,145 +38,6 @@ def header_windows(buf, limit: int) -> np.ndarray:
 def u32_windows(buf, limit: int) -> np.ndarray:
     """``buf[:limit]`` as a little-endian u32 starting at every byte."""
     return np.ndarray(shape=(max(0, limit - 3),), dtype="<u4", buffer=buf, strides=(1,))
-
-
-def check_headers(buf, positions: np.ndarray, phys, limit: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The fixed headers at ``positions`` (int64) of ``buf[:limit]`` and which of them start a
-    whole message record carrying commit-log offset ``phys``: ``check_record``'s checks without
-    the CRC (magic, lengths at both ends, field lengths adding up, within the limit).
-
-    Returns (headers, ok, total length, host bytes); headers where ``ok`` is False are garbage.
-    """
-    ok = (positions >= 0) & (positions + _MIN_RECORD <= limit)
-    if not ok.any():
-        zero = np.zeros(len(positions), np.int64)
-        return np.zeros(len(positions), HEADER_DTYPE), ok, zero, zero
-    hdr = header_windows(buf, limit)[np.where(ok, positions, 0)].view(HEADER_DTYPE)
-    total = hdr["total"].astype(np.int64)
-    sys_flag = hdr["sys_flag"]
-    hosts = (np.where(sys_flag & rec.SYSFLAG_BORN_HOST_V6, 18, 6)
-             + np.where(sys_flag & rec.SYSFLAG_STORE_HOST_V6, 18, 6))
-    ok &= hdr["magic"] == rec.MESSAGE_MAGIC
-    ok &= hdr["phys"] == phys
-    ok &= total == (rec.HEADER_SIZE + hosts + hdr["topic_len"].astype(np.int64)
-                    + hdr["props_len"].astype(np.int64) + hdr["body_len"].astype(np.int64)
-                    + rec.TRAILER_SIZE)
-    ok &= positions + total <= limit
-    ok &= u32_windows(buf, limit)[np.where(ok, positions + total - rec.TRAILER_SIZE, 0)] == total
-    return hdr, ok, total, hosts
-
-
-def crcs_match(buf, positions: np.ndarray, totals: np.ndarray, crcs: np.ndarray) -> np.ndarray:
-    """Which of the whole records at ``positions`` (of lengths ``totals``) carry the right
-    CRC32C ``crcs`` (their header's field): one crc32c call per record over the bytes after
-    the CRC field, slicing a memoryview inline (no per-record numpy indexing)."""
-    starts = positions.astype(np.int64, copy=False)
-    with memoryview(buf) as mv:
-        got = [crc32c(mv[a:b]) for a, b in zip((starts + rec.CRC_START).tolist(),
-                                                (starts + totals).tolist())]
-    return np.asarray(got, np.int64) == crcs
-
-
-def decode_at(buf, positions: np.ndarray, phys: np.ndarray, limit: int,
-              *, verify_crc: bool = False, topics: dict[bytes, str] | None = None,
-              damaged: dict[int, str] | None = None) -> list[rec.StoredMessage | None]:
-    """Messages whose records start at ``positions`` of ``buf`` (an mmap or bytes).
-
-    ``phys`` holds the commit-log offset each record must carry; ``limit`` is the end of the
-    readable bytes. An entry is None where there is no whole, intact, matching message record
-    (blank, torn, beyond the limit, a different offset, a CRC mismatch with ``verify_crc``, a
-    topic that is not UTF-8). Where that None is a damaged record of the offset asked for
-    (``rec.message_at`` would raise CorruptRecordError), ``damaged`` (if given) gets the
-    entry's index and the reason (``rec.record_damage``).
-    """
-    n = len(positions)
-    if n == 0:
-        return []
-    positions = positions.astype(np.int64, copy=False)
-    hdr, ok, total, hosts = check_headers(buf, positions, phys, limit)
-    if verify_crc and ok.any():
-        rows = np.flatnonzero(ok)
-        ok[rows[~crcs_match(buf, positions[rows], total[rows], hdr["crc"][rows])]] = False
-    if topics is None:
-        topics = {}
-    while True:  # a second round only when a topic turned out not to be UTF-8
-        every = bool(ok.all())
-        if not every:
-            if damaged is not None:
-                for i in np.flatnonzero(~ok).tolist():
-                    if i not in damaged:
-                        why = rec.record_damage(buf, int(positions[i]), limit, int(phys[i]))
-                        if why is not None:
-                            damaged[i] = why
-            if not ok.any():
-                return [None] * n
-            keep = np.flatnonzero(ok)
-            k_hdr, k_positions, k_hosts, k_total = \
-                hdr[keep], positions[keep], hosts[keep], total[keep]
-        else:
-            k_hdr, k_positions, k_hosts, k_total = hdr, positions, hosts, total
-        topic_at = k_positions + rec.HEADER_SIZE + k_hosts
-        topic_end = topic_at + k_hdr["topic_len"].astype(np.int64)
-        # comprehensions slice inline: about twice as fast as map(slice, ...)
-        raw_topics = [buf[a:b] for a, b in zip(topic_at.tolist(), topic_end.tolist())]
-        topic_names = list(map(topics.get, raw_topics))
-        if None not in topic_names:
-            break
-        undecodable = _learn_topics(raw_topics, topics)  # topics this reader has not met yet
-        if not undecodable:
-            topic_names = list(map(topics.__getitem__, raw_topics))
-            break
-        for j in undecodable:
-            ok[j if every else int(keep[j])] = False
-    return _messages(buf, n, None if every else keep, k_hdr, k_positions, k_hosts, k_total,
-                     topic_names)
-
-
-def _learn_topics(raw_topics: list, topics: dict[bytes, str]) -> list[int]:
-    """Add the names of ``raw_topics`` missing from ``topics``; the indices of those that are
-    not UTF-8 (only a damaged record's topic can be: names are ASCII)."""
-    bad: list[int] = []
-    for j, tb in enumerate(raw_topics):
-        if tb not in topics:
-            try:
-                topics[bytes(tb)] = bytes(tb).decode("utf-8")
-            except UnicodeDecodeError:
-                bad.append(j)
-    return bad
-
-
-def _messages(buf, n: int, keep: np.ndarray | None, hdr: np.ndarray, positions: np.ndarray,
-              hosts: np.ndarray, total: np.ndarray,
-              topic_names: list[str]) -> list[rec.StoredMessage | None]:
-    """The StoredMessages of the records kept (``keep``: their indices among ``n``, None for
-    all), each in its place of a list of ``n`` (None elsewhere)."""
-    topic_len = hdr["topic_len"].astype(np.int64)
-    props_len = hdr["props_len"].astype(np.int64)
-    body_len = hdr["body_len"].astype(np.int64)
-    host_at = positions + rec.HEADER_SIZE
-    topic_at = host_at + hosts
-    props_at = topic_at + topic_len
-    body_at = props_at + props_len
-    body_end = body_at + body_len
-    host_list, topic_list, props_list, body_list, end_list = (
-        host_at.tolist(), topic_at.tolist(), props_at.tolist(), body_at.tolist(),
-        body_end.tolist())
-    # comprehensions slice inline: about twice as fast as map(slice, ...)
-    rows = zip(topic_names, hdr["queue_id"].tolist(), hdr["queue_offset"].tolist(),
-               hdr["phys"].tolist(), [buf[a:b] for a, b in zip(body_list, end_list)],
-               hdr["born_ts"].tolist(), hdr["store_ts"].tolist(), hdr["reconsume"].tolist(),
-               hdr["flag"].tolist(), hdr["sys_flag"].tolist(),
-               hdr["tx_offset"].tolist(), total.tolist(),
-               [buf[a:b] for a, b in zip(props_list, body_list)],
-               [buf[a:b] for a, b in zip(host_list, topic_list)])
-    made = list(map(_new_message, rows))
-    if keep is None:
-        return made
-    out: list[rec.StoredMessage | None] = [None] * n
-    for i, m in zip(keep.tolist(), made):
-        out[i] = m
-    return out
 
 
 def write_records(buf, pos: int, headers: np.ndarray, blob) -> None:
