@@ -760,22 +760,23 @@ def ratios(out: list[dict]) -> list[dict]:
         row = {"bench": "broker", "case": "ratio", "of": s["case"], "producers": n}
         if rnd is not None:
             row["round"] = rnd
+        found = {}       # the ratios this row has peers for
         if s["system"] == "strata":
             row["flush"] = s["flush"]
             if peer is not None:
-                row["strata_over_rabbitmq"] = round(s["msgs_per_s"] / peer["msgs_per_s"], 3)
+                found["strata_over_rabbitmq"] = round(s["msgs_per_s"] / peer["msgs_per_s"], 3)
             floor = find("floor", s["case"], n, rnd)
             if floor is not None:
-                row["strata_over_floor"] = round(s["msgs_per_s"] / floor["msgs_per_s"], 3)
+                found["strata_over_floor"] = round(s["msgs_per_s"] / floor["msgs_per_s"], 3)
         else:
             row["system"] = "floor"
             if peer is not None:
-                row["floor_over_rabbitmq"] = round(s["msgs_per_s"] / peer["msgs_per_s"], 3)
+                found["floor_over_rabbitmq"] = round(s["msgs_per_s"] / peer["msgs_per_s"], 3)
                 if "cpu_ceiling_msgs_per_s" in s:
-                    row["floor_cpu_ceiling_over_rabbitmq"] = round(
+                    found["floor_cpu_ceiling_over_rabbitmq"] = round(
                         s["cpu_ceiling_msgs_per_s"] / peer["msgs_per_s"], 3)
-        if len(row) > 5 + (rnd is not None):
-            res.append(row)
+        if found:
+            res.append({**row, **found})
     return res
 
 

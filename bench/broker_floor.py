@@ -31,13 +31,9 @@ import zlib
 import strata.broker.server as server
 from strata.broker.protocol import Code, MessageType, pb, svc
 from strata.broker.receipt import Receipt
-from strata.broker.service import MessagingService
+from strata.broker.service import MessagingService, _status
 
 POOL = 1024
-
-
-def _status(code: int = Code.OK, message: str = "OK"):
-    return pb.Status(code=code, message=message)
 
 
 class FloorService(MessagingService):

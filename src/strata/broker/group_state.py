@@ -279,10 +279,7 @@ class ConsumerGroups:
 
     def _renewed_for(self, client: str) -> list[tuple[QueueKey, QueueState, int, Delivery]]:
         """The deliveries still renewed for ``client`` (stale index items are dropped)."""
-        items = self.renewing.get(client)
-        if not items:
-            self.renewing.pop(client, None)
-            return []
+        items = self.renewing.get(client, {})
         out = []
         for rk, handle in list(items.items()):
             key, offset = rk
@@ -293,7 +290,7 @@ class ConsumerGroups:
             else:
                 out.append((key, q, offset, d))
         if not items:
-            del self.renewing[client]
+            self.renewing.pop(client, None)
         return out
 
     def renewing_clients(self) -> list[str]:

@@ -29,7 +29,7 @@ from typing import Awaitable, Callable, Sequence
 import strata.refstore as refstore
 from strata.broker import held_journal as hj
 from strata.broker.convert import PROP_HELD_ID, PROP_MESSAGE_GROUP
-from strata.broker.journal import VERSION, Journal
+from strata.broker.journal import Journal
 from strata.errors import CorruptRecordError
 from strata.format.record import check_record, decode_record, encode_record
 from strata.store.message import Message, PutResult, StoredMessage
@@ -104,7 +104,7 @@ class HeldMessages:
         self._syncing: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.journal = Journal(directory / JOURNAL_NAME, magic=hj.MAGIC, decode=hj.decode,
-                               version=VERSION, readable=(VERSION,))
+                               version=hj.VERSION, readable=(hj.VERSION,))
         moving: dict[bytes, int] = {}        # id -> log offset its copy may start at
         for r in self.journal.open():
             self._apply(r, moving)

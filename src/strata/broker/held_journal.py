@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from strata.broker.journal import frame
 
 MAGIC = b"STRATAHJ"
+VERSION = 1
 ID_BYTES = 16
 _STR_LEN = struct.Struct("<H")
 _HOLD = struct.Struct("<16sBqI")      # id, kind, due ms, checks so far

@@ -28,7 +28,7 @@ from strata.files.io import FileOps
 log = logging.getLogger(__name__)
 
 MAGIC = b"STRATAGJ"
-VERSION = 1               # of the held journal; and the groups journal before RENEW records
+VERSION = 1               # the groups journal before RENEW records
 GROUPS_VERSION = 2        # the groups journal since RENEW records (it reads 1 too)
 HEADER = struct.Struct("<8sII")           # magic, version, crc32c of the first 12 bytes
 RECORD_HEAD = struct.Struct("<II")        # payload length, crc32c(payload)

@@ -229,7 +229,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         clients still connected; release those of clients that are not."""
         slice_ms = self.options.renew_slice_ms
         ahead = min(RENEW_AHEAD_MS, slice_ms // 3)
-        for client in self.groups.renewing_clients():
+        # the index's clients as they stand: renew and release walk each client's deliveries
+        # once and drop what is stale (renewing_clients would walk them all a first time)
+        for client in list(self.groups.renewing):
             if self.sessions.connected(client, now, SESSION_TIMEOUT_MS, STREAM_TIMEOUT_MS):
                 self.renewed += self.groups.renew(client, now, ahead, slice_ms)[0]
             else:
