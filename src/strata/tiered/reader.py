@@ -235,13 +235,14 @@ class TieredQueueReader:
 
     def _check(self, q: QueueMeta, c: ChunkMeta, lo: int, hi: int,
                tag_hashes: np.ndarray | None = None, uncached: bool = False
-               ) -> tuple[MessageBatch, list[tuple[int, str, int]]]:
+               ) -> tuple[MessageBatch, list[tuple[int, str]]]:
         """The records of chunk ``c``'s units [lo, hi) (with ``tag_hashes``: only those whose
         unit's tag hash is one of them) checked in one compiled pass: the intact ones as a
-        MessageBatch, and (queue offset, why, byte) of each that fails its checks. Objects
-        missing, short or of bad units raise CorruptTierError. ``uncached``: bytes no cached
-        block holds are read as they are, not as whole blocks into the cache (``read_at``'s
-        single records, which have no neighbours to share a block with)."""
+        MessageBatch, and (queue offset, message naming the object, offset, byte and what is
+        wrong) of each that fails its checks. Objects missing, short or of bad units raise
+        CorruptTierError. ``uncached``: bytes no cached block holds are read as they are, not
+        as whole blocks into the cache (``read_at``'s single records, which have no neighbours
+        to share a block with)."""
         units = self._units(q, c)[lo:hi]
         qoffs = np.arange(c.first + lo, c.first + hi, dtype=np.int64)
         offsets = units["offset"].astype(np.int64)
@@ -274,9 +275,12 @@ class TieredQueueReader:
             np.frombuffer(q.topic.encode("ascii"), np.uint8), q.queue_id, qoffs,
             scratch("tier_pos", (n,), np.int64), scratch("tier_phys", (n,), np.int64),
             fields, status)
-        damaged = [] if good == n else [
-            (int(qoffs[i]), self._why(q, c, data, fields[:, i], int(status[i]),
-                                      int(qoffs[i]), int(sizes[i])), int(offsets[i])) for i in np.flatnonzero(status != rk.GOOD).tolist()]
+        damaged = []
+        for i in ([] if good == n else np.flatnonzero(status != rk.GOOD).tolist()):
+            o = int(qoffs[i])
+            why = self._why(q, c, data, fields[:, i], int(status[i]), o, int(sizes[i]))
+            damaged.append((o, f"tier {self.backend.url}: {path}: the record of {q.topic}/"
+                               f"{q.queue_id} offset {o} (byte {int(offsets[i])}) {why}"))
         if good == n and 2 * nbytes >= len(buf):   # the records fill most of the buffer:
             return MessageBatch(buf, fields.copy(), q.topic, self._topics), damaged  # no copy
         out = scratch("tier_bytes", (nbytes,), np.uint8)
@@ -308,11 +312,7 @@ class TieredQueueReader:
         its checks raises CorruptTierError naming it. ``uncached``: as ``_check``."""
         batch, damaged = self._check(q, c, lo, hi, uncached=uncached)
         if damaged:
-            offset, why, at = damaged[0]
-            path = chunk_path(q.topic, q.queue_id, c.first, "log")
-            raise CorruptTierError(
-                f"tier {self.backend.url}: {path}: the record of {q.topic}/{q.queue_id} "
-                f"offset {offset} (byte {at}) {why}", path)
+            raise CorruptTierError(damaged[0][1], chunk_path(q.topic, q.queue_id, c.first, "log"))
         return batch
 
     # ------------------------------------------------------------------ reads
@@ -334,9 +334,7 @@ class TieredQueueReader:
             lo = offset - c.first
             hi = self._piece_end(self._units(q, c), lo, min(c.count, end - c.first))
             batch, bad = self._check(q, c, lo, hi, tag_hashes)
-            path = chunk_path(q.topic, q.queue_id, c.first, "log")
-            damaged += [(o, f"tier {self.backend.url}: {path}: the record of {topic}/"
-                            f"{queue_id} offset {o} (byte {at}) {why}") for o, why, at in bad]
+            damaged += bad
             if len(batch):
                 batches.append(batch)
             offset = c.first + hi
