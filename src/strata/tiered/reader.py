@@ -259,10 +259,10 @@ class TieredQueueReader:
         if start < 0 or end > c.log_bytes:
             raise CorruptTierError(f"tier {self.backend.url}: {path}: units point outside "
                                    f"the object ({start}..{end} of {c.log_bytes} bytes)", path)
-        got = self.cache.cached_view(path, start, end - start) if uncached else None
-        if got is None and uncached:
-            got = self._fetch(path, start, end - start), 0
-        buf, off = got or self.cache.view(path, start, end - start, self._fetch)
+        if uncached:
+            buf, off = self._uncached(path, start, end - start)
+        else:
+            buf, off = self.cache.view(path, start, end - start, self._fetch)
         if len(buf) - off < end - start:
             raise CorruptTierError(f"tier {self.backend.url}: {path} is shorter than the "
                                    f"metadata says ({start + len(buf) - off} < {end} bytes)",
@@ -287,6 +287,12 @@ class TieredQueueReader:
         rk.kernels().pack(data, fields, status, out)
         return MessageBatch(out.tobytes(), fields[:, :good].copy(), q.topic,
                             self._topics), damaged
+
+    def _uncached(self, path: str, start: int, length: int) -> tuple[bytes, int]:
+        """``(buf, off)`` as ``BlockCache.view``, from a cached block that holds all of the
+        bytes, else read as they are (not as whole blocks into the cache)."""
+        return self.cache.cached_view(path, start, length) or \
+            (self._fetch(path, start, length), 0)
 
     @staticmethod
     def _why(q: QueueMeta, c: ChunkMeta, data: np.ndarray, f: np.ndarray, status: int,
@@ -483,8 +489,7 @@ class TieredQueueReader:
         start, size = int(u["offset"]), int(u["size"])
         path = chunk_path(q.topic, q.queue_id, c.first, "log")
         if start >= 0 and start + size <= c.log_bytes:
-            buf, off = self.cache.cached_view(path, start, size) or \
-                (self._fetch(path, start, size), 0)
+            buf, off = self._uncached(path, start, size)
             if len(buf) - off >= size:
                 try:
                     kind, total = rec.check_record(buf, off, off + size, verify_crc=True)
