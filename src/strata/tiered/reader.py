@@ -332,19 +332,26 @@ class TieredQueueReader:
         q = self._queue(topic, queue_id)
         batches: list[MessageBatch] = []
         damaged: list[tuple[int, str]] = []
-        end = offset + count
-        while q is not None and offset < end:
-            c = self._chunk_at(q, offset)
-            if c is None:
-                break
-            lo = offset - c.first
-            hi = self._piece_end(self._units(q, c), lo, min(c.count, end - c.first))
+        for c, lo, hi in self._pieces(q, offset, offset + count):
             batch, bad = self._check(q, c, lo, hi, tag_hashes)
             damaged += bad
             if len(batch):
                 batches.append(batch)
             offset = c.first + hi
         return TierRead(self._joined(batches, topic), damaged, offset)
+
+    def _pieces(self, q: QueueMeta | None, offset: int,
+                end: int) -> Iterator[tuple[ChunkMeta, int, int]]:
+        """(chunk, lo, hi): the queue's offsets [offset, end) as far as the tier holds them
+        without a gap, as pieces of one chunk's units [lo, hi) each (``_piece_end``)."""
+        while q is not None and offset < end:
+            c = self._chunk_at(q, offset)
+            if c is None:
+                return
+            lo = offset - c.first
+            hi = self._piece_end(self._units(q, c), lo, min(c.count, end - c.first))
+            yield c, lo, hi
+            offset = c.first + hi
 
     def _joined(self, batches: list[MessageBatch], topic: str) -> MessageBatch:
         if len(batches) == 1:
@@ -357,17 +364,8 @@ class TieredQueueReader:
         the tiered range; none if the tier does not hold ``offset``); a record that fails its
         checks raises CorruptTierError naming it."""
         q = self._queue(topic, queue_id)
-        batches: list[MessageBatch] = []
-        got = 0
-        while q is not None and got < max_messages:
-            c = self._chunk_at(q, offset)
-            if c is None:
-                break
-            lo = offset - c.first
-            hi = self._piece_end(self._units(q, c), lo, min(c.count, lo + max_messages - got))
-            batches.append(self._records(q, c, lo, hi))
-            got += hi - lo
-            offset = c.first + hi
+        batches = [self._records(q, c, lo, hi)
+                   for c, lo, hi in self._pieces(q, offset, offset + max_messages)]
         return self._joined(batches, topic)
 
     def _store_time(self, q: QueueMeta, c: ChunkMeta, i: int) -> int:
