@@ -235,13 +235,14 @@ class TieredQueueReader:
 
     def _check(self, q: QueueMeta, c: ChunkMeta, lo: int, hi: int,
                tag_hashes: np.ndarray | None = None, uncached: bool = False
-               ) -> tuple[MessageBatch, list[tuple[int, str, int]]]:
+               ) -> tuple[MessageBatch, list[tuple[int, str]]]:
         """The records of chunk ``c``'s units [lo, hi) (with ``tag_hashes``: only those whose
         unit's tag hash is one of them) checked in one compiled pass: the intact ones as a
-        MessageBatch, and (queue offset, why, byte) of each that fails its checks. Objects
-        missing, short or of bad units raise CorruptTierError. ``uncached``: bytes no cached
-        block holds are read as they are, not as whole blocks into the cache (``read_at``'s
-        single records, which have no neighbours to share a block with)."""
+        MessageBatch, and (queue offset, message naming the object, offset, byte and what is
+        wrong) of each that fails its checks. Objects missing, short or of bad units raise
+        CorruptTierError. ``uncached``: bytes no cached block holds are read as they are, not
+        as whole blocks into the cache (``read_at``'s single records, which have no neighbours
+        to share a block with)."""
         units = self._units(q, c)[lo:hi]
         qoffs = np.arange(c.first + lo, c.first + hi, dtype=np.int64)
         offsets = units["offset"].astype(np.int64)
@@ -258,10 +259,10 @@ class TieredQueueReader:
         if start < 0 or end > c.log_bytes:
             raise CorruptTierError(f"tier {self.backend.url}: {path}: units point outside "
                                    f"the object ({start}..{end} of {c.log_bytes} bytes)", path)
-        got = self.cache.cached_view(path, start, end - start) if uncached else None
-        if got is None and uncached:
-            got = self._fetch(path, start, end - start), 0
-        buf, off = got or self.cache.view(path, start, end - start, self._fetch)
+        if uncached:
+            buf, off = self._uncached(path, start, end - start)
+        else:
+            buf, off = self.cache.view(path, start, end - start, self._fetch)
         if len(buf) - off < end - start:
             raise CorruptTierError(f"tier {self.backend.url}: {path} is shorter than the "
                                    f"metadata says ({start + len(buf) - off} < {end} bytes)",
@@ -274,15 +275,24 @@ class TieredQueueReader:
             np.frombuffer(q.topic.encode("ascii"), np.uint8), q.queue_id, qoffs,
             scratch("tier_pos", (n,), np.int64), scratch("tier_phys", (n,), np.int64),
             fields, status)
-        damaged = [] if good == n else [
-            (int(qoffs[i]), self._why(q, c, data, fields[:, i], int(status[i]),
-                                      int(qoffs[i]), int(sizes[i])), int(offsets[i])) for i in np.flatnonzero(status != rk.GOOD).tolist()]
+        damaged = []
+        for i in ([] if good == n else np.flatnonzero(status != rk.GOOD).tolist()):
+            o = int(qoffs[i])
+            why = self._why(q, c, data, fields[:, i], int(status[i]), o, int(sizes[i]))
+            damaged.append((o, f"tier {self.backend.url}: {path}: the record of {q.topic}/"
+                               f"{q.queue_id} offset {o} (byte {int(offsets[i])}) {why}"))
         if good == n and 2 * nbytes >= len(buf):   # the records fill most of the buffer:
             return MessageBatch(buf, fields.copy(), q.topic, self._topics), damaged  # no copy
         out = scratch("tier_bytes", (nbytes,), np.uint8)
         rk.kernels().pack(data, fields, status, out)
         return MessageBatch(out.tobytes(), fields[:, :good].copy(), q.topic,
                             self._topics), damaged
+
+    def _uncached(self, path: str, start: int, length: int) -> tuple[bytes, int]:
+        """``(buf, off)`` as ``BlockCache.view``, from a cached block that holds all of the
+        bytes, else read as they are (not as whole blocks into the cache)."""
+        return self.cache.cached_view(path, start, length) or \
+            (self._fetch(path, start, length), 0)
 
     @staticmethod
     def _why(q: QueueMeta, c: ChunkMeta, data: np.ndarray, f: np.ndarray, status: int,
@@ -308,11 +318,7 @@ class TieredQueueReader:
         its checks raises CorruptTierError naming it. ``uncached``: as ``_check``."""
         batch, damaged = self._check(q, c, lo, hi, uncached=uncached)
         if damaged:
-            offset, why, at = damaged[0]
-            path = chunk_path(q.topic, q.queue_id, c.first, "log")
-            raise CorruptTierError(
-                f"tier {self.backend.url}: {path}: the record of {q.topic}/{q.queue_id} "
-                f"offset {offset} (byte {at}) {why}", path)
+            raise CorruptTierError(damaged[0][1], chunk_path(q.topic, q.queue_id, c.first, "log"))
         return batch
 
     # ------------------------------------------------------------------ reads
@@ -326,21 +332,26 @@ class TieredQueueReader:
         q = self._queue(topic, queue_id)
         batches: list[MessageBatch] = []
         damaged: list[tuple[int, str]] = []
-        end = offset + count
-        while q is not None and offset < end:
-            c = self._chunk_at(q, offset)
-            if c is None:
-                break
-            lo = offset - c.first
-            hi = self._piece_end(self._units(q, c), lo, min(c.count, end - c.first))
+        for c, lo, hi in self._pieces(q, offset, offset + count):
             batch, bad = self._check(q, c, lo, hi, tag_hashes)
-            path = chunk_path(q.topic, q.queue_id, c.first, "log")
-            damaged += [(o, f"tier {self.backend.url}: {path}: the record of {topic}/"
-                            f"{queue_id} offset {o} (byte {at}) {why}") for o, why, at in bad]
+            damaged += bad
             if len(batch):
                 batches.append(batch)
             offset = c.first + hi
         return TierRead(self._joined(batches, topic), damaged, offset)
+
+    def _pieces(self, q: QueueMeta | None, offset: int,
+                end: int) -> Iterator[tuple[ChunkMeta, int, int]]:
+        """(chunk, lo, hi): the queue's offsets [offset, end) as far as the tier holds them
+        without a gap, as pieces of one chunk's units [lo, hi) each (``_piece_end``)."""
+        while q is not None and offset < end:
+            c = self._chunk_at(q, offset)
+            if c is None:
+                return
+            lo = offset - c.first
+            hi = self._piece_end(self._units(q, c), lo, min(c.count, end - c.first))
+            yield c, lo, hi
+            offset = c.first + hi
 
     def _joined(self, batches: list[MessageBatch], topic: str) -> MessageBatch:
         if len(batches) == 1:
@@ -353,17 +364,8 @@ class TieredQueueReader:
         the tiered range; none if the tier does not hold ``offset``); a record that fails its
         checks raises CorruptTierError naming it."""
         q = self._queue(topic, queue_id)
-        batches: list[MessageBatch] = []
-        got = 0
-        while q is not None and got < max_messages:
-            c = self._chunk_at(q, offset)
-            if c is None:
-                break
-            lo = offset - c.first
-            hi = self._piece_end(self._units(q, c), lo, min(c.count, lo + max_messages - got))
-            batches.append(self._records(q, c, lo, hi))
-            got += hi - lo
-            offset = c.first + hi
+        batches = [self._records(q, c, lo, hi)
+                   for c, lo, hi in self._pieces(q, offset, offset + max_messages)]
         return self._joined(batches, topic)
 
     def _store_time(self, q: QueueMeta, c: ChunkMeta, i: int) -> int:
@@ -485,8 +487,7 @@ class TieredQueueReader:
         start, size = int(u["offset"]), int(u["size"])
         path = chunk_path(q.topic, q.queue_id, c.first, "log")
         if start >= 0 and start + size <= c.log_bytes:
-            buf, off = self.cache.cached_view(path, start, size) or \
-                (self._fetch(path, start, size), 0)
+            buf, off = self._uncached(path, start, size)
             if len(buf) - off >= size:
                 try:
                     kind, total = rec.check_record(buf, off, off + size, verify_crc=True)
