@@ -141,20 +141,6 @@ def past_damage(seg: MappedSegment, pos: int, end: int) -> int | None:
     return resync(seg, pos, end)
 
 
-def blank_closes(seg: MappedSegment, pos: int, limit: int) -> tuple[str, str] | None:
-    """None if the blank record at data byte ``pos`` (below ``limit``) closes ``seg`` (reaches
-    its end); else (problem kind, detail)."""
-    try:
-        with seg.view(0, seg.data_size) as mv:
-            kind, size = rec.check_record(mv, pos, limit)
-    except CorruptRecordError as exc:
-        return record_problem_kind(exc), str(exc)
-    if kind != rec.RecordKind.BLANK or pos + size != seg.data_size:
-        return "bad-record", (f"blank record of {size} bytes ends at data byte {pos + size}, "
-                              f"not at the segment's end {seg.data_size}")
-    return None
-
-
 def why_not_read(seg: MappedSegment, pos: int, limit: int, *, verify_crc: bool,
                  parse_errors: tuple[type[BaseException], ...]) -> tuple[str, str]:
     """(problem kind, detail): exactly why the record at data byte ``pos`` of ``seg`` (below
