@@ -69,11 +69,11 @@ def fields_at(seg: MappedSegment, offsets: np.ndarray, end: int, *,
     data = segment_map(seg)
     fields = scratch("field_at", (rk.FIELDS, n), np.int64)
     status = scratch("status_at", (n,), np.uint8)
-    rk.kernels().check_at(data, offsets - (seg.base_offset - HEADER_AREA), offsets,
-                          HEADER_AREA + end, verify_crc, _NO_TOPIC, -1, _NO_QUEUE_OFFSETS,
-                          fields, status)
-    bad = np.flatnonzero(status != rk.GOOD)
-    good = int(bad[0]) if len(bad) else n
+    good, _ = rk.kernels().check_at(data, offsets - (seg.base_offset - HEADER_AREA), offsets,
+                                    HEADER_AREA + end, verify_crc, _NO_TOPIC, -1,
+                                    _NO_QUEUE_OFFSETS, fields, status)
+    if good < n:   # (the usual batch is all good: no search for the first bad one)
+        good = int(np.argmax(status != rk.GOOD))
     return FieldRun(seg, data, fields[:, :good], rk.WALK_BAD if good < n else rk.WALK_END)
 
 
