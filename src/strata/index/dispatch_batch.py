@@ -85,7 +85,7 @@ class DispatchBatch:
         sections are read per record. The batch ends before the first record whose topic is no
         topic name or whose properties cannot be parsed (damage that the checks without CRC
         let through)."""
-        f = run.fields.copy()   # (the table is the reader's scratch)
+        f = run.fields   # the reader's scratch: _columns takes its rows out as copies
         if not f.shape[1]:
             return EMPTY
         try:
@@ -184,8 +184,9 @@ _AT_ROWS = [F_TOPIC_AT, F_PROPS_AT, F_BODY_AT]
 
 
 def _columns(run: FieldRun, f: np.ndarray, names: TopicNames) -> DispatchBatch:
-    """``DispatchBatch.from_fields`` over ``f``, a copy of ``run``'s table (or of some of its
-    columns); raises one of ``PARSE_ERRORS`` if a record's topic or properties cannot be
+    """``DispatchBatch.from_fields`` over ``f``, ``run``'s table (or some of its columns); the
+    batch's columns are copies (``f[_COLUMN_ROWS]`` is fancy indexing), so it outlives the
+    table. Raises one of ``PARSE_ERRORS`` if a record's topic or properties cannot be
     parsed."""
     n = f.shape[1]
     keyed: list[tuple[int, list[str], str | None]] = []

@@ -56,13 +56,6 @@ class QueueRecovery:
                 f"{self.dropped} unit(s) dropped, the queue re-dispatched from the commit log")
 
 
-def _data_end(cq: ConsumeQueue, n0: int, most: int) -> int:
-    """One past the last unit in ``[n0, n0 + most)`` that holds any non-zero byte (``n0`` if
-    none): where units a power loss left behind can be, past the apparent end ``n0`` (units
-    before the checkpoint are all there, and at most ``most`` came after it)."""
-    return cq.data_end(n0, most)
-
-
 def recover_queue(cq: ConsumeQueue, clog: CommitLog, start: int, end: int, *,
                   thorough: bool) -> QueueRecovery:
     """Check ``cq``'s units after the checkpoint (``start``) against the log, which ends at
@@ -70,8 +63,10 @@ def recover_queue(cq: ConsumeQueue, clog: CommitLog, start: int, end: int, *,
     ``thorough`` (after an unclean stop) also looks at units past the queue's apparent end."""
     last = cq.segments.last()
     n_end = cq.max_offset()
-    if thorough and last is not None:   # at most one unit per record after the checkpoint
-        n_end = _data_end(cq, n_end, (end - start) // rec.HEADER_SIZE + 1)
+    if thorough and last is not None:
+        # units a power loss left behind can lie past the apparent end (those before the
+        # checkpoint are all there; at most one unit per record came after it)
+        n_end = cq.data_end(n_end, (end - start) // rec.HEADER_SIZE + 1)
         if n_end > cq.max_offset():
             last.set_positions((n_end - last.base_offset // UNIT_SIZE) * UNIT_SIZE)
     log_min = clog.min_offset()

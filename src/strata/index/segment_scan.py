@@ -17,9 +17,9 @@ from typing import Iterator
 from strata.files.segment import MappedSegment
 from strata.format.record_table import WALK_BAD, WALK_BLANK
 from strata.index.dispatch_batch import PARSE_ERRORS, EMPTY, DispatchBatch, TopicNames
-from strata.log.record_fields import blank_closes, file_byte, walk_fields, why_not_read
-from strata.log.record_walk import resync
-from strata.log.verify import Problem, check_footer
+from strata.log.record_fields import file_byte, walk_fields, why_not_read
+from strata.log.record_walk import record_problem, resync
+from strata.log.verify import Problem, check_footer, record_problem_kind
 
 
 class SegmentScan:
@@ -72,10 +72,11 @@ class SegmentScan:
         self.records += len(batch)
 
     def _blank(self, rel: int) -> None:
-        """A blank record at data byte ``rel`` must close the segment."""
-        problem = blank_closes(self.seg, rel, self.limit)
-        if problem is not None:
-            self._problem(rel, *problem)
+        """A blank record at data byte ``rel`` (the walk saw its magic) must close the segment:
+        ``record_problem`` names it otherwise (torn, or not reaching the segment's end)."""
+        _kind, _size, why = record_problem(self.seg, rel, self.limit, verify_crc=False)
+        if why is not None:
+            self._problem(rel, record_problem_kind(why), why)
             return
         self.closed = True
         self.checked_bytes = self.seg.data_size

@@ -23,6 +23,7 @@ from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format import record as rec
 from strata.format.record_batch import MessageBatch, write_records
+from strata.format.record_table import F_PHYS
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 from strata.log.batch_reader import OffsetsRead, read_offsets
 from strata.log.record_fields import check_offsets
@@ -411,14 +412,25 @@ class CommitLog:
 
     def scan_batches(self, from_offset: int, limit: int, *, verify_crc: bool,
                      on_damage: Callable[[int, str], None] | None = None,
-                     rows: int = WALK_ROWS) -> Iterator[MessageBatch]:
+                     rows: int = WALK_ROWS, stop: int | None = None) -> Iterator[MessageBatch]:
         """``scan`` a batch at a time: ``MessageBatch``es of up to ``rows`` messages, checked
-        in one compiled pass (``strata.log.record_walk.walk_runs``), damage as ``scan``."""
+        in one compiled pass (``strata.log.record_walk.walk_runs``), damage as ``scan``. With
+        ``stop`` (which may fall inside a record) only what starts below ``stop`` is yielded,
+        damage too; the walk still reads to ``limit``, so a record that ``stop`` cuts is whole,
+        not taken for a torn one."""
         for item in walk_runs(self.segments, from_offset, limit, verify_crc=verify_crc,
                                  rows=rows):
             if isinstance(item, Run):
+                if stop is not None and item.fields[F_PHYS, -1] >= stop:
+                    k = int(np.searchsorted(item.fields[F_PHYS], stop))
+                    if k:
+                        yield Run(item.seg, item.data, item.fields[:, :k]).messages(
+                            self._topic_names)
+                    return
                 yield item.messages(self._topic_names)
                 continue
+            if stop is not None and item.offset >= stop:
+                return
             seg = self.segments.find(item.offset)
             if item.offset == from_offset and seg is not None and \
                     not record_start(seg, item.offset - seg.base_offset):

@@ -11,7 +11,6 @@ here too (``past_damage``, ``record_problem``).
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,28 +21,23 @@ from strata.format import record as rec
 from strata.format import record_table as rk
 from strata.format.segment import HEADER_AREA
 from strata.log.batch_reader import offset_runs
-from strata.log.record_walk import record_problem, resync, scratch, segment_map
+from strata.log.record_walk import Run, record_problem, resync, scratch, segment_map
 from strata.log.verify import record_problem_kind
 
 
 @dataclass
-class FieldRun:
-    """Good message records of one segment (log order): their fields ``fields[F_*, i]``,
-    positions in ``data``; ``why`` reading stopped after them (``WALK_END``: the end or
-    ``rows`` reached, ``WALK_BLANK``: a blank record's magic next, ``WALK_BAD``: no good
-    record next). ``fields`` is this thread's scratch table: valid until it reads again."""
+class FieldRun(Run):
+    """A ``record_walk.Run`` of good message records (fields ``fields[F_*, i]``, positions in
+    ``data``) and ``why`` reading stopped after them (``WALK_END``: the end or ``rows``
+    reached, ``WALK_BLANK``: a blank record's magic next, ``WALK_BAD``: no good record next).
+    ``fields`` is this thread's scratch table: valid until it reads again."""
 
-    data: np.ndarray
-    fields: np.ndarray
     why: int
-    _raw: mmap.mmap   # the same bytes as ``data``; its slices are ``bytes``, made in one step
-
-    def __len__(self) -> int:
-        return self.fields.shape[1]
 
     def slices(self, starts: list[int], ends: list[int]) -> list[bytes]:
-        """``bytes`` of ``data[starts[i]:ends[i]]`` for each i (topics, properties sections)."""
-        raw = self._raw
+        """``bytes`` of ``data[starts[i]:ends[i]]`` for each i (topics, properties sections),
+        each sliced from the segment's map in one step (no array or memoryview slice)."""
+        raw = self.seg.mm
         return [raw[a:b] for a, b in zip(starts, ends)]
 
 
@@ -58,7 +52,7 @@ def walk_fields(seg: MappedSegment, pos: int, end: int, rows: int, *,
                                      seg.base_offset - HEADER_AREA,
                                      HEADER_AREA if verify_crc else HEADER_AREA + end,
                                      fields, 0, rows)
-    return FieldRun(data, fields[:, :n], why, seg.mm)
+    return FieldRun(seg, data, fields[:, :n], why)
 
 
 _NO_TOPIC = np.zeros(0, np.uint8)
@@ -75,13 +69,12 @@ def fields_at(seg: MappedSegment, offsets: np.ndarray, end: int, *,
     data = segment_map(seg)
     fields = scratch("field_at", (rk.FIELDS, n), np.int64)
     status = scratch("status_at", (n,), np.uint8)
-    rk.kernels().check_at(data, offsets - (seg.base_offset - HEADER_AREA), offsets,
-                          HEADER_AREA + end, verify_crc, _NO_TOPIC, -1, _NO_QUEUE_OFFSETS,
-                          fields, status)
-    bad = np.flatnonzero(status != rk.GOOD)
-    good = int(bad[0]) if len(bad) else n
-    return FieldRun(data, fields[:, :good], rk.WALK_BAD if good < n else rk.WALK_END,
-                    seg.mm)
+    good, _ = rk.kernels().check_at(data, offsets - (seg.base_offset - HEADER_AREA), offsets,
+                                    HEADER_AREA + end, verify_crc, _NO_TOPIC, -1,
+                                    _NO_QUEUE_OFFSETS, fields, status)
+    if good < n:   # (the usual batch is all good: no search for the first bad one)
+        good = int(np.argmax(status != rk.GOOD))
+    return FieldRun(seg, data, fields[:, :good], rk.WALK_BAD if good < n else rk.WALK_END)
 
 
 def load_reader() -> None:
@@ -139,20 +132,6 @@ def past_damage(seg: MappedSegment, pos: int, end: int) -> int | None:
     if why is None and pos + size > end:
         return None
     return resync(seg, pos, end)
-
-
-def blank_closes(seg: MappedSegment, pos: int, limit: int) -> tuple[str, str] | None:
-    """None if the blank record at data byte ``pos`` (below ``limit``) closes ``seg`` (reaches
-    its end); else (problem kind, detail)."""
-    try:
-        with seg.view(0, seg.data_size) as mv:
-            kind, size = rec.check_record(mv, pos, limit)
-    except CorruptRecordError as exc:
-        return record_problem_kind(exc), str(exc)
-    if kind != rec.RecordKind.BLANK or pos + size != seg.data_size:
-        return "bad-record", (f"blank record of {size} bytes ends at data byte {pos + size}, "
-                              f"not at the segment's end {seg.data_size}")
-    return None
 
 
 def why_not_read(seg: MappedSegment, pos: int, limit: int, *, verify_crc: bool,

@@ -600,34 +600,9 @@ class MessageStore:
             if h is not None:
                 yield h.scan(from_offset, min(low, limit if stop is None else stop))
         # A damaged record is skipped with a logged error (README "Durability").
-        verify = verify_crc or self.config.verify_crc_on_read
-        if stop is None:
-            yield from self.log.scan_batches(from_offset, limit, verify_crc=verify,
-                                             on_damage=on_damage)
-            return
-        # ``to_offset`` may fall inside a record: the walk goes to the confirmed end (so that
-        # record is not taken for a damaged one) and the messages that start at or after
-        # ``to_offset`` are left out, with any damage found there.
-        def damage_before_stop(offset: int, error: str) -> None:
-            if offset >= stop:
-                return
-            if on_damage is not None:
-                on_damage(offset, error)
-            else:
-                log.error("commit log %s: scan skips a damaged record: %s",
-                          self.log.directory, error)
-
-        for batch in self.log.scan_batches(from_offset, limit, verify_crc=verify,
-                                           on_damage=damage_before_stop):
-            n = len(batch)
-            if n and batch[n - 1].commitlog_offset >= stop:
-                k = 0
-                while k < n and batch[k].commitlog_offset < stop:
-                    k += 1
-                if k:
-                    yield batch[:k]
-                return
-            yield batch
+        yield from self.log.scan_batches(from_offset, limit,
+                                         verify_crc=verify_crc or self.config.verify_crc_on_read,
+                                         on_damage=on_damage, stop=stop)
 
     # ------------------------------------------------------------------ topics and queues
 
