@@ -310,6 +310,40 @@ class MappedSegment:
             self.file_ops.msync(self.path, self.mm, HEADER_AREA + start, end - start, self.fd)
         return done
 
+    def next_nonzero(self, pos: int, end: int) -> int:
+        """The first data byte in [``pos``, ``end``) that is not zero, or ``end`` when all are
+        (holes are skipped unread, SEEK_DATA). Recovery's look-ahead past a bad record: a
+        record starts with its non-zero length, so a run of zeros holds none. Scans in
+        stretches that grow from 4 KiB to 1 MiB, 8 bytes at a time where aligned."""
+        n = PAGE
+        while pos < end:
+            at = self._next_data(pos, end)
+            if at > pos:
+                pos, n = at, PAGE
+                if pos >= end:
+                    break
+            stop = min(end, pos + n)
+            a, b = HEADER_AREA + pos, HEADER_AREA + stop
+            head = min(b, -(-a // 8) * 8)         # bytes before the first aligned word
+            for i in range(a, head):
+                if self.mm[i]:
+                    return i - HEADER_AREA
+            words = (b - head) // 8
+            if words:
+                view = np.frombuffer(self.mm, np.uint64, words, head)
+                hit = bool(view.any())
+                if hit:
+                    first = int(np.argmax(view != 0))
+                    del view
+                    i = head + 8 * first
+                    return i - HEADER_AREA + next(k for k in range(8) if self.mm[i + k])
+                del view
+            for i in range(head + 8 * words, b):
+                if self.mm[i]:
+                    return i - HEADER_AREA
+            pos, n = stop, min(n * 4, 1 << 20)
+        return end
+
     def _next_data(self, pos: int, end: int) -> int:
         """The first data byte at or after ``pos`` that is not in a hole of the file (``end``
         if none is before it): holes hold zeros without reading them (SEEK_DATA)."""

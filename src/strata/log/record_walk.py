@@ -90,26 +90,42 @@ def record_problem(seg: MappedSegment, pos: int, end: int, *, verify_crc: bool) 
     return kind, size, None
 
 
+RESYNC_WINDOW = 1 << 16   # bytes searched for a magic at a time during a resync
+
+
 def resync(seg: MappedSegment, pos: int, end: int) -> int:
     """The first data byte after ``pos`` (and below ``end``) where a good record starts (CRC
     checked: a message record of that very offset, or a blank record reaching the segment's
     end); ``end`` if there is none."""
+    return resync_span(seg, pos, end)[0]
+
+
+def resync_span(seg: MappedSegment, pos: int, end: int) -> tuple[int, int]:
+    """``resync``, and where the zeros that end the search start: ``(next, zeros_from)``.
+    When no good record follows, data bytes ``[zeros_from, end)`` are all zero (``end`` when
+    a good record was found). Runs of zeros are skipped without a search (a record starts
+    with its non-zero length), so looking ahead through a segment's unwritten rest costs
+    one pass at memory speed, not a byte search."""
     mm = seg.mm
-    lo, hi = HEADER_AREA + pos + 1, HEADER_AREA + end
-    found = {_MESSAGE: -1, _BLANK: -1}   # next hit of each magic at or after lo (-1: search)
-    while True:
-        for magic in (_MESSAGE, _BLANK):
-            if found[magic] != -2 and found[magic] < lo + 4:
-                hit = mm.find(magic, lo + 4, hi)
-                found[magic] = hit if hit >= 0 else -2   # -2: none left
-        hits = [h for h in found.values() if h >= 0]
-        if not hits:
-            return end
-        q = min(hits) - 4 - HEADER_AREA    # the magic sits 4 bytes into a record
-        kind, _size, why = record_problem(seg, q, end, verify_crc=True)
+    lo = pos + 1                           # lowest record start still possible
+    while lo < end:
+        nz = seg.next_nonzero(lo, end)
+        if nz >= end:
+            return end, lo
+        lo = max(lo, nz - 3)               # the length field's first non-zero byte
+        hi = min(end, lo + RESYNC_WINDOW)  # record starts in [lo, hi) are tried now
+        a = HEADER_AREA + lo + 4           # the magic sits 4 bytes into a record
+        b = min(HEADER_AREA + end, HEADER_AREA + hi + 8)
+        hits = [h for h in (mm.find(_MESSAGE, a, b), mm.find(_BLANK, a, b)) if h >= 0]
+        q = min(hits) - 4 - HEADER_AREA if hits else hi
+        if q >= hi:
+            lo = hi
+            continue
+        _kind, _size, why = record_problem(seg, q, end, verify_crc=True)
         if why is None:
-            return q
-        lo = HEADER_AREA + q + 1
+            return q, end
+        lo = q + 1
+    return end, end
 
 
 def segment_map(seg: MappedSegment) -> np.ndarray:
@@ -175,6 +191,7 @@ class RecordWalk:
         self.damage: list[Damage] = []
         self.closed = False
         self.stopped: str | None = None
+        self.zeros_from = self.end   # data bytes [zeros_from, end) are zero (see resync_span)
 
     def __iter__(self) -> Iterator[tuple[int, int, str | None]]:
         base = self.seg.base_offset
@@ -209,11 +226,12 @@ class RecordWalk:
             if problem is None:   # whole and intact, yet its topic is no name (not ASCII)
                 problem = _decode_problem(seg, pos)
                 nxt = pos + size
+                self.zeros_from = self.end
             elif pos >= self.resync_until:
                 self.stopped = problem
                 break
             else:
-                nxt = resync(seg, pos, end)
+                nxt, self.zeros_from = resync_span(seg, pos, end)
             d = Damage(base + pos, nxt - pos, problem)
             self.damage.append(d)
             yield d

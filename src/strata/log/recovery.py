@@ -2,19 +2,24 @@
 
 Clean stop (no abort marker, checkpoint carries the exact end): nothing is rescanned; the last
 record is checked through its trailer. Unclean stop: sealed segments whose footer is valid are
-trusted; from the first unsealed segment on, records are walked (``RecordWalk``: one compiled
-pass per run of records). What the checkpoint says was flushed is trusted, as Kafka trusts its
-recovery point: there records are checked for structure only (magic, lengths at both ends,
-field lengths, physical offset; no CRC), and a
-damaged one is corruption, passed over by resynchronising, reported and never served. From the
-flushed offset on (the only part a crash can tear) every record is verified, CRC32C included,
-and the log ends before the first bad one. Bytes after the end are zeroed (so a later crash
-cannot resurrect them) and segment files wholly beyond it are deleted.
+trusted; from the first unsealed segment on, every record is walked (``RecordWalk``: one
+compiled pass per run of records). What the checkpoint says was flushed is checked for
+structure only (magic, lengths at both ends, field lengths, physical offset), as Kafka trusts
+its recovery point; from the flushed offset on, CRC32C too.
 
-A segment file shorter than its header implies (its tail lost in a copy) was zero-extended when
-it was opened (``MappedSegment.restored_from``). If it is the last, the log ends after its last
-whole record. If it is not, the later segments are kept: the lost stretch is closed with a blank
-record (so every reader moves on to the next segment) and reported in ``closed_gaps``.
+Torn tail or damage (docs/recovery.md): at a bad record the walk looks ahead for the next good
+one (``resync_span``: a message record of that very offset with a matching CRC, runs of zeros
+skipped at memory speed). A bad stretch with a good record after it, in its segment or a later
+one, is damage: it stays where it is, is named in ``corrupt_records`` and logged at error level,
+and is never served; every good record around it is kept. Only what follows the last good
+record of all is a torn tail. It is cut (zeroed, later segment files deleted) so a later crash
+cannot resurrect it, but its bytes are first written to a quarantine file
+(``strata.log.quarantine``) named in the report.
+
+A segment that is not the last and does not end with its blank record (a file cut in a copy, a
+lost blank record) is closed with one once its stretch is kept aside, and reported in
+``closed_gaps``. Segment files the checkpoint says the log reached but that are gone are
+reported in ``missing_segments`` with the lost offsets.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from strata.files.segment import MappedSegment
 from strata.format import record as rec
 from strata.format.checkpoint import Checkpoint
 from strata.format.record_table import F_STORE_TS
-from strata.format.segment import HEADER_AREA
+from strata.format.quarantine import QuarantinedPiece
+from strata.format.segment import HEADER_AREA, file_name
 from strata.log.commit_log import CommitLog
+from strata.log.quarantine import keep_aside
 from strata.log.record_walk import Damage, RecordWalk
 
 RECOVERY_ROWS = 1 << 14   # records per compiled walk call
@@ -61,15 +68,18 @@ class RecoveryReport:
     path: str = ""                         # the store directory
     flushed_offset: int = 0                # what the checkpoint said was flushed (unclean)
     records_walked: int = 0                # records walked after the trusted sealed segments
-    corrupt_records: list[Damage] = field(default_factory=list)  # in the flushed range, kept out
+    corrupt_records: list[Damage] = field(default_factory=list)  # good records after: kept out
     closed_gaps: list[Damage] = field(default_factory=list)  # lost stretches closed with a blank
     restored_segments: list[str] = field(default_factory=list)  # cut files, damaged headers
+    quarantine: str | None = None          # where the cut bytes were kept aside (store-relative)
+    quarantined_bytes: int = 0
+    missing_segments: list[str] = field(default_factory=list)  # files the checkpoint covers
 
     @property
     def lost_anything(self) -> bool:
         """Records were cut, dropped, found damaged or lost with a cut file."""
         return bool(self.truncated_at is not None and (self.zeroed_bytes or self.dropped_segments)
-                    or self.corrupt_records or self.closed_gaps)
+                    or self.corrupt_records or self.closed_gaps or self.missing_segments)
 
     def summary(self) -> str:
         if self.new_store:
@@ -85,6 +95,11 @@ class RecoveryReport:
                   f"{self.zeroed_bytes} bytes discarded")
         if self.dropped_segments:
             s += f"; dropped segment files {', '.join(self.dropped_segments)}"
+        if self.quarantine:
+            s += (f"; the {self.quarantined_bytes} cut bytes were kept aside in "
+                  f"{self.quarantine}")
+        if self.missing_segments and self.problem and self.truncated_at is None:
+            s += f"; {self.problem}"
         for restored in self.restored_segments:
             s += f"; {restored}"
         if self.closed_gaps:
@@ -93,7 +108,7 @@ class RecoveryReport:
         if self.corrupt_records:
             shown = ", ".join(str(d) for d in self.corrupt_records[:5])
             more = len(self.corrupt_records) - 5
-            s += (f"; {len(self.corrupt_records)} damaged record(s) in the flushed range kept "
+            s += (f"; {len(self.corrupt_records)} damaged record(s) kept "
                   f"out of the log, every good record around them kept: {shown}"
                   + (f" and {more} more" if more > 0 else ""))
         for repair in self.repaired_files:
@@ -134,17 +149,43 @@ def recover(clog: CommitLog, checkpoint: Checkpoint | None, clean: bool, *,
         report.clean = False
     report.path = str(clog.directory.parent)
     report.restored_segments = restored
+    _check_missing(clog, checkpoint, report)
     report.seconds = time.perf_counter() - t0
     segs = clog.segments.segments
     if segs:
         last = segs[-1]
         clog.last_store_timestamp = max(last.max_store_timestamp,
                                         segs[-2].max_store_timestamp if len(segs) > 1 else 0)
-    if report.truncated_at is not None or report.corrupt_records or restored:
+    if report.missing_segments:
+        log.error("%s", report.summary())
+    elif report.truncated_at is not None or report.corrupt_records or restored:
         log.warning("%s", report.summary())
     else:
         log.info("%s", report.summary())
     return report
+
+
+def _check_missing(clog: CommitLog, cp: Checkpoint | None, report: RecoveryReport) -> None:
+    """Segment files gone from the end of the log: the checkpoint says where the log ended
+    (exactly after a clean close, at least the flushed offset after a crash); if the files
+    there are missing, those offsets are lost, and said so."""
+    if cp is None:
+        return
+    recorded = max(cp.clean_end_offset, cp.flushed_offset)
+    segs = clog.segments.segments
+    have = segs[-1].end_offset if segs else cp.min_offset
+    if recorded <= have:
+        return
+    size = clog.segments.data_size
+    first = have - have % size if not segs else segs[-1].end_offset
+    names = [file_name(b) for b in range(first, recorded, size)]
+    if not names:
+        return
+    report.missing_segments = names
+    what = (f"commit-log segment file{'s' if len(names) > 1 else ''} {', '.join(names)} "
+            f"missing: offsets [{first}, {recorded}) are lost (the checkpoint recorded the "
+            f"log {'ending' if cp.clean_end_offset >= 0 else 'flushed'} at {recorded})")
+    report.problem = what if report.problem is None else f"{report.problem}; {what}"
 
 
 def _recover_clean(clog: CommitLog, cp: Checkpoint) -> RecoveryReport | None:
@@ -187,6 +228,61 @@ def _recover_clean(clog: CommitLog, cp: Checkpoint) -> RecoveryReport | None:
     return report
 
 
+@dataclass
+class _Walked:
+    """One walked segment: the walk, its good records' count and store-time range, and where
+    its last good record (or closing blank record) ends (0: none)."""
+
+    seg: MappedSegment
+    walk: RecordWalk
+    count: int
+    tmin: int
+    tmax: int
+    good_end: int
+
+
+def _walk_segment(seg: MappedSegment, trust: int, report: RecoveryReport) -> _Walked:
+    """Walk every record of ``seg``: structure checked everywhere, CRC32C past ``trust``; at a
+    bad record look ahead for the next good one (``resync_span``), so damage anywhere is passed
+    over and the walk always reaches the segment's end or its closing blank record."""
+    walk = RecordWalk(seg, 0, seg.data_size, crc_from=trust, rows=RECOVERY_ROWS)
+    count = verified = tmin = tmax = good_end = 0
+    for run in walk.runs():   # runs of good records, checked in one compiled pass each
+        if isinstance(run, Damage):
+            continue
+        n = len(run)
+        stamps = run.fields[F_STORE_TS]
+        if count == 0:
+            tmin = int(stamps[0])
+        tmax = int(stamps[n - 1])
+        count += n
+        ends = run.positions + run.sizes
+        verified += int(np.count_nonzero(ends > trust))
+        good_end = int(ends[n - 1])
+    if walk.closed:
+        good_end = seg.data_size
+    report.records_walked += count
+    report.records_verified += verified
+    return _Walked(seg, walk, count, tmin, tmax, good_end)
+
+
+def _tail_damage(w: _Walked) -> Damage | None:
+    """The damaged stretch that ends ``w``'s segment unclosed (nothing good after it in the
+    segment), or None."""
+    d = w.walk.damage
+    if d and d[-1].end == w.seg.end_offset and not w.walk.closed:
+        return d[-1]
+    return None
+
+
+def _piece(seg: MappedSegment, start: int, zeros_from: int) -> QuarantinedPiece | None:
+    """Data bytes [start, zeros_from) of ``seg`` as a quarantine piece (trailing zeros left
+    out), None if all are zero."""
+    stop = max(start, min(zeros_from, seg.data_size))
+    data = bytes(seg.mm[HEADER_AREA + start:HEADER_AREA + stop]).rstrip(b"\0")
+    return QuarantinedPiece(seg.base_offset + start, data) if data else None
+
+
 def _recover_unclean(clog: CommitLog, checkpoint: Checkpoint | None, *,
                      modify: bool) -> RecoveryReport:
     segs = clog.segments.segments
@@ -202,94 +298,104 @@ def _recover_unclean(clog: CommitLog, checkpoint: Checkpoint | None, *,
         return report
     flushed = checkpoint.flushed_offset if checkpoint is not None else 0
     report.flushed_offset = flushed
-    end = segs[i].base_offset
-    report.verified_from = max(end, min(flushed, segs[-1].end_offset))
-    problem = None
+    report.verified_from = max(segs[i].base_offset, min(flushed, segs[-1].end_offset))
+    # 1. Walk every segment after the trusted ones to its end, passing over damage.
+    walked = []
     for k in range(i, len(segs)):
         seg = segs[k]
-        last = k == len(segs) - 1
         report.scanned_segments += 1
-        trust = max(0, min(flushed - seg.base_offset, seg.data_size))
-        # Damage in the flushed range is corruption, passed over; past it, a torn tail. A cut
-        # file that is not the last one lost bytes in a copy, not in a crash: passed over too.
-        lost_in_copy = seg.restored_from is not None and not last
-        lost_flushed = False
-        walk = RecordWalk(seg, 0, seg.data_size, crc_from=trust,
-                          resync_until=seg.data_size if lost_in_copy else trust,
-                          rows=RECOVERY_ROWS)
-        count = verified = tmin = tmax = 0
-        for run in walk.runs():   # runs of good records, checked in one compiled pass each
-            if isinstance(run, Damage):
-                continue
-            n = len(run)
-            stamps = run.fields[F_STORE_TS]
-            if count == 0:
-                tmin = int(stamps[0])
-            tmax = int(stamps[n - 1])
-            count += n
-            verified += int(np.count_nonzero(run.positions + run.sizes > trust))
-        report.records_walked += count
-        report.records_verified += verified
-        damage = walk.damage
-        position = walk.position
-        if damage and damage[-1].end == seg.end_offset and not walk.closed:
-            cut = damage[-1]
-            if last:   # nothing good after it: the end of the log, not damage in its middle
-                damage, lost_flushed = damage[:-1], cut.offset < seg.base_offset + trust
-                position, walk.stopped = cut.offset - seg.base_offset, (
-                    f"{cut.why}; the checkpoint said the log was flushed up to offset "
-                    f"{flushed}: the flushed records after this point are lost")
-            elif modify and not any(seg.mm[max(HEADER_AREA + cut.offset - seg.base_offset,
-                                               seg.restored_from or 0):
-                                           HEADER_AREA + seg.data_size]):
-                # Zeros up to the segment's end (a cut file, the record the cut went through
-                # included): close it as a roll does.
-                rec.write_blank(seg.mm, HEADER_AREA + cut.offset - seg.base_offset, cut.length)
-                seg.file_ops.msync(seg.path, seg.mm, HEADER_AREA + cut.offset - seg.base_offset,
-                                   cut.length, seg.fd)
-                report.closed_gaps.append(cut)
-                damage = damage[:-1]
-                walk.closed = True
-        for d in damage:
-            log.error("commit log %s: damaged record at %s; it is never served, every good "
-                      "record around it is kept (`strata verify` lists it)", seg.path.name, d)
-        report.corrupt_records += damage
-        seg.record_count, seg.min_store_timestamp, seg.max_store_timestamp = count, tmin, tmax
-        if walk.closed or position == seg.data_size:
+        walked.append(_walk_segment(seg, max(0, min(flushed - seg.base_offset, seg.data_size)),
+                                    report))
+    # 2. The log ends after the last good record of all: what follows it is a torn tail
+    # (nothing valid after it, proven by the walks). Everything before it is kept, damage
+    # included (named, never served).
+    last = max((k for k, w in enumerate(walked) if w.good_end), default=-1)
+    if last < 0:
+        end = segs[i].base_offset
+    else:
+        w = walked[last]
+        end = w.seg.base_offset + w.good_end
+    pieces: list[QuarantinedPiece] = []          # the torn tail's bytes
+    closed_pieces: list[QuarantinedPiece] = []   # bytes a blank record closes over
+    to_close: list[tuple[MappedSegment, Damage]] = []
+    cut: Damage | None = None
+    for k, w in enumerate(walked):
+        seg = w.seg
+        tail = _tail_damage(w)
+        if seg.end_offset <= end:          # wholly part of the log
+            damage = list(w.walk.damage)
+            if tail is not None:
+                # Unclosed, good segments after it: close it as a roll does, its bytes first
+                # kept aside (a file cut in a copy, a lost blank record, lost pages).
+                damage.pop()
+                p = _piece(seg, tail.offset - seg.base_offset, w.walk.zeros_from)
+                if p is not None:
+                    closed_pieces.append(p)
+                to_close.append((seg, tail))
+            report.corrupt_records += damage
+            seg.record_count, seg.min_store_timestamp, seg.max_store_timestamp = \
+                w.count, w.tmin, w.tmax
             seg.set_positions(seg.data_size)
             if not seg.sealed and modify:
                 clog._to_seal.append(seg)
-            end = seg.end_offset
-            continue
-        seg.set_positions(position)
-        end = seg.base_offset + position
-        problem = walk.stopped
-        break
+        elif seg.base_offset <= end:       # the log ends inside it
+            pos = end - seg.base_offset
+            report.corrupt_records += [d for d in w.walk.damage if d.offset < end]
+            seg.record_count, seg.min_store_timestamp, seg.max_store_timestamp = \
+                w.count, w.tmin, w.tmax
+            seg.set_positions(pos)
+            cut = tail
+            p = _piece(seg, pos, w.walk.zeros_from if tail is not None else pos)
+            if p is not None:
+                pieces.append(p)
+        else:                              # beyond the end: no good record in it
+            p = _piece(seg, 0, w.walk.zeros_from if w.walk.damage else seg.data_size)
+            if p is not None:
+                pieces.append(p)
     report.end_offset = end
-    # Anything after `end` is not part of the log.
-    tail = clog.segments.find(end)
-    had_more = False
-    if tail is not None:
-        with tail.view(end - tail.base_offset, min(tail.data_size, end - tail.base_offset + 8)) as mv:
-            had_more = any(mv)
+    for d in report.corrupt_records:
+        log.error("commit log: damaged record at %s; it is never served, every good record "
+                  "around it is kept (`strata verify` lists it)", d)
     beyond = [s for s in segs if s.base_offset > end]
-    if problem is not None and (had_more or beyond or lost_flushed):
+    problem = None
+    if cut is not None or pieces or beyond:
+        why = cut.why if cut is not None else "no good record after it"
+        problem = f"torn tail: {why}"
+        if end < flushed:
+            problem += (f"; the checkpoint said the log was flushed up to offset {flushed}: "
+                        f"the flushed records after this point are lost")
+    if modify and (pieces or closed_pieces):
+        kept = sorted(closed_pieces + pieces, key=lambda p: p.offset)
+        report.quarantine = keep_aside(clog.directory.parent, kept, clog.segments.file_ops)
+        report.quarantined_bytes = sum(len(p.data) for p in kept)
+    if problem is not None and (pieces or beyond or end < flushed):
         report.truncated_at = end
         report.problem = problem
     if modify:
-        if tail is not None:
-            pos = end - tail.base_offset
-            report.zeroed_bytes += tail.zero(pos, tail.data_size)
-            if tail.sealed:
-                tail.clear_footer()
+        for seg, gap in to_close:
+            at = HEADER_AREA + gap.offset - seg.base_offset
+            rec.write_blank(seg.mm, at, gap.length)
+            seg.file_ops.msync(seg.path, seg.mm, at, gap.length, seg.fd)
+            report.closed_gaps.append(gap)
+        tail_seg = clog.segments.find(end)
+        if tail_seg is not None:
+            pos = end - tail_seg.base_offset
+            # [zeros_from, data_size) is zero already: the look-ahead proved it
+            zeros_from = next((w.walk.zeros_from for w in walked if w.seg is tail_seg),
+                              tail_seg.data_size)
+            report.zeroed_bytes += tail_seg.zero(pos, max(pos, zeros_from))
+            if tail_seg.sealed:
+                tail_seg.clear_footer()
         for s in beyond:
             report.dropped_segments.append(s.path.name)
         clog.segments.truncate(end)
         if report.dropped_segments and report.truncated_at is None:
             report.truncated_at = end
             report.problem = problem or "segment files beyond the end of the log"
-    elif beyond:
-        report.dropped_segments = [s.path.name for s in beyond]
+    else:
+        report.corrupt_records += [g for _s, g in to_close]
+        if beyond:
+            report.dropped_segments = [s.path.name for s in beyond]
     if report.truncated_at is None and report.zeroed_bytes:
         report.truncated_at = end
         report.problem = problem
