@@ -782,6 +782,170 @@ def scenario_flips(n: int, workdir: Path, seed: int, deadline: float,
     return tally, stats
 
 
+# ------------------------------------------------------- flips after the checkpoint (issue 22)
+
+
+@dataclass
+class TailPristine:
+    """A store stopped by a crash under sync flush, ``flushed``: where its last checkpoint said
+    the log was flushed; records past it were acknowledged (each covered by an fsync) after
+    that checkpoint, the common case a bit flip meets."""
+    path: Path
+    acks: dict[int, Ack]
+    exact: dict[int, tuple]
+    flushed: int
+
+
+def build_tail_pristine(path: Path, seed: int) -> TailPristine:
+    rng = random.Random(f"{seed}-tail-pristine")
+    cfg = store_config(flush="sync", checkpoint_interval_ms=3_600_000)
+    acks: dict[int, Ack] = {}
+    seqs = iter(range(10**9))
+    store = strata.open(path, cfg)
+    target = rng.randint(100, 220)
+    while len(acks) < 320:
+        for a in put_random(store, rng, lambda: next(seqs)):
+            acks[a.seq] = a
+        if target and len(acks) >= target:   # a checkpoint, then more acknowledged puts
+            store.wait_dispatched(30)
+            store._write_checkpoint(clean_end=-1)
+            target = 0
+    store.wait_dispatched(30)
+    exact = {s: tuple(store.read_at(a.offset)) for s, a in acks.items()}
+    flushed = store.checkpoint.load().flushed_offset
+    store._abandon()
+    return TailPristine(path, acks, exact, flushed)
+
+
+def verify_names(path: Path, offset: int) -> bool:
+    """Whether ``strata verify``'s log check (run on the store before any writer opened it)
+    names a problem at commit-log ``offset``."""
+    from strata.log.verify import verify_log
+
+    with strata.open(path, readonly=True) as store:
+        found = verify_log(store.log.segments, store.confirmed_offset())
+    return any(p.offset == offset for p in found.problems)
+
+
+def scenario_tail_flips(n: int, workdir: Path, seed: int, deadline: float,
+                        first: int = 0) -> tuple[Tally, dict]:
+    """One bit flipped in a record of a crashed sync-flush store, half of them in records
+    written after the last checkpoint. The flip may cost the hit record only; ``strata verify``
+    before the open must name it, and so must the open's report when the record lies past the
+    checkpoint (``silent`` counts the rounds where one of them did not)."""
+    from strata.files.faults import flip_bit
+
+    tally = Tally()
+    stats = {"tail_flips": 0, "after_checkpoint": 0, "before_checkpoint": 0, "silent": 0,
+             "verify_missed": 0, "report_missed": 0, "cut": 0}
+    pristine = build_tail_pristine(workdir / "pristine-tail", seed)
+    after = [a for a in pristine.acks.values() if a.offset >= pristine.flushed]
+    before = [a for a in pristine.acks.values() if a.offset < pristine.flushed]
+    for rnd in range(first, first + n):
+        if time.monotonic() > deadline and rnd >= first + 2:
+            break
+        rng = random.Random(f"{seed}-tailflip-{rnd}")
+        late = rnd % 2 == 0 or not before
+        a = rng.choice(after if late else before)
+        work = workdir / "tailflip"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(pristine.path, work)
+        seg = work / "commitlog" / f"{a.offset - a.offset % SEGMENT:020d}"
+        off = HEADER_PAGE + a.offset % SEGMENT + rng.randrange(a.size)
+        bit = rng.randrange(8)
+        flip_bit(seg, off, bit)
+        ctx = {"scenario": "tailflip", "seed": seed, "round": rnd,
+               "kind": "after_checkpoint" if late else "before_checkpoint",
+               "file": str(seg.relative_to(work)), "file_offset": off, "bit": bit,
+               "victim_seq": a.seq, "victim_offset": a.offset}
+        stats["tail_flips"] += 1
+        stats["after_checkpoint" if late else "before_checkpoint"] += 1
+        try:
+            seen_by_verify = verify_names(work, a.offset)
+        except Exception as e:  # noqa: BLE001
+            tally.raised(ctx, "verify", e)
+            seen_by_verify = True
+        store = open_checked(lambda: strata.MessageStore(work, None), tally, ctx,
+                             len(pristine.acks) - 1)
+        if store is None:
+            continue
+        try:
+            rep = store.recovery_report
+            ctx["recovery"] = rep.summary()[:300]
+            named = any(d.offset <= a.offset < d.end for d in rep.corrupt_records)
+            if rep.truncated_at == a.offset:
+                named = rep.quarantine is not None   # the last record: a torn tail, kept aside
+                stats["cut"] += 1
+            check_store(store, pristine.acks, tally, ctx, victims=frozenset({a.seq}),
+                        exact=pristine.exact)
+        except Exception as e:  # noqa: BLE001
+            tally.raised(ctx, "check", e)
+            named = True
+        finally:
+            close_checked(store, tally, ctx)
+        if not seen_by_verify:
+            stats["verify_missed"] += 1
+        if late and not named:
+            stats["report_missed"] += 1
+        if not seen_by_verify or (late and not named):
+            stats["silent"] += 1
+            tally.fail("errors", ctx, via="silent", verify_named=seen_by_verify,
+                       report_named=named)
+        open_and_check(work, None, pristine.acks, tally, {**ctx, "open": 1},
+                       len(pristine.acks) - 1, victims=frozenset({a.seq}), exact=pristine.exact)
+    shutil.rmtree(workdir / "tailflip", ignore_errors=True)
+    shutil.rmtree(pristine.path, ignore_errors=True)
+    return tally, stats
+
+
+def scenario_lost_segment(n: int, workdir: Path, seed: int, deadline: float,
+                          first: int = 0) -> tuple[Tally, dict]:
+    """The last commit-log segment file deleted, after a clean close or a crash right after a
+    checkpoint: the messages in it may be lost, every other one not, and the open must say so
+    (``lost_anything``, the file named in ``problem``); ``silent`` counts the rounds where it
+    did not."""
+    tally = Tally()
+    stats = {"lost_segments": 0, "silent": 0, "by_stop": {"clean": 0, "unclean": 0}}
+    pristine = [build_pristine(workdir / "pristine-ls-clean", seed, False),
+                build_pristine(workdir / "pristine-ls-unclean", seed, True)]
+    for rnd in range(first, first + n):
+        if time.monotonic() > deadline and rnd >= first + 2:
+            break
+        src = pristine[rnd % 2]
+        work = workdir / "lostseg"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(src.path, work)
+        files = sorted((work / "commitlog").iterdir())
+        gone = files[-1]
+        base = int(gone.name)
+        gone.unlink()
+        stop = "unclean" if src.unclean else "clean"
+        ctx = {"scenario": "lostseg", "seed": seed, "round": rnd, "kind": stop,
+               "file": str(gone.relative_to(work))}
+        stats["lost_segments"] += 1
+        stats["by_stop"][stop] += 1
+        victims = frozenset(s for s, a in src.acks.items() if a.offset >= base)
+        store = open_checked(lambda: strata.MessageStore(work, None), tally, ctx,
+                             len(src.acks) - len(victims))
+        if store is None:
+            continue
+        try:
+            rep = store.recovery_report
+            ctx["recovery"] = rep.summary()[:300]
+            if victims and not (rep.lost_anything and rep.problem and gone.name in rep.problem):
+                stats["silent"] += 1
+                tally.fail("errors", ctx, via="silent", lost=len(victims))
+            check_store(store, src.acks, tally, ctx, victims=victims, exact=src.exact)
+        except Exception as e:  # noqa: BLE001
+            tally.raised(ctx, "check", e)
+        finally:
+            close_checked(store, tally, ctx)
+    shutil.rmtree(workdir / "lostseg", ignore_errors=True)
+    for p in pristine:
+        shutil.rmtree(p.path, ignore_errors=True)
+    return tally, stats
+
+
 # --------------------------------------------------------------------------- full disk
 
 
@@ -948,12 +1112,14 @@ def code_under_test() -> dict:
     return out
 
 
-SHARES = {"kills": 0.40, "power": 0.10, "flips": 0.40, "disk": 0.10}
-SCENARIOS = ("kills", "power", "flips", "disk")
+SHARES = {"kills": 0.40, "power": 0.10, "flips": 0.40, "disk": 0.10,
+          "tailflips": 0.25, "lostseg": 0.05}
+SCENARIOS = ("kills", "power", "flips", "disk", "tailflips", "lostseg")
+EXTRA = {"tailflips": scenario_tail_flips, "lostseg": scenario_lost_segment}   # (issue 22)
 
 
 def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
-        seconds: float = 60.0, seed: int | None = None, directory: Path | None = None,
+        tailflips: int = 0, lostseg: int = 0, seconds: float = 60.0, seed: int | None = None, directory: Path | None = None,
         only: tuple[str, ...] = SCENARIOS, emit=print, use_tmpfs: bool = True,
         first_round: int = 0) -> dict:
     """Run the scenarios within about ``seconds`` (each gets a share of it; a scenario that
@@ -973,7 +1139,8 @@ def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
     total = Tally()
     scenarios: dict[str, dict] = {}
     plan = [(name, n) for name, n in (("kills", kills), ("power", power), ("flips", flips),
-                                      ("disk", disk)) if name in only and n > 0]
+                                      ("disk", disk), ("tailflips", tailflips),
+                                      ("lostseg", lostseg)) if name in only and n > 0]
     share_sum = sum(SHARES[name] for name, _ in plan) or 1.0
     cum = 0.0
     try:
@@ -989,6 +1156,8 @@ def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
                 tally, stats = scenario_power(n, work, seed, deadline, first_round)
             elif name == "flips":
                 tally, stats = scenario_flips(n, work, seed, deadline, first_round)
+            elif name in EXTRA:
+                tally, stats = EXTRA[name](n, work, seed, deadline, first_round)
             else:
                 tally, stats = scenario_disk(n, work, seed, deadline, first_round, use_tmpfs)
             for f in tally.failures:
@@ -1008,6 +1177,9 @@ def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
                "power_losses": scenarios.get("power", {}).get("power_losses", 0),
                "flips": scenarios.get("flips", {}).get("flips", 0),
                "disk_rounds": scenarios.get("disk", {}).get("disk_rounds", 0),
+               "tail_flips": scenarios.get("tailflips", {}).get("tail_flips", 0),
+               "lost_segments": scenarios.get("lostseg", {}).get("lost_segments", 0),
+               "silent": sum(sc.get("silent", 0) for sc in scenarios.values()),
                "acked": sum(sc.get("acked", 0) for sc in scenarios.values()),
                "failed": {name: sc["failed_rounds"] for name, sc in scenarios.items()
                           if sc["failed_rounds"]},
@@ -1028,6 +1200,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flips", type=int, default=200, help="single-bit flips")
     ap.add_argument("--power", type=int, default=4, help="power-loss rounds (sync and async)")
     ap.add_argument("--disk", type=int, default=1, help="full-disk rounds")
+    ap.add_argument("--tailflips", type=int, default=200,
+                    help="bit flips in a crashed sync store, half after its last checkpoint")
+    ap.add_argument("--lostseg", type=int, default=10,
+                    help="rounds with the last commit-log segment deleted")
     ap.add_argument("--first-round", type=int, default=0,
                     help="power, flip and disk rounds start here: with --seed and --only, "
                          "repeats a reported round (kill rounds depend on the ones before)")
@@ -1035,14 +1211,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--dir", type=Path, default=None,
                     help="work directory (default: a temporary one, removed afterwards)")
-    ap.add_argument("--only", default="kills,power,flips,disk",
+    ap.add_argument("--only", default=",".join(SCENARIOS),
                     help="comma-separated scenarios to run")
     ap.add_argument("--no-tmpfs", action="store_true",
                     help="full disk through the fault layer even as root")
     a = ap.parse_args(argv)
     # a SIGTERM unwinds like ^C: children are killed and a tmpfs unmounted on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    s = run(kills=a.kills, flips=a.flips, power=a.power, disk=a.disk, seconds=a.seconds,
+    s = run(kills=a.kills, flips=a.flips, power=a.power, disk=a.disk, tailflips=a.tailflips,
+            lostseg=a.lostseg, seconds=a.seconds,
             seed=a.seed, directory=a.dir, only=tuple(a.only.split(",")),
             use_tmpfs=not a.no_tmpfs, first_round=a.first_round,
             emit=lambda line: print(line, flush=True))

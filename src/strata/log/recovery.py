@@ -287,8 +287,13 @@ def _recover_unclean(clog: CommitLog, checkpoint: Checkpoint | None, *,
                      modify: bool) -> RecoveryReport:
     segs = clog.segments.segments
     report = RecoveryReport(clean=False)
+    flushed = checkpoint.flushed_offset if checkpoint is not None else 0
     i = 0
-    while i < len(segs) and _trusted(segs[i]):
+    # A sealed segment is trusted on its footer; one sealed past the flushed offset (written
+    # since the last checkpoint) only if its data still has the footer's CRC32C (one pass).
+    while i < len(segs) and _trusted(segs[i]) and (
+            segs[i].end_offset <= flushed
+            or segs[i].data_crc(segs[i].data_size) == segs[i].footer.data_crc):
         _adopt_footer(segs[i])
         i += 1
     report.trusted_segments = i
@@ -296,7 +301,6 @@ def _recover_unclean(clog: CommitLog, checkpoint: Checkpoint | None, *,
         report.end_offset = segs[-1].end_offset if segs else 0
         report.verified_from = report.end_offset
         return report
-    flushed = checkpoint.flushed_offset if checkpoint is not None else 0
     report.flushed_offset = flushed
     report.verified_from = max(segs[i].base_offset, min(flushed, segs[-1].end_offset))
     # 1. Walk every segment after the trusted ones to its end, passing over damage.
