@@ -841,12 +841,16 @@ def scenario_tail_flips(n: int, workdir: Path, seed: int, deadline: float,
     pristine = build_tail_pristine(workdir / "pristine-tail", seed)
     after = [a for a in pristine.acks.values() if a.offset >= pristine.flushed]
     before = [a for a in pristine.acks.values() if a.offset < pristine.flushed]
+    last_base = max(a.offset for a in after) // SEGMENT * SEGMENT
+    active = [a for a in after if a.offset >= last_base]
     for rnd in range(first, first + n):
         if time.monotonic() > deadline and rnd >= first + 2:
             break
         rng = random.Random(f"{seed}-tailflip-{rnd}")
         late = rnd % 2 == 0 or not before
-        a = rng.choice(after if late else before)
+        # after the checkpoint: every other one in the active (unsealed) segment, the others
+        # anywhere past the checkpoint (sealed segments rolled since it included)
+        a = rng.choice((active if rnd % 4 == 0 else after) if late else before)
         work = workdir / "tailflip"
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(pristine.path, work)
@@ -874,7 +878,7 @@ def scenario_tail_flips(n: int, workdir: Path, seed: int, deadline: float,
             ctx["recovery"] = rep.summary()[:300]
             named = any(d.offset <= a.offset < d.end for d in rep.corrupt_records)
             if rep.truncated_at == a.offset:
-                named = rep.quarantine is not None   # the last record: a torn tail, kept aside
+                named = getattr(rep, "quarantine", None) is not None   # the last record: a torn tail, kept aside
                 stats["cut"] += 1
             check_store(store, pristine.acks, tally, ctx, victims=frozenset({a.seq}),
                         exact=pristine.exact)

@@ -27,7 +27,7 @@ def load_harness():
 
 
 torture = load_harness()
-SHORT = dict(kills=10, flips=100, power=2, disk=1, seconds=50)
+SHORT = dict(kills=10, flips=100, power=2, disk=1, tailflips=16, lostseg=4, seconds=70)
 CI_SEED = 17
 ARGS = " ".join(f"--{k} {v}" for k, v in SHORT.items())
 
@@ -50,6 +50,10 @@ def test_torture_short(tmp_path):
     assert sc["power"]["by_mode"] == {"sync": 1, "async": 1}
     assert s["flips"] >= len(torture.FLIP_KINDS)
     assert s["disk_rounds"] == 1 and sc["disk"]["disk_full_errors"] >= 1
+    # issue 22: flips in records written after the last checkpoint, a deleted last segment
+    assert sc["tailflips"]["after_checkpoint"] >= 1 and sc["tailflips"]["before_checkpoint"] >= 1
+    assert sc["lostseg"]["by_stop"] == {"clean": 2, "unclean": 2}
+    assert s["silent"] == 0, f"rerun: bench/torture.py {ARGS} --seed {seed}\n{report}"
     counts = {k: s[k] for k in ("lost", "wrong", "tracebacks", "errors")}
     assert counts == dict.fromkeys(counts, 0), \
         f"rerun: bench/torture.py {ARGS} --seed {seed}\n{json.dumps(counts)}\n{report}"
