@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from strata.errors import CorruptRecordError
+from strata.errors import CorruptRecordError, DiskFullError
 from strata.files.segment import MappedSegment
 from strata.format import record as rec
 from strata.format.checkpoint import Checkpoint
@@ -370,7 +370,14 @@ def _recover_unclean(clog: CommitLog, checkpoint: Checkpoint | None, *,
                         f"the flushed records after this point are lost")
     if modify and (pieces or closed_pieces):
         kept = sorted(closed_pieces + pieces, key=lambda p: p.offset)
-        report.quarantine = keep_aside(clog.directory.parent, kept, clog.segments.file_ops)
+        try:
+            report.quarantine = keep_aside(clog.directory.parent, kept, clog.segments.file_ops)
+        except DiskFullError as exc:
+            raise DiskFullError(exc.errno, (
+                f"commit log {clog.directory}: recovery must cut a torn tail at offset {end} "
+                f"but has no room to keep its {sum(len(p.data) for p in kept)} bytes aside "
+                f"first ({exc}); nothing was changed: free space and open the store "
+                f"again")) from exc
         report.quarantined_bytes = sum(len(p.data) for p in kept)
     if problem is not None and (pieces or beyond or end < flushed):
         report.truncated_at = end
