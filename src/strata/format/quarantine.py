@@ -7,7 +7,8 @@ integers little-endian:
     header  magic "STRATAQ1" (8 bytes), u32 version (1), u32 piece count,
             u32 CRC32C of the 16 bytes before it
     piece   i64 commit-log offset of the piece's first byte, u64 length,
-            u32 CRC32C of the data, u32 reserved (0), then ``length`` data bytes
+            u32 CRC32C of the 16 bytes before it and the data, u32 reserved (0),
+            then ``length`` data bytes
 
 Pieces follow one another in log order. Pure functions, no file I/O.
 """
@@ -26,6 +27,7 @@ QUARANTINE_VERSION = 1
 _HEADER = struct.Struct("<8sII")
 _CRC = struct.Struct("<I")
 _PIECE = struct.Struct("<qQII")
+_WHERE = struct.Struct("<qQ")
 HEADER_BYTES = _HEADER.size + _CRC.size
 PIECE_HEADER_BYTES = _PIECE.size
 
@@ -47,7 +49,8 @@ def encode_quarantine(pieces: list[QuarantinedPiece]) -> bytes:
     head = _HEADER.pack(QUARANTINE_MAGIC, QUARANTINE_VERSION, len(pieces))
     out = [head, _CRC.pack(crc32c(head))]
     for p in pieces:
-        out.append(_PIECE.pack(p.offset, len(p.data), crc32c(p.data), 0))
+        where = _WHERE.pack(p.offset, len(p.data))
+        out.append(_PIECE.pack(p.offset, len(p.data), crc32c(p.data, crc32c(where)), 0))
         out.append(bytes(p.data))
     return b"".join(out)
 
@@ -68,12 +71,15 @@ def decode_quarantine(buf: bytes, name: str = "quarantine file") -> list[Quarant
     for i in range(count):
         if pos + PIECE_HEADER_BYTES > len(buf):
             raise CorruptStoreError(f"{name}: piece {i} is cut short")
-        offset, length, crc, _ = _PIECE.unpack_from(buf, pos)
+        offset, length, crc, reserved = _PIECE.unpack_from(buf, pos)
+        where = buf[pos:pos + _WHERE.size]
         pos += PIECE_HEADER_BYTES
+        if reserved:
+            raise CorruptStoreError(f"{name}: piece {i}: reserved field is {reserved}, not 0")
         data = bytes(buf[pos:pos + length])
         if len(data) != length:
             raise CorruptStoreError(f"{name}: piece {i} at offset {offset} is cut short")
-        if crc32c(data) != crc:
+        if crc32c(data, crc32c(where)) != crc:
             raise CorruptStoreError(f"{name}: piece {i} at offset {offset}: CRC32C mismatch")
         pieces.append(QuarantinedPiece(offset, data))
         pos += length
