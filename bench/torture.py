@@ -22,6 +22,16 @@ read back by ``get`` (a walk of every queue), ``read_at``, ``get_by_id`` and ``q
   appending: DiskFullError (never a raw OSError), nothing acknowledged lost, and everything
   readable again once space is freed.
 
+* tailflips (issue 22): one bit flipped in a record of a store that crashed under sync flush
+  after a checkpoint and more acknowledged puts; half the flips hit records written after the
+  checkpoint (every other one of those in the active segment), half records before it. Only the
+  hit record may be lost; ``strata verify``'s log check run before the open must name it, and so
+  must the open's ``recovery_report`` for a record after the checkpoint (``silent`` counts the
+  rounds where one did not).
+* lostseg (issue 22): the last commit-log segment file deleted after a clean close or a crash
+  right after a checkpoint: only its messages may be lost, and the open must say so
+  (``lost_anything``, the file in ``problem``; else ``silent``).
+
 Counts: ``lost`` = acknowledged (and required to survive) but not returned by some read path;
 ``wrong`` = another message or different bytes returned, a duplicate, a non-consecutive queue
 offset; ``tracebacks`` = an exception that is not a deliberate strata error; ``errors`` = a
@@ -29,6 +39,8 @@ strata error where none should be (also counted as lost for the message it hid);
 a config file flip the store refused to open with a named strata error (allowed).
 
     .venv/bin/python bench/torture.py --kills 200 --flips 1000 --seconds 1800 --seed 1
+    .venv/bin/python bench/torture.py --kills 200 --flips 1000 --power 100 --disk 4 \
+        --tailflips 1000 --lostseg 100 --seconds 5400 --seed 22        # the long run of issue 22
 
 The short CI run is tests/torture/test_torture_short.py; it imports this file.
 """
