@@ -166,6 +166,9 @@ def test_flip_in_the_last_record_is_a_torn_tail_kept_aside(tmp_store_dir):
     flip_body(tmp_store_dir, last)
     path, pos = where(tmp_store_dir, last.commitlog_offset)
     damaged = path.read_bytes()[pos:pos + last.size]
+    code, out, err = run_verify(tmp_store_dir)   # what the open will cut, said before it
+    assert code == 1 and out["records"] == 199
+    assert f"offset {last.commitlog_offset}: log-end" in err.replace("\n", " ")
     with strata.open(tmp_store_dir, config()) as store:
         rep = store.recovery_report
         assert rep.truncated_at == last.commitlog_offset and rep.lost_anything

@@ -120,3 +120,19 @@ def verify_log(segments: SegmentQueue, limit: int, *,
         if progress is not None:
             progress(done)
     return check
+
+
+def log_end_problem(report, segments: SegmentQueue) -> Problem | None:
+    """The torn tail a read-only open found (``report``: its ``RecoveryReport``), as the
+    problem ``strata verify`` lists: the next writer's open cuts what follows it (kept aside in
+    a quarantine file first), so the record there, if one was meant to start there, is lost."""
+    if report is None or report.truncated_at is None:
+        return None
+    seg = segments.find(report.truncated_at)
+    what = (f"; segment files {', '.join(report.dropped_segments)} would be dropped"
+            if report.dropped_segments else "")
+    return Problem(f"commitlog/{seg.path.name}" if seg is not None else "commitlog",
+                   report.truncated_at, "log-end",
+                   f"the log ends here ({report.problem}); the next writer's recovery keeps "
+                   f"what follows in a quarantine file and cuts it{what}")
+
