@@ -832,12 +832,12 @@ def build_tail_pristine(path: Path, seed: int) -> TailPristine:
 def verify_names(path: Path, offset: int) -> bool:
     """Whether ``strata verify``'s log check (run on the store before any writer opened it)
     names a problem at commit-log ``offset``."""
-    from strata.log.verify import log_end_problem, verify_log
+    from strata.log.verify import recovery_problems, verify_log
 
     with strata.open(path, readonly=True) as store:
         found = verify_log(store.log.segments, store.confirmed_offset())
-        tail = log_end_problem(store.recovery_report, store.log.segments)
-    return any(p.offset == offset for p in found.problems + ([tail] if tail else []))
+        found.problems += recovery_problems(store.recovery_report, store.log.segments)
+    return any(p.offset == offset for p in found.problems)
 
 
 def scenario_tail_flips(n: int, workdir: Path, seed: int, deadline: float,

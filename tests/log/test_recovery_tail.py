@@ -48,8 +48,13 @@ def crash_after_checkpoint(store_dir: Path, before: int = 100, after: int = 100,
     puts, then a crash (no close). Returns the results and the checkpoint's flushed offset."""
     store = strata.open(store_dir, config(**kw))
     store.create_topic(TOPIC, queues=1)
-    results = put_each(store, 0, before)
+    if before > 500:   # many: in batches
+        results = store.put_batch([make_message(i, topic=TOPIC, size=SIZE)
+                                   for i in range(before)])
+    else:
+        results = put_each(store, 0, before)
     assert store.wait_dispatched(30)
+    store.flush()
     store._write_checkpoint(clean_end=-1)
     flushed = store.checkpoint.load().flushed_offset
     assert flushed == results[-1].commitlog_offset + results[-1].size
@@ -188,6 +193,8 @@ def test_deleted_last_segment_of_a_cleanly_closed_store_is_reported_lost(tmp_sto
     assert len(files) >= 2
     files[-1].unlink()
     base = int(files[-1].name)
+    code, out, err = run_verify(tmp_store_dir)   # said before any writer opens it, too
+    assert code == 1 and "missing-segment" in err and files[-1].name in err
 
     with strata.open(tmp_store_dir, cfg) as store:
         rep = store.recovery_report
@@ -195,5 +202,20 @@ def test_deleted_last_segment_of_a_cleanly_closed_store_is_reported_lost(tmp_sto
         assert rep.problem and files[-1].name in rep.problem
         assert f"[{base}, {end})" in rep.problem
         assert files[-1].name in rep.summary()
+        assert [m.body for m in store.scan()] == \
+            [body_for(i, SIZE) for i, r in enumerate(results) if r.commitlog_offset < base]
+
+
+def test_deleted_last_segment_after_a_crash_is_reported_lost(tmp_store_dir):
+    results, flushed = crash_after_checkpoint(tmp_store_dir, before=4000, after=10,
+                                              flush="async")
+    files = sorted((tmp_store_dir / "commitlog").iterdir())
+    base = int(files[-1].name)
+    assert len(files) >= 2 and flushed > base
+    files[-1].unlink()
+    with strata.open(tmp_store_dir, config(flush="async")) as store:
+        rep = store.recovery_report
+        assert rep.lost_anything and rep.missing_segments == [files[-1].name]
+        assert f"[{base}, {flushed})" in rep.problem
         assert [m.body for m in store.scan()] == \
             [body_for(i, SIZE) for i, r in enumerate(results) if r.commitlog_offset < base]

@@ -20,7 +20,7 @@ from strata.cli.serve import serve_command
 from strata.cli.spark_cmd import spark_group
 from strata.cli.tier_cmd import tier_group
 from strata.errors import StrataError, StoreNotFoundError
-from strata.log.verify import log_end_problem, verify_log
+from strata.log.verify import recovery_problems, verify_log
 from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
 from strata.store.message import Message
@@ -236,9 +236,7 @@ def verify(directory: str) -> None:
             found = verify_log(store.log.segments, store.confirmed_offset(),
                                progress=lambda done: prog.update(task, completed=done))
         if not store._live_writer:   # what a writer's open would cut: a torn tail
-            tail = log_end_problem(store.recovery_report, store.log.segments)
-            if tail is not None:
-                found.problems.append(tail)
+            found.problems += recovery_problems(store.recovery_report, store.log.segments)
     derived, queues, index_files = _verify_derived(directory)
     for p in [*found.problems, *derived]:
         err.print(f"[red]CORRUPT[/red] {p.file} offset {p.offset}: {p.kind}: {p.detail}")

@@ -122,17 +122,23 @@ def verify_log(segments: SegmentQueue, limit: int, *,
     return check
 
 
-def log_end_problem(report, segments: SegmentQueue) -> Problem | None:
-    """The torn tail a read-only open found (``report``: its ``RecoveryReport``), as the
-    problem ``strata verify`` lists: the next writer's open cuts what follows it (kept aside in
-    a quarantine file first), so the record there, if one was meant to start there, is lost."""
-    if report is None or report.truncated_at is None:
-        return None
-    seg = segments.find(report.truncated_at)
-    what = (f"; segment files {', '.join(report.dropped_segments)} would be dropped"
-            if report.dropped_segments else "")
-    return Problem(f"commitlog/{seg.path.name}" if seg is not None else "commitlog",
-                   report.truncated_at, "log-end",
-                   f"the log ends here ({report.problem}); the next writer's recovery keeps "
-                   f"what follows in a quarantine file and cuts it{what}")
-
+def recovery_problems(report, segments: SegmentQueue) -> list[Problem]:
+    """What a read-only open's recovery (``report``: its ``RecoveryReport``) found that a
+    writer's open would report as lost, as the problems ``strata verify`` lists: the torn tail
+    it would cut (kept aside in a quarantine file first: the record there, if one was meant to
+    start there, is lost) and segment files the checkpoint covers that are gone."""
+    out: list[Problem] = []
+    if report is None:
+        return out
+    if report.truncated_at is not None:
+        seg = segments.find(report.truncated_at)
+        what = (f"; segment files {', '.join(report.dropped_segments)} would be dropped"
+                if report.dropped_segments else "")
+        out.append(Problem(f"commitlog/{seg.path.name}" if seg is not None else "commitlog",
+                           report.truncated_at, "log-end",
+                           f"the log ends here ({report.problem}); the next writer's recovery "
+                           f"keeps what follows in a quarantine file and cuts it{what}"))
+    for name in report.missing_segments:
+        out.append(Problem(f"commitlog/{name}", int(name), "missing-segment",
+                           report.problem or "segment file missing"))
+    return out
