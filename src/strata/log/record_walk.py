@@ -4,9 +4,11 @@
 A message record is good when its magic, its length at both ends, its field lengths and its
 physical-offset field (== segment base + position) agree, and its CRC32C where the walk checks
 CRCs. At a bad record the walker resynchronises: the next position whose bytes are a good
-record of that very offset with a matching CRC (found by searching for the magic), or a good
-blank record that reaches the segment's end. Everything in between is one ``Damage``. A stretch
-with no good record after it runs to the end of the walk.
+record of that very offset with a matching CRC (found by searching for the magic; runs of
+zeros are skipped at memory speed, ``MappedSegment.next_nonzero``), or a good blank record
+that reaches the segment's end. Everything in between is one ``Damage``. A stretch with no good record after it
+runs to the end of the walk, and ``zeros_from`` says where its final run of zeros starts
+(recovery keeps the bytes before it aside when it cuts a torn tail: docs/recovery.md).
 
 Good records are found in runs by one compiled pass (``record_kernels.walk``: the checks of
 ``record.check_record`` over a segment's map); only at a record that fails it does Python
@@ -175,7 +177,8 @@ class RecordWalk:
     (``light_until``, the range recovery trusts as flushed, is accepted for that reason and
     changes nothing). Damage before ``resync_until`` is passed over; damage at or after it
     ends the walk (a torn tail: ``stopped`` says why). A blank record ends the walk too
-    (``closed``). ``position`` is where the walk ended.
+    (``closed``). ``position`` is where the walk ended; ``zeros_from``: data bytes from there to
+    ``end`` are zero (set by the last look-ahead: meaningful when the walk ended in damage).
     """
 
     def __init__(self, seg: MappedSegment, start: int, end: int, *, crc_from: int = 0,
