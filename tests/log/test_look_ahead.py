@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from strata.errors import CorruptStoreError
 from strata.files.segment import MappedSegment
@@ -84,3 +86,12 @@ def test_quarantine_round_trip_and_damage(tmp_path):
     assert second == "quarantine/commitlog-00000000000000004096-1.bin"
     assert read_quarantine(store / first) == pieces
     assert read_quarantine(store / second) == pieces[:1]
+
+
+@given(st.lists(st.tuples(st.integers(0, (1 << 62)), st.binary(min_size=1, max_size=300)),
+                max_size=6))
+def test_quarantine_layout_round_trips(raw_pieces):
+    pieces = [QuarantinedPiece(offset, data) for offset, data in raw_pieces]
+    buf = encode_quarantine(pieces)
+    assert decode_quarantine(buf) == pieces
+    assert len(buf) == 20 + sum(24 + len(p.data) for p in pieces)
