@@ -134,6 +134,29 @@ def _zero(mm: mmap.mmap, start: int, stop: int) -> None:
         start += n
 
 
+NEWEST_SCAN_CHUNK = 1 << 16   # entries looked at per step of _newest_in_slots
+
+
+def _newest_in_slots(ents: np.ndarray, count: int, slots: int, wanted: np.ndarray) -> np.ndarray:
+    """For each slot in ``wanted`` (sorted, unique), the number of the newest entry among
+    ``ents[1:count]`` whose hash falls in it (0: none): the chain head a slot must get back
+    when the link that would tell it cannot be trusted. Scans back from the newest entry a
+    chunk at a time and stops once every wanted slot is found."""
+    out = np.zeros(len(wanted), np.int64)
+    missing = np.ones(len(wanted), bool)
+    hi = count
+    while hi > 1 and missing.any():
+        lo = max(1, hi - NEWEST_SCAN_CHUNK)
+        slot_of = ents["hash"][lo:hi].astype(np.int64) % slots
+        rows = np.flatnonzero(np.isin(slot_of, wanted[missing]))[::-1]   # newest first
+        found, at = np.unique(slot_of[rows], return_index=True)   # each slot's newest
+        k = np.searchsorted(wanted, found)
+        out[k] = lo + rows[at]
+        missing[k] = False
+        hi = lo
+    return out
+
+
 @dataclass(frozen=True)
 class _Repair:
     """What opening found wrong with an unsealed file and fixed (kept for tests and logs)."""
@@ -668,7 +691,14 @@ class KeyIndex:
         removed = ents[cut:f.count]
         slot_of = removed["hash"].astype(np.int64) % f.slots
         uniq, first = np.unique(slot_of, return_index=True)
-        restored = removed["prev"][first]
+        restored = removed["prev"][first].astype(np.int64)
+        # The entries cut are the newest, those a power loss may have torn: a link that is 0
+        # or does not lead to an older entry of the same slot is not trusted, the slot's newest
+        # kept entry is looked up instead (a torn link must never orphan the chain behind it).
+        ok = (restored > 0) & (restored < cut)
+        ok[ok] = ents["hash"][restored[ok]].astype(np.int64) % f.slots == uniq[ok]
+        if not ok.all():
+            restored[~ok] = _newest_in_slots(ents, cut, f.slots, uniq[~ok])
         heads = f.slots_view()
         heads[uniq] = restored.astype("<u4")
         used = f.used - int(np.count_nonzero(restored == 0))
