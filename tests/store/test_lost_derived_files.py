@@ -93,6 +93,7 @@ def reopen_and_check(store_dir: Path, acked: dict, what: str, **kw) -> None:
         assert_serves(store, acked)
         n = sum(len(v) for v in acked.values())
         more = put(store, range(1000, 1004))
+        assert store.wait_dispatched()
         for t in TOPICS:   # offsets continue: never a reused queue offset
             assert [m.queue_offset for m in store.get(t, 0, len(acked[t]), 8).messages] == \
                 [len(acked[t]), len(acked[t]) + 1]

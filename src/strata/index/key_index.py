@@ -30,6 +30,7 @@ from strata.errors import (CorruptStoreError, DiskFullError, InvalidConfigError,
                            InvalidInputError, ReadOnlyStoreError, StoreClosedError)
 from strata.files.io import DEFAULT_FILE_OPS
 from strata.format import key_index as fmt
+from strata.format.derived import IndexFileEnd
 
 log = logging.getLogger(__name__)
 
@@ -664,6 +665,52 @@ class KeyIndex:
         if self.readonly:
             self._rescan()
         return [f.info() for f in list(self._files)]
+
+    def layout(self) -> tuple[list[IndexFileEnd], int]:
+        """([IndexFileEnd] of every file, oldest first; indexed end): what the derived-files
+        summary records at a checkpoint."""
+        with self._lock:
+            files = [IndexFileEnd(f.begin_offset, f.order[1], f.end_offset)
+                     for f in self._files if f.count > 1]
+            return files, self._end_locked()
+
+    def check_expected(self, files: Sequence[IndexFileEnd], index_end: int, log_min: int,
+                       log_end: int) -> list[str]:
+        """Writer's open: compare the files with what the last checkpoint recorded
+        (``files``: IndexFileEnd, ``index_end``). A file that still covers records of the log
+        but is gone makes every later file go too (set aside) and the index is re-dispatched
+        from its first offset; an index that ends before the recorded end is re-dispatched from
+        where it ends. Returns what was found (empty: nothing)."""
+        self._writable()
+        found = []
+        with self._lock:
+            have = {f.order for f in self._files}
+            gone = [e for e in files if (e.begin_offset, e.sequence) not in have
+                    and e.end_offset >= log_min and e.begin_offset < log_end]
+            if gone:
+                first = min(gone, key=lambda e: (e.begin_offset, e.sequence))
+                name = fmt.file_name(first.begin_offset, first.sequence)
+                later = [f for f in self._files if f.order > (first.begin_offset, first.sequence)]
+                for f in later:
+                    self._files.remove(f)
+                    try:
+                        f.mm.close()
+                    except BufferError:
+                        pass
+                if later:
+                    self._set_aside([f.name for f in later], f"follows missing file {name}")
+                self._lost_from(max(first.begin_offset, log_min))
+                found.append(f"key index file(s) missing: "
+                             f"{', '.join(fmt.file_name(e.begin_offset, e.sequence) for e in gone)}"
+                             f"{f' ({len(later)} later file(s) set aside)' if later else ''}")
+            end = self._end_locked()
+            if not found and end < index_end <= log_end:
+                self._lost_from(max(end, log_min))
+                found.append(f"key index ends at offset {end}, the checkpoint recorded "
+                             f"{index_end}")
+        for line in found:
+            log.warning("key index %s: %s; rebuilt from the commit log", self.directory, line)
+        return found
 
     # ------------------------------------------------------------------ recovery, retention
 

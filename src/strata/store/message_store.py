@@ -35,6 +35,8 @@ from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.index.queue_recovery import recover_queues, rederive_unit
+from strata.index.derived_check import (DerivedSummaryFile, check_queues, snapshot,
+                                        trusted_ends)
 from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
                                   PutResults, PutStatus)
 from strata.store import tier_link
@@ -169,6 +171,7 @@ class MessageStore:
         self._reput: ReputService | None = None
         self.retention: RetentionService | None = None
         self.checkpoint = CheckpointFile(self.path, self.file_ops)
+        self.derived = DerivedSummaryFile(self.path, self.file_ops)
         self.abort_marker = AbortMarker(self.path, self.file_ops)
         self.state = StatePage(self.path, readonly=readonly)
         if readonly:
@@ -250,6 +253,18 @@ class MessageStore:
         start = cp.dispatched_offset if cp is not None else 0
         start = max(log_min, min(start, end))
         self.queues.load()
+        # derived files are checked against what the last checkpoint recorded of them, and
+        # against what a unit can hold, before the units after the checkpoint are checked
+        # against the log (docs/recovery.md "Derived files")
+        summary = self.derived.load() if cp is not None else None
+        table = self.topic_table
+        expected = trusted_ends(summary, table.queues, table.since, end)
+        checked = check_queues(self.queues, expected, table.since, log_min, end,
+                               self.log.max_record_size())
+        index_lost: list[str] = []
+        if summary is not None:
+            index_lost = self.key_index.check_expected(summary.index_files, summary.index_end,
+                                                       log_min, end)
         fixed = recover_queues(self.queues, self.log, start, end, thorough=not clean)
         self.key_index.truncate(start)
         self.queues.correct_min_offsets(log_min)
@@ -258,6 +273,8 @@ class MessageStore:
             if q.damaged:
                 replay = min(replay, max(q.replay_from, log_min,
                                          self.topic_table.since.get(q.topic, 0)))
+        for c in checked:
+            replay = min(replay, max(c.replay_from, log_min))
         if self.key_index.damaged_from is not None:
             replay = min(replay, max(self.key_index.damaged_from, log_min))
         self._reput = ReputService(self.log, self.confirmed_offset,
@@ -269,7 +286,10 @@ class MessageStore:
         if report is not None:
             report.redispatched_records = replayed
             report.consume_queue_units_dropped = sum(q.dropped for q in fixed)
-            repaired = [q.describe() for q in fixed if q.damaged]
+            repaired = [c.describe() for c in checked]
+            repaired += [q.describe() for q in fixed if q.damaged]
+            repaired += [f"{line}; rebuilt from the commit log from offset {replay}"
+                         for line in index_lost]
             if self.key_index.set_aside:
                 repaired.append(f"key index file(s) set aside: "
                                 f"{'; '.join(self.key_index.set_aside)}; rebuilt from the "
@@ -278,6 +298,14 @@ class MessageStore:
                 log.warning("store %s: %s", self.path, line)
             report.repaired_files += repaired
         self._queue_next = {k: cq.max_offset() for k, cq in self.queues.queues.items()}
+        for k, want in expected.items():   # offsets once given out are never given again
+            if self._queue_next.get(k, 0) < want.end:
+                self._queue_next[k] = want.end
+                if report is not None:
+                    report.repaired_files.append(
+                        f"consume queue {k[0]}/{k[1]}: the commit log no longer holds the "
+                        f"records of offsets up to {want.end - 1}; new messages continue "
+                        f"at offset {want.end}")
 
     def _on_dispatched(self, offset: int) -> None:
         if self.state.is_open:
@@ -364,8 +392,10 @@ class MessageStore:
     def _write_checkpoint(self, clean_end: int) -> None:
         """Flush queues and index, then record how far they are durable."""
         dispatched = self._reput.reput_offset if self._reput is not None else 0
+        derived = snapshot(self.queues, self.key_index, self.topic_table.since)
         self.queues.flush()
         self.key_index.flush()
+        self.derived.store(derived)   # names only what the flushes above made durable
         last = self.log.segments.last()
         self.checkpoint.store(Checkpoint(
             flushed_offset=self.log.flushed_offset(), clean_end_offset=clean_end,
