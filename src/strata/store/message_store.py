@@ -286,7 +286,8 @@ class MessageStore:
         if report is not None:
             report.redispatched_records = replayed
             report.consume_queue_units_dropped = sum(q.dropped for q in fixed)
-            repaired = [c.describe() for c in checked]
+            named = {(q.topic, q.queue_id) for q in fixed if q.damaged}   # one line a queue
+            repaired = [c.describe() for c in checked if (c.topic, c.queue_id) not in named]
             repaired += [q.describe() for q in fixed if q.damaged]
             repaired += [f"{line}; rebuilt from the commit log from offset {replay}"
                          for line in index_lost]
