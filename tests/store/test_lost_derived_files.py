@@ -212,3 +212,40 @@ def test_crash_without_close_keeps_queue_offsets(tmp_store_dir):
     store._abandon()
     shutil.rmtree(tmp_store_dir / "consumequeue" / "pay")
     reopen_and_check(tmp_store_dir, merge(acked, more), "consume queue pay/0")
+
+
+def _entries_at(path: Path) -> tuple[int, int]:
+    """(byte position of entry 0, entry count) of a key-index file."""
+    from strata.format import key_index as fmt
+    raw = path.read_bytes()
+    header = fmt.KeyIndexHeader.decode(raw[:fmt.HEADER_BYTES])
+    return fmt.entries_position(header.slots), fmt.peek_counters(raw)[2]
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean", "crash"])
+def test_zeroed_entries_of_a_sealed_key_index_file_are_rebuilt(tmp_store_dir, crash):
+    """A sealed file is not re-checked entry by entry when it is loaded; a zeroed stretch of
+    its entries breaks the chains through it, and the keys there must not vanish."""
+    acked = make(tmp_store_dir, 60, crash=crash, index_slots=8, index_entries=16)
+    first = index_files(tmp_store_dir)[0]
+    at, count = _entries_at(first)
+    assert count == 16                      # full: sealed at the flush that followed
+    zero_range(first, at + 20 * 5, at + 20 * 9)
+    reopen_and_check(tmp_store_dir, acked, "key index", index_slots=8, index_entries=16)
+
+
+def test_a_link_into_another_slot_is_rebuilt(tmp_store_dir):
+    from strata.format import key_index as fmt
+    import numpy as np
+    acked = make(tmp_store_dir, 60, index_slots=8, index_entries=16)
+    first = index_files(tmp_store_dir)[0]
+    at, count = _entries_at(first)
+    ents = np.frombuffer(first.read_bytes(), fmt.ENTRY_DTYPE, count, at)
+    slot = ents["hash"].astype(np.int64) % 8
+    # an entry with a link whose target is of another slot: a flipped bit in its link
+    n = next(i for i in range(2, count) if ents["prev"][i] > 0)
+    other = next(j for j in range(1, n) if slot[j] != slot[n])
+    with open(first, "r+b") as f:
+        f.seek(at + 20 * n + 16)
+        f.write(int(other).to_bytes(4, "little"))
+    reopen_and_check(tmp_store_dir, acked, "key index", index_slots=8, index_entries=16)

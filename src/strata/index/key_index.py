@@ -158,6 +158,39 @@ def _newest_in_slots(ents: np.ndarray, count: int, slots: int, wanted: np.ndarra
     return out
 
 
+def _chain_problem(f: _IndexFile) -> str | None:
+    """What is wrong with a file's counted entries and slot heads (None: nothing found)."""
+    count = f.count
+    if count < 1 or count > f.capacity:
+        return f"its entry count {count} is outside 1..{f.capacity}"
+    ents = f.entries_view(count)[1:]
+    heads = f.slots_view()
+    try:
+        if not len(ents):
+            return "a slot head points into an empty file" if heads.any() else None
+        offsets = ents["offset"]
+        prev = ents["prev"].astype(np.int64)
+        slot_of = ents["hash"].astype(np.int64) % f.slots
+        numbers = np.arange(1, count, dtype=np.int64)
+        bad = (offsets < f.begin_offset) | (offsets > int(offsets[-1])) | (prev < 0) \
+            | (prev >= numbers)
+        bad[1:] |= offsets[1:] < offsets[:-1]
+        linked = np.flatnonzero(~bad & (prev > 0))
+        bad[linked] |= slot_of[prev[linked] - 1] != slot_of[linked]
+        hits = np.flatnonzero(bad)
+        if len(hits):
+            return f"entry {int(hits[0]) + 1} is damaged or breaks its chain"
+        used = np.flatnonzero(heads)
+        h = heads[used].astype(np.int64)
+        if (h >= count).any():
+            return "a slot head points past the counted entries"
+        if (slot_of[h - 1] != used).any():
+            return "a slot head points to an entry of another slot"
+        return None
+    finally:
+        del ents, heads
+
+
 @dataclass(frozen=True)
 class _Repair:
     """What opening found wrong with an unsealed file and fixed (kept for tests and logs)."""
@@ -711,6 +744,35 @@ class KeyIndex:
         for line in found:
             log.warning("key index %s: %s; rebuilt from the commit log", self.directory, line)
         return found
+
+    def check_chains(self, log_min: int) -> list[str]:
+        """Writer's open: check every file's entries and chains in one numpy pass each (no
+        commit-log read): offsets within the file's range and never decreasing, every link
+        pointing backwards to an entry of the same slot, every slot head to a counted entry of
+        its slot. A sealed file is otherwise trusted as it is, so a zeroed stretch or a broken
+        chain there would hide keys from ``query``: the first file found broken is set aside
+        with every later one, and the log is re-dispatched into the index from its first
+        offset. Returns what was found (empty: nothing)."""
+        self._writable()
+        with self._lock:
+            for i, f in enumerate(self._files):
+                why = _chain_problem(f)
+                if why is None:
+                    continue
+                later = self._files[i:]
+                del self._files[i:]
+                for g in later:
+                    try:
+                        g.mm.close()
+                    except BufferError:
+                        pass
+                self._set_aside([g.name for g in later], why)
+                self._lost_from(max(f.begin_offset, log_min))
+                line = (f"key index file {f.name}: {why}"
+                        f"{f' ({len(later) - 1} later file(s) set aside too)' if len(later) > 1 else ''}")
+                log.warning("key index %s: %s; rebuilt from the commit log", self.directory, line)
+                return [line]
+        return []
 
     # ------------------------------------------------------------------ recovery, retention
 

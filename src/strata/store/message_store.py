@@ -265,6 +265,7 @@ class MessageStore:
         if summary is not None:
             index_lost = self.key_index.check_expected(summary.index_files, summary.index_end,
                                                        log_min, end)
+        index_lost += self.key_index.check_chains(log_min)
         fixed = recover_queues(self.queues, self.log, start, end, thorough=not clean)
         self.key_index.truncate(start)
         self.queues.correct_min_offsets(log_min)
