@@ -955,7 +955,7 @@ def code_under_test() -> dict:
 # whose damage the first open does not report is counted as "silent".
 DERIVED_KINDS = ("cq_file_deleted", "cq_queue_deleted", "cq_folder_deleted", "cq_units_zeroed",
                  "cq_file_zeroed", "ki_first_deleted", "ki_last_deleted", "ki_file_deleted",
-                 "ki_folder_deleted", "ki_file_zeroed")
+                 "ki_folder_deleted", "ki_file_zeroed", "ki_entries_zeroed")
 
 
 def damage_derived(kind: str, root: Path, rng: random.Random) -> str:
@@ -996,6 +996,16 @@ def damage_derived(kind: str, root: Path, rng: random.Random) -> str:
     if kind == "ki_file_zeroed":
         with open(f, "r+b") as fh:
             fh.write(bytes(f.stat().st_size))
+    elif kind == "ki_entries_zeroed":   # a stretch of counted entries (a lost page, say)
+        data = f.read_bytes()
+        entries_at = KX_HEADER + 4 * GEOMETRY["index_slots"]
+        (count,) = struct.unpack_from("<I", data, 56)
+        lo = rng.randrange(1, max(2, count))
+        hi = rng.randint(lo + 1, max(lo + 1, count))
+        with open(f, "r+b") as fh:
+            fh.seek(entries_at + 20 * lo)
+            fh.write(bytes(20 * (hi - lo)))
+        return f"{f.relative_to(root)} entries {lo}..{hi - 1} zeroed"
     else:
         f.unlink()
     return str(f.relative_to(root))
