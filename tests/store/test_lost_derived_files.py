@@ -249,3 +249,52 @@ def test_a_link_into_another_slot_is_rebuilt(tmp_store_dir):
         f.seek(at + 20 * n + 16)
         f.write(int(other).to_bytes(4, "little"))
     reopen_and_check(tmp_store_dir, acked, "key index", index_slots=8, index_entries=16)
+
+
+# --------------------------------------------------------------------------- background rebuild
+
+
+def test_a_large_index_rebuild_runs_in_the_background(tmp_store_dir, monkeypatch):
+    """Past BACKGROUND_REBUILD_BYTES of log to re-dispatch, the open does not wait for the
+    key index: query says it is rebuilding (never a partial answer), get works at once, puts
+    made meanwhile are indexed too, and a close in the middle loses nothing."""
+    import threading
+
+    from strata.errors import IndexRebuildingError
+    from strata.index import key_index_rebuild as kir
+
+    monkeypatch.setattr(kir, "BACKGROUND_REBUILD_BYTES", 0)
+    acked = make(tmp_store_dir, 300, index_slots=8, index_entries=64)
+    shutil.rmtree(tmp_store_dir / "index")
+    # hold the rebuild's thread at its first batch until the test has looked
+    release = threading.Event()
+    inner = kir.KeyIndexRebuild._run
+
+    def held(self):
+        release.wait(30)
+        inner(self)
+
+    monkeypatch.setattr(kir.KeyIndexRebuild, "_run", held)
+    cfg = dict(index_slots=8, index_entries=64)
+    with strata.open(tmp_store_dir, config(**cfg)) as store:
+        assert [r for r in store.recovery_report.repaired_files if "background" in r]
+        with pytest.raises(IndexRebuildingError, match="being rebuilt"):
+            store.query("pay", "k0")
+        for t in TOPICS:   # get is served at once
+            assert store.max_offset(t, 0) == len(acked[t])
+        more = put(store, range(1000, 1010))
+        assert store.wait_dispatched()
+        release.set()
+        assert store.wait_index_rebuilt(30)
+        acked = merge(acked, more)
+        assert_serves(store, acked)
+    # a close while the rebuild runs: the next open replays what the index lacked
+    shutil.rmtree(tmp_store_dir / "index")
+    monkeypatch.setattr(kir.KeyIndexRebuild, "_run", lambda self: self._stop.wait(30))
+    with strata.open(tmp_store_dir, config(**cfg)) as store:
+        with pytest.raises(IndexRebuildingError):
+            store.query("pay", "k0")
+    monkeypatch.setattr(kir.KeyIndexRebuild, "_run", inner)
+    monkeypatch.setattr(kir, "BACKGROUND_REBUILD_BYTES", 1 << 40)
+    with strata.open(tmp_store_dir, config(**cfg)) as store:
+        assert_serves(store, acked)
