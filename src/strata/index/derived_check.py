@@ -20,7 +20,7 @@ import numpy as np
 
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.format import record as rec
-from strata.format.consume_queue import BLANK_SIZE
+from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
 from strata.format.derived import DerivedSummary, IndexFileEnd, QueueEnd
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.key_index import KeyIndex
@@ -102,7 +102,7 @@ def first_bad_unit(cq: ConsumeQueue, log_end: int, max_size: int) -> tuple[int, 
     offset before the previous unit's record. Returns (its number — ``max_offset()`` if none —,
     the commit-log offset just past the last good unit's record (0: none), why)."""
     first = cq.segments.first()
-    n = max(cq.min_offset(), first.base_offset // 20 if first is not None else 0)
+    n = max(cq.min_offset(), first.base_offset // UNIT_SIZE if first is not None else 0)
     hi = cq.max_offset()
     prev_end = 0
     while n < hi:

@@ -48,11 +48,12 @@ class KeyIndexRebuild:
 
     # the store's dispatch chain calls this in place of the key-index dispatcher
     def dispatch(self, batch: DispatchBatch | Sequence) -> None:
+        if not isinstance(batch, DispatchBatch):
+            batch = DispatchBatch.from_requests(batch)
         with self._gate:
             if self._active:
-                if isinstance(batch, DispatchBatch) and len(batch):
-                    end = int(batch.offsets[-1]) + int(batch.sizes[-1])
-                    self._held_to = max(self._held_to, end)
+                if len(batch):
+                    self._held_to = max(self._held_to, batch.end)
                 return
         self.inner.dispatch(batch)
 
