@@ -1129,14 +1129,229 @@ def code_under_test() -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- derived files
+
+# Issue 22: consume-queue and key-index files deleted or zeroed (after a clean close or a crash
+# right after a checkpoint) must be rebuilt from the commit log at open and reported; a round
+# whose damage the first open does not report is counted as "silent".
+DERIVED_KINDS = ("cq_file_deleted", "cq_queue_deleted", "cq_folder_deleted", "cq_units_zeroed",
+                 "cq_file_zeroed", "ki_first_deleted", "ki_last_deleted", "ki_file_deleted",
+                 "ki_folder_deleted", "ki_file_zeroed", "ki_entries_zeroed")
+
+
+def damage_derived(kind: str, root: Path, rng: random.Random) -> str:
+    """Delete or zero a derived file of the store at ``root``; returns what was done."""
+    cq = root / "consumequeue"
+    if kind.startswith("cq_"):
+        files = sorted(f for f in cq.rglob("*") if f.is_file() and f.name.isdigit())
+        f = rng.choice(files)
+        if kind == "cq_file_deleted":
+            f.unlink()
+        elif kind == "cq_queue_deleted":
+            shutil.rmtree(f.parent)
+            return str(f.parent.relative_to(root))
+        elif kind == "cq_folder_deleted":
+            shutil.rmtree(cq)
+            return "consumequeue"
+        else:
+            data = f.read_bytes()[HEADER_PAGE:]
+            used = [i for i in range(len(data) // 20) if data[20 * i + 8:20 * i + 12] != bytes(4)]
+            if kind == "cq_file_zeroed" or not used:
+                lo, hi = 0, len(data) // 20
+            else:
+                lo = rng.choice(used)
+                hi = rng.randint(lo + 1, used[-1] + 1)
+            with open(f, "r+b") as fh:
+                fh.seek(HEADER_PAGE + 20 * lo)
+                fh.write(bytes(20 * (hi - lo)))
+            return f"{f.relative_to(root)} units {lo}..{hi - 1} zeroed"
+        return str(f.relative_to(root))
+    ix = root / "index"
+    files = sorted(f for f in ix.iterdir() if f.name[:1].isdigit()
+                   and not f.name.endswith(".damaged"))
+    if kind == "ki_folder_deleted":
+        shutil.rmtree(ix)
+        return "index"
+    f = {"ki_first_deleted": files[0], "ki_last_deleted": files[-1]}.get(kind) \
+        or rng.choice(files)
+    if kind == "ki_file_zeroed":
+        with open(f, "r+b") as fh:
+            fh.write(bytes(f.stat().st_size))
+    elif kind == "ki_entries_zeroed":   # a stretch of counted entries (a lost page, say)
+        data = f.read_bytes()
+        entries_at = KX_HEADER + 4 * GEOMETRY["index_slots"]
+        (count,) = struct.unpack_from("<I", data, 56)
+        lo = rng.randrange(1, max(2, count))
+        hi = rng.randint(lo + 1, max(lo + 1, count))
+        with open(f, "r+b") as fh:
+            fh.seek(entries_at + 20 * lo)
+            fh.write(bytes(20 * (hi - lo)))
+        return f"{f.relative_to(root)} entries {lo}..{hi - 1} zeroed"
+    else:
+        f.unlink()
+    return str(f.relative_to(root))
+
+
+def _open_report_check(work: Path, acks: dict[int, Ack], tally: Tally, ctx: dict,
+                       **check) -> list[str] | None:
+    """Open (config-less, as the CLI does), check every acknowledged message, close; the
+    repairs the open reported (None: it did not open)."""
+    store = open_checked(lambda: strata.MessageStore(work, None), tally, ctx, len(acks))
+    if store is None:
+        return None
+    try:
+        rep = store.recovery_report
+        repaired = list(rep.repaired_files) if rep is not None else []
+        check_store(store, acks, tally, ctx, **check)
+    except Exception as e:  # noqa: BLE001
+        tally.raised(ctx, "check", e)
+        repaired = []
+    finally:
+        close_checked(store, tally, ctx)
+    return repaired
+
+
+def scenario_derived(n: int, workdir: Path, seed: int, deadline: float,
+                     first: int = 0) -> tuple[Tally, dict]:
+    tally = Tally()
+    stats = {"derived_damaged": 0, "by_kind": {k: 0 for k in DERIVED_KINDS}, "silent": 0,
+             "failed_by_kind": {k: 0 for k in DERIVED_KINDS}}
+    pristine = [build_pristine(workdir / "pristine-clean", seed, False),
+                build_pristine(workdir / "pristine-unclean", seed, True)]
+    for rnd in range(first, first + n):
+        if time.monotonic() > deadline:
+            break
+        rng = random.Random(f"{seed}-derived-{rnd}")
+        kind = DERIVED_KINDS[rnd % len(DERIVED_KINDS)]
+        src = pristine[rng.randrange(2)]
+        work = workdir / "derived"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(src.path, work)
+        what = damage_derived(kind, work, rng)
+        ctx = {"scenario": "derived", "seed": seed, "round": rnd, "kind": kind,
+               "stop": "unclean" if src.unclean else "clean", "damage": what}
+        stats["derived_damaged"] += 1
+        stats["by_kind"][kind] += 1
+        before = tally.lost + tally.wrong + tally.tracebacks + tally.errors
+        for reopen in range(2):
+            ctx["open"] = reopen
+            repaired = _open_report_check(work, src.acks, tally, ctx, exact=src.exact)
+            if repaired is None:
+                break
+            if reopen == 0 and not repaired:
+                stats["silent"] += 1
+                tally.failures.append({"event": "failure", "problem": "silent", **ctx})
+        if tally.lost + tally.wrong + tally.tracebacks + tally.errors > before:
+            stats["failed_by_kind"][kind] += 1
+    shutil.rmtree(workdir / "derived", ignore_errors=True)
+    for p in pristine:
+        shutil.rmtree(p.path, ignore_errors=True)
+    return tally, stats
+
+
+SECTOR = 512
+
+
+def _sealed(index_file: bytes) -> bool:
+    from strata.format import key_index as kx
+    return bool(kx.peek_counters(index_file)[0] & kx.FLAG_SEALED)
+
+
+def _durable_at_creation(f: Path, new: bytes) -> bytes:
+    """What a derived file made since the checkpoint holds for sure after a power loss: the
+    header its creation synced before the file got its name (a key-index file's geometry with
+    empty counters; a consume-queue file's header page), zeros after it."""
+    if f.parent.name == "index":
+        import dataclasses
+
+        from strata.format import key_index as kx
+        h = kx.KeyIndexHeader.decode(new[:kx.HEADER_BYTES])
+        return dataclasses.replace(h, flags=0, end_offset=-1, entry_count=1, used_slots=0,
+                                   min_delta=0, max_delta=0).encode()
+    return new[:HEADER_PAGE]
+
+
+def scenario_torn(n: int, workdir: Path, seed: int, deadline: float,
+                  first: int = 0) -> tuple[Tally, dict]:
+    """512-byte-sector tearing of consume-queue units and key-index entries: a checkpoint
+    makes the derived files durable, more messages are put (their log records flushed, their
+    units and entries not) and the process stops; each 512-byte sector of a derived file that
+    changed since the checkpoint then holds its old or its new bytes, at random, as a power
+    loss leaves them (entries and units straddle sectors: 512 is no multiple of 20). Every
+    acknowledged message must be served by every read path, ``query`` included."""
+    tally = Tally()
+    stats = {"torn_rounds": 0, "torn_sectors": 0, "acked": 0}
+    cfg = store_config(flush_interval_ms=60_000, flush_thorough_interval_ms=60_000,
+                       checkpoint_interval_ms=3_600_000)
+    for rnd in range(first, first + n):
+        if time.monotonic() > deadline:
+            break
+        rng = random.Random(f"{seed}-torn-{rnd}")
+        work = workdir / "torn"
+        shutil.rmtree(work, ignore_errors=True)
+        ctx = {"scenario": "torn", "seed": seed, "round": rnd, "kind": "torn_sectors"}
+        acks: dict[int, Ack] = {}
+        seqs = iter(range(10**9))
+        store = strata.MessageStore(work, cfg)
+        target = rng.randint(60, 200)
+        while len(acks) < target:
+            for a in put_random(store, rng, lambda: next(seqs)):
+                acks[a.seq] = a
+        store.wait_dispatched()
+        store._write_checkpoint(clean_end=-1)
+        derived = lambda: sorted(f for d in ("consumequeue", "index")   # noqa: E731
+                                 for f in (work / d).rglob("*")
+                                 if f.is_file() and f.name[:1].isdigit())
+        old = {f: f.read_bytes() for f in derived()}
+        while len(acks) < 400 and rng.random() < 0.97:
+            for a in put_random(store, rng, lambda: next(seqs)):
+                acks[a.seq] = a
+        store.flush()
+        store.wait_dispatched()
+        store._abandon()
+        for f in derived():
+            new = f.read_bytes()
+            was = old.get(f)
+            if was is None:
+                was = _durable_at_creation(f, new)
+            elif f.parent.name == "index" and _sealed(new) and not _sealed(was):
+                continue     # sealing syncs the whole file before it writes the flag
+            was = was + bytes(len(new) - len(was))
+            torn = bytearray(new)
+            changed = [at for at in range(SECTOR, len(new), SECTOR)
+                       if new[at:at + SECTOR] != was[at:at + SECTOR]]
+            if rng.random() < 0.5:   # write-back in file order, stopped at a random sector
+                lost = changed[rng.randint(0, len(changed)):]
+            else:                    # any subset of the sectors
+                lost = [at for at in changed if rng.random() < 0.5]
+            # the first sector (header, counters, slot heads) reaches the disk more often
+            # than not: the torn entries behind it are then counted and must be cut
+            if new[:SECTOR] != was[:SECTOR] and rng.random() < 0.2:
+                lost.append(0)
+            for at in lost:
+                torn[at:at + SECTOR] = was[at:at + SECTOR]
+            stats["torn_sectors"] += len(lost)
+            f.write_bytes(bytes(torn))
+        stats["torn_rounds"] += 1
+        stats["acked"] += len(acks)
+        for reopen in range(2):
+            ctx["open"] = reopen
+            if _open_report_check(work, acks, tally, ctx) is None:
+                break
+    shutil.rmtree(workdir / "torn", ignore_errors=True)
+    return tally, stats
+
+
 SHARES = {"kills": 0.40, "power": 0.10, "flips": 0.40, "disk": 0.10,
-          "tailflips": 0.25, "lostseg": 0.05}
-SCENARIOS = ("kills", "power", "flips", "disk", "tailflips", "lostseg")
-EXTRA = {"tailflips": scenario_tail_flips, "lostseg": scenario_lost_segment}   # (issue 22)
+          "tailflips": 0.25, "lostseg": 0.05, "derived": 0.15, "torn": 0.10}
+SCENARIOS = ("kills", "power", "flips", "disk", "tailflips", "lostseg", "derived", "torn")
+EXTRA = {"tailflips": scenario_tail_flips, "lostseg": scenario_lost_segment,   # (issue 22)
+         "derived": scenario_derived, "torn": scenario_torn}
 
 
 def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
-        tailflips: int = 0, lostseg: int = 0, seconds: float = 60.0, seed: int | None = None, directory: Path | None = None,
+        tailflips: int = 0, lostseg: int = 0, derived: int = 0, torn: int = 0,
+        seconds: float = 60.0, seed: int | None = None, directory: Path | None = None,
         only: tuple[str, ...] = SCENARIOS, emit=print, use_tmpfs: bool = True,
         first_round: int = 0) -> dict:
     """Run the scenarios within about ``seconds`` (each gets a share of it; a scenario that
@@ -1157,7 +1372,8 @@ def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
     scenarios: dict[str, dict] = {}
     plan = [(name, n) for name, n in (("kills", kills), ("power", power), ("flips", flips),
                                       ("disk", disk), ("tailflips", tailflips),
-                                      ("lostseg", lostseg)) if name in only and n > 0]
+                                      ("lostseg", lostseg), ("derived", derived),
+                                      ("torn", torn)) if name in only and n > 0]
     share_sum = sum(SHARES[name] for name, _ in plan) or 1.0
     cum = 0.0
     try:
@@ -1196,6 +1412,8 @@ def run(*, kills: int = 10, flips: int = 100, power: int = 2, disk: int = 1,
                "disk_rounds": scenarios.get("disk", {}).get("disk_rounds", 0),
                "tail_flips": scenarios.get("tailflips", {}).get("tail_flips", 0),
                "lost_segments": scenarios.get("lostseg", {}).get("lost_segments", 0),
+               "derived_damaged": scenarios.get("derived", {}).get("derived_damaged", 0),
+               "torn_rounds": scenarios.get("torn", {}).get("torn_rounds", 0),
                "silent": sum(sc.get("silent", 0) for sc in scenarios.values()),
                "acked": sum(sc.get("acked", 0) for sc in scenarios.values()),
                "failed": {name: sc["failed_rounds"] for name, sc in scenarios.items()
@@ -1221,6 +1439,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="bit flips in a crashed sync store, half after its last checkpoint")
     ap.add_argument("--lostseg", type=int, default=10,
                     help="rounds with the last commit-log segment deleted")
+    ap.add_argument("--derived", type=int, default=40,
+                    help="deleted or zeroed consume-queue / key-index files")
+    ap.add_argument("--torn", type=int, default=10,
+                    help="512-byte-sector tearing of units and index entries after a stop")
     ap.add_argument("--first-round", type=int, default=0,
                     help="power, flip and disk rounds start here: with --seed and --only, "
                          "repeats a reported round (kill rounds depend on the ones before)")
@@ -1236,11 +1458,11 @@ def main(argv: list[str] | None = None) -> int:
     # a SIGTERM unwinds like ^C: children are killed and a tmpfs unmounted on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     s = run(kills=a.kills, flips=a.flips, power=a.power, disk=a.disk, tailflips=a.tailflips,
-            lostseg=a.lostseg, seconds=a.seconds,
+            lostseg=a.lostseg, derived=a.derived, torn=a.torn, seconds=a.seconds,
             seed=a.seed, directory=a.dir, only=tuple(a.only.split(",")),
             use_tmpfs=not a.no_tmpfs, first_round=a.first_round,
             emit=lambda line: print(line, flush=True))
-    return 0 if s["lost"] == s["wrong"] == s["tracebacks"] == 0 else 1
+    return 0 if s["lost"] == s["wrong"] == s["tracebacks"] == s["silent"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -57,3 +57,8 @@ class CorruptRecordError(CorruptStoreError):
 
 class DiskFullError(StrataError, OSError):
     """The disk is too full to accept writes; stored data is untouched."""
+
+
+class IndexRebuildingError(StrataError):
+    """The key index is being rebuilt from the commit log in the background; ``query`` cannot
+    answer completely until it is done (``MessageStore.wait_index_rebuilt``)."""

@@ -60,6 +60,22 @@ def test_local_rebuild_equals_dispatch(tmp_path):
     assert sorted(p.name for p in path.iterdir() if p.name.startswith("rebuild")) == []
 
 
+def test_a_rebuild_with_other_files_is_not_taken_for_lost_ones(tmp_path):
+    """The derived-files summary named the old files: a rebuild made with other geometry
+    (other index file names) must not be set aside and rebuilt again at the next open."""
+    path = tmp_path / "s"
+    n = make_store(path)
+    other = strata.StoreConfig(segment_size=64 * 1024, prefault=False, consume_queue_units=64,
+                               index_slots=64, index_entries=256)
+    with IndexRebuild(path, other) as rb:
+        assert rb.build(local_batches(rb)) == n
+        rb.swap()
+    with strata.open(path, config()) as store:
+        assert not store.recovery_report.repaired_files, store.recovery_report.repaired_files
+        assert store.recovery_report.redispatched_records == 0
+        assert len(store.query("a", "k0-1")) == 1
+
+
 def test_rebuild_needs_the_writer_lock(tmp_path):
     path = tmp_path / "s"
     make_store(path)

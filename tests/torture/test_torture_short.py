@@ -1,5 +1,7 @@
 """The short torture run for CI (issue 17): SIGKILLs under sync and async flush, a power loss
-per flush mode, single-bit flips in every file kind and a full disk, each checked against a
+per flush mode, single-bit flips in every file kind, a full disk, deleted and zeroed
+consume-queue and key-index files (each must be reported as repaired) and 512-byte-sector
+tearing of units and index entries, each checked against a
 model of every acknowledged message. The harness is bench/torture.py (the long run's command
 is in the README's "Testing" section); this test imports it and asserts that nothing
 acknowledged was lost or came back wrong, and that nothing raised an error outside strata's
@@ -27,7 +29,8 @@ def load_harness():
 
 
 torture = load_harness()
-SHORT = dict(kills=10, flips=100, power=2, disk=1, tailflips=16, lostseg=4, seconds=70)
+SHORT = dict(kills=10, flips=100, power=2, disk=1, tailflips=16, lostseg=4, derived=20, torn=4,
+             seconds=100)
 CI_SEED = 17
 ARGS = " ".join(f"--{k} {v}" for k, v in SHORT.items())
 
@@ -53,6 +56,8 @@ def test_torture_short(tmp_path):
     # issue 22: flips in records written after the last checkpoint, a deleted last segment
     assert sc["tailflips"]["after_checkpoint"] >= 1 and sc["tailflips"]["before_checkpoint"] >= 1
     assert sc["lostseg"]["by_stop"] == {"clean": 2, "unclean": 2}
+    # deleted / zeroed derived files (every kind) and torn sectors of units and entries
+    assert s["derived_damaged"] >= len(torture.DERIVED_KINDS) and s["torn_rounds"] >= 1
     assert s["silent"] == 0, f"rerun: bench/torture.py {ARGS} --seed {seed}\n{report}"
     counts = {k: s[k] for k in ("lost", "wrong", "tracebacks", "errors")}
     assert counts == dict.fromkeys(counts, 0), \

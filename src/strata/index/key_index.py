@@ -30,6 +30,7 @@ from strata.errors import (CorruptStoreError, DiskFullError, InvalidConfigError,
                            InvalidInputError, ReadOnlyStoreError, StoreClosedError)
 from strata.files.io import DEFAULT_FILE_OPS
 from strata.format import key_index as fmt
+from strata.format.derived import IndexFileEnd
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,62 @@ def _zero(mm: mmap.mmap, start: int, stop: int) -> None:
         n = min(len(chunk), stop - start)
         mm[start:start + n] = chunk[:n] if n < len(chunk) else chunk
         start += n
+
+
+NEWEST_SCAN_CHUNK = 1 << 16   # entries looked at per step of _newest_in_slots
+
+
+def _newest_in_slots(ents: np.ndarray, count: int, slots: int, wanted: np.ndarray) -> np.ndarray:
+    """For each slot in ``wanted`` (sorted, unique), the number of the newest entry among
+    ``ents[1:count]`` whose hash falls in it (0: none): the chain head a slot must get back
+    when the link that would tell it cannot be trusted. Scans back from the newest entry a
+    chunk at a time and stops once every wanted slot is found."""
+    out = np.zeros(len(wanted), np.int64)
+    missing = np.ones(len(wanted), bool)
+    hi = count
+    while hi > 1 and missing.any():
+        lo = max(1, hi - NEWEST_SCAN_CHUNK)
+        slot_of = ents["hash"][lo:hi].astype(np.int64) % slots
+        rows = np.flatnonzero(np.isin(slot_of, wanted[missing]))[::-1]   # newest first
+        found, at = np.unique(slot_of[rows], return_index=True)   # each slot's newest
+        k = np.searchsorted(wanted, found)
+        out[k] = lo + rows[at]
+        missing[k] = False
+        hi = lo
+    return out
+
+
+def _chain_problem(f: _IndexFile) -> str | None:
+    """What is wrong with a file's counted entries and slot heads (None: nothing found)."""
+    count = f.count
+    if count < 1 or count > f.capacity:
+        return f"its entry count {count} is outside 1..{f.capacity}"
+    ents = f.entries_view(count)[1:]
+    heads = f.slots_view()
+    try:
+        if not len(ents):
+            return "a slot head points into an empty file" if heads.any() else None
+        offsets = ents["offset"]
+        prev = ents["prev"].astype(np.int64)
+        slot_of = ents["hash"].astype(np.int64) % f.slots
+        numbers = np.arange(1, count, dtype=np.int64)
+        bad = (offsets < f.begin_offset) | (offsets > int(offsets[-1])) | (prev < 0) \
+            | (prev >= numbers)
+        bad[1:] |= offsets[1:] < offsets[:-1]
+        linked = np.flatnonzero(~bad & (prev > 0))
+        bad[linked] |= slot_of[prev[linked] - 1] != slot_of[linked]
+        hits = np.flatnonzero(bad)
+        if len(hits):
+            return f"entry {int(hits[0]) + 1} is damaged or breaks its chain"
+        used = np.flatnonzero(heads)
+        h = heads[used].astype(np.int64)
+        if (h >= count).any():
+            return "a slot head points past the counted entries"
+        if (slot_of[h - 1] != used).any():
+            return "a slot head points to an entry of another slot"
+        return None
+    finally:
+        del ents, heads
 
 
 @dataclass(frozen=True)
@@ -642,6 +699,81 @@ class KeyIndex:
             self._rescan()
         return [f.info() for f in list(self._files)]
 
+    def layout(self) -> tuple[list[IndexFileEnd], int]:
+        """([IndexFileEnd] of every file, oldest first; indexed end): what the derived-files
+        summary records at a checkpoint."""
+        with self._lock:
+            files = [IndexFileEnd(f.begin_offset, f.order[1], f.end_offset)
+                     for f in self._files if f.count > 1]
+            return files, self._end_locked()
+
+    def check_expected(self, files: Sequence[IndexFileEnd], index_end: int, log_min: int,
+                       log_end: int) -> list[str]:
+        """Writer's open: compare the files with what the last checkpoint recorded
+        (``files``: IndexFileEnd, ``index_end``). A file that still covers records of the log
+        but is gone makes every later file go too (set aside) and the index is re-dispatched
+        from its first offset; an index that ends before the recorded end is re-dispatched from
+        where it ends. Returns what was found (empty: nothing)."""
+        self._writable()
+        found = []
+        with self._lock:
+            have = {f.order for f in self._files}
+            gone = [e for e in files if (e.begin_offset, e.sequence) not in have
+                    and e.end_offset >= log_min and e.begin_offset < log_end]
+            if gone:
+                first = min(gone, key=lambda e: (e.begin_offset, e.sequence))
+                name = fmt.file_name(first.begin_offset, first.sequence)
+                later = [f for f in self._files if f.order > (first.begin_offset, first.sequence)]
+                for f in later:
+                    self._files.remove(f)
+                    try:
+                        f.mm.close()
+                    except BufferError:
+                        pass
+                if later:
+                    self._set_aside([f.name for f in later], f"follows missing file {name}")
+                self._lost_from(max(first.begin_offset, log_min))
+                found.append(f"key index file(s) missing: "
+                             f"{', '.join(fmt.file_name(e.begin_offset, e.sequence) for e in gone)}"
+                             f"{f' ({len(later)} later file(s) set aside)' if later else ''}")
+            end = self._end_locked()
+            if not found and end < index_end <= log_end:
+                self._lost_from(max(end, log_min))
+                found.append(f"key index ends at offset {end}, the checkpoint recorded "
+                             f"{index_end}")
+        for line in found:
+            log.warning("key index %s: %s; rebuilt from the commit log", self.directory, line)
+        return found
+
+    def check_chains(self, log_min: int) -> list[str]:
+        """Writer's open: check every file's entries and chains in one numpy pass each (no
+        commit-log read): offsets within the file's range and never decreasing, every link
+        pointing backwards to an entry of the same slot, every slot head to a counted entry of
+        its slot. A sealed file is otherwise trusted as it is, so a zeroed stretch or a broken
+        chain there would hide keys from ``query``: the first file found broken is set aside
+        with every later one, and the log is re-dispatched into the index from its first
+        offset. Returns what was found (empty: nothing)."""
+        self._writable()
+        with self._lock:
+            for i, f in enumerate(self._files):
+                why = _chain_problem(f)
+                if why is None:
+                    continue
+                later = self._files[i:]
+                del self._files[i:]
+                for g in later:
+                    try:
+                        g.mm.close()
+                    except BufferError:
+                        pass
+                self._set_aside([g.name for g in later], why)
+                self._lost_from(max(f.begin_offset, log_min))
+                line = (f"key index file {f.name}: {why}"
+                        f"{f' ({len(later) - 1} later file(s) set aside too)' if len(later) > 1 else ''}")
+                log.warning("key index %s: %s; rebuilt from the commit log", self.directory, line)
+                return [line]
+        return []
+
     # ------------------------------------------------------------------ recovery, retention
 
     def truncate(self, physical_offset: int) -> None:
@@ -668,7 +800,14 @@ class KeyIndex:
         removed = ents[cut:f.count]
         slot_of = removed["hash"].astype(np.int64) % f.slots
         uniq, first = np.unique(slot_of, return_index=True)
-        restored = removed["prev"][first]
+        restored = removed["prev"][first].astype(np.int64)
+        # The entries cut are the newest, those a power loss may have torn: a link that is 0
+        # or does not lead to an older entry of the same slot is not trusted, the slot's newest
+        # kept entry is looked up instead (a torn link must never orphan the chain behind it).
+        ok = (restored > 0) & (restored < cut)
+        ok[ok] = ents["hash"][restored[ok]].astype(np.int64) % f.slots == uniq[ok]
+        if not ok.all():
+            restored[~ok] = _newest_in_slots(ents, cut, f.slots, uniq[~ok])
         heads = f.slots_view()
         heads[uniq] = restored.astype("<u4")
         used = f.used - int(np.count_nonzero(restored == 0))

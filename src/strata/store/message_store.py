@@ -35,6 +35,10 @@ from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.index.queue_recovery import recover_queues, rederive_unit
+from strata.index.derived_check import (DerivedSummaryFile, check_queues, snapshot,
+                                        trusted_ends)
+from strata.index import key_index_rebuild
+from strata.index.key_index_rebuild import KeyIndexRebuild
 from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
                                   PutResults, PutStatus)
 from strata.store import tier_link
@@ -167,8 +171,10 @@ class MessageStore:
         self.key_index = KeyIndex(self.path / INDEX_DIR, slots=self.config.index_slots,
                                   entries=self.config.index_entries, readonly=readonly)
         self._reput: ReputService | None = None
+        self._index_rebuild: KeyIndexRebuild | None = None   # a large rebuild, in background
         self.retention: RetentionService | None = None
         self.checkpoint = CheckpointFile(self.path, self.file_ops)
+        self.derived = DerivedSummaryFile(self.path, self.file_ops)
         self.abort_marker = AbortMarker(self.path, self.file_ops)
         self.state = StatePage(self.path, readonly=readonly)
         if readonly:
@@ -250,6 +256,19 @@ class MessageStore:
         start = cp.dispatched_offset if cp is not None else 0
         start = max(log_min, min(start, end))
         self.queues.load()
+        # derived files are checked against what the last checkpoint recorded of them, and
+        # against what a unit can hold, before the units after the checkpoint are checked
+        # against the log (docs/recovery.md "Derived files")
+        summary = self.derived.load() if cp is not None else None
+        table = self.topic_table
+        expected = trusted_ends(summary, table.queues, table.since, end)
+        checked = check_queues(self.queues, expected, table.since, log_min, end,
+                               self.log.max_record_size())
+        index_lost: list[str] = []
+        if summary is not None:
+            index_lost = self.key_index.check_expected(summary.index_files, summary.index_end,
+                                                       log_min, end)
+        index_lost += self.key_index.check_chains(log_min)
         fixed = recover_queues(self.queues, self.log, start, end, thorough=not clean)
         self.key_index.truncate(start)
         self.queues.correct_min_offsets(log_min)
@@ -258,26 +277,52 @@ class MessageStore:
             if q.damaged:
                 replay = min(replay, max(q.replay_from, log_min,
                                          self.topic_table.since.get(q.topic, 0)))
-        if self.key_index.damaged_from is not None:
-            replay = min(replay, max(self.key_index.damaged_from, log_min))
+        for c in checked:
+            replay = min(replay, max(c.replay_from, log_min))
+        index_dispatch = KeyIndexDispatcher(self.key_index)
+        index_from = self.key_index.damaged_from
+        if index_from is not None:
+            index_from = max(index_from, log_min)
+            big = end - index_from > key_index_rebuild.BACKGROUND_REBUILD_BYTES
+            if index_from < replay and big:
+                # a large stretch: rebuilt in the background, query says so meanwhile
+                self._index_rebuild = KeyIndexRebuild(self.log, self.key_index, index_dispatch,
+                                                      index_from, end, self.confirmed_offset)
+            else:
+                replay = min(replay, index_from)
         self._reput = ReputService(self.log, self.confirmed_offset,
                                    [TopicGate(self.topic_table, self.queues),
-                                    KeyIndexDispatcher(self.key_index)],
+                                    self._index_rebuild or index_dispatch],
                                    replay, on_advance=self._on_dispatched)
         replayed = self._reput.catch_up(end)
         report = self.recovery_report
         if report is not None:
             report.redispatched_records = replayed
             report.consume_queue_units_dropped = sum(q.dropped for q in fixed)
-            repaired = [q.describe() for q in fixed if q.damaged]
+            named = {(q.topic, q.queue_id) for q in fixed if q.damaged}   # one line a queue
+            repaired = [c.describe() for c in checked if (c.topic, c.queue_id) not in named]
+            repaired += [q.describe() for q in fixed if q.damaged]
+            how = (f"offset {replay}" if self._index_rebuild is None else
+                   f"offset {self._index_rebuild.start} in the background (query raises "
+                   "IndexRebuildingError until it is done)")
+            repaired += [f"{line}; rebuilt from the commit log from {how}"
+                         for line in index_lost]
             if self.key_index.set_aside:
                 repaired.append(f"key index file(s) set aside: "
                                 f"{'; '.join(self.key_index.set_aside)}; rebuilt from the "
-                                f"commit log from offset {replay}")
+                                f"commit log from {how}")
             for line in repaired:
                 log.warning("store %s: %s", self.path, line)
             report.repaired_files += repaired
         self._queue_next = {k: cq.max_offset() for k, cq in self.queues.queues.items()}
+        for k, want in expected.items():   # offsets once given out are never given again
+            if self._queue_next.get(k, 0) < want.end:
+                self._queue_next[k] = want.end
+                if report is not None:
+                    report.repaired_files.append(
+                        f"consume queue {k[0]}/{k[1]}: the commit log no longer holds the "
+                        f"records of offsets up to {want.end - 1}; new messages continue "
+                        f"at offset {want.end}")
 
     def _on_dispatched(self, offset: int) -> None:
         if self.state.is_open:
@@ -339,6 +384,8 @@ class MessageStore:
                                           thorough_ms=cfg.flush_thorough_interval_ms)
         self._flusher.start()
         self._reput.start()
+        if self._index_rebuild is not None:
+            self._index_rebuild.start_thread()
         self.retention = RetentionService(self)
         self.retention.start()
         if self.tier is not None:
@@ -364,8 +411,13 @@ class MessageStore:
     def _write_checkpoint(self, clean_end: int) -> None:
         """Flush queues and index, then record how far they are durable."""
         dispatched = self._reput.reput_offset if self._reput is not None else 0
+        rebuild = self._index_rebuild
+        if rebuild is not None and rebuild.active:   # the index covers less: replay from there
+            dispatched = min(dispatched, rebuild.position)
+        derived = snapshot(self.queues, self.key_index, self.topic_table.since)
         self.queues.flush()
         self.key_index.flush()
+        self.derived.store(derived)   # names only what the flushes above made durable
         last = self.log.segments.last()
         self.checkpoint.store(Checkpoint(
             flushed_offset=self.log.flushed_offset(), clean_end_offset=clean_end,
@@ -860,6 +912,15 @@ class MessageStore:
             time.sleep(0.001)
         return True
 
+    def wait_index_rebuilt(self, timeout: float | None = None) -> bool:
+        """Block until a background rebuild of the key index (an open that found a large
+        part of it lost) is done; True when there is none or it finished in time."""
+        self._check_open()
+        r = self._index_rebuild
+        if r is None:
+            return True
+        return r.done.wait(timeout) and not r.active
+
     def dispatch_behind_bytes(self) -> int:
         if self.readonly:
             _pid, confirmed, dispatched, _m = self.state.read() if self._live_writer \
@@ -1056,6 +1117,8 @@ class MessageStore:
             self.topic_table.reload()
         if topic not in self.topic_table.queues:
             return []
+        if self._index_rebuild is not None and self._index_rebuild.active:
+            self._index_rebuild.check_query()   # never an answer from a partial index
         since = self.topic_table.since.get(topic, 0)
         limit = self.confirmed_offset()
         out: list[rec.StoredMessage] = []
@@ -1162,6 +1225,8 @@ class MessageStore:
         self.tier.sync(timeout_s)
 
     def _stop_services(self) -> None:
+        if self._index_rebuild is not None:
+            self._index_rebuild.stop()
         if self.tier is not None:
             self.tier.stop()
             self.tier = None

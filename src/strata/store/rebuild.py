@@ -8,7 +8,8 @@ writes new files under ``<store>/rebuild.tmp/``. ``swap`` then puts them in plac
 
 1. every new file and directory is fsynced;
 2. the checkpoint is rewritten with ``dispatched_offset`` = the log's first offset: "nothing is
-   dispatched" — from here on, a writer opening the store would cut ``consumequeue/`` and
+   dispatched", and the derived-files summary (``derived``) of the old files is deleted — from
+   here on, a writer opening the store would cut ``consumequeue/`` and
    ``index/`` back to the log start and re-dispatch the whole log, whatever state they are in;
 3. ``consumequeue`` and ``index`` are renamed to ``rebuild.old/``, the new ones renamed into
    place, the store directory fsynced;
@@ -34,6 +35,7 @@ from strata.files.checkpoint import AbortMarker, CheckpointFile
 from strata.files.io import DEFAULT_FILE_OPS
 from strata.files.lock import DirectoryLock
 from strata.format.checkpoint import Checkpoint
+from strata.index.derived_check import DERIVED_NAME
 from strata.index.dispatch_batch import DispatchBatch
 from strata.index.rebuild import CONSUMEQUEUE_DIR, INDEX_DIR, IndexBuilder, TopicsSnapshot
 from strata.log.commit_log import CommitLog
@@ -143,6 +145,12 @@ class IndexRebuild:
         ops = DEFAULT_FILE_OPS
         new, old = self.path / NEW_DIR, self.path / OLD_DIR
         self._store_checkpoint(self.min_offset)                 # 2. "nothing is dispatched"
+        # the derived-files summary describes the files about to go: without it the next
+        # open checks the new ones on their own (and writes a summary of them)
+        summary = self.path / DERIVED_NAME
+        if summary.exists():
+            summary.unlink()
+            ops.fsync_dir(self.path)
         old.mkdir()
         for name in (CONSUMEQUEUE_DIR, INDEX_DIR):              # 3. the rename dance
             if (self.path / name).exists():
