@@ -202,8 +202,17 @@ def test_deleted_last_segment_of_a_cleanly_closed_store_is_reported_lost(tmp_sto
         assert rep.problem and files[-1].name in rep.problem
         assert f"[{base}, {end})" in rep.problem
         assert files[-1].name in rep.summary()
-        assert [m.body for m in store.scan()] == \
-            [body_for(i, SIZE) for i, r in enumerate(results) if r.commitlog_offset < base]
+        kept = [body_for(i, SIZE) for i, r in enumerate(results) if r.commitlog_offset < base]
+        assert [m.body for m in store.scan()] == kept
+        # the lost offsets are never reused: a stand-in holds them, new records go after
+        more = store.put(make_message(9999, topic=TOPIC, size=SIZE))
+        assert more.commitlog_offset >= end
+        assert store.read_at(more.commitlog_offset).body == body_for(9999, SIZE)
+    assert files[-1].exists()   # the stand-in
+    with strata.open(tmp_store_dir, cfg) as store:
+        rep = store.recovery_report
+        assert rep.clean and not rep.lost_anything
+        assert [m.body for m in store.scan()] == kept + [body_for(9999, SIZE)]
 
 
 def test_deleted_last_segment_after_a_crash_is_reported_lost(tmp_store_dir):
@@ -219,3 +228,21 @@ def test_deleted_last_segment_after_a_crash_is_reported_lost(tmp_store_dir):
         assert f"[{base}, {flushed})" in rep.problem
         assert [m.body for m in store.scan()] == \
             [body_for(i, SIZE) for i, r in enumerate(results) if r.commitlog_offset < base]
+
+
+def test_a_lost_segment_restored_over_its_stand_in_comes_back(tmp_store_dir, tmp_path):
+    cfg = config(flush="async")
+    with strata.open(tmp_store_dir, cfg) as store:
+        results = store.put_batch([make_message(i, topic=TOPIC, size=SIZE) for i in range(5000)])
+    last = sorted((tmp_store_dir / "commitlog").iterdir())[-1]
+    backup = tmp_path / "backup"
+    backup.write_bytes(last.read_bytes())
+    last.unlink()
+    with strata.open(tmp_store_dir, cfg) as store:
+        assert store.recovery_report.missing_segments == [last.name]
+        more = store.put(make_message(5000, topic=TOPIC, size=SIZE))
+    last.write_bytes(backup.read_bytes())   # the operator restores the file
+    with strata.open(tmp_store_dir, cfg) as store:
+        assert [m.body for m in store.scan()] == [body_for(i, SIZE) for i in range(5001)]
+        assert store.read_at(results[-1].commitlog_offset).body == body_for(4999, SIZE)
+        assert store.read_at(more.commitlog_offset).body == body_for(5000, SIZE)

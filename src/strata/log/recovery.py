@@ -150,6 +150,8 @@ def recover(clog: CommitLog, checkpoint: Checkpoint | None, clean: bool, *,
     report.path = str(clog.directory.parent)
     report.restored_segments = restored
     _check_missing(clog, checkpoint, report)
+    if modify and report.missing_segments:
+        _stand_in(clog, report)
     report.seconds = time.perf_counter() - t0
     segs = clog.segments.segments
     if segs:
@@ -186,6 +188,26 @@ def _check_missing(clog: CommitLog, cp: Checkpoint | None, report: RecoveryRepor
             f"missing: offsets [{first}, {recorded}) are lost (the checkpoint recorded the "
             f"log {'ending' if cp.clean_end_offset >= 0 else 'flushed'} at {recorded})")
     report.problem = what if report.problem is None else f"{report.problem}; {what}"
+
+
+def _stand_in(clog: CommitLog, report: RecoveryReport) -> None:
+    """Put an empty segment, closed at once with a blank record, in place of each missing one:
+    new records go after the lost offsets instead of reusing them (a consumer, the tier or an
+    index that knew an offset there never meets another record at it), and a copy of the lost
+    file restored over its stand-in brings its records back into the log (``scan``,
+    ``read_at``; the consume queues by a rebuild)."""
+    for name in report.missing_segments:
+        seg = clog.segments.new_segment(int(name))
+        seg.reserve(rec.BLANK_MIN_SIZE)
+        rec.write_blank(seg.mm, HEADER_AREA, seg.data_size)
+        seg.file_ops.msync(seg.path, seg.mm, HEADER_AREA, seg.data_size, seg.fd)
+        seg.set_positions(seg.data_size)
+        seg.record_count = 0
+        clog._to_seal.append(seg)
+    report.problem += (f"; an empty segment closed with a blank record stands in for "
+                       f"{'each' if len(report.missing_segments) > 1 else 'it'} (new messages "
+                       f"go after the lost offsets; restoring the file over it brings its "
+                       f"records back into the log)")
 
 
 def _recover_clean(clog: CommitLog, cp: Checkpoint) -> RecoveryReport | None:
