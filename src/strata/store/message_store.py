@@ -318,11 +318,12 @@ class MessageStore:
         for k, want in expected.items():   # offsets once given out are never given again
             if self._queue_next.get(k, 0) < want.end:
                 self._queue_next[k] = want.end
+                line = (f"consume queue {k[0]}/{k[1]}: the commit log no longer holds the "
+                        f"records of offsets up to {want.end - 1}; new messages continue at "
+                        f"offset {want.end}")
+                log.warning("store %s: %s", self.path, line)
                 if report is not None:
-                    report.repaired_files.append(
-                        f"consume queue {k[0]}/{k[1]}: the commit log no longer holds the "
-                        f"records of offsets up to {want.end - 1}; new messages continue "
-                        f"at offset {want.end}")
+                    report.repaired_files.append(line)
 
     def _on_dispatched(self, offset: int) -> None:
         if self.state.is_open:
