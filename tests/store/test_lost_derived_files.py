@@ -300,3 +300,30 @@ def test_a_large_index_rebuild_runs_in_the_background(tmp_store_dir, monkeypatch
     monkeypatch.setattr(kir, "BACKGROUND_REBUILD_BYTES", 1 << 40)
     with strata.open(tmp_store_dir, config(**cfg)) as store:
         assert_serves(store, acked)
+
+
+def test_offsets_continue_where_the_checkpoint_left_them_when_the_log_lost_the_records(
+        tmp_store_dir):
+    """pay's records went with the oldest log segment (retention) and its queue folder is
+    deleted: nothing is left to rebuild, but pay's next message still gets the offset after
+    the last one handed out, never 0 again."""
+    with strata.open(tmp_store_dir, config()) as store:
+        for t in TOPICS:
+            store.create_topic(t, 1)
+        for seq in range(20):
+            assert store.put(strata.Message("pay", body_for(seq))).ok
+        for seq in range(200):   # roll a few 64 KiB segments
+            assert store.put(strata.Message("orders", bytes(1000))).ok
+        assert store.wait_dispatched()
+        last_pay = store.get("pay", 0, 19, 1).messages[0].commitlog_offset
+        assert store.clean_expired(force=True) >= 1
+        assert store.min_commitlog_offset() > last_pay
+    shutil.rmtree(tmp_store_dir / "consumequeue" / "pay")
+    with strata.open(tmp_store_dir, config()) as store:
+        assert repairs(store, "consume queue pay/0"), store.recovery_report.repaired_files
+        assert any("continue at offset 20" in r for r in store.recovery_report.repaired_files)
+        r = store.put(strata.Message("pay", b"after"))
+        assert r.ok and r.queue_offset == 20
+        assert store.wait_dispatched()
+        got = store.get("pay", 0, 20, 4)
+        assert [m.body for m in got.messages] == [b"after"]
