@@ -282,6 +282,9 @@ def test_a_large_index_rebuild_runs_in_the_background(tmp_store_dir, monkeypatch
         assert [r for r in store.recovery_report.repaired_files if "background" in r]
         with pytest.raises(IndexRebuildingError, match="being rebuilt"):
             store.query("pay", "k0")
+        with strata.open(tmp_store_dir, readonly=True) as reader:   # another process's view
+            with pytest.raises(IndexRebuildingError, match="being rebuilt"):
+                reader.query("pay", "k0")
         for t in TOPICS:   # get is served at once
             assert store.max_offset(t, 0) == len(acked[t])
         more = put(store, range(1000, 1010))
@@ -290,6 +293,8 @@ def test_a_large_index_rebuild_runs_in_the_background(tmp_store_dir, monkeypatch
         assert store.wait_index_rebuilt(30)
         acked = merge(acked, more)
         assert_serves(store, acked)
+        with strata.open(tmp_store_dir, readonly=True) as reader:
+            assert [m.body for m in reader.query("pay", "k0")] == [body_for(0)]
     # a close while the rebuild runs: the next open replays what the index lacked
     shutil.rmtree(tmp_store_dir / "index")
     monkeypatch.setattr(kir.KeyIndexRebuild, "_run", lambda self: self._stop.wait(30))
@@ -298,8 +303,13 @@ def test_a_large_index_rebuild_runs_in_the_background(tmp_store_dir, monkeypatch
             store.query("pay", "k0")
     monkeypatch.setattr(kir.KeyIndexRebuild, "_run", inner)
     monkeypatch.setattr(kir, "BACKGROUND_REBUILD_BYTES", 1 << 40)
+    with strata.open(tmp_store_dir, readonly=True) as reader:   # the writer stopped first
+        with pytest.raises(IndexRebuildingError):
+            reader.query("pay", "k0")
     with strata.open(tmp_store_dir, config(**cfg)) as store:
         assert_serves(store, acked)
+    with strata.open(tmp_store_dir, readonly=True) as reader:
+        assert [m.body for m in reader.query("pay", "k0")] == [body_for(0)]
 
 
 def test_offsets_continue_where_the_checkpoint_left_them_when_the_log_lost_the_records(

@@ -16,8 +16,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from strata.errors import (CorruptRecordError, CorruptStoreError, DiskFullError,
-                           InvalidInputError, ReadOnlyStoreError, StoreClosedError,
-                           StoreNotFoundError, TopicExistsError)
+                           IndexRebuildingError, InvalidInputError, ReadOnlyStoreError,
+                           StoreClosedError, StoreNotFoundError, TopicExistsError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
@@ -295,6 +295,8 @@ class MessageStore:
                                     self._index_rebuild or index_dispatch],
                                    replay, on_advance=self._on_dispatched)
         replayed = self._reput.catch_up(end)
+        if self._index_rebuild is None:   # the index is whole (again): readers may query it
+            key_index_rebuild.clear_marker(self.key_index.directory)
         report = self.recovery_report
         if report is not None:
             report.redispatched_records = replayed
@@ -1120,6 +1122,11 @@ class MessageStore:
             return []
         if self._index_rebuild is not None and self._index_rebuild.active:
             self._index_rebuild.check_query()   # never an answer from a partial index
+        elif self.readonly and key_index_rebuild.marker_says_rebuilding(self.key_index.directory):
+            raise IndexRebuildingError(
+                f"the key index of {self.path} is being rebuilt from the commit log by its "
+                "writer (or was, when the writer stopped: its next open resumes it); query "
+                "again once it is done")
         since = self.topic_table.since.get(topic, 0)
         limit = self.confirmed_offset()
         out: list[rec.StoredMessage] = []
