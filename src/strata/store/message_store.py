@@ -268,9 +268,9 @@ class MessageStore:
         if summary is not None:
             index_lost = self.key_index.check_expected(summary.index_files, summary.index_end,
                                                        log_min, end)
-        index_lost += self.key_index.check_chains(log_min)
         fixed = recover_queues(self.queues, self.log, start, end, thorough=not clean)
-        self.key_index.truncate(start)
+        self.key_index.truncate(start)   # entries past the checkpoint go first (torn or not)
+        index_lost += self.key_index.check_chains(log_min)
         self.queues.correct_min_offsets(log_min)
         replay = start
         for q in fixed:
