@@ -39,7 +39,8 @@ def build(path: Path, messages: int, topics: int, queues: int) -> None:
 
 def time_opens(path: Path, opens: int) -> dict:
     """Open and close ``opens`` times with the code on sys.path; seconds of each open, and of
-    the derived-file check inside it (when this code has one)."""
+    the derived-file checks inside it (queue units and key-index chains, when this code has
+    them)."""
     import strata
     try:
         import strata.index.derived_check as dc
@@ -57,6 +58,16 @@ def time_opens(path: Path, opens: int) -> dict:
                 spent[0] += time.perf_counter() - t0
         import strata.store.message_store as ms
         ms.check_queues = timed
+        from strata.index.key_index import KeyIndex
+        chains = KeyIndex.check_chains
+
+        def timed_chains(self, *a, **k):
+            t0 = time.perf_counter()
+            try:
+                return chains(self, *a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        KeyIndex.check_chains = timed_chains
     out, checks = [], []
     for _ in range(opens):
         spent[0] = 0.0

@@ -1,7 +1,9 @@
 """Derived files that went missing or were zeroed (issue 22, items 2 and 4): a consume queue
-or key-index file that is gone, shorter than the last checkpoint recorded, or holds zeroed or
-impossible units is rebuilt from the commit log at open and reported as a repair, after a clean
-close or a crash, and queue offsets continue where the log says (never from 0 again)."""
+that is gone, shorter than the last checkpoint recorded, or holds zeroed or impossible units,
+and a key-index file that is gone or whose chains are broken, are rebuilt from the commit log
+at open and reported as a repair, after a clean close or a crash; queue offsets continue where
+the log says (never from 0 again); a large index rebuild runs in the background while query
+says so."""
 
 from __future__ import annotations
 
@@ -188,7 +190,7 @@ def test_deleted_key_index_files_are_rebuilt(tmp_store_dir, which, crash):
     reopen_and_check(tmp_store_dir, acked, "key index", index_slots=8, index_entries=8)
 
 
-def test_deleted_files_reported_once_then_clean(tmp_store_dir):
+def test_an_untouched_store_reports_no_repair(tmp_store_dir):
     """An untouched store reports no repair (the check finds nothing, and says nothing)."""
     acked = make(tmp_store_dir, 60)
     with strata.open(tmp_store_dir, config()) as store:
@@ -280,6 +282,9 @@ def test_a_large_index_rebuild_runs_in_the_background(tmp_store_dir, monkeypatch
         assert [r for r in store.recovery_report.repaired_files if "background" in r]
         with pytest.raises(IndexRebuildingError, match="being rebuilt"):
             store.query("pay", "k0")
+        with strata.open(tmp_store_dir, readonly=True) as reader:   # another process's view
+            with pytest.raises(IndexRebuildingError, match="being rebuilt"):
+                reader.query("pay", "k0")
         for t in TOPICS:   # get is served at once
             assert store.max_offset(t, 0) == len(acked[t])
         more = put(store, range(1000, 1010))
@@ -288,6 +293,8 @@ def test_a_large_index_rebuild_runs_in_the_background(tmp_store_dir, monkeypatch
         assert store.wait_index_rebuilt(30)
         acked = merge(acked, more)
         assert_serves(store, acked)
+        with strata.open(tmp_store_dir, readonly=True) as reader:
+            assert [m.body for m in reader.query("pay", "k0")] == [body_for(0)]
     # a close while the rebuild runs: the next open replays what the index lacked
     shutil.rmtree(tmp_store_dir / "index")
     monkeypatch.setattr(kir.KeyIndexRebuild, "_run", lambda self: self._stop.wait(30))
@@ -296,5 +303,37 @@ def test_a_large_index_rebuild_runs_in_the_background(tmp_store_dir, monkeypatch
             store.query("pay", "k0")
     monkeypatch.setattr(kir.KeyIndexRebuild, "_run", inner)
     monkeypatch.setattr(kir, "BACKGROUND_REBUILD_BYTES", 1 << 40)
+    with strata.open(tmp_store_dir, readonly=True) as reader:   # the writer stopped first
+        with pytest.raises(IndexRebuildingError):
+            reader.query("pay", "k0")
     with strata.open(tmp_store_dir, config(**cfg)) as store:
         assert_serves(store, acked)
+    with strata.open(tmp_store_dir, readonly=True) as reader:
+        assert [m.body for m in reader.query("pay", "k0")] == [body_for(0)]
+
+
+def test_offsets_continue_where_the_checkpoint_left_them_when_the_log_lost_the_records(
+        tmp_store_dir):
+    """pay's records went with the oldest log segment (retention) and its queue folder is
+    deleted: nothing is left to rebuild, but pay's next message still gets the offset after
+    the last one handed out, never 0 again."""
+    with strata.open(tmp_store_dir, config()) as store:
+        for t in TOPICS:
+            store.create_topic(t, 1)
+        for seq in range(20):
+            assert store.put(strata.Message("pay", body_for(seq))).ok
+        for seq in range(200):   # roll a few 64 KiB segments
+            assert store.put(strata.Message("orders", bytes(1000))).ok
+        assert store.wait_dispatched()
+        last_pay = store.get("pay", 0, 19, 1).messages[0].commitlog_offset
+        assert store.clean_expired(force=True) >= 1
+        assert store.min_commitlog_offset() > last_pay
+    shutil.rmtree(tmp_store_dir / "consumequeue" / "pay")
+    with strata.open(tmp_store_dir, config()) as store:
+        assert repairs(store, "consume queue pay/0"), store.recovery_report.repaired_files
+        assert any("continue at offset 20" in r for r in store.recovery_report.repaired_files)
+        r = store.put(strata.Message("pay", b"after"))
+        assert r.ok and r.queue_offset == 20
+        assert store.wait_dispatched()
+        got = store.get("pay", 0, 20, 4)
+        assert [m.body for m in got.messages] == [b"after"]

@@ -18,7 +18,7 @@ Layout (little-endian)::
      8  i64 since          the topic's creation offset (a re-created topic is another queue)
     16  i64 min_offset     first queue offset
     24  i64 end            next queue offset (units [min_offset, end) were durable)
-    32  i64 first_phys     commit-log offset of the record of unit min_offset
+    32  i64 first_phys     commit-log offset of the record of unit min_offset (-1: none)
     40  i64 phys_end       commit-log offset just past the record of unit end - 1
     48  topic bytes
     then index_file_count key-index file entries, each:

@@ -70,9 +70,10 @@ def snapshot(queues: ConsumeQueueSet, key_index: KeyIndex,
     for (topic, qid), cq in sorted(list(queues.queues.items())):
         try:
             lo, hi = cq.min_offset(), cq.max_offset()
-            if hi <= lo:
+            if hi <= 0:
                 continue
-            first = cq.unit(lo)[0]
+            # a queue emptied by retention still has an end: its next message's offset
+            first = cq.unit(lo)[0] if hi > lo else -1
             phys_end = cq.max_phys_end
         except (ValueError, AttributeError, TypeError):   # deleted meanwhile (delete_topic)
             continue
@@ -151,8 +152,10 @@ def check_queues(queues: ConsumeQueueSet, expected: dict[tuple[str, int], QueueE
         cq = queues.queues.get(key)
         if cq is None or not cq.segments.segments:
             if want is not None:
-                out.append(QueueCheck(topic, qid, f"missing (the checkpoint recorded units "
-                                      f"{want.min_offset}..{want.end - 1})", 0, whole_from))
+                held = (f"units {want.min_offset}..{want.end - 1}" if want.end > want.min_offset
+                        else f"its next offset {want.end}")
+                out.append(QueueCheck(topic, qid, f"missing (the checkpoint recorded {held})",
+                                      0, whole_from))
             continue
         if want is not None and cq.min_offset() > want.min_offset and want.first_phys >= log_min:
             dropped = cq.max_offset() - cq.min_offset()
@@ -181,8 +184,7 @@ def trusted_ends(summary: DerivedSummary | None, topics: dict[str, int],
         return {}
     return {(q.topic, q.queue_id): q for q in summary.queues
             if q.topic in topics and q.queue_id < topics[q.topic]
-            and since.get(q.topic, 0) == q.since and q.phys_end <= log_end
-            and q.end > q.min_offset}
+            and since.get(q.topic, 0) == q.since and q.phys_end <= log_end and q.end > 0}
 
 
 __all__ = ["DERIVED_NAME", "DerivedSummaryFile", "IndexFileEnd", "QueueCheck", "check_queues",

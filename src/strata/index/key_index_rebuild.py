@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Callable, Sequence
 
 from strata.errors import IndexRebuildingError
+from strata.files.io import DEFAULT_FILE_OPS
 from strata.index.dispatch import ReputService
 from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
@@ -25,6 +27,21 @@ from strata.log.commit_log import CommitLog
 log = logging.getLogger(__name__)
 
 BACKGROUND_REBUILD_BYTES = 64 << 20   # a larger re-dispatch of the index runs in the background
+MARKER_NAME = "rebuilding"   # index/rebuilding: exists while the index lacks a stretch of log
+
+
+def marker_says_rebuilding(directory: Path) -> bool:
+    """Read-only openers: a writer's background rebuild has not finished (it is running, or
+    its writer stopped first: the next writer open resumes it), so the index misses keys."""
+    return (Path(directory) / MARKER_NAME).exists()
+
+
+def clear_marker(directory: Path) -> None:
+    """A writer's open that starts no background rebuild: the index is whole again."""
+    try:
+        (Path(directory) / MARKER_NAME).unlink()
+    except FileNotFoundError:
+        pass
 
 
 class KeyIndexRebuild:
@@ -67,6 +84,9 @@ class KeyIndexRebuild:
         return self._reput.reput_offset
 
     def start_thread(self) -> None:
+        marker = self.index.directory / MARKER_NAME
+        marker.write_bytes(b"")   # read-only openers look for it (not synced: a power loss
+        #                           makes the next writer open find the index short again)
         self._thread.start()
 
     def _run(self) -> None:
@@ -86,6 +106,9 @@ class KeyIndexRebuild:
                             break
             else:
                 return
+            self.index.flush()   # what the marker's removal tells readers is there, durable
+            clear_marker(self.index.directory)
+            DEFAULT_FILE_OPS.fsync_dir(self.index.directory)
             log.warning("key index %s: rebuilt from the commit log from offset %d",
                         self.index.directory, self.start)
         except BaseException as exc:   # the next open rebuilds again from the checkpoint

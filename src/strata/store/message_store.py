@@ -16,8 +16,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from strata.errors import (CorruptRecordError, CorruptStoreError, DiskFullError,
-                           InvalidInputError, ReadOnlyStoreError, StoreClosedError,
-                           StoreNotFoundError, TopicExistsError)
+                           IndexRebuildingError, InvalidInputError, ReadOnlyStoreError,
+                           StoreClosedError, StoreNotFoundError, TopicExistsError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
@@ -268,9 +268,9 @@ class MessageStore:
         if summary is not None:
             index_lost = self.key_index.check_expected(summary.index_files, summary.index_end,
                                                        log_min, end)
-        index_lost += self.key_index.check_chains(log_min)
         fixed = recover_queues(self.queues, self.log, start, end, thorough=not clean)
-        self.key_index.truncate(start)
+        self.key_index.truncate(start)   # entries past the checkpoint go first (torn or not)
+        index_lost += self.key_index.check_chains(log_min)
         self.queues.correct_min_offsets(log_min)
         replay = start
         for q in fixed:
@@ -295,6 +295,8 @@ class MessageStore:
                                     self._index_rebuild or index_dispatch],
                                    replay, on_advance=self._on_dispatched)
         replayed = self._reput.catch_up(end)
+        if self._index_rebuild is None:   # the index is whole (again): readers may query it
+            key_index_rebuild.clear_marker(self.key_index.directory)
         report = self.recovery_report
         if report is not None:
             report.redispatched_records = replayed
@@ -318,11 +320,12 @@ class MessageStore:
         for k, want in expected.items():   # offsets once given out are never given again
             if self._queue_next.get(k, 0) < want.end:
                 self._queue_next[k] = want.end
+                line = (f"consume queue {k[0]}/{k[1]}: the commit log no longer holds the "
+                        f"records of offsets up to {want.end - 1}; new messages continue at "
+                        f"offset {want.end}")
+                log.warning("store %s: %s", self.path, line)
                 if report is not None:
-                    report.repaired_files.append(
-                        f"consume queue {k[0]}/{k[1]}: the commit log no longer holds the "
-                        f"records of offsets up to {want.end - 1}; new messages continue "
-                        f"at offset {want.end}")
+                    report.repaired_files.append(line)
 
     def _on_dispatched(self, offset: int) -> None:
         if self.state.is_open:
@@ -1119,6 +1122,11 @@ class MessageStore:
             return []
         if self._index_rebuild is not None and self._index_rebuild.active:
             self._index_rebuild.check_query()   # never an answer from a partial index
+        elif self.readonly and key_index_rebuild.marker_says_rebuilding(self.key_index.directory):
+            raise IndexRebuildingError(
+                f"the key index of {self.path} is being rebuilt from the commit log by its "
+                "writer (or was, when the writer stopped: its next open resumes it); query "
+                "again once it is done")
         since = self.topic_table.since.get(topic, 0)
         limit = self.confirmed_offset()
         out: list[rec.StoredMessage] = []
