@@ -91,3 +91,23 @@ def test_an_os_error_is_one_line_without_a_traceback(small_store):
     r = strata_cmd("put", small_store, "t", "--body", "x")
     line = one_error_line(r)
     assert "topics.json" in line
+
+
+@pytest.mark.parametrize("args, named", [
+    (["../x"], "topic"),
+    (["ok", "--queues", "0"], "queues"),
+    (["ok", "--queues", "5000"], "queues"),
+])
+def test_a_refused_topics_create_touches_no_file(small_store, args, named):
+    """Issue 22.5: the name and count are checked before the store opens, so a refused
+    command rewrites no lock, state or checkpoint file."""
+    before = tree_digest(small_store)
+    r = strata_cmd("topics", "create", small_store, *args)
+    assert named in one_error_line(r)
+    assert tree_digest(small_store) == before
+
+
+def test_a_refused_topics_create_creates_no_store(tmp_path):
+    r = strata_cmd("topics", "create", tmp_path / "new", "../x")
+    assert "topic" in one_error_line(r)
+    assert not (tmp_path / "new").exists()

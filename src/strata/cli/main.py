@@ -25,7 +25,7 @@ from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
 from strata.store.message import Message
 from strata.store.message_store import COMMITLOG_DIR, MessageStore, check_messages
-from strata.store.topics import TopicType
+from strata.store.topics import TopicType, check_new_topic
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -307,6 +307,8 @@ def topics_create(directory: str, name: str, queues: int | None, message_type: s
     """Create topic NAME in the store at DIR (made if missing). A topic that exists with the
     same queue count and type is left as it is; with another count or type it is an error.
     The store must not be open for writing elsewhere (stop `strata serve` first)."""
+    # refused input never opens (or creates) the store: the name, count and type come first
+    check_new_topic(name, 1 if queues is None else queues, message_type)
     with MessageStore(directory) as store:
         if store.recovery_report is not None and store.recovery_report.new_store:
             err.print(f"created a new store at {directory} (no store was there)",
@@ -442,8 +444,10 @@ def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tag
 
 @cli.command()
 @click.argument("directory", metavar="DIR", default="./data")
-@click.option("--messages", default=200_000, show_default=True)
-@click.option("--batch", default=512, show_default=True)
+@click.option("--messages", type=click.IntRange(min=1), default=200_000, show_default=True,
+              help="Rich messages to append (and as many plain ones after them).")
+@click.option("--batch", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Messages per put_batch call.")
 @click.option("--spark/--no-spark", default=True, show_default=True,
               help="End with the Spark step (counts through spark.read.format('strata'), "
                    "Parquet export to DIR-parquet/).")

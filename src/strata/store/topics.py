@@ -45,6 +45,17 @@ def as_topic_type(value: object) -> TopicType:
             f"{value!r}") from None
 
 
+def check_new_topic(topic: str, queues: int,
+                    message_type: TopicType | str = TopicType.NORMAL) -> TopicType:
+    """Check what ``create_topic`` is given, before anything is opened or written: the name
+    (InvalidTopicError), the queue count and the message type (InvalidInputError naming the
+    problem). Returns the message type as a TopicType."""
+    encode_topic(topic)
+    if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= MAX_QUEUES:
+        raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
+    return as_topic_type(message_type)
+
+
 class TopicTable:
     """Which topics exist, how many queues each has and which message type it accepts.
 
@@ -151,10 +162,7 @@ class TopicTable:
                message_type: TopicType = TopicType.NORMAL) -> bool:
         """Create ``topic`` with ``queues`` queues accepting ``message_type``; False if it
         already exists (unchanged)."""
-        encode_topic(topic)
-        if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= MAX_QUEUES:
-            raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
-        message_type = as_topic_type(message_type)
+        message_type = check_new_topic(topic, queues, message_type)
         if topic in self.queues:
             return False
         self._change(topic, queues, since, message_type)
