@@ -74,6 +74,10 @@ class StrataGroup(click.Group):
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
             raise click.ClickException(_os_error_line(exc)) from None
+        except UnicodeEncodeError as exc:   # shell bytes that are not UTF-8, as surrogates
+            raise click.ClickException(
+                f"an argument is not valid UTF-8 ({exc.reason} at character {exc.start} of "
+                f"{exc.object[:40]!r}); strata takes text arguments as UTF-8") from None
 
 
 def _os_error_line(exc: OSError) -> str:
@@ -408,6 +412,21 @@ def stat(directory: str, as_json: bool) -> None:
         f"{k} {v / 1e6:.1f} MB" for k, v in data["disk_bytes"].items()))
 
 
+def _utf8(value: str | None, hint: str) -> bytes | None:
+    """``value`` as UTF-8; a clear error naming the option when the shell passed bytes that
+    are not UTF-8 (Python hands them over as lone surrogates, which cannot be encoded)."""
+    if value is None:
+        return None
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start].encode("utf-8", "surrogateescape")
+        raise click.BadParameter(
+            f"is not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start}); strata "
+            "stores text options as UTF-8 (a binary body can come on stdin)",
+            param_hint=hint) from None
+
+
 @cli.command()
 @click.argument("directory", metavar="DIR")
 @click.argument("topic")
@@ -420,7 +439,11 @@ def stat(directory: str, as_json: bool) -> None:
 def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tags: str | None,
         props: tuple[str, ...], queue_id: int | None, sync: bool) -> None:
     """Append one message (body from --body or stdin); prints its PutResult as JSON."""
-    data = body.encode("utf-8") if body is not None else sys.stdin.buffer.read()
+    data = _utf8(body, "--body") if body is not None else sys.stdin.buffer.read()
+    _utf8(topic, "TOPIC")
+    for value, hint in [*((k, "--key") for k in keys), (tags, "--tags"),
+                        *((p, "--property") for p in props)]:
+        _utf8(value, hint)
     properties = {}
     for p in props:
         if "=" not in p:
