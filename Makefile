@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # the suite on 2 workers; Spark tests share one worker and its session (tests/conftest.py)
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: run test bench clean
+.PHONY: setup run test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip uninstall --quiet --yes strata 2>/dev/null || true
 	$(BIN)/python -m pip install --progress-bar on -e '.[test,spark,broker,tiered]'
 	touch $(STAMP)
+
+setup: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/strata demo ./data
