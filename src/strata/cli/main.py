@@ -340,7 +340,8 @@ def _require_queue(store: MessageStore, directory: str, topic: str,
 @click.argument("topic")
 @click.argument("queue", type=int)
 @click.argument("offset", type=int)
-@click.option("-n", "--max-messages", default=32, show_default=True)
+@click.option("-n", "--max-messages", default=32, show_default=True,
+              help="Read at most this many messages.")
 @click.option("--tags", default=None, help='Tag filter, e.g. "a||b".')
 def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
         tags: str | None) -> None:
@@ -363,9 +364,12 @@ def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
 @click.argument("directory", metavar="DIR")
 @click.argument("topic")
 @click.argument("key")
-@click.option("--begin-ms", default=0, show_default=True)
-@click.option("--end-ms", default=None, type=int)
-@click.option("-n", "--max-results", default=64, show_default=True)
+@click.option("--begin-ms", default=0, show_default=True,
+              help="Only messages stored at or after this time (ms since the epoch).")
+@click.option("--end-ms", default=None, type=int,
+              help="Only messages stored at or before this time (ms; default: now).")
+@click.option("-n", "--max-results", default=64, show_default=True,
+              help="Return at most this many messages.")
 def query(directory: str, topic: str, key: str, begin_ms: int, end_ms: int | None,
           max_results: int) -> None:
     """Messages of TOPIC with KEY, newest first (JSON lines)."""
@@ -384,7 +388,7 @@ def _dir_bytes(path: Path) -> int:
 
 @cli.command()
 @click.argument("directory", metavar="DIR")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def stat(directory: str, as_json: bool) -> None:
     """Per-queue min/max offsets, dispatch lag and disk use."""
     store = open_readonly(directory)
@@ -432,9 +436,10 @@ def _utf8(value: str | None, hint: str) -> bytes | None:
 @click.argument("topic")
 @click.option("--body", default=None, help="Message body (default: read stdin).")
 @click.option("--key", "keys", multiple=True, help="A message key (repeatable).")
-@click.option("--tags", default=None)
+@click.option("--tags", default=None, help="The message's tag (consumers filter on it).")
 @click.option("--property", "props", multiple=True, help="NAME=VALUE (repeatable).")
-@click.option("--queue", "queue_id", type=int, default=None)
+@click.option("--queue", "queue_id", type=int, default=None,
+              help="Put into this queue (default: round-robin over the topic's queues).")
 @click.option("--sync", is_flag=True, help="Open with flush=sync (fsync before returning).")
 def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tags: str | None,
         props: tuple[str, ...], queue_id: int | None, sync: bool) -> None:

@@ -137,7 +137,7 @@ def rebuild_index_cmd(directory: str, master: str, no_crc: bool, queue_units: in
 @click.option("--topic", required=True, help="The topic to export.")
 @click.option("--to", "to", required=True, help="Output directory (a table partitioned by date).")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "orc"]), default="parquet",
-              show_default=True)
+              show_default=True, help="File format of the exported table.")
 @click.option("--overwrite", is_flag=True, help="Replace the output directory if it exists.")
 @click.option("--include-metadata", is_flag=True,
               help="Add tags, keys, msg_id, commitlog_offset, born_timestamp.")
