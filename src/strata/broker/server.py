@@ -24,6 +24,7 @@ from strata.broker.receipt import ReceiptSigner, load_or_create_secret
 from strata.broker.service import BrokerOptions, MessagingService
 from strata.store.config import StoreConfig
 from strata.store.message_store import MessageStore
+from strata.words import count
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +168,8 @@ async def serve(cfg: ServeConfig) -> None:
                       f", metrics http://{cfg.metrics[0]}:{metrics_port}/metrics"
                       if metrics is not None else ""])
     _say(f"listening on {cfg.host}:{port} (store {store.path}, flush {cfg.flush}, "
-         f"auto-create {'on' if cfg.auto_create else 'off'}, {len(held.entries)} messages "
-         f"held{extras})")
+         f"auto-create {'on' if cfg.auto_create else 'off'}, "
+         f"{count(len(held.entries), 'message')} held{extras})")
     try:
         await stop.wait()
     finally:
@@ -184,16 +185,17 @@ async def serve(cfg: ServeConfig) -> None:
         held.close()
         groups.close()
         store.close()
-        _say(f"stopped cleanly ({service.batcher.messages} messages stored in "
-             f"{service.batcher.batches} batches; {service.timer.moved} delay messages moved "
-             f"in {service.timer.batches} batches; transactions: "
+        _say(f"stopped cleanly ({count(service.batcher.messages, 'message')} stored in "
+             f"{count(service.batcher.batches, 'batch')}; "
+             f"{count(service.timer.moved, 'delay message')} moved "
+             f"in {count(service.timer.batches, 'batch')}; transactions: "
              f"{service.transactions.committed} committed, "
              f"{service.transactions.rolled_back} rolled back, "
              f"{service.transactions.dropped} dropped, "
              f"{service.transactions.checks_sent} checks sent; "
              f"{service.renewed} invisible times renewed, {service.released} messages of "
              f"gone push consumers released; "
-             f"{len(held.entries)} messages still held)")
+             f"{count(len(held.entries), 'message')} still held)")
 
 
 def run(cfg: ServeConfig) -> None:

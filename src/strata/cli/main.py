@@ -26,6 +26,7 @@ from strata.store.geometry import stored_geometry
 from strata.store.message import Message
 from strata.store.message_store import COMMITLOG_DIR, MessageStore, check_messages
 from strata.store.topics import TopicType, check_new_topic
+from strata.words import count
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -319,8 +320,8 @@ def topics_create(directory: str, name: str, queues: int | None, message_type: s
                       markup=False, highlight=False, soft_wrap=True)
         created = store.create_topic(name, queues, message_type=message_type)
         n, kind = store.queue_count(name), store.topic_type(name).value
-    click.echo(f"{'created' if created else 'exists:'} topic {name} ({n} queues, {kind} "
-               "messages)")
+    click.echo(f"{'created' if created else 'exists:'} topic {name} ({count(n, 'queue')}, "
+               f"{kind} messages)")
 
 
 def _require_queue(store: MessageStore, directory: str, topic: str,

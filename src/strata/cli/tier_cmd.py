@@ -25,6 +25,7 @@ from strata.tiered import TierService
 from strata.tiered.connect import open_backend
 from strata.tiered.metadata import LOCAL_DIR, LOCAL_FILE, TierMetadata, read_local, read_tier
 from strata.tiered.reader import TieredQueueReader
+from strata.words import count
 
 console = Console(soft_wrap=True)  # paths and URLs stay on one line
 err = Console(stderr=True)
@@ -129,8 +130,8 @@ def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
             task = bar.add_task("uploading", total=total or None)
             tier.sync(timeout_s, on_chunk=lambda n, _b: bar.advance(task, n))
         up = tier.dispatcher.uploaded
-    console.print(f"uploaded {up.messages:,} messages ({up.bytes:,} bytes) in {up.chunks} "
-                  f"chunks to {url}")
+    console.print(f"uploaded {count(up.messages, 'message')} ({count(up.bytes, 'byte')}) in "
+                  f"{count(up.chunks, 'chunk')} to {url}")
 
 
 @tier_group.command()
@@ -151,8 +152,8 @@ def verify(directory: str, from_tier: bool) -> None:
         report = reader.verify(on_chunk=lambda b: bar.advance(task, b))
     for p in report.problems:
         console.print(f"[red]{p}[/]")
-    console.print(f"{report.chunks} chunks, {report.messages:,} messages, {report.bytes:,} "
-                  f"bytes checked on {meta.tier_url}: "
-                  f"{'OK' if report.ok else f'{len(report.problems)} problem(s)'}")
+    console.print(f"{count(report.chunks, 'chunk')}, {count(report.messages, 'message')}, "
+                  f"{count(report.bytes, 'byte')} checked on {meta.tier_url}: "
+                  f"{'OK' if report.ok else count(len(report.problems), 'problem')}")
     if not report.ok:
         sys.exit(1)
