@@ -177,8 +177,9 @@ def spark_step(directory: str, start: dict, end: dict, store_counts: Counter,
         from strata.spark import JavaNotFoundError
         from strata.spark.jobs import export_topic, spark_session
     except ImportError as exc:
-        console.print(f"[red]Spark step failed: PySpark is not installed ({exc}); install "
-                      "strata with the spark extra: pip install 'strata[spark]'[/red]")
+        console.print(f"Spark step failed: PySpark is not installed ({exc}); install strata "
+                      "with the spark extra: pip install -e '.[spark]' in the strata checkout",
+                      style="red", markup=False)
         return False
     t0 = time.perf_counter()
     with console.status("Spark: starting a local session"):

@@ -64,6 +64,18 @@ def _message_dict(m) -> dict:
             "size": m.size, "body": shown}
 
 
+def _version() -> str:
+    """The installed distribution's version ("strata-mq"; "strata" in installs made before
+    the rename), or "unknown" when run from a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    for name in ("strata-mq", "strata"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 class StrataGroup(click.Group):
     """Turns strata's own errors, and the operating system's (a full disk, a permission, a
     missing file), into one-line messages and exit code 1: never a traceback."""
@@ -91,7 +103,7 @@ def _os_error_line(exc: OSError) -> str:
 
 
 @click.group(cls=StrataGroup)
-@click.version_option(package_name="strata")
+@click.version_option(version=_version(), prog_name="strata")
 def cli() -> None:
     """strata: a durable message store. DIR is a store directory."""
 

@@ -41,8 +41,8 @@ def _session(master: str):
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        raise click.ClickException("the Spark jobs need PySpark: pip install 'strata[spark]'") \
-            from None
+        raise click.ClickException("the Spark jobs need PySpark: pip install -e '.[spark]' in "
+                                   "the strata checkout") from None
     from strata.spark import JavaNotFoundError
     from strata.spark.jobs.session import spark_session
     try:

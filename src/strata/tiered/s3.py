@@ -34,7 +34,8 @@ class S3Backend(TierBackend):
             from botocore.config import Config
         except ImportError:  # pragma: no cover - depends on the install
             raise TierUnavailableError(
-                "an s3:// tier needs boto3: pip install 'strata[tiered]'") from None
+                "an s3:// tier needs boto3: pip install -e '.[tiered]' in the strata "
+                "checkout") from None
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
