@@ -300,7 +300,7 @@ def named_doc_paths(root: Path) -> list[tuple[str, str]]:
 
 
 def test_every_doc_a_source_file_names_exists():
-    """A docstring or message that sends a reader to ``docs/x.md`` sends them somewhere
+    """A docstring or message that sends a reader to a doc under docs/ sends them somewhere
     (issues 24 and 26: two format files for the key index and the refstore were named in
     docstrings but never written; their layouts are sections of docs/format.md)."""
     named = named_doc_paths(ROOT)
