@@ -140,14 +140,16 @@ def info(directory: str, as_json: bool) -> None:
         click.echo(json.dumps(data, indent=1))
         return
     t = Table(title=f"commit log of {directory}")
-    for c in ("file", "base offset", "used bytes", "sealed", "records"):
+    for c in ("file", "base offset", "used / size", "sealed", "records"):
         t.add_column(c)
     for r in rows:
-        t.add_row(r["file"], str(r["base_offset"]), f"{r['used']}/{r['data_size']}",
+        t.add_row(r["file"], f"{r['base_offset']:,}", f"{human(r['used'])} / {human(r['data_size'])}",
                   "yes" if r["sealed"] else "no", "" if r["records"] is None else str(r["records"]))
     console.print(t)
-    console.print(f"min offset {data['min_offset']}, confirmed offset {data['confirmed_offset']}, "
-                  f"checkpoint flushed offset {data['flushed_offset_checkpoint']}")
+    flushed = data["flushed_offset_checkpoint"]
+    console.print(f"min offset {data['min_offset']:,}, confirmed offset "
+                  f"{data['confirmed_offset']:,} ({human(data['confirmed_offset'])}), "
+                  f"checkpoint flushed offset {'none' if flushed is None else f'{flushed:,}'}")
     if data["tier_url"]:
         console.print(f"tier {data['tier_url']}: history from commit-log offset "
                       f"{data['first_offset']}", soft_wrap=True)
@@ -395,8 +397,29 @@ def query(directory: str, topic: str, key: str, begin_ms: int, end_ms: int | Non
         err.print(f"{len(found)} message(s)")
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+def _dir_bytes(path: Path) -> tuple[int, int]:
+    """(bytes on disk, apparent size) of the files under ``path``. Segment, queue and index
+    files are sparse: made at full size, their blocks allocated as they fill, so the disk
+    use is the allocated blocks (what ``du`` shows), not the sizes ``ls -l`` shows."""
+    disk = apparent = 0
+    if path.is_dir():
+        for p in path.rglob("*"):
+            st = p.lstat()
+            if p.is_file():
+                disk += st.st_blocks * 512
+                apparent += st.st_size
+    return disk, apparent
+
+
+def human(n: int) -> str:
+    """``n`` bytes in binary units: 512 B, 1.5 KiB, 515.0 MiB, 1.00 GiB."""
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.2f} {unit}" if n < 10 else f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
 
 
 @cli.command()
@@ -412,9 +435,11 @@ def stat(directory: str, as_json: bool) -> None:
                 queues.append({"topic": name, "queue": q, "min": store.min_offset(name, q),
                                "max": store.max_offset(name, q),
                                "earliest_ms": store.earliest_time(name, q)})
+        sizes = {d: _dir_bytes(store.path / d) for d in ("commitlog", "consumequeue", "index")}
         data = {"queues": queues, "dispatch_lag_bytes": store.dispatch_behind_bytes(),
-                "disk_bytes": {d: _dir_bytes(store.path / d)
-                               for d in ("commitlog", "consumequeue", "index")},
+                # allocated blocks (du); apparent: the files' sizes (ls -l), sparse ahead
+                "disk_bytes": {d: s[0] for d, s in sizes.items()},
+                "apparent_bytes": {d: s[1] for d, s in sizes.items()},
                 "commitlog": {"min": store.log.min_offset(), "confirmed": store.confirmed_offset()}}
     if as_json:
         click.echo(json.dumps(data, indent=1))
@@ -425,8 +450,14 @@ def stat(directory: str, as_json: bool) -> None:
     for r in queues:
         t.add_row(r["topic"], str(r["queue"]), str(r["min"]), str(r["max"]), str(r["max"] - r["min"]))
     console.print(t)
-    console.print(f"dispatch lag {data['dispatch_lag_bytes']} bytes; disk: " + ", ".join(
-        f"{k} {v / 1e6:.1f} MB" for k, v in data["disk_bytes"].items()))
+    console.print(f"dispatch lag {human(data['dispatch_lag_bytes'])}; disk used: " + ", ".join(
+        f"{k} {human(v)} (files {human(data['apparent_bytes'][k])})"
+        for k, v in data["disk_bytes"].items()))
+    console.print("Files are sparse: made at full size, they take disk as they fill. Disk "
+                  "use runs ahead of the data by what a writer reserves (posix_fallocate) "
+                  "ahead of itself: in its segment 1 MiB, doubling up to 256 MiB as it writes, "
+                  "and the key index's next file (index/next.spare), so a full disk refuses a "
+                  "put before it is acknowledged.", style="dim", markup=False)
 
 
 def _utf8(value: str | None, hint: str) -> bytes | None:
