@@ -212,3 +212,14 @@ def test_stat_shows_disk_use_and_apparent_size_and_info_human_units(tmp_path):
     assert r.returncode == 0 and "disk used: commitlog" in r.stdout and "sparse" in r.stdout
     r = strata_cmd("info", path)
     assert r.returncode == 0 and "64.0 KiB" in r.stdout, r.stdout
+
+
+def test_a_binary_body_is_shown_as_marked_hex(tmp_path):
+    """Issue 26.7: a body that is not UTF-8 is printed as hex and says so."""
+    path = tmp_path / "s"
+    with strata.open(path, small_store_config()) as store:
+        store.put(strata.Message("t", b"\xff\x00", queue_id=0))
+        store.put(strata.Message("t", b"text", queue_id=0))
+    lines = [json.loads(x) for x in strata_cmd("get", path, "t", "0", "0").stdout.splitlines()]
+    assert [(d["body"], d["body_encoding"]) for d in lines] == [("ff00", "hex"),
+                                                                ("text", "utf-8")]

@@ -52,16 +52,18 @@ def open_readonly(directory: str) -> MessageStore:
 
 
 def _message_dict(m) -> dict:
+    """A message as JSON: the body as text if it is UTF-8, else as hex, marked so by
+    ``"body_encoding": "hex"`` (a hex string is also valid text: unmarked, it would lie)."""
     body = m.body
     try:
-        shown = body.decode("utf-8")
+        shown, encoding = body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
-        shown = body.hex()
+        shown, encoding = body.hex(), "hex"
     return {"msg_id": m.msg_id, "topic": m.topic, "queue_id": m.queue_id,
             "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
             "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
             "keys": list(m.keys), "tags": m.tags, "properties": m.properties,
-            "size": m.size, "body": shown}
+            "size": m.size, "body": shown, "body_encoding": encoding}
 
 
 def _version() -> str:
