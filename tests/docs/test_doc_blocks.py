@@ -236,7 +236,9 @@ def test_spark_block_runs(block, spark, tmp_path, monkeypatch):
     # share the test's working directory
     body = (block.body.replace('"./data"', json.dumps(str(store)))
             .replace('"/out/', json.dumps(str(tmp_path / "out"))[:-1] + "/")
-            .replace('"/chk/', json.dumps(str(tmp_path / "chk"))[:-1] + "/"))
+            .replace('"./out/', json.dumps(str(tmp_path / "out"))[:-1] + "/")
+            .replace('"/chk/', json.dumps(str(tmp_path / "chk"))[:-1] + "/")
+            .replace('"./chk/', json.dumps(str(tmp_path / "chk"))[:-1] + "/"))
     events_in = tmp_path / "events-in"
     events_in.mkdir()
     (events_in / "part-0.json").write_text(
