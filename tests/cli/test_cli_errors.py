@@ -97,6 +97,8 @@ def test_an_os_error_is_one_line_without_a_traceback(small_store):
     (["../x"], "topic"),
     (["ok", "--queues", "0"], "queues"),
     (["ok", "--queues", "5000"], "queues"),
+    (["t", "--queues", "3"], "exists with 2 queues"),       # the store's t has 2
+    (["t", "--type", "fifo"], "accepting normal messages"),
 ])
 def test_a_refused_topics_create_touches_no_file(small_store, args, named):
     """Issue 22.5: the name and count are checked before the store opens, so a refused

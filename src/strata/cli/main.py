@@ -25,7 +25,7 @@ from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
 from strata.store.message import Message
 from strata.store.message_store import COMMITLOG_DIR, MessageStore, check_messages
-from strata.store.topics import TopicType, check_new_topic
+from strata.store.topics import TopicTable, TopicType, check_new_topic
 from strata.words import count
 
 console = Console(stderr=False)
@@ -329,7 +329,15 @@ def topics_create(directory: str, name: str, queues: int | None, message_type: s
     same queue count and type is left as it is; with another count or type it is an error.
     The store must not be open for writing elsewhere (stop `strata serve` first)."""
     # refused input never opens (or creates) the store: the name, count and type come first
-    check_new_topic(name, 1 if queues is None else queues, message_type)
+    kind = check_new_topic(name, 1 if queues is None else queues, message_type)
+    if (Path(directory) / COMMITLOG_DIR).is_dir():   # an existing topic of another count/type
+        table = TopicTable(Path(directory), readonly=True)
+        try:
+            table.load()
+        except StrataError:
+            pass                  # a damaged table: the writer's open repairs it, then checks
+        else:
+            table.check_same(name, queues, kind)
     with MessageStore(directory) as store:
         if store.recovery_report is not None and store.recovery_report.new_store:
             err.print(f"created a new store at {directory} (no store was there)",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from strata.errors import CorruptStoreError, InvalidInputError
+from strata.errors import CorruptStoreError, InvalidInputError, TopicExistsError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.format.record import encode_topic, is_topic_name
 from strata.index.consume_queue import oldest_unit_offset
@@ -167,6 +167,23 @@ class TopicTable:
             return False
         self._change(topic, queues, since, message_type)
         return True
+
+    def check_same(self, topic: str, queues: int | None, kind: TopicType | None) -> None:
+        """TopicExistsError if existing ``topic`` has another queue count than ``queues`` or
+        another type than ``kind`` (None: either is fine), naming what it has."""
+        have = self.queues.get(topic)
+        if have is None:
+            return
+        if queues is not None and queues != have:
+            raise TopicExistsError(
+                f"topic {topic!r} exists with {have} queues, not {queues}; it keeps its "
+                f"{have} (set_queue_count({topic!r}, n) adds queues; a count never shrinks)")
+        has = self.type_of(topic)
+        if kind is not None and kind is not has:
+            raise TopicExistsError(
+                f"topic {topic!r} exists accepting {has.value} messages, not "
+                f"{kind.value}; a topic's message type never changes (delete_topic and "
+                "create it again)")
 
     def type_of(self, topic: str) -> TopicType | None:
         """The message type ``topic`` accepts (None: no such topic)."""
