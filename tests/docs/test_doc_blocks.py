@@ -312,3 +312,39 @@ def test_every_doc_a_source_file_names_exists():
     missing = [f"{where}: {path}" for where, path in named
                if not (ROOT / path).is_file()]
     assert not missing, "\n".join(missing)
+
+
+# --------------------------------------------------------------------------- in order
+
+
+def test_the_readme_runs_in_order_after_the_quick_start(tmp_path, monkeypatch):
+    """Issue 26: a newcomer pastes the README's blocks in order into the checkout after
+    `make run`, so each must fit the demo's store in ./data and the blocks before it. Here
+    ./data is a small demo store (`strata demo ./data --messages 2000 --no-spark`) and the
+    README's Python and shell blocks run one after another in one directory; a block that
+    connects to a broker runs against `strata serve ./data`. (The Spark blocks run against a
+    demo-shaped ./data in the suite's Spark session, test_spark_block_runs.)"""
+    r = subprocess.run([sys.executable, "-m", "strata.cli.main", "demo", "./data",
+                        "--messages", "2000", "--no-spark"], cwd=tmp_path, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    assert r.returncode == 0 and "all checks passed" in r.stdout, r.stdout + r.stderr
+    readme = [b for b in RUN if b.path.name == "README.md" and not b.spark]
+    assert [b.lang in SHELL for b in readme].count(True) >= 2 and len(readme) >= 5
+    for block in readme:
+        if block.lang in SHELL:
+            test_shell_block_runs(block, tmp_path)
+        elif BROKER_ADDRESS.search(block.body):
+            server = Serve(tmp_path, ["serve", "./data"])
+            try:
+                code = BROKER_ADDRESS.sub(json.dumps(server.address), block.body)
+                r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, text=True,
+                                   timeout=120, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env=dict(os.environ, HOME=str(tmp_path)))
+            finally:
+                stopped = server.stop()
+            assert r.returncode == 0, f"{block.name} against ./data:\n{r.stderr}"
+            assert stopped == 0, "".join(server.log)
+            if "received" in block.body:       # it says what it did, and got its own message
+                assert "received [b'hello from the README']" in r.stdout, r.stdout
+        elif block.lang in PYTHON:
+            run_python(block, tmp_path, {}, monkeypatch)
