@@ -104,8 +104,10 @@ def stat(directory: str, as_json: bool) -> None:
 @click.option("--tier-url", default=None, help="The tier (file:///abs/dir or s3://bucket/"
               "prefix); default: the one the store already uses.")
 @click.option("--endpoint-url", default=None, help="S3-compatible endpoint URL.")
-@click.option("--timeout", "timeout_s", default=3600.0, show_default=True,
-              help="Give up after this many seconds.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=3600.0,
+              show_default=True, help="Give up after this many seconds of retrying what can "
+              "succeed later (an unreachable endpoint); no credentials, no bucket or access "
+              "denied fail at once.")
 def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
          timeout_s: float) -> None:
     """Upload everything the store has confirmed to its tier, with a progress bar."""
