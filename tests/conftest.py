@@ -8,3 +8,20 @@ from support import *  # noqa: F401,F403
 # `pytest --hypothesis-profile=default` brings the database back for a debugging session.
 settings.register_profile("strata", database=None)
 settings.load_profile("strata")
+
+
+# Parallel runs (pytest-xdist, `make test` runs `-n 2 --dist loadgroup`): tests that share a
+# heavy session resource run on one worker, so each is set up once per run, not once per
+# worker: the Spark session (a JVM of its own) and the Node.js client's `npm ci` (two workers
+# installing into one directory would race). Everything else is spread over the workers;
+# servers bind free ports, stores live in each test's tmp_path.
+_GROUPS = {"spark": "spark", "node_client": "node"}
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+    for item in items:
+        for fixture, group in _GROUPS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break

@@ -80,9 +80,10 @@ class Broker:
 
     def start(self, port: int = 0) -> "Broker":
         cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(self.directory),
-               "--listen", f"127.0.0.1:{port}", "--exit-with-parent", *self.args]
+               "--listen", f"127.0.0.1:{port}", "--exit-with-parent"]
         for opt in SMALL_STORE:
             cmd += ["--store-option", opt]
+        cmd += self.args       # after the small store's options: a test's own option wins
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      text=True)
         deadline = time.monotonic() + 30

@@ -97,3 +97,18 @@ def test_a_tampered_receipt_handle_is_refused_and_the_message_stays_in_flight(
     assert got["other_group"][0] == "INVALID_RECEIPT_HANDLE"
     assert "group 'g'" in got["other_group"][1]
     assert got["again"] == 0
+
+
+def test_a_refused_send_creates_no_topic(broker_factory, tmp_path):
+    """Issue 22.6: with 64 KiB segments, a body no segment can hold, and a body at the limit
+    whose long topic makes its record too large, are both refused before their topics exist."""
+    b = broker_factory("--store-option", "segment_size=65536")
+    got = run_client(tmp_path, b.endpoint, RAW_CALLS + '''
+    out(big=send("big", b"y" * 100_000), long=send("L" * 120, b"y" * 65400), good=send("fine"))
+    ''')
+    assert got["big"][0] == "MESSAGE_BODY_TOO_LARGE", got["big"]
+    assert got["long"][0] == "MESSAGE_BODY_TOO_LARGE", got["long"]
+    assert got["good"][0] == "OK"
+    assert b.stop() == 0
+    with strata.open(b.directory, readonly=True) as store:
+        assert store.topics() == ["fine"]

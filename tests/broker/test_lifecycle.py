@@ -80,7 +80,7 @@ def test_sync_flush_group_commits_concurrent_sends(broker_factory, tmp_path):
     ''')
     assert got["n"] == 400
     assert b.stop() == 0
-    m = re.search(r"(\d+) messages stored in (\d+) batches", b.log)
-    messages, batches = int(m.group(1)), int(m.group(2))
+    m = re.search(r"([\d,]+) messages? stored in ([\d,]+) batch(?:es)?", b.log)
+    messages, batches = (int(g.replace(",", "")) for g in m.groups())
     assert messages == 400
     assert batches < messages / 2          # concurrent sends shared put_batch calls (fsyncs)

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker_support import SMALL_STORE, run_client
+from strata.words import count
 
 pytestmark = pytest.mark.broker
 
@@ -97,7 +98,7 @@ def test_counters_lag_inflight_and_flush_latency_follow_the_client(broker_factor
     assert value(s["acked"], "strata_group_lag", **g) == 2
     assert value(s["acked"], "strata_messages_sent_total", **t) == 5
     assert b.stop() == 0
-    assert f"5 messages stored in {int(batches)} batches" in b.log
+    assert f"5 messages stored in {count(int(batches), 'batch')};" in b.log
 
 
 def test_lag_counts_messages_the_group_never_read(broker_factory, tmp_path):

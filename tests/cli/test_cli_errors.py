@@ -91,3 +91,39 @@ def test_an_os_error_is_one_line_without_a_traceback(small_store):
     r = strata_cmd("put", small_store, "t", "--body", "x")
     line = one_error_line(r)
     assert "topics.json" in line
+
+
+@pytest.mark.parametrize("args, named", [
+    (["../x"], "topic"),
+    (["ok", "--queues", "0"], "queues"),
+    (["ok", "--queues", "5000"], "queues"),
+    (["t", "--queues", "3"], "exists with 2 queues"),       # the store's t has 2
+    (["t", "--type", "fifo"], "accepting normal messages"),
+])
+def test_a_refused_topics_create_touches_no_file(small_store, args, named):
+    """Issue 22.5: the name and count are checked before the store opens, so a refused
+    command rewrites no lock, state or checkpoint file."""
+    before = tree_digest(small_store)
+    r = strata_cmd("topics", "create", small_store, *args)
+    assert named in one_error_line(r)
+    assert tree_digest(small_store) == before
+
+
+def test_a_refused_topics_create_creates_no_store(tmp_path):
+    r = strata_cmd("topics", "create", tmp_path / "new", "../x")
+    assert "topic" in one_error_line(r)
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("option", ["--body", "--tags", "--key"])
+def test_a_non_utf8_option_is_one_clear_error_and_touches_no_file(small_store, option):
+    """Issue 22.6: ``strata put DIR t --body $'\\xff'`` was a UnicodeEncodeError traceback."""
+    before = tree_digest(small_store)
+    args = [b"put", bytes(small_store), b"t", b"--body", b"x", option.encode(), b"a\xff"]
+    r = subprocess.run([sys.executable.encode(), b"-m", b"strata.cli.main", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    r = subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(),
+                                    r.stderr.decode("utf-8", "replace"))
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert f"{option}: is not valid UTF-8 (byte 0xff" in r.stderr
+    assert tree_digest(small_store) == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pty
 import subprocess
@@ -15,6 +16,8 @@ from rich.console import Console
 import strata
 from strata.cli.demo import run_demo
 from strata.store.geometry import stored_geometry
+
+from support import small_store_config
 
 KiB = 1 << 10
 
@@ -193,3 +196,30 @@ def test_demo_stamps_born_times_and_shows_the_plain_batch_rate_beside_its_own(tm
     assert len(rich) == len(plain) == 600
     assert [m.body for m in plain] == [m.body for m in rich]
     assert all(m.born_timestamp >= before for m in rich)
+
+
+def test_stat_shows_disk_use_and_apparent_size_and_info_human_units(tmp_path):
+    """Issue 26.5: the sparse files' apparent sizes are not disk use; both are shown, in
+    binary units, and the JSON's disk_bytes is what the blocks take (du), not ls -l."""
+    path = tmp_path / "s"
+    with strata.open(path, small_store_config()) as store:
+        store.put_batch([strata.Message("t", b"x" * 1000) for _ in range(10)])
+    doc = json.loads(strata_cmd("stat", "--json", path).stdout)
+    files = [p for p in (path / "commitlog").rglob("*") if p.is_file()]
+    assert doc["disk_bytes"]["commitlog"] == sum(p.stat().st_blocks * 512 for p in files)
+    assert doc["apparent_bytes"]["commitlog"] == sum(p.stat().st_size for p in files)
+    r = strata_cmd("stat", path)
+    assert r.returncode == 0 and "disk used: commitlog" in r.stdout and "sparse" in r.stdout
+    r = strata_cmd("info", path)
+    assert r.returncode == 0 and "64.0 KiB" in r.stdout, r.stdout
+
+
+def test_a_binary_body_is_shown_as_marked_hex(tmp_path):
+    """Issue 26.7: a body that is not UTF-8 is printed as hex and says so."""
+    path = tmp_path / "s"
+    with strata.open(path, small_store_config()) as store:
+        store.put(strata.Message("t", b"\xff\x00", queue_id=0))
+        store.put(strata.Message("t", b"text", queue_id=0))
+    lines = [json.loads(x) for x in strata_cmd("get", path, "t", "0", "0").stdout.splitlines()]
+    assert [(d["body"], d["body_encoding"]) for d in lines] == [("ff00", "hex"),
+                                                                ("text", "utf-8")]

@@ -29,3 +29,20 @@ def test_license_is_an_spdx_string_with_a_setuptools_that_takes_it():
     needs = [r for r in meta["build-system"]["requires"] if r.startswith("setuptools")]
     m = re.fullmatch(r"setuptools\s*>=\s*(\d+)(\.\d+)*", needs[0])
     assert m is not None and int(m[1]) >= 77, needs           # PEP 639 strings: setuptools 77
+
+
+def test_the_license_file_is_there_and_shipped():
+    """pyproject says Apache-2.0: the text is in LICENSE and goes into the distribution."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    assert meta["license"] == "Apache-2.0" and meta["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text("utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+
+
+def test_the_distribution_is_not_named_like_the_registrys_other_strata():
+    """The registry's `strata` is an unrelated project: ours is `strata-mq`, while the import
+    name and the command stay `strata` (README, top)."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    assert meta["name"] == "strata-mq"
+    assert meta["scripts"] == {"strata": "strata.cli.main:main"}
+    assert "`strata-mq`" in (ROOT / "README.md").read_text("utf-8").split("## Quick start")[0]

@@ -180,7 +180,7 @@ def test_largest_record_fits_a_segment(tmp_store_dir, small_config):
         assert r.commitlog_offset == SMALL_SEGMENT  # did not fit the first: rolled
         assert store.read_at(r.commitlog_offset).body == body_for(2, body)
         before = store.max_commitlog_offset()
-        with pytest.raises(MessageTooLargeError, match="segment"):
+        with pytest.raises(MessageTooLargeError, match="max_body_size"):
             store.put(strata.Message("t", bytes(body + 1)))
         assert store.max_commitlog_offset() == before
         r2 = store.put(make_message(3))

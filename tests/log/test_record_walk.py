@@ -74,3 +74,20 @@ def test_damage_up_to_the_end_of_the_walk(tmp_store_dir):
         assert sum(why is None for _p, _s, why in walk) == len(results) - 1
         assert [(d.offset, d.end) for d in walk.damage] == [(results[-1].commitlog_offset, end)]
         assert walk.position == end and not walk.closed
+
+
+def test_verify_progress_moves_within_one_segment(tmp_store_dir):
+    """Issue 26.6: `strata verify` of a one-segment store sat at 0 % until the end; its
+    progress now moves with the bytes walked, run by run, up to the committed end."""
+    from strata.log.verify import verify_log
+    cfg = small_store_config(segment_size=8 << 20)
+    with strata.open(tmp_store_dir, cfg) as store:
+        for _ in range(40):
+            store.put_batch([strata.Message("t", b"x") for _ in range(1024)])
+        seen: list[int] = []
+        found = verify_log(store.log.segments, store.confirmed_offset(), progress=seen.append)
+        segs = list(store.log.segments.segments)
+    assert len(segs) == 1 and found.records == 40 * 1024
+    committed = segs[0].committed
+    assert len(set(seen)) >= 3                     # 40,960 records: three runs and the end
+    assert seen == sorted(seen) and 0 < seen[0] < committed and seen[-1] == committed

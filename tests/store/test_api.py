@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import strata
-from strata.errors import (InvalidConfigError, InvalidInputError, ReadOnlyStoreError,
+from strata.errors import (InvalidConfigError, InvalidInputError, MessageTooLargeError,
+                           ReadOnlyStoreError,
                            StoreClosedError, StoreLockedError, StoreNotFoundError, StrataError)
 from strata.files.faults import FaultInjectingFileOps
 from strata.files.io import FileOps
@@ -134,6 +135,10 @@ def test_bad_input_refused_and_changes_nothing(api_store, tmp_store_dir, case):
     (dict(segment_size="1G"), "segment_size"),
     (dict(segment_size=True), "segment_size"),
     (dict(max_body_size=-1), "max_body_size"),
+    (dict(max_body_size="4M"), "max_body_size"),
+    # issue 22.6: a body no segment can hold is refused when the config is made
+    (dict(segment_size=65536, max_body_size=65536), "max_body_size"),
+    (dict(max_body_size=(1 << 30) + 1), "max_body_size"),
     (dict(flush_interval_ms=0), "flush_interval_ms"),
     (dict(sync_flush_timeout_ms=-5), "sync_flush_timeout_ms"),
     (dict(flush_least_pages=-1), "flush_least_pages"),
@@ -146,6 +151,21 @@ def test_bad_config_refused(kw, field):
         strata.StoreConfig(**kw)
     assert isinstance(ei.value, ValueError) and isinstance(ei.value, StrataError)
     assert field in str(ei.value)
+
+
+def test_max_body_size_defaults_to_what_a_segment_holds(tmp_store_dir):
+    """None (the default) is 4 MiB, or the largest body a smaller segment can hold; that
+    body is stored whole, one byte more is refused before anything is written."""
+    assert strata.StoreConfig().max_body_size == 4 << 20
+    cfg = small_store_config()
+    assert cfg.segment_size < 4 << 20 and cfg.max_body_size < cfg.segment_size
+    with strata.open(tmp_store_dir, cfg) as store:
+        r = store.put(strata.Message("t", b"x" * cfg.max_body_size))
+        assert store.read_at(r.commitlog_offset).body == b"x" * cfg.max_body_size
+        end = store.max_commitlog_offset()
+        with pytest.raises(MessageTooLargeError, match="max_body_size"):
+            store.put(strata.Message("t", b"x" * (cfg.max_body_size + 1)))
+        assert store.max_commitlog_offset() == end
 
 
 def test_bad_config_object_refused_before_touching_disk(tmp_store_dir):

@@ -8,7 +8,7 @@ import sys
 
 import strata
 from strata.tiered.layout import chunk_path
-from tier_helpers import fill, tier_config
+from tier_helpers import fill, new_bucket, tier_config
 from support import small_store_config
 
 
@@ -63,3 +63,35 @@ def test_stat_shows_an_unreachable_tier(tmp_store_dir, s3_endpoint):
                    "--timeout", "1", tmp_store_dir)
     assert r.returncode == 1 and "TierUnavailableError" in r.stderr and "127.0.0.1" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _no_credentials_env(tmp_path) -> dict:
+    import os
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_CONFIG_FILE=str(tmp_path / "none"))
+    return env
+
+
+def test_sync_fails_fast_for_what_waiting_cannot_fix(s3_endpoint, tmp_path, tmp_store_dir):
+    """Issue 26.4: no bucket, or no credentials, is one clear error at once, not an hour of
+    retries (--timeout is left at its default of 3600 s: the subprocess's 120 s bound would
+    end a run that retried)."""
+    other = tmp_path / "other"       # a store remembers the tier it was first synced to
+    for path in (tmp_store_dir, other):
+        with strata.open(path, small_store_config()) as store:
+            fill(store, 20)
+    r = strata_cmd("tier", "sync", "--tier-url", "s3://no-such-bucket-here/p",
+                   "--endpoint-url", s3_endpoint, other)
+    assert r.returncode == 1 and "TierRefusedError" in r.stderr, r.stderr
+    assert "no bucket 'no-such-bucket-here'" in r.stderr and "Traceback" not in r.stderr
+    bucket = new_bucket(s3_endpoint)
+    r = subprocess.run([sys.executable, "-m", "strata.cli.main", "tier", "sync", "--tier-url",
+                        f"s3://{bucket}/p", "--endpoint-url", s3_endpoint, str(tmp_store_dir)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+                       env=_no_credentials_env(tmp_path))
+    assert r.returncode == 1 and "no S3 credentials" in r.stderr, r.stderr
+    r = strata_cmd("tier", "sync", "--tier-url", f"s3://{bucket}/p", "--endpoint-url",
+                   s3_endpoint, tmp_store_dir)                 # with them: it uploads
+    assert r.returncode == 0 and "uploaded 20 messages" in r.stdout, r.stderr

@@ -23,7 +23,8 @@ def _bare_package(name: str) -> None:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.submodule_search_locations is None:
         raise StrataError("strata serve needs the broker extra: "
-                          "pip install 'strata[broker]' (rocketmq-python-client==5.1.2)")
+                          "pip install -e '.[broker]' in the strata checkout "
+                          "(rocketmq-python-client==5.1.2)")
     module = types.ModuleType(name)
     module.__path__ = list(spec.submodule_search_locations)
     module.__spec__ = spec

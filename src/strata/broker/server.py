@@ -24,6 +24,7 @@ from strata.broker.receipt import ReceiptSigner, load_or_create_secret
 from strata.broker.service import BrokerOptions, MessagingService
 from strata.store.config import StoreConfig
 from strata.store.message_store import MessageStore
+from strata.words import count
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,24 @@ async def serve(cfg: ServeConfig) -> None:
     if cfg.tls_cert is not None:
         from strata.broker.tls import server_credentials
         creds = server_credentials(cfg.tls_cert, cfg.tls_key)
-    store = MessageStore(cfg.directory, StoreConfig(flush=cfg.flush, **cfg.store_options))
+    store_config = StoreConfig(flush=cfg.flush, **cfg.store_options)
+    limit = store_config.max_body_size + (1 << 20)
+    # grpc enables SO_REUSEPORT by default: a second server on a port in use would share its
+    # connections. Off, and bound before the store opens: a refused start changes no file.
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                      ("grpc.max_send_message_length", limit),
+                                      ("grpc.so_reuseport", 0)])
+    address = f"[{cfg.host}]:{cfg.port}" if ":" in cfg.host else f"{cfg.host}:{cfg.port}"
+    try:
+        port = (server.add_secure_port(address, creds) if creds is not None
+                else server.add_insecure_port(address))
+    except (RuntimeError, OSError) as exc:
+        raise OSError(f"cannot listen on {address}: {exc} (is another server using it?)") \
+            from None
+    if not port or (cfg.port and port != cfg.port):
+        raise OSError(f"cannot listen on {address}: the address is in use (bound port "
+                      f"{port} instead)")
+    store = MessageStore(cfg.directory, store_config)
     try:
         broker_dir = store.path / BROKER_DIR
         signer = ReceiptSigner(load_or_create_secret(broker_dir / SECRET_NAME))
@@ -89,9 +107,6 @@ async def serve(cfg: ServeConfig) -> None:
     except BaseException:
         store.close()
         raise
-    limit = store.config.max_body_size + (1 << 20)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
-                                      ("grpc.max_send_message_length", limit)])
     service = MessagingService(store, groups, signer, (cfg.host, cfg.port),
                                BrokerOptions(auto_create=cfg.auto_create,
                                              max_delivery_attempts=cfg.max_delivery_attempts,
@@ -112,11 +127,8 @@ async def serve(cfg: ServeConfig) -> None:
         from strata.broker.authorize import AclLayer
         layers.append(AclLayer(acl))
     svc_grpc.add_MessagingServiceServicer_to_server(layered(service, layers), server)
-    address = f"[{cfg.host}]:{cfg.port}" if ":" in cfg.host else f"{cfg.host}:{cfg.port}"
     listening = address
     try:
-        port = (server.add_secure_port(address, creds) if creds is not None
-                else server.add_insecure_port(address))
         if metrics is not None:
             listening = f"{cfg.metrics[0]}:{cfg.metrics[1]} (--metrics)"
             metrics_port = metrics.serve(*cfg.metrics)
@@ -156,8 +168,8 @@ async def serve(cfg: ServeConfig) -> None:
                       f", metrics http://{cfg.metrics[0]}:{metrics_port}/metrics"
                       if metrics is not None else ""])
     _say(f"listening on {cfg.host}:{port} (store {store.path}, flush {cfg.flush}, "
-         f"auto-create {'on' if cfg.auto_create else 'off'}, {len(held.entries)} messages "
-         f"held{extras})")
+         f"auto-create {'on' if cfg.auto_create else 'off'}, "
+         f"{count(len(held.entries), 'message')} held{extras})")
     try:
         await stop.wait()
     finally:
@@ -173,16 +185,17 @@ async def serve(cfg: ServeConfig) -> None:
         held.close()
         groups.close()
         store.close()
-        _say(f"stopped cleanly ({service.batcher.messages} messages stored in "
-             f"{service.batcher.batches} batches; {service.timer.moved} delay messages moved "
-             f"in {service.timer.batches} batches; transactions: "
+        _say(f"stopped cleanly ({count(service.batcher.messages, 'message')} stored in "
+             f"{count(service.batcher.batches, 'batch')}; "
+             f"{count(service.timer.moved, 'delay message')} moved "
+             f"in {count(service.timer.batches, 'batch')}; transactions: "
              f"{service.transactions.committed} committed, "
              f"{service.transactions.rolled_back} rolled back, "
              f"{service.transactions.dropped} dropped, "
              f"{service.transactions.checks_sent} checks sent; "
              f"{service.renewed} invisible times renewed, {service.released} messages of "
              f"gone push consumers released; "
-             f"{len(held.entries)} messages still held)")
+             f"{count(len(held.entries), 'message')} still held)")
 
 
 def run(cfg: ServeConfig) -> None:

@@ -375,6 +375,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 sent = sent_type(m)
                 kind = self.store.topic_type(topic) or new_topics.setdefault(topic, sent)
                 check_fits(topic, kind, sent)
+            if new_topics:     # a send the store would refuse creates no topic (issue 22.6)
+                self.store.check_batch(msgs)
             for topic, kind in new_topics.items():     # a first send gives a topic its type
                 self._create_topic(topic, kind)
             results = await self._store_or_hold(request.messages, msgs, _client_id(context))

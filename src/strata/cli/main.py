@@ -25,7 +25,8 @@ from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
 from strata.store.message import Message
 from strata.store.message_store import COMMITLOG_DIR, MessageStore, check_messages
-from strata.store.topics import TopicType
+from strata.store.topics import TopicTable, TopicType, check_new_topic
+from strata.words import count
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -51,16 +52,30 @@ def open_readonly(directory: str) -> MessageStore:
 
 
 def _message_dict(m) -> dict:
+    """A message as JSON: the body as text if it is UTF-8, else as hex, marked so by
+    ``"body_encoding": "hex"`` (a hex string is also valid text: unmarked, it would lie)."""
     body = m.body
     try:
-        shown = body.decode("utf-8")
+        shown, encoding = body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
-        shown = body.hex()
+        shown, encoding = body.hex(), "hex"
     return {"msg_id": m.msg_id, "topic": m.topic, "queue_id": m.queue_id,
             "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
             "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
             "keys": list(m.keys), "tags": m.tags, "properties": m.properties,
-            "size": m.size, "body": shown}
+            "size": m.size, "body": shown, "body_encoding": encoding}
+
+
+def _version() -> str:
+    """The installed distribution's version ("strata-mq"; "strata" in installs made before
+    the rename), or "unknown" when run from a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    for name in ("strata-mq", "strata"):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 class StrataGroup(click.Group):
@@ -74,6 +89,10 @@ class StrataGroup(click.Group):
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
             raise click.ClickException(_os_error_line(exc)) from None
+        except UnicodeEncodeError as exc:   # shell bytes that are not UTF-8, as surrogates
+            raise click.ClickException(
+                f"an argument is not valid UTF-8 ({exc.reason} at character {exc.start} of "
+                f"{exc.object[:40]!r}); strata takes text arguments as UTF-8") from None
 
 
 def _os_error_line(exc: OSError) -> str:
@@ -86,7 +105,7 @@ def _os_error_line(exc: OSError) -> str:
 
 
 @click.group(cls=StrataGroup)
-@click.version_option(package_name="strata")
+@click.version_option(version=_version(), prog_name="strata")
 def cli() -> None:
     """strata: a durable message store. DIR is a store directory."""
 
@@ -123,14 +142,16 @@ def info(directory: str, as_json: bool) -> None:
         click.echo(json.dumps(data, indent=1))
         return
     t = Table(title=f"commit log of {directory}")
-    for c in ("file", "base offset", "used bytes", "sealed", "records"):
+    for c in ("file", "base offset", "used / size", "sealed", "records"):
         t.add_column(c)
     for r in rows:
-        t.add_row(r["file"], str(r["base_offset"]), f"{r['used']}/{r['data_size']}",
+        t.add_row(r["file"], f"{r['base_offset']:,}", f"{human(r['used'])} / {human(r['data_size'])}",
                   "yes" if r["sealed"] else "no", "" if r["records"] is None else str(r["records"]))
     console.print(t)
-    console.print(f"min offset {data['min_offset']}, confirmed offset {data['confirmed_offset']}, "
-                  f"checkpoint flushed offset {data['flushed_offset_checkpoint']}")
+    flushed = data["flushed_offset_checkpoint"]
+    console.print(f"min offset {data['min_offset']:,}, confirmed offset "
+                  f"{data['confirmed_offset']:,} ({human(data['confirmed_offset'])}), "
+                  f"checkpoint flushed offset {'none' if flushed is None else f'{flushed:,}'}")
     if data["tier_url"]:
         console.print(f"tier {data['tier_url']}: history from commit-log offset "
                       f"{data['first_offset']}", soft_wrap=True)
@@ -309,14 +330,24 @@ def topics_create(directory: str, name: str, queues: int | None, message_type: s
     """Create topic NAME in the store at DIR (made if missing). A topic that exists with the
     same queue count and type is left as it is; with another count or type it is an error.
     The store must not be open for writing elsewhere (stop `strata serve` first)."""
+    # refused input never opens (or creates) the store: the name, count and type come first
+    kind = check_new_topic(name, 1 if queues is None else queues, message_type)
+    if (Path(directory) / COMMITLOG_DIR).is_dir():   # an existing topic of another count/type
+        table = TopicTable(Path(directory), readonly=True)
+        try:
+            table.load()
+        except StrataError:
+            pass                  # a damaged table: the writer's open repairs it, then checks
+        else:
+            table.check_same(name, queues, kind)
     with MessageStore(directory) as store:
         if store.recovery_report is not None and store.recovery_report.new_store:
             err.print(f"created a new store at {directory} (no store was there)",
                       markup=False, highlight=False, soft_wrap=True)
         created = store.create_topic(name, queues, message_type=message_type)
         n, kind = store.queue_count(name), store.topic_type(name).value
-    click.echo(f"{'created' if created else 'exists:'} topic {name} ({n} queues, {kind} "
-               "messages)")
+    click.echo(f"{'created' if created else 'exists:'} topic {name} ({count(n, 'queue')}, "
+               f"{kind} messages)")
 
 
 def _require_queue(store: MessageStore, directory: str, topic: str,
@@ -336,7 +367,8 @@ def _require_queue(store: MessageStore, directory: str, topic: str,
 @click.argument("topic")
 @click.argument("queue", type=int)
 @click.argument("offset", type=int)
-@click.option("-n", "--max-messages", default=32, show_default=True)
+@click.option("-n", "--max-messages", default=32, show_default=True,
+              help="Read at most this many messages.")
 @click.option("--tags", default=None, help='Tag filter, e.g. "a||b".')
 def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
         tags: str | None) -> None:
@@ -359,9 +391,12 @@ def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
 @click.argument("directory", metavar="DIR")
 @click.argument("topic")
 @click.argument("key")
-@click.option("--begin-ms", default=0, show_default=True)
-@click.option("--end-ms", default=None, type=int)
-@click.option("-n", "--max-results", default=64, show_default=True)
+@click.option("--begin-ms", default=0, show_default=True,
+              help="Only messages stored at or after this time (ms since the epoch).")
+@click.option("--end-ms", default=None, type=int,
+              help="Only messages stored at or before this time (ms; default: now).")
+@click.option("-n", "--max-results", default=64, show_default=True,
+              help="Return at most this many messages.")
 def query(directory: str, topic: str, key: str, begin_ms: int, end_ms: int | None,
           max_results: int) -> None:
     """Messages of TOPIC with KEY, newest first (JSON lines)."""
@@ -374,13 +409,34 @@ def query(directory: str, topic: str, key: str, begin_ms: int, end_ms: int | Non
         err.print(f"{len(found)} message(s)")
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+def _dir_bytes(path: Path) -> tuple[int, int]:
+    """(bytes on disk, apparent size) of the files under ``path``. Segment, queue and index
+    files are sparse: made at full size, their blocks allocated as they fill, so the disk
+    use is the allocated blocks (what ``du`` shows), not the sizes ``ls -l`` shows."""
+    disk = apparent = 0
+    if path.is_dir():
+        for p in path.rglob("*"):
+            st = p.lstat()
+            if p.is_file():
+                disk += st.st_blocks * 512
+                apparent += st.st_size
+    return disk, apparent
+
+
+def human(n: int) -> str:
+    """``n`` bytes in binary units: 512 B, 1.5 KiB, 515.0 MiB, 1.00 GiB."""
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.2f} {unit}" if n < 10 else f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
 
 
 @cli.command()
 @click.argument("directory", metavar="DIR")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def stat(directory: str, as_json: bool) -> None:
     """Per-queue min/max offsets, dispatch lag and disk use."""
     store = open_readonly(directory)
@@ -391,9 +447,11 @@ def stat(directory: str, as_json: bool) -> None:
                 queues.append({"topic": name, "queue": q, "min": store.min_offset(name, q),
                                "max": store.max_offset(name, q),
                                "earliest_ms": store.earliest_time(name, q)})
+        sizes = {d: _dir_bytes(store.path / d) for d in ("commitlog", "consumequeue", "index")}
         data = {"queues": queues, "dispatch_lag_bytes": store.dispatch_behind_bytes(),
-                "disk_bytes": {d: _dir_bytes(store.path / d)
-                               for d in ("commitlog", "consumequeue", "index")},
+                # allocated blocks (du); apparent: the files' sizes (ls -l), sparse ahead
+                "disk_bytes": {d: s[0] for d, s in sizes.items()},
+                "apparent_bytes": {d: s[1] for d, s in sizes.items()},
                 "commitlog": {"min": store.log.min_offset(), "confirmed": store.confirmed_offset()}}
     if as_json:
         click.echo(json.dumps(data, indent=1))
@@ -404,8 +462,29 @@ def stat(directory: str, as_json: bool) -> None:
     for r in queues:
         t.add_row(r["topic"], str(r["queue"]), str(r["min"]), str(r["max"]), str(r["max"] - r["min"]))
     console.print(t)
-    console.print(f"dispatch lag {data['dispatch_lag_bytes']} bytes; disk: " + ", ".join(
-        f"{k} {v / 1e6:.1f} MB" for k, v in data["disk_bytes"].items()))
+    console.print(f"dispatch lag {human(data['dispatch_lag_bytes'])}; disk used: " + ", ".join(
+        f"{k} {human(v)} (files {human(data['apparent_bytes'][k])})"
+        for k, v in data["disk_bytes"].items()))
+    console.print("Files are sparse: made at full size, they take disk as they fill. Disk "
+                  "use runs ahead of the data by what a writer reserves (posix_fallocate) "
+                  "ahead of itself: in its segment 1 MiB, doubling up to 256 MiB as it writes, "
+                  "and the key index's next file (index/next.spare), so a full disk refuses a "
+                  "put before it is acknowledged.", style="dim", markup=False)
+
+
+def _utf8(value: str | None, hint: str) -> bytes | None:
+    """``value`` as UTF-8; a clear error naming the option when the shell passed bytes that
+    are not UTF-8 (Python hands them over as lone surrogates, which cannot be encoded)."""
+    if value is None:
+        return None
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start].encode("utf-8", "surrogateescape")
+        raise click.BadParameter(
+            f"is not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start}); strata "
+            "stores text options as UTF-8 (a binary body can come on stdin)",
+            param_hint=hint) from None
 
 
 @cli.command()
@@ -413,14 +492,19 @@ def stat(directory: str, as_json: bool) -> None:
 @click.argument("topic")
 @click.option("--body", default=None, help="Message body (default: read stdin).")
 @click.option("--key", "keys", multiple=True, help="A message key (repeatable).")
-@click.option("--tags", default=None)
+@click.option("--tags", default=None, help="The message's tag (consumers filter on it).")
 @click.option("--property", "props", multiple=True, help="NAME=VALUE (repeatable).")
-@click.option("--queue", "queue_id", type=int, default=None)
+@click.option("--queue", "queue_id", type=int, default=None,
+              help="Put into this queue (default: round-robin over the topic's queues).")
 @click.option("--sync", is_flag=True, help="Open with flush=sync (fsync before returning).")
 def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tags: str | None,
         props: tuple[str, ...], queue_id: int | None, sync: bool) -> None:
     """Append one message (body from --body or stdin); prints its PutResult as JSON."""
-    data = body.encode("utf-8") if body is not None else sys.stdin.buffer.read()
+    data = _utf8(body, "--body") if body is not None else sys.stdin.buffer.read()
+    _utf8(topic, "TOPIC")
+    for value, hint in [*((k, "--key") for k in keys), (tags, "--tags"),
+                        *((p, "--property") for p in props)]:
+        _utf8(value, hint)
     properties = {}
     for p in props:
         if "=" not in p:
@@ -444,8 +528,10 @@ def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tag
 
 @cli.command()
 @click.argument("directory", metavar="DIR", default="./data")
-@click.option("--messages", default=200_000, show_default=True)
-@click.option("--batch", default=512, show_default=True)
+@click.option("--messages", type=click.IntRange(min=1), default=200_000, show_default=True,
+              help="Rich messages to append (and as many plain ones after them).")
+@click.option("--batch", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Messages per put_batch call.")
 @click.option("--spark/--no-spark", default=True, show_default=True,
               help="End with the Spark step (counts through spark.read.format('strata'), "
                    "Parquet export to DIR-parquet/).")

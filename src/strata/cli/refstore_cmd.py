@@ -14,6 +14,7 @@ from strata.errors import StrataError, StoreLockedError
 from strata.format import refstore_record as rec
 from strata.refstore import layout, snapshot
 from strata.refstore.errors import CorruptSnapshotError, RecoveryNeedsRefsError
+from strata.words import count
 
 _DIR = click.Path(exists=True, file_okay=False, dir_okay=True, readable=True)
 
@@ -140,7 +141,7 @@ def verify_cmd(directory: str) -> None:
     for p in problems:
         console.print(f"[red]problem:[/red] {p}")
     checked = "records and saved index" if snap is not None else f"records ({why})"
-    console.print(f"{len(numbers)} files, {records:,} whole records; checked {checked}")
+    console.print(f"{count(len(numbers), 'file')}, {count(records, 'whole record')}; checked {checked}")
     if problems:
         raise click.ClickException(f"{len(problems)} problem(s) found")
     console.print("[green]ok[/green]")

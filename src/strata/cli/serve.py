@@ -18,7 +18,7 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
         if not sep or name not in types or name == "flush":
             raise click.BadParameter(f"{p!r}: expected NAME=VALUE with NAME a StoreConfig "
                                      "field other than flush", param_hint="--store-option")
-        kind = types[name]
+        kind = types[name].removesuffix(" | None")    # max_body_size: None is its default
         try:
             out[name] = (int(value) if kind == "int" else float(value) if kind == "float"
                          else value.lower() in ("1", "true", "yes") if kind == "bool"

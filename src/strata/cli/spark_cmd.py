@@ -24,7 +24,45 @@ master_option = click.option("--master", default="local[*]", show_default=True,
                              help="Spark master URL (local[N], spark://host:port, ...).")
 
 
-@click.group("spark")
+def spark_error_line(exc: BaseException) -> str | None:
+    """A Spark failure (PySpark's own errors, or a Java exception through py4j) as one line:
+    its error class or Java exception and the first line of its message, without the JVM's
+    stack (None: not a Spark error)."""
+    try:
+        from pyspark.errors import PySparkException
+        from py4j.protocol import Py4JJavaError
+    except ImportError:
+        return None
+    if isinstance(exc, Py4JJavaError):
+        java = exc.java_exception
+        text = f"{java.getClass().getName()}: {java.getMessage()}"
+    elif isinstance(exc, PySparkException):
+        cls = exc.getCondition() if hasattr(exc, "getCondition") else exc.getErrorClass()
+        text = str(exc) if not cls or cls in str(exc) else f"[{cls}] {exc}"
+    else:
+        return None
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    hint = (" (Spark's Python workers lack strata: activate the venv, or set PYSPARK_PYTHON "
+            "to its python)" if "DATA_SOURCE_NOT_FOUND" in first else "")
+    return f"Spark job failed: {first[:500]}{hint}"
+
+
+class _SparkGroup(click.Group):
+    """Spark's errors reach the user as one line, not a Java-wrapped traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, StrataError):
+            raise
+        except Exception as exc:
+            line = spark_error_line(exc)
+            if line is None:
+                raise
+            raise click.ClickException(line) from None
+
+
+@click.group("spark", cls=_SparkGroup)
 def spark_group() -> None:
     """Maintenance jobs on Apache Spark (needs the spark extra and Java 17+). DIR is a store."""
 
@@ -41,8 +79,8 @@ def _session(master: str):
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        raise click.ClickException("the Spark jobs need PySpark: pip install 'strata[spark]'") \
-            from None
+        raise click.ClickException("the Spark jobs need PySpark: pip install -e '.[spark]' in "
+                                   "the strata checkout") from None
     from strata.spark import JavaNotFoundError
     from strata.spark.jobs.session import spark_session
     try:
@@ -137,7 +175,7 @@ def rebuild_index_cmd(directory: str, master: str, no_crc: bool, queue_units: in
 @click.option("--topic", required=True, help="The topic to export.")
 @click.option("--to", "to", required=True, help="Output directory (a table partitioned by date).")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "orc"]), default="parquet",
-              show_default=True)
+              show_default=True, help="File format of the exported table.")
 @click.option("--overwrite", is_flag=True, help="Replace the output directory if it exists.")
 @click.option("--include-metadata", is_flag=True,
               help="Add tags, keys, msg_id, commitlog_offset, born_timestamp.")

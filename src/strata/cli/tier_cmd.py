@@ -25,6 +25,7 @@ from strata.tiered import TierService
 from strata.tiered.connect import open_backend
 from strata.tiered.metadata import LOCAL_DIR, LOCAL_FILE, TierMetadata, read_local, read_tier
 from strata.tiered.reader import TieredQueueReader
+from strata.words import count
 
 console = Console(soft_wrap=True)  # paths and URLs stay on one line
 err = Console(stderr=True)
@@ -103,8 +104,10 @@ def stat(directory: str, as_json: bool) -> None:
 @click.option("--tier-url", default=None, help="The tier (file:///abs/dir or s3://bucket/"
               "prefix); default: the one the store already uses.")
 @click.option("--endpoint-url", default=None, help="S3-compatible endpoint URL.")
-@click.option("--timeout", "timeout_s", default=3600.0, show_default=True,
-              help="Give up after this many seconds.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=3600.0,
+              show_default=True, help="Give up after this many seconds of retrying what can "
+              "succeed later (an unreachable endpoint); no credentials, no bucket or access "
+              "denied fail at once.")
 def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
          timeout_s: float) -> None:
     """Upload everything the store has confirmed to its tier, with a progress bar."""
@@ -129,8 +132,8 @@ def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
             task = bar.add_task("uploading", total=total or None)
             tier.sync(timeout_s, on_chunk=lambda n, _b: bar.advance(task, n))
         up = tier.dispatcher.uploaded
-    console.print(f"uploaded {up.messages:,} messages ({up.bytes:,} bytes) in {up.chunks} "
-                  f"chunks to {url}")
+    console.print(f"uploaded {count(up.messages, 'message')} ({count(up.bytes, 'byte')}) in "
+                  f"{count(up.chunks, 'chunk')} to {url}")
 
 
 @tier_group.command()
@@ -151,8 +154,8 @@ def verify(directory: str, from_tier: bool) -> None:
         report = reader.verify(on_chunk=lambda b: bar.advance(task, b))
     for p in report.problems:
         console.print(f"[red]{p}[/]")
-    console.print(f"{report.chunks} chunks, {report.messages:,} messages, {report.bytes:,} "
-                  f"bytes checked on {meta.tier_url}: "
-                  f"{'OK' if report.ok else f'{len(report.problems)} problem(s)'}")
+    console.print(f"{count(report.chunks, 'chunk')}, {count(report.messages, 'message')}, "
+                  f"{count(report.bytes, 'byte')} checked on {meta.tier_url}: "
+                  f"{'OK' if report.ok else count(len(report.problems), 'problem')}")
     if not report.ok:
         sys.exit(1)

@@ -37,7 +37,9 @@ class DirectoryLock:
             who = f" (pid {holder})" if holder else ""
             raise StoreLockedError(
                 f"store {self.path.parent} is open for writing by another process{who}; "
-                "open it with readonly=True to read") from None
+                "reads need no lock (strata.open(DIR, readonly=True) in Python; the "
+                "commands info, stat, get, query, scan and verify), a write waits until that "
+                "process ends (`strata serve`: stop it with Ctrl-C or SIGTERM)") from None
         self._fd = fd
         try:
             self._write_pid(fd)

@@ -1,7 +1,7 @@
 """Key index file: header, hash slots and chained 20-byte entries (pure layout, no I/O).
 
 A key index file is ``[header: 72 bytes][slots × u32][entries × 20 bytes]`` (little-endian;
-docs/format-keyindex.md has the byte-by-byte description)::
+docs/format.md, "10. Key-index files", has the byte-by-byte description)::
 
     header
      0  8s  magic                 INDEX_MAGIC

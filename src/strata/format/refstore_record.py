@@ -1,6 +1,6 @@
 """The ref-store record: encode, decode, validate, and scan a buffer of records.
 
-Layout (little-endian; docs/format-refstore.md has the byte-by-byte description)::
+Layout (little-endian; docs/format.md, "11. Reference-counted store files", has the byte-by-byte description)::
 
     0      u32   size        16 + body length (the message id and the body)
     4      16 B  msg_id

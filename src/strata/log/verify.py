@@ -106,11 +106,15 @@ def verify_log(segments: SegmentQueue, limit: int, *,
                     file, run.offset, record_problem_kind(run.why),
                     f"{run.why} (file byte {HEADER_AREA + run.offset - seg.base_offset}; the "
                     f"next {run.length} bytes hold no good record and were passed over)"))
+                if progress is not None:
+                    progress(done + run.offset - seg.base_offset + run.length)
                 continue
             stamps = run.fields[F_STORE_TS]
             if count == 0:
                 tmin = int(stamps[0])
             tmax, count = int(stamps[-1]), count + len(run)
+            if progress is not None:   # per run of up to 16,384 records: the bar moves
+                progress(done + int(run.positions[-1] + run.sizes[-1]))
         check.records += count
         if seg.committed == seg.data_size:
             check.problems += check_footer(

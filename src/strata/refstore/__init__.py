@@ -2,7 +2,7 @@
 
 Messages written N times (by one or many clients) are stored once and deleted after N removes;
 files whose live bytes fall low are combined by a background GC that never risks a message.
-After RabbitMQ's ``rabbit_msg_store``; see docs/refstore.md and docs/format-refstore.md.
+After RabbitMQ's ``rabbit_msg_store``; see docs/refstore.md and docs/format.md (section 11).
 
     store = strata.refstore.open("./refs")             # kind="persistent" by default
     c = store.client(on_disk=lambda ids: ...)

@@ -2,7 +2,7 @@
 
 Each is written to a ``.tmp`` name, fsynced and renamed into place; the clean marker goes
 last and carries the CRC32C and length of the other two, so its presence proves both whole.
-Byte layouts are in docs/format-refstore.md. Encoding and decoding are pure; ``save`` and
+Byte layouts are in docs/format.md (section 11). Encoding and decoding are pure; ``save`` and
 ``load`` are the I/O edges.
 """
 

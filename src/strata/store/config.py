@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from strata.errors import InvalidConfigError
+from strata.errors import InvalidConfigError, StrataError
+from strata.format import record as rec
 from strata.store.tier_url import check_endpoint_url, parse_tier_url
 
 GiB = 1 << 30
 MiB = 1 << 20
+DEFAULT_MAX_BODY = 4 * MiB
+
+
+def body_capacity(segment_size: int, store_host: tuple[str, int]) -> int:
+    """The largest body a segment of ``segment_size`` bytes can hold: one record with a
+    one-character topic, no properties and the store's host as born and store host, leaving
+    room for the blank record that ends a segment."""
+    try:
+        host = len(rec.encode_host(store_host)[0])
+    except StrataError:
+        host = 6       # a bad host is refused by validate(); an IPv4 one meanwhile
+    return segment_size - rec.BLANK_MIN_SIZE - rec.record_size(2 * host, 1, 0, 0)
 
 
 @dataclass
@@ -16,7 +29,9 @@ class StoreConfig:
     """Configuration of a store. Unknown or out-of-range values raise InvalidConfigError."""
 
     segment_size: int = GiB            # data bytes per commit-log segment file
-    max_body_size: int = 4 * MiB       # largest accepted message body
+    # largest accepted message body; None (the default): 4 MiB, or less when a segment holds
+    # less (body_capacity). A larger value is refused when the config is made.
+    max_body_size: int | None = None
     flush: str = "async"               # "async" (page cache, background flush) or "sync" (fsync per put)
     flush_interval_ms: int = 500
     flush_least_pages: int = 4
@@ -53,6 +68,9 @@ class StoreConfig:
     tier_retention_hours: float = 720.0    # how long the tier keeps data, by stored time
 
     def __post_init__(self) -> None:
+        if self.max_body_size is None and isinstance(self.segment_size, int):
+            self.max_body_size = min(DEFAULT_MAX_BODY, body_capacity(self.segment_size,
+                                                                     self.store_host))
         self.validate()
 
     def validate(self) -> None:
@@ -71,6 +89,8 @@ class StoreConfig:
             bad("flush", 'must be "async" or "sync"')
         if self.segment_size < 64 * 1024 or self.segment_size % 4096:
             bad("segment_size", "must be a multiple of 4096 and at least 64 KiB")
+        if not isinstance(self.max_body_size, int) or isinstance(self.max_body_size, bool):
+            bad("max_body_size", "must be an int (or None: 4 MiB, or what a segment holds)")
         if self.max_body_size < 0:
             bad("max_body_size", "must be >= 0")
         for name in ("flush_interval_ms", "flush_thorough_interval_ms", "sync_flush_timeout_ms",
@@ -111,6 +131,11 @@ class StoreConfig:
         if (not isinstance(h, tuple) or len(h) != 2 or not isinstance(h[0], str)
                 or not isinstance(h[1], int)):
             bad("store_host", "must be (ip address, port)")
+        room = body_capacity(self.segment_size, h)
+        if self.max_body_size > room:
+            bad("max_body_size", f"no segment of segment_size={self.segment_size} can hold a "
+                f"body above {room} bytes (its record's header, hosts, topic and trailer "
+                "take the rest); give a larger segment_size or a smaller max_body_size")
 
     @property
     def delete_hours(self) -> frozenset[int]:

@@ -9,7 +9,6 @@ A store written before the file existed has its geometry read back from its file
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -61,7 +60,7 @@ def geometry_problem(raw: bytes) -> str | None:
         if not isinstance(data, dict):
             raise TypeError(f"a JSON object expected, found {type(data).__name__}")
         out = {f: int(data[f]) for f in FIELDS if f in data}
-        dataclasses.replace(StoreConfig(), **out).validate()
+        StoreConfig(**out).validate()
     except (ValueError, TypeError, KeyError) as exc:
         return f"unreadable store geometry ({exc})"
     return None
@@ -69,7 +68,7 @@ def geometry_problem(raw: bytes) -> str | None:
 
 def stored_config(root: str | Path) -> StoreConfig:
     """A StoreConfig with the store's geometry and defaults for everything else."""
-    return dataclasses.replace(StoreConfig(), **stored_geometry(root))
+    return StoreConfig(**stored_geometry(root))
 
 
 def save_geometry(root: str | Path, config: StoreConfig, file_ops: FileOps, *,

@@ -17,7 +17,7 @@ import numpy as np
 
 from strata.errors import (CorruptRecordError, CorruptStoreError, DiskFullError,
                            IndexRebuildingError, InvalidInputError, ReadOnlyStoreError,
-                           StoreClosedError, StoreNotFoundError, TopicExistsError)
+                           StoreClosedError, StoreNotFoundError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
@@ -679,17 +679,8 @@ class MessageStore:
             created = self.topic_table.create(
                 topic, self.config.default_queues if queues is None else queues,
                 since=self.log.max_offset(), message_type=kind or TopicType.NORMAL)
-            have = self.topic_table.queues[topic]
-            if not created and queues is not None and queues != have:
-                raise TopicExistsError(
-                    f"topic {topic!r} exists with {have} queues, not {queues}; it keeps its "
-                    f"{have} (set_queue_count({topic!r}, n) adds queues; a count never shrinks)")
-            has = self.topic_table.type_of(topic)
-            if not created and kind is not None and kind is not has:
-                raise TopicExistsError(
-                    f"topic {topic!r} exists accepting {has.value} messages, not "
-                    f"{kind.value}; a topic's message type never changes (delete_topic and "
-                    "create it again)")
+            if not created:
+                self.topic_table.check_same(topic, queues, kind)
             return created
 
     def topic_type(self, topic: str) -> TopicType | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from strata.errors import CorruptStoreError, InvalidInputError
+from strata.errors import CorruptStoreError, InvalidInputError, TopicExistsError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.format.record import encode_topic, is_topic_name
 from strata.index.consume_queue import oldest_unit_offset
@@ -43,6 +43,17 @@ def as_topic_type(value: object) -> TopicType:
         raise InvalidInputError(
             f"message type must be one of {', '.join(t.value for t in TopicType)}, got "
             f"{value!r}") from None
+
+
+def check_new_topic(topic: str, queues: int,
+                    message_type: TopicType | str = TopicType.NORMAL) -> TopicType:
+    """Check what ``create_topic`` is given, before anything is opened or written: the name
+    (InvalidTopicError), the queue count and the message type (InvalidInputError naming the
+    problem). Returns the message type as a TopicType."""
+    encode_topic(topic)
+    if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= MAX_QUEUES:
+        raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
+    return as_topic_type(message_type)
 
 
 class TopicTable:
@@ -151,14 +162,28 @@ class TopicTable:
                message_type: TopicType = TopicType.NORMAL) -> bool:
         """Create ``topic`` with ``queues`` queues accepting ``message_type``; False if it
         already exists (unchanged)."""
-        encode_topic(topic)
-        if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= MAX_QUEUES:
-            raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
-        message_type = as_topic_type(message_type)
+        message_type = check_new_topic(topic, queues, message_type)
         if topic in self.queues:
             return False
         self._change(topic, queues, since, message_type)
         return True
+
+    def check_same(self, topic: str, queues: int | None, kind: TopicType | None) -> None:
+        """TopicExistsError if existing ``topic`` has another queue count than ``queues`` or
+        another type than ``kind`` (None: either is fine), naming what it has."""
+        have = self.queues.get(topic)
+        if have is None:
+            return
+        if queues is not None and queues != have:
+            raise TopicExistsError(
+                f"topic {topic!r} exists with {have} queues, not {queues}; it keeps its "
+                f"{have} (set_queue_count({topic!r}, n) adds queues; a count never shrinks)")
+        has = self.type_of(topic)
+        if kind is not None and kind is not has:
+            raise TopicExistsError(
+                f"topic {topic!r} exists accepting {has.value} messages, not "
+                f"{kind.value}; a topic's message type never changes (delete_topic and "
+                "create it again)")
 
     def type_of(self, topic: str) -> TopicType | None:
         """The message type ``topic`` accepts (None: no such topic)."""

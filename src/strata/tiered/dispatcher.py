@@ -30,7 +30,8 @@ from strata.errors import StrataError
 from strata.format.consume_queue import BLANK_SIZE
 from strata.tiered.backend import TierBackend
 from strata.tiered.chunk import Chunk, build_chunk
-from strata.tiered.errors import TierConflictError, TierError, TierUnavailableError
+from strata.tiered.errors import (TierConflictError, TierError, TierRefusedError,
+                                  TierUnavailableError)
 from strata.tiered.layout import chunk_path, parse_chunk_path
 from strata.tiered.metadata import MetadataStore, QueueMeta
 
@@ -78,6 +79,8 @@ class UploadDispatcher:
         self.last_error: str | None = None
         self.attached = False
         self.fatal: TierError | None = None   # a conflict: uploads stop for good
+        # the last round's TierRefusedError (no credentials, bucket or right), for sync
+        self.refused: TierRefusedError | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._cond = threading.Condition()
@@ -133,6 +136,7 @@ class UploadDispatcher:
             self._sync_wanted += 1
             ticket = self._sync_wanted
             self._on_chunk = on_chunk
+            self.refused = None      # only a refusal met while this sync waits ends it
         self._backoff = 0.0
         self._wake.set()
         with self._cond:
@@ -141,6 +145,9 @@ class UploadDispatcher:
                     raise self.fatal
                 if not self._thread.is_alive():
                     raise TierError(f"tier {self.backend.url}: the upload thread has stopped")
+                if self.refused is not None:     # waiting cannot fix it: say so now
+                    self._on_chunk = None
+                    raise self.refused
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TierUnavailableError(
@@ -169,6 +176,10 @@ class UploadDispatcher:
                 return
             except (TierError, StrataError, OSError, ValueError) as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, TierRefusedError):
+                    with self._cond:
+                        self.refused = exc
+                        self._cond.notify_all()
                 self._backoff = min(max(self._backoff * 2, self.policy.retry_backoff_s[0]),
                                     self.policy.retry_backoff_s[1])
                 log.warning("tier %s: upload round failed (%s); retrying in %.1f s",

@@ -13,6 +13,12 @@ class TierUnavailableError(TierError):
     """The tier's backend failed or did not answer (after its retries)."""
 
 
+class TierRefusedError(TierUnavailableError):
+    """The tier answered, or could not be asked, in a way waiting cannot change: no
+    credentials, no such bucket, access denied. An explicit sync fails at once with it; the
+    background uploader keeps retrying (an operator may fix it while the store runs)."""
+
+
 class TierConflictError(TierError):
     """A conditional write found the object changed (another writer on the same tier?)."""
 

@@ -14,11 +14,14 @@ import io
 from typing import Any
 
 from strata.tiered.backend import TierBackend
-from strata.tiered.errors import TierConflictError, TierUnavailableError
+from strata.tiered.errors import TierConflictError, TierRefusedError, TierUnavailableError
 from strata.tiered.posix import check_path
 
 MiB = 1 << 20
 _MISSING = {"404", "NoSuchKey", "NotFound"}
+# answers that waiting cannot change (TierRefusedError): the keys or their rights are wrong
+_REFUSED = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+            "AllAccessDisabled", "AccountProblem", "InvalidToken", "ExpiredToken"}
 
 
 class S3Backend(TierBackend):
@@ -34,7 +37,8 @@ class S3Backend(TierBackend):
             from botocore.config import Config
         except ImportError:  # pragma: no cover - depends on the install
             raise TierUnavailableError(
-                "an s3:// tier needs boto3: pip install 'strata[tiered]'") from None
+                "an s3:// tier needs boto3: pip install -e '.[tiered]' in the strata "
+                "checkout") from None
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
@@ -50,7 +54,11 @@ class S3Backend(TierBackend):
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def _fail(self, what: str, path: str, exc: Exception) -> Exception:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+        if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+            return TierRefusedError(
+                f"tier {self.url}: no S3 credentials ({exc}); set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or give the machine a role")
         if isinstance(exc, ClientError):
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
@@ -58,7 +66,12 @@ class S3Backend(TierBackend):
                     f"tier {self.url}: {path} changed since it was read (another store writes "
                     "to this tier?)")
             if code == "NoSuchBucket":
-                return TierUnavailableError(f"tier {self.url}: no bucket {self.bucket!r}")
+                return TierRefusedError(f"tier {self.url}: no bucket {self.bucket!r} (create "
+                                        "it first, or check the name and --endpoint-url)")
+            if code in _REFUSED:
+                return TierRefusedError(f"tier {self.url}: {what} {path}: {code}: the "
+                                        "credentials are refused or lack the right; check "
+                                        "them and the bucket's policy")
             return TierUnavailableError(f"tier {self.url}: {what} {path}: {code}: {exc}")
         return TierUnavailableError(f"tier {self.url}: {what} {path}: {exc}")
 
