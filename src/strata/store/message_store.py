@@ -450,6 +450,44 @@ class MessageStore:
                 raise InvalidInputError(f"put_batch takes an iterable of strata.Message, got "
                                         f"{type(msgs).__name__}") from None
         batch = self._encoder.prepare(msgs)
+        return self._put_prepared(batch, msgs)
+
+    def put_columns(self, topic: str, queue_id: int | None, bodies, *, keys=None, tags=None,
+                    properties=None, born_timestamps=None) -> PutResults:
+        """Append a batch given as columns, one item per message, all to ``topic`` and queue
+        ``queue_id`` (None: round-robin over the topic's queues, as ``put_batch``). The records
+        are the ones ``put_batch`` writes for ``Message(topic, body, keys=..., tags=...,
+        properties=..., born_timestamp=...)`` of the same values, encoded in one compiled pass;
+        results, durability (group commit under sync flush) and errors are ``put_batch``'s.
+
+        Columns (each of ``len(bodies)`` items; a ``strata.format.columns.BytesColumn`` — one
+        buffer and n + 1 offsets, e.g. an Arrow binary array's — or a Python sequence):
+
+        - ``bodies``: each message's body (bytes-like items).
+        - ``keys``: None (no keys), or a BytesColumn of one UTF-8 key per message (an empty item:
+          no key), or a sequence holding per message None, one key (str, or UTF-8 bytes) or a
+          list/tuple of keys. Each key is indexed for ``query`` (at most 65535 bytes).
+        - ``tags``: None, or one tag per message (BytesColumn of UTF-8 or str / None items;
+          empty: no tag).
+        - ``properties``: None, or per message the user properties: a BytesColumn of
+          pre-encoded property sections (entries back to back, each a little-endian u16 name
+          length, the UTF-8 name, a u16 value length, the UTF-8 value: docs/format.md's
+          properties encoding; empty: none; names KEYS and TAGS refused), or a sequence of
+          mappings of str to str (or None).
+        - ``born_timestamps``: None (0 for all), or ms since the epoch per message (a numpy
+          integer array or a sequence of int / None).
+
+        Invalid input raises (InvalidInputError and subclasses, naming the message) before
+        anything is written."""
+        self._check_writable()
+        batch = self._encoder.prepare_columns(topic, bodies, keys=keys, tags=tags,
+                                              properties=properties,
+                                              born_timestamps=born_timestamps,
+                                              queue_id=queue_id)
+        return self._put_prepared(batch, None)
+
+    def _put_prepared(self, batch, msgs: Sequence[Message] | None) -> PutResults:
+        """Append a prepared batch (``put_batch``'s and ``put_columns``' common part)."""
         if not len(batch):
             return PutResults(PutStatus.OK, [], [], 0, [], [], [], self._msg_id_prefix)
         if self.config.max_dispatch_lag_bytes:

@@ -18,6 +18,7 @@ import numpy as np
 from crc32c import crc32c
 
 from strata.errors import InvalidInputError, MessageTooLargeError
+from strata.format import columns as col
 from strata.format import record as rec
 from strata.format.record_batch import HEADER_DTYPE
 from strata.store.message import EXT_DEFAULTS, EXT_NAMES, Message
@@ -210,6 +211,39 @@ class Encoder:
         b.default_sys = self.default_sys
         return b
 
+    def prepare_columns(self, topic: str, bodies, *, keys=None, tags=None, properties=None,
+                        born_timestamps=None, queue_id: int | None = None) -> "PreparedBatch":
+        """``prepare`` for a batch given as columns (``MessageStore.put_columns``): every
+        message to ``topic``, to queue ``queue_id`` (None: round-robin); validated and encoded
+        in one compiled pass. Raises (InvalidInputError and subclasses) before any change."""
+        if queue_id is not None and (type(queue_id) is not int or queue_id < 0):
+            raise InvalidInputError(f"queue_id must be an int >= 0 or None, got {queue_id!r}")
+        tb = self.topic(topic)
+        body_col = bodies if isinstance(bodies, col.BytesColumn) else _bodies_column(bodies)
+        n = len(body_col)
+        key_col = groups = tag_col = prop_col = None
+        if keys is not None:
+            key_col, groups = col.keys_column(keys, n)
+        if tags is not None:
+            tag_col = col.as_column(tags, n, "tags")
+        if properties is not None:
+            prop_col = col.properties_column(properties, n)
+        born = col.born_column(born_timestamps, n)
+        host = self.store_host
+        prefix = BLANK_HEADER + host + host + tb
+        enc = col.encode_records(prefix, body_col, keys=key_col, key_groups=groups,
+                                 tags=tag_col, properties=prop_col, max_body=self.max_body,
+                                 max_record=self.max_record)
+        b = PreparedBatch(None)
+        b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
+        b.topic_lens = len(tb)
+        b.born = born
+        b.blob = enc.blob
+        b.single_topic = topic
+        b.default_sys = self.default_sys
+        b.fixed_queue = queue_id
+        return b
+
     def _special(self, born_host: rec.Host | None, sys_flag: int) -> tuple[bytes, int]:
         """Born host bytes and sys flag of a message that sets either."""
         if born_host is None:
@@ -231,15 +265,27 @@ def _checked_body(body) -> bytes:
     raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
 
 
+def _bodies_column(bodies) -> col.BytesColumn:
+    """A sequence of bodies (bytes-like each) as a BytesColumn; str refused as put_batch does."""
+    try:
+        items = list(bodies)
+    except TypeError:
+        raise InvalidInputError(f"bodies must be a BytesColumn or a sequence of bytes, got "
+                                f"{type(bodies).__name__}") from None
+    if set(map(type, items)) <= {bytes}:
+        return col.BytesColumn.of(items)
+    return col.BytesColumn.of([b if b.__class__ is bytes else _checked_body(b) for b in items])
+
+
 class PreparedBatch:
     """The encoded, validated parts of a batch's records (columns, one entry per message)."""
 
     __slots__ = ("msgs", "totals", "images", "blob", "body_lens", "props_lens", "topic_lens", "born",
                  "special", "single_topic", "routed", "default_sys", "queue_ids",
-                 "queue_offsets")
+                 "queue_offsets", "fixed_queue")
 
-    def __init__(self, msgs: Sequence[Message]) -> None:
-        self.msgs = msgs
+    def __init__(self, msgs: Sequence[Message] | None) -> None:
+        self.msgs = msgs  # None for a batch of columns (Encoder.prepare_columns)
         self.totals: list[int] = []
         # each record whole, its fixed header still zero (the writer fills it in): zeros, born
         # host, store host, topic, properties, body, trailer
@@ -259,13 +305,16 @@ class PreparedBatch:
         self.default_sys = 0
         self.queue_ids: list[int] | np.ndarray = []
         self.queue_offsets: list[int] | np.ndarray = []
+        # columns put to one queue (put_columns with a queue_id)
+        self.fixed_queue: int | None = None
 
     def __len__(self) -> int:
         return len(self.totals)
 
     @property
     def columnar(self) -> bool:
-        return len(self.totals) >= COLUMNAR_BATCH
+        """Written by the vectorised writer (``headers()``, ``record_bytes()``)."""
+        return self.msgs is None or len(self.totals) >= COLUMNAR_BATCH
 
     # ------------------------------------------------------------------ under the put lock
 
@@ -279,6 +328,12 @@ class PreparedBatch:
         round-robin per topic; offsets are consecutive per queue.
         """
         topic = self.single_topic
+        if self.fixed_queue is not None:
+            return self._one_queue(topic, self.fixed_queue, queue_counts, default_queues,
+                                   queue_next)
+        if self.msgs is None:   # columns, round-robin
+            return self._round_robin_columns(topic, queue_counts, default_queues, queue_next,
+                                             round_robin)
         if topic is not None and not self.routed and self.columnar:
             return self._round_robin_columns(topic, queue_counts, default_queues, queue_next,
                                              round_robin)
@@ -315,6 +370,23 @@ class PreparedBatch:
             updates[key] = nxt + 1
         self.queue_ids, self.queue_offsets = qids, qoffs
         return updates, rr_local, new_topics
+
+    def _one_queue(self, topic: str, qid: int, queue_counts: dict[str, int],
+                   default_queues: int, queue_next: dict[tuple[str, int], int]):
+        """Every message to queue ``qid`` of ``topic``, in order."""
+        new_topics = {}
+        n_q = queue_counts.get(topic)
+        if n_q is None:
+            n_q = new_topics[topic] = default_queues
+        if qid >= n_q:
+            raise InvalidInputError(
+                f"queue_id {qid} does not exist: topic {topic!r} has {n_q} queues "
+                f"(0..{n_q - 1})")
+        n = len(self.totals)
+        base = queue_next.get((topic, qid), 0)
+        self.queue_ids = np.full(n, qid, np.int64)
+        self.queue_offsets = np.arange(base, base + n, dtype=np.int64)
+        return {(topic, qid): base + n}, {}, new_topics
 
     def _round_robin_columns(self, topic: str, queue_counts: dict[str, int],
                              default_queues: int, queue_next: dict[tuple[str, int], int],

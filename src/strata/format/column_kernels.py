@@ -1,0 +1,214 @@
+"""Compiled encoding of message records from columns (numba): the put path's per-message work
+done in one pass over a batch instead of a Python loop over messages.
+
+``build_records`` lays the records of a batch back to back (fixed header and trailer left as
+zeros for ``record_batch.write_records``): the shared prefix (header, born and store host,
+topic), then the properties section — a ``KEYS`` entry per key, a ``TAGS`` entry, the
+pre-encoded user properties — then the body. ``utf8_bad`` and ``properties_bad`` check text and
+pre-encoded property entries before anything is written, so bad input is refused with the
+index of the message that carries it. ``shard_queues`` hashes shard keys (CRC32C, as the
+per-message path does) to queue ids.
+
+Pure functions over numpy arrays: no file I/O, no Python objects. Compiled on first use and
+cached beside this file.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from strata.format import record as rec
+from strata.format.record_kernels import crc32c_at, memcpy
+
+_KEYS = np.frombuffer(rec.PROP_KEYS.encode(), np.uint8)
+_TAGS = np.frombuffer(rec.PROP_TAGS.encode(), np.uint8)
+_KEYS_LEN = len(_KEYS)
+_TAGS_LEN = len(_TAGS)
+_TRAILER = rec.TRAILER_SIZE
+
+
+@njit(cache=True, nogil=True)
+def _u16(out, p, v):
+    out[p] = v & 0xFF
+    out[p + 1] = (v >> 8) & 0xFF
+
+
+@njit(cache=True, nogil=True)
+def _entry(out, p, name, value_data, a, b):
+    """One property entry at ``out[p]`` (u16 name length, name, u16 value length, value);
+    returns the position after it."""
+    nl = len(name)
+    _u16(out, p, nl)
+    for j in range(nl):
+        out[p + 2 + j] = name[j]
+    p += 2 + nl
+    _u16(out, p, b - a)
+    p += 2
+    memcpy(out.ctypes.data + p, value_data.ctypes.data + a, b - a)
+    return p + b - a
+
+
+@njit(cache=True, nogil=True)
+def build_records(prefix, body_data, body_off, key_data, key_off, key_groups, tag_data,
+                  tag_off, prop_data, prop_off, totals, out):
+    """Write record ``i`` for every message ``i`` into ``out`` back to back, its length in
+    ``totals[i]`` (known beforehand: the caller sized ``out`` from the same lengths).
+
+    Columns are (data, offsets) pairs: item ``j`` is ``data[off[j]:off[j + 1]]``. Message ``i``
+    has keys ``key_groups[i]`` .. ``key_groups[i + 1] - 1`` (empty keys are left out), tag
+    ``i`` (empty: none), pre-encoded properties ``i`` and body ``i``. Key and tag columns with
+    no items (``len(off) == 1``) mean none for every message."""
+    n = len(body_off) - 1
+    plen = len(prefix)
+    has_tags = len(tag_off) > 1
+    has_props = len(prop_off) > 1
+    base = out.ctypes.data
+    p = 0
+    for i in range(n):
+        start = p
+        memcpy(base + p, prefix.ctypes.data, plen)
+        p += plen
+        for k in range(key_groups[i], key_groups[i + 1]):
+            a = key_off[k]
+            b = key_off[k + 1]
+            if b > a:
+                p = _entry(out, p, _KEYS, key_data, a, b)
+        if has_tags:
+            a = tag_off[i]
+            b = tag_off[i + 1]
+            if b > a:
+                p = _entry(out, p, _TAGS, tag_data, a, b)
+        if has_props:
+            a = prop_off[i]
+            b = prop_off[i + 1]
+            memcpy(base + p, prop_data.ctypes.data + a, b - a)
+            p += b - a
+        a = body_off[i]
+        b = body_off[i + 1]
+        memcpy(base + p, body_data.ctypes.data + a, b - a)
+        p += b - a
+        for j in range(_TRAILER):
+            out[p + j] = 0
+        p += _TRAILER
+        totals[i] = p - start
+    return p
+
+
+@njit(cache=True, nogil=True)
+def _utf8_end(data, i, b):
+    """Where the UTF-8 sequence starting at ``data[i]`` ends (exclusive), or -1 if it is not a
+    well-formed one (Python's strict decoder's rules: no overlong forms, no surrogates, nothing
+    above U+10FFFF, nothing cut off by ``b``)."""
+    c = data[i]
+    if c < 0x80:
+        return i + 1
+    lo = 0x80
+    hi = 0xBF
+    if 0xC2 <= c <= 0xDF:
+        need = 1
+    elif c == 0xE0:
+        need, lo = 2, 0xA0
+    elif 0xE1 <= c <= 0xEC or 0xEE <= c <= 0xEF:
+        need = 2
+    elif c == 0xED:
+        need, hi = 2, 0x9F
+    elif c == 0xF0:
+        need, lo = 3, 0x90
+    elif 0xF1 <= c <= 0xF3:
+        need = 3
+    elif c == 0xF4:
+        need, hi = 3, 0x8F
+    else:
+        return -1
+    if i + need >= b:   # cut off
+        return -1
+    d = data[i + 1]
+    if d < lo or d > hi:
+        return -1
+    for j in range(2, need + 1):
+        d = data[i + j]
+        if d < 0x80 or d > 0xBF:
+            return -1
+    return i + need + 1
+
+
+@njit(cache=True, nogil=True)
+def _utf8_ok(data, a, b):
+    i = a
+    while i < b:
+        if data[i] < 0x80:
+            i += 1
+            continue
+        i = _utf8_end(data, i, b)
+        if i < 0:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def utf8_bad(data, off):
+    """Index of the first item of column (``data``, ``off``) that is not well-formed UTF-8,
+    or -1 if all are."""
+    for j in range(len(off) - 1):
+        if not _utf8_ok(data, off[j], off[j + 1]):
+            return j
+    return -1
+
+
+# properties_bad's verdicts (with the index of the message)
+PROPS_OK = 0
+PROPS_TORN = 1        # an entry runs past the end of the message's properties
+PROPS_EMPTY_NAME = 2  # a property with an empty name
+PROPS_RESERVED = 3    # a property named KEYS or TAGS (those have their own columns)
+PROPS_NOT_UTF8 = 4    # a name or value that is not well-formed UTF-8
+
+
+@njit(cache=True, nogil=True)
+def _is(data, a, b, word):
+    if b - a != len(word):
+        return False
+    for j in range(b - a):
+        if data[a + j] != word[j]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def properties_bad(data, off):
+    """Check every message's pre-encoded properties (entries of u16 name length, name, u16
+    value length, value, back to back). Returns (index of the first bad message, verdict), or
+    (-1, PROPS_OK)."""
+    for i in range(len(off) - 1):
+        p = off[i]
+        end = off[i + 1]
+        while p < end:
+            if p + 2 > end:
+                return i, PROPS_TORN
+            nl = data[p] | (np.int64(data[p + 1]) << 8)
+            na = p + 2
+            nb = na + nl
+            if nb + 2 > end:
+                return i, PROPS_TORN
+            vl = data[nb] | (np.int64(data[nb + 1]) << 8)
+            va = nb + 2
+            vb = va + vl
+            if vb > end:
+                return i, PROPS_TORN
+            if nl == 0:
+                return i, PROPS_EMPTY_NAME
+            if _is(data, na, nb, _KEYS) or _is(data, na, nb, _TAGS):
+                return i, PROPS_RESERVED
+            if not _utf8_ok(data, na, nb) or not _utf8_ok(data, va, vb):
+                return i, PROPS_NOT_UTF8
+            p = vb
+    return -1, PROPS_OK
+
+
+@njit(cache=True, nogil=True)
+def shard_queues(data, off, n_queues, out):
+    """``out[i]`` = CRC32C of shard key ``i`` modulo ``n_queues`` (the queue the per-message
+    path picks for that shard key)."""
+    base = data.ctypes.data
+    for i in range(len(off) - 1):
+        out[i] = crc32c_at(base + off[i], off[i + 1] - off[i]) % n_queues
