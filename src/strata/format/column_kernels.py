@@ -212,3 +212,25 @@ def shard_queues(data, off, n_queues, out):
     base = data.ctypes.data
     for i in range(len(off) - 1):
         out[i] = crc32c_at(base + off[i], off[i + 1] - off[i]) % n_queues
+
+
+@njit(cache=True, nogil=True)
+def encode_entries(name_data, name_off, value_data, value_off, groups, out_off, out):
+    """Property sections from name and value columns: message ``i``'s section holds entries
+    ``groups[i]`` .. ``groups[i + 1] - 1`` (u16 name length, name, u16 value length, value),
+    written at ``out[out_off[i]:out_off[i + 1]]`` (offsets the caller computed from the same
+    lengths)."""
+    base = out.ctypes.data
+    for i in range(len(groups) - 1):
+        p = out_off[i]
+        for j in range(groups[i], groups[i + 1]):
+            a = name_off[j]
+            b = name_off[j + 1]
+            _u16(out, p, b - a)
+            memcpy(base + p + 2, name_data.ctypes.data + a, b - a)
+            p += 2 + b - a
+            a = value_off[j]
+            b = value_off[j + 1]
+            _u16(out, p, b - a)
+            memcpy(base + p + 2, value_data.ctypes.data + a, b - a)
+            p += 2 + b - a

@@ -11,6 +11,7 @@ compiled work is ``column_kernels``' (numba, imported on first use). Pure: no fi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import chain
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -70,12 +71,19 @@ class BytesColumn:
     @classmethod
     def of(cls, items: Iterable[bytes | str | None]) -> "BytesColumn":
         """A column of ``items``: bytes-like as they are, str encoded as UTF-8, None empty."""
-        items = list(items)
+        items = items if items.__class__ is list else list(items)
         kinds = set(map(type, items))
         text = kinds <= {str}
         try:
             if text:
-                raw = [s.encode("utf-8") for s in items]
+                joined = "".join(items)
+                if joined.isascii():   # (a flag CPython keeps) one encode, lengths in chars
+                    off = np.zeros(len(items) + 1, np.int64)
+                    np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=off[1:])
+                    col = cls(joined.encode("ascii"), off)
+                    col.text_checked = True
+                    return col
+                raw = list(map(str.encode, items))
             elif kinds <= {bytes}:
                 raw = items
             else:
@@ -157,6 +165,12 @@ def keys_column(keys, n: int) -> tuple[BytesColumn, np.ndarray]:
     kinds = set(map(type, keys))
     if kinds <= {str, bytes, type(None)}:
         return BytesColumn.of(keys), np.arange(n + 1, dtype=np.int64)
+    if kinds <= {list, tuple}:   # a sequence of keys per message: flattened at C speed
+        flat = list(chain.from_iterable(keys))
+        if set(map(type, flat)) <= {str, bytes}:
+            groups = np.zeros(n + 1, np.int64)
+            np.cumsum(np.fromiter(map(len, keys), np.int64, n), out=groups[1:])
+            return BytesColumn.of(flat), groups
     flat: list = []
     counts = np.zeros(n, np.int64)
     for i, k in enumerate(keys):
@@ -194,6 +208,9 @@ def properties_column(properties, n: int) -> BytesColumn:
     props = list(properties)
     if len(props) != n:
         raise InvalidInputError(f"properties has {len(props)} items for {n} messages")
+    fast = _dicts_column(props)
+    if fast is not None:
+        return fast
     encode = rec.encode_properties
     out = []
     for i, p in enumerate(props):
@@ -205,6 +222,45 @@ def properties_column(properties, n: int) -> BytesColumn:
             raise InvalidInputError(f"properties of message {i} must be a mapping of str to "
                                     f"str, got {type(p).__name__}")
     col = BytesColumn.of(out)
+    col.text_checked = True
+    return col
+
+
+_NO_DICT: dict = {}
+
+
+def _dicts_column(props: list) -> BytesColumn | None:
+    """Dicts of str to str (or None) encoded as property sections column by column: names and
+    values flattened and UTF-8 encoded at C speed, the entries laid out in compiled code. None
+    if some item is not like that (a name empty, reserved or too long, a value not a str...):
+    the caller then encodes message by message, which names the problem."""
+    if not set(map(type, props)) <= {dict, type(None)}:
+        return None
+    ds = [p or _NO_DICT for p in props]
+    names = list(chain.from_iterable(ds))
+    values = list(chain.from_iterable(map(dict.values, ds)))
+    if not set(map(type, names)) <= {str} or not set(map(type, values)) <= {str}:
+        return None
+    distinct = set(names)
+    if "" in distinct or distinct & rec.RESERVED_PROPERTIES:
+        return None
+    try:
+        nc, vc = BytesColumn.of(names), BytesColumn.of(values)
+    except InvalidInputError:
+        return None
+    nlen, vlen = nc.lengths(), vc.lengths()
+    if len(names) and max(int(nlen.max()), int(vlen.max())) > MAX_TEXT:
+        return None
+    n = len(ds)
+    groups = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, ds), np.int64, n), out=groups[1:])
+    entry = np.zeros(len(names) + 1, np.int64)
+    np.cumsum(nlen + vlen + 4, out=entry[1:])
+    out_off = entry[groups]
+    out = np.empty(int(out_off[-1]), np.uint8)
+    if len(names):
+        kernels().encode_entries(nc.data, nc.offsets, vc.data, vc.offsets, groups, out_off, out)
+    col = BytesColumn(out, out_off)
     col.text_checked = True
     return col
 

@@ -10,7 +10,7 @@ the store picks queues and queue offsets and asks for the records in one of two 
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat
 from operator import add, attrgetter
 from typing import Sequence
 
@@ -34,7 +34,7 @@ _GET_TOPIC, _GET_BODY, _GET_EXT = map(attrgetter, ("topic", "body", "_ext"))
 _ROUTING_AT = EXT_NAMES.index("queue_id")
 _SHARD_AT = EXT_NAMES.index("shard_key")
 _BORN_AT = EXT_NAMES.index("born_timestamp")
-_NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i != _BORN_AT]
+_NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i not in (_BORN_AT, _SHARD_AT)]
 _ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
 
 
@@ -185,15 +185,9 @@ class Encoder:
         if max(body_lens) > self.max_body:
             return None
         if not plain:
-            keys, tags, props, born_ts = columns[:_ROUTING_AT] + [columns[_BORN_AT]]
-            encode = rec.encode_properties
-            pbs = [encode(k, t, p) if k or t is not None or p else b""
-                   for k, t, p in zip(keys, tags, props)]
-            props_lens = list(map(len, pbs))
-            payloads = list(map(add, pbs, bodies))  # properties then body, per record
-        else:
-            props_lens = 0
-            payloads = bodies
+            return self._prepare_rich(msgs, topics[0], tb, bodies, columns)
+        props_lens = 0
+        payloads = bodies
         host = self.store_host
         prefix = BLANK_HEADER + host + host + tb  # header (zeros), born + store host, topic
         fixed = len(prefix) + rec.TRAILER_SIZE
@@ -209,6 +203,52 @@ class Encoder:
         b.blob = b"".join((prefix, (_ZERO_TRAILER + prefix).join(payloads), _ZERO_TRAILER))
         b.single_topic = topics[0]
         b.default_sys = self.default_sys
+        return b
+
+    def _prepare_rich(self, msgs: Sequence[Message], topic: str, tb: bytes,
+                      bodies: list[bytes], columns: list[tuple]) -> "PreparedBatch | None":
+        """``_prepare_plain`` for messages with keys, tags, properties, born timestamps or
+        shard keys: the values gathered into columns at C speed (``strata.format.columns``),
+        the records laid out in compiled code. None when some value is not of the usual kind
+        (the message-by-message path then names it)."""
+        n = len(msgs)
+        keys, tags, props, shards, born_ts = (columns[0], columns[1], columns[2],
+                                              columns[_SHARD_AT], columns[_BORN_AT])
+        flat = list(chain.from_iterable(keys))
+        if not set(map(type, keys)) <= {tuple, list} or not set(map(type, flat)) <= {str} or \
+                "" in flat or not set(map(type, tags)) <= {str, type(None)} or "" in tags:
+            return None
+        try:
+            key_col = groups = None
+            if flat:
+                key_col = col.BytesColumn.of(flat)
+                groups = np.zeros(n + 1, np.int64)
+                np.cumsum(np.fromiter(map(len, keys), np.int64, n), out=groups[1:])
+            tag_col = None if tags.count(None) == n else col.BytesColumn.of(tags)
+            prop_col = None
+            if props.count(None) != n:
+                prop_col = col._dicts_column(list(props))
+                if prop_col is None:
+                    return None
+            shard_col = None
+            if shards.count(None) != n:
+                shard_col = col.BytesColumn.of([None if k is None else str(k) for k in shards])
+            host = self.store_host
+            enc = col.encode_records(BLANK_HEADER + host + host + tb, col.BytesColumn.of(bodies),
+                                     keys=key_col, key_groups=groups, tags=tag_col,
+                                     properties=prop_col, max_body=self.max_body,
+                                     max_record=self.max_record)
+        except InvalidInputError:
+            return None
+        b = PreparedBatch(msgs)
+        b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
+        b.topic_lens = len(tb)
+        b.born = 0 if born_ts.count(None) == n else [t or 0 for t in born_ts]
+        b.blob = enc.blob
+        b.single_topic = topic
+        b.default_sys = self.default_sys
+        if shard_col is not None:
+            b.shards = (shard_col, np.array([k is not None for k in shards]))
         return b
 
     def prepare_columns(self, topic: str, bodies, *, keys=None, tags=None, properties=None,
@@ -282,7 +322,7 @@ class PreparedBatch:
 
     __slots__ = ("msgs", "totals", "images", "blob", "body_lens", "props_lens", "topic_lens", "born",
                  "special", "single_topic", "routed", "default_sys", "queue_ids",
-                 "queue_offsets", "fixed_queue")
+                 "queue_offsets", "fixed_queue", "shards")
 
     def __init__(self, msgs: Sequence[Message] | None) -> None:
         self.msgs = msgs  # None for a batch of columns (Encoder.prepare_columns)
@@ -307,6 +347,9 @@ class PreparedBatch:
         self.queue_offsets: list[int] | np.ndarray = []
         # columns put to one queue (put_columns with a queue_id)
         self.fixed_queue: int | None = None
+        # (shard keys as a BytesColumn, which messages have one) of a large batch of one
+        # topic whose messages have shard keys (the others go round-robin)
+        self.shards: tuple[col.BytesColumn, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.totals)
@@ -331,6 +374,9 @@ class PreparedBatch:
         if self.fixed_queue is not None:
             return self._one_queue(topic, self.fixed_queue, queue_counts, default_queues,
                                    queue_next)
+        if self.shards is not None:
+            return self._shard_columns(topic, queue_counts, default_queues, queue_next,
+                                       round_robin)
         if self.msgs is None:   # columns, round-robin
             return self._round_robin_columns(topic, queue_counts, default_queues, queue_next,
                                              round_robin)
@@ -387,6 +433,38 @@ class PreparedBatch:
         self.queue_ids = np.full(n, qid, np.int64)
         self.queue_offsets = np.arange(base, base + n, dtype=np.int64)
         return {(topic, qid): base + n}, {}, new_topics
+
+    def _shard_columns(self, topic: str, queue_counts: dict[str, int], default_queues: int,
+                       queue_next: dict[tuple[str, int], int], round_robin: dict[str, int]):
+        """One topic, some messages with a shard key: those to the queue of their key's hash
+        (CRC32C of its UTF-8 bytes modulo the queue count, as the per-message path), the others
+        round-robin; offsets consecutive per queue in batch order."""
+        new_topics = {}
+        n_q = queue_counts.get(topic)
+        if n_q is None:
+            n_q = new_topics[topic] = default_queues
+        shard_col, has = self.shards
+        n = len(has)
+        qids = np.empty(n, np.int64)
+        col.kernels().shard_queues(shard_col.data, shard_col.offsets, n_q, qids)
+        rr_local = {}
+        rr = ~has
+        n_rr = int(rr.sum())
+        if n_rr:
+            start = round_robin_start(topic, n_q, queue_next, round_robin)
+            qids[rr] = (start + np.arange(n_rr, dtype=np.int64)) % n_q
+            rr_local[topic] = start + n_rr
+        base = np.array([queue_next.get((topic, q), 0) for q in range(n_q)], dtype=np.int64)
+        counts = np.bincount(qids, minlength=n_q)
+        order = np.argsort(qids, kind="stable")
+        first = np.zeros(n_q, np.int64)
+        np.cumsum(counts[:-1], out=first[1:])
+        rank = np.empty(n, np.int64)
+        rank[order] = np.arange(n, dtype=np.int64) - first[qids[order]]
+        self.queue_ids = qids
+        self.queue_offsets = base[qids] + rank
+        updates = {(topic, q): int(base[q] + counts[q]) for q in range(n_q) if counts[q]}
+        return updates, rr_local, new_topics
 
     def _round_robin_columns(self, topic: str, queue_counts: dict[str, int],
                              default_queues: int, queue_next: dict[tuple[str, int], int],
