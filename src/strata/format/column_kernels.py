@@ -234,3 +234,45 @@ def encode_entries(name_data, name_off, value_data, value_off, groups, out_off, 
             _u16(out, p, b - a)
             memcpy(base + p + 2, value_data.ctypes.data + a, b - a)
             p += 2 + b - a
+
+
+@njit(cache=True, nogil=True)
+def names_bad(data, off):
+    """Index of the first property name in column (``data``, ``off``) that is empty or a
+    reserved name (KEYS, TAGS), or -1."""
+    for j in range(len(off) - 1):
+        a = off[j]
+        b = off[j + 1]
+        if b == a or _is(data, a, b, _KEYS) or _is(data, a, b, _TAGS):
+            return j
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def encode_joined(raw, groups, out_off, out):
+    """Property sections from ``raw``: the names and values of all messages' properties in
+    order (name, value, name, value, ...), each followed by a NUL but the last (ASCII text
+    joined in one step). Message ``i`` has entries ``groups[i]`` .. ``groups[i + 1] - 1``; its
+    section goes to ``out[out_off[i]:out_off[i + 1]]`` (``out_off`` written here). Returns -1,
+    or the index of the first message with an empty, reserved (KEYS, TAGS) or too long name,
+    or a value too long."""
+    p = 0
+    q = 0
+    end = len(raw)
+    for i in range(len(groups) - 1):
+        out_off[i] = q
+        for _e in range(groups[i], groups[i + 1]):
+            for part in range(2):
+                a = p
+                while p < end and raw[p] != 0:
+                    p += 1
+                n = p - a
+                if n > 0xFFFF or (part == 0 and (n == 0 or _is(raw, a, p, _KEYS) or
+                                                 _is(raw, a, p, _TAGS))):
+                    return i
+                _u16(out, q, n)
+                memcpy(out.ctypes.data + q + 2, raw.ctypes.data + a, n)
+                q += 2 + n
+                p += 1
+    out_off[len(groups) - 1] = q
+    return -1

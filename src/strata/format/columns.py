@@ -72,17 +72,13 @@ class BytesColumn:
     def of(cls, items: Iterable[bytes | str | None]) -> "BytesColumn":
         """A column of ``items``: bytes-like as they are, str encoded as UTF-8, None empty."""
         items = items if items.__class__ is list else list(items)
+        ascii_col = _ascii_column(items)
+        if ascii_col is not None:
+            return ascii_col
         kinds = set(map(type, items))
         text = kinds <= {str}
         try:
             if text:
-                joined = "".join(items)
-                if joined.isascii():   # (a flag CPython keeps) one encode, lengths in chars
-                    off = np.zeros(len(items) + 1, np.int64)
-                    np.cumsum(np.fromiter(map(len, items), np.int64, len(items)), out=off[1:])
-                    col = cls(joined.encode("ascii"), off)
-                    col.text_checked = True
-                    return col
                 raw = list(map(str.encode, items))
             elif kinds <= {bytes}:
                 raw = items
@@ -118,6 +114,31 @@ class BytesColumn:
 
     def __repr__(self) -> str:
         return f"BytesColumn({len(self)} items, {int(self.offsets[-1] - self.offsets[0])} bytes)"
+
+
+def _ascii_column(items: list) -> "BytesColumn | None":
+    """``items`` (all str, all ASCII, no NUL) as a column without a Python step per item:
+    joined with NUL separators (TypeError: not all str), encoded once, and the separators'
+    positions found and dropped in numpy. None if the items are not like that."""
+    if len(items) < 2:
+        return None
+    try:
+        joined = "\x00".join(items)
+    except TypeError:
+        return None
+    if not joined.isascii() or joined.count("\x00") != len(items) - 1:
+        return None
+    raw = np.frombuffer(joined.encode("ascii"), np.uint8)
+    keep = raw != 0
+    seps = np.flatnonzero(~keep)
+    off = np.empty(len(items) + 1, np.int64)
+    off[0] = 0
+    off[1:-1] = seps - np.arange(len(seps))
+    data = raw[keep]
+    off[-1] = len(data)
+    col = BytesColumn(data, off)
+    col.text_checked = True
+    return col
 
 
 def _item_bytes(v) -> bytes:
@@ -234,20 +255,38 @@ def _dicts_column(props: list) -> BytesColumn | None:
     values flattened and UTF-8 encoded at C speed, the entries laid out in compiled code. None
     if some item is not like that (a name empty, reserved or too long, a value not a str...):
     the caller then encodes message by message, which names the problem."""
-    if not set(map(type, props)) <= {dict, type(None)}:
-        return None
     ds = [p or _NO_DICT for p in props]
-    names = list(chain.from_iterable(ds))
-    values = list(chain.from_iterable(map(dict.values, ds)))
-    if not set(map(type, names)) <= {str} or not set(map(type, values)) <= {str}:
+    try:   # name, value, name, value, ... of all messages in one list
+        names = list(chain.from_iterable(ds))
+        flat = [None] * (2 * len(names))
+        flat[0::2] = names
+        flat[1::2] = list(chain.from_iterable(map(dict.values, ds)))   # TypeError: not a dict
+        joined = "\x00".join(flat)
+    except TypeError:   # not a dict, or not str
         return None
-    distinct = set(names)
-    if "" in distinct or distinct & rec.RESERVED_PROPERTIES:
-        return None
+    if joined.isascii() and joined.count("\x00") == len(flat) - 1 and flat:
+        n = len(ds)
+        groups = np.zeros(n + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, ds), np.int64, n), out=groups[1:])
+        raw = np.frombuffer(joined.encode("ascii"), np.uint8)
+        out = np.empty(len(raw) + 1 + 3 * len(flat), np.uint8)   # items + u16 each
+        out_off = np.empty(n + 1, np.int64)
+        if kernels().encode_joined(raw, groups, out_off, out) >= 0:
+            return None
+        col = BytesColumn(out, out_off)
+        col.text_checked = True
+        return col
     try:
-        nc, vc = BytesColumn.of(names), BytesColumn.of(values)
-    except InvalidInputError:
+        names = list(chain.from_iterable(ds))
+        values = list(chain.from_iterable(map(dict.values, ds)))   # TypeError: not a dict
+    except TypeError:
         return None
+    nc = _ascii_column(names) or _str_column(names)
+    vc = _ascii_column(values) or _str_column(values)
+    if nc is None or vc is None:
+        return None
+    if len(names) and (kernels().names_bad(nc.data, nc.offsets) >= 0):
+        return None   # an empty or reserved name
     nlen, vlen = nc.lengths(), vc.lengths()
     if len(names) and max(int(nlen.max()), int(vlen.max())) > MAX_TEXT:
         return None
@@ -263,6 +302,16 @@ def _dicts_column(props: list) -> BytesColumn | None:
     col = BytesColumn(out, out_off)
     col.text_checked = True
     return col
+
+
+def _str_column(items: list) -> "BytesColumn | None":
+    """``BytesColumn.of(items)`` if all are str (None otherwise, or if one is not UTF-8)."""
+    if not set(map(type, items)) <= {str}:
+        return None
+    try:
+        return BytesColumn.of(items)
+    except InvalidInputError:
+        return None
 
 
 class EncodedRecords:
