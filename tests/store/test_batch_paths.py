@@ -36,6 +36,14 @@ def message(i: int, kind: str) -> strata.Message:
     if kind == "keys":
         return strata.Message("plain", body, keys=(f"k{i}", "shared"), tags=f"t{i % 3}",
                               properties={"n": str(i), "ü": "ß"} if i % 4 else None)
+    if kind == "topics":  # several topics (demo-like), some with shard keys, some plain
+        topic = ["a", "bb", "plain"][i % 3]
+        if i % 7 == 0:
+            return strata.Message(topic, body)
+        return strata.Message(topic, body, keys=[f"k{i}", "s"], tags=f"t{i % 3}",
+                              properties={"r": "eu", "n": str(i)},
+                              shard_key=f"e{i // 3}" if i % 2 else None,
+                              born_timestamp=1000 + i)
     if kind == "shard":  # one topic, shard keys on most (the rest round-robin), born times
         return strata.Message("plain", body, keys=[f"k{i}"] * (i % 3), tags=f"t{i}" if i % 2
                               else None, properties={"p": "é" * (i % 4)} if i % 5 else {},
@@ -56,7 +64,8 @@ def message(i: int, kind: str) -> strata.Message:
 @example(kind="mixed", sizes=[150, 1])
 @example(kind="born", sizes=[40, 2])
 @example(kind="shard", sizes=[100, 40, 5])
-@given(kind=st.sampled_from(["plain", "born", "keys", "shard", "mixed"]),
+@example(kind="topics", sizes=[120, 33, 2])
+@given(kind=st.sampled_from(["plain", "born", "keys", "shard", "topics", "mixed"]),
        sizes=st.lists(st.integers(1, 150), min_size=1, max_size=4))
 def test_batched_and_single_puts_write_the_same_bytes(tmp_path_factory, clock, kind, sizes):
     root = tmp_path_factory.mktemp("paths")

@@ -50,24 +50,27 @@ def _entry(out, p, name, value_data, a, b):
 
 
 @njit(cache=True, nogil=True)
-def build_records(prefix, body_data, body_off, key_data, key_off, key_groups, tag_data,
-                  tag_off, prop_data, prop_off, totals, out):
+def build_records(prefix_data, prefix_off, prefix_of, body_data, body_off, key_data, key_off,
+                  key_groups, tag_data, tag_off, prop_data, prop_off, totals, out):
     """Write record ``i`` for every message ``i`` into ``out`` back to back, its length in
-    ``totals[i]`` (known beforehand: the caller sized ``out`` from the same lengths).
+    ``totals[i]`` (known beforehand: the caller sized ``out`` from the same lengths). Record
+    ``i`` starts with prefix ``prefix_of[i]`` of column (``prefix_data``, ``prefix_off``): the
+    fixed header's zeros, born and store host, topic.
 
     Columns are (data, offsets) pairs: item ``j`` is ``data[off[j]:off[j + 1]]``. Message ``i``
     has keys ``key_groups[i]`` .. ``key_groups[i + 1] - 1`` (empty keys are left out), tag
     ``i`` (empty: none), pre-encoded properties ``i`` and body ``i``. Key and tag columns with
     no items (``len(off) == 1``) mean none for every message."""
     n = len(body_off) - 1
-    plen = len(prefix)
     has_tags = len(tag_off) > 1
     has_props = len(prop_off) > 1
     base = out.ctypes.data
     p = 0
     for i in range(n):
         start = p
-        memcpy(base + p, prefix.ctypes.data, plen)
+        pa = prefix_off[prefix_of[i]]
+        plen = prefix_off[prefix_of[i] + 1] - pa
+        memcpy(base + p, prefix_data.ctypes.data + pa, plen)
         p += plen
         for k in range(key_groups[i], key_groups[i + 1]):
             a = key_off[k]

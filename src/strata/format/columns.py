@@ -326,12 +326,14 @@ class EncodedRecords:
             blob, totals, body_lens, props_lens)
 
 
-def encode_records(prefix: bytes, bodies: BytesColumn, *, keys: BytesColumn | None = None,
+def encode_records(prefix: bytes | list[bytes], bodies: BytesColumn, *,
+                   prefix_of: np.ndarray | None = None, keys: BytesColumn | None = None,
                    key_groups: np.ndarray | None = None, tags: BytesColumn | None = None,
                    properties: BytesColumn | None = None, max_body: int,
                    max_record: int) -> EncodedRecords:
     """The records of ``len(bodies)`` messages: ``prefix`` (the fixed header's zeros, born and
-    store host, topic; the same for all), properties (a KEYS entry per non-empty key, a TAGS
+    store host, topic: one for all, or a list of them and ``prefix_of``, which one each
+    message's record starts with), properties (a KEYS entry per non-empty key, a TAGS
     entry for a non-empty tag, the pre-encoded properties), body, a zero trailer.
 
     Checks (InvalidInputError / MessageTooLargeError naming the message) every length limit
@@ -376,14 +378,22 @@ def encode_records(prefix: bytes, bodies: BytesColumn, *, keys: BytesColumn | No
         raise MessageTooLargeError(
             f"message {i}: properties take {int(props_lens[i])} encoded bytes; the limit is "
             f"{rec.MAX_PROPERTIES_BYTES}")
-    totals = body_lens + props_lens + (len(prefix) + rec.TRAILER_SIZE)
+    if isinstance(prefix, bytes):
+        prefixes = BytesColumn(prefix, [0, len(prefix)])
+        prefix_of = np.zeros(n, np.int64)
+        prefix_lens = len(prefix)
+    else:
+        prefixes = BytesColumn.of(prefix)
+        prefix_lens = prefixes.lengths()[prefix_of]
+    totals = body_lens + props_lens + prefix_lens + rec.TRAILER_SIZE
     if n and int(totals.max()) > max_record:
         i = int(np.argmax(totals))
         raise MessageTooLargeError(f"message {i}: its record of {int(totals[i])} bytes cannot "
                                    f"fit a segment")
     out = np.empty(int(totals.sum()), np.uint8)
     made = np.empty(n, np.int64)
-    kernels().build_records(np.frombuffer(prefix, np.uint8), bodies.data, bodies.offsets,
+    kernels().build_records(prefixes.data, prefixes.offsets, prefix_of, bodies.data,
+                            bodies.offsets,
                             key_data, key_off, key_groups, tag_data, tag_off, prop_data,
                             prop_off, made, out)
     assert (made == totals).all()

@@ -169,23 +169,29 @@ class Encoder:
         if set(map(type, msgs)) != {Message}:
             return None
         topics = list(map(_GET_TOPIC, msgs))
-        if topics.count(topics[0]) != n:
-            return None
+        one_topic = topics.count(topics[0]) == n
         exts = list(map(_GET_EXT, msgs))
         plain = exts.count(None) == n
-        if not plain:  # keys, tags, properties or born timestamps; routing and flags default
-            columns = list(zip(*[e or EXT_DEFAULTS for e in exts]))
+        columns = [(EXT_DEFAULTS[i],) * n for i in range(len(EXT_DEFAULTS))] if plain else \
+            list(zip(*[e or EXT_DEFAULTS for e in exts]))
+        if not plain:  # keys, tags, properties, born timestamps, shard keys; no routing, flags
             if any(columns[i].count(EXT_DEFAULTS[i]) != n for i in _NOT_PLAIN):
                 return None
         bodies = list(map(_GET_BODY, msgs))
         if set(map(type, bodies)) != {bytes}:
             return None
-        tb = self.topic(topics[0])
         body_lens = list(map(len, bodies))
         if max(body_lens) > self.max_body:
             return None
+        if not one_topic:
+            try:
+                tbs = {t: self.topic(t) for t in dict.fromkeys(topics)}
+            except InvalidInputError:
+                return None
+            return self._prepare_rich(msgs, topics, tbs, bodies, columns)
+        tb = self.topic(topics[0])
         if not plain:
-            return self._prepare_rich(msgs, topics[0], tb, bodies, columns)
+            return self._prepare_rich(msgs, topics, {topics[0]: tb}, bodies, columns)
         props_lens = 0
         payloads = bodies
         host = self.store_host
@@ -205,13 +211,21 @@ class Encoder:
         b.default_sys = self.default_sys
         return b
 
-    def _prepare_rich(self, msgs: Sequence[Message], topic: str, tb: bytes,
-                      bodies: list[bytes], columns: list[tuple]) -> "PreparedBatch | None":
+    def _prepare_rich(self, msgs: Sequence[Message], topics: list[str],
+                      topic_bytes: dict[str, bytes], bodies: list[bytes],
+                      columns: list[tuple]) -> "PreparedBatch | None":
         """``_prepare_plain`` for messages with keys, tags, properties, born timestamps or
-        shard keys: the values gathered into columns at C speed (``strata.format.columns``),
-        the records laid out in compiled code. None when some value is not of the usual kind
-        (the message-by-message path then names it)."""
+        shard keys, or of several topics (``topic_bytes``: each one's encoded name, in order of
+        first appearance): the values gathered into columns at C speed
+        (``strata.format.columns``), the records laid out in compiled code. None when some
+        value is not of the usual kind (the message-by-message path then names it)."""
         n = len(msgs)
+        names = list(topic_bytes)
+        if len(names) > 1:
+            code_of = {t: i for i, t in enumerate(names)}
+            codes = np.fromiter(map(code_of.__getitem__, topics), np.int64, n)
+        else:
+            codes = None
         keys, tags, props, shards, born_ts = (columns[0], columns[1], columns[2],
                                               columns[_SHARD_AT], columns[_BORN_AT])
         flat = list(chain.from_iterable(keys))
@@ -234,21 +248,25 @@ class Encoder:
             if shards.count(None) != n:
                 shard_col = col.BytesColumn.of([None if k is None else str(k) for k in shards])
             host = self.store_host
-            enc = col.encode_records(BLANK_HEADER + host + host + tb, col.BytesColumn.of(bodies),
-                                     keys=key_col, key_groups=groups, tags=tag_col,
+            prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
+            enc = col.encode_records(prefixes[0] if codes is None else prefixes,
+                                     col.BytesColumn.of(bodies), prefix_of=codes, keys=key_col, key_groups=groups, tags=tag_col,
                                      properties=prop_col, max_body=self.max_body,
                                      max_record=self.max_record)
         except InvalidInputError:
             return None
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
-        b.topic_lens = len(tb)
+        topic_lens = np.array([len(tb) for tb in topic_bytes.values()], np.int64)
+        b.topic_lens = int(topic_lens[0]) if codes is None else topic_lens[codes]
         b.born = 0 if born_ts.count(None) == n else [t or 0 for t in born_ts]
         b.blob = enc.blob
-        b.single_topic = topic
+        b.single_topic = names[0] if codes is None else None
+        b.topic_names, b.topic_codes = names, codes
         b.default_sys = self.default_sys
         if shard_col is not None:
             b.shards = (shard_col, np.array([k is not None for k in shards]))
+        b.vector_queues = True
         return b
 
     def prepare_columns(self, topic: str, bodies, *, keys=None, tags=None, properties=None,
@@ -322,7 +340,8 @@ class PreparedBatch:
 
     __slots__ = ("msgs", "totals", "images", "blob", "body_lens", "props_lens", "topic_lens", "born",
                  "special", "single_topic", "routed", "default_sys", "queue_ids",
-                 "queue_offsets", "fixed_queue", "shards")
+                 "queue_offsets", "fixed_queue", "shards", "topic_names", "topic_codes",
+                 "vector_queues")
 
     def __init__(self, msgs: Sequence[Message] | None) -> None:
         self.msgs = msgs  # None for a batch of columns (Encoder.prepare_columns)
@@ -350,6 +369,11 @@ class PreparedBatch:
         # (shard keys as a BytesColumn, which messages have one) of a large batch of one
         # topic whose messages have shard keys (the others go round-robin)
         self.shards: tuple[col.BytesColumn, np.ndarray] | None = None
+        # a batch from _prepare_rich: its topics (in order of first appearance) and each
+        # message's index in them (None: one topic), queues chosen by _vector_queues
+        self.topic_names: list[str] = []
+        self.topic_codes: np.ndarray | None = None
+        self.vector_queues = False
 
     def __len__(self) -> int:
         return len(self.totals)
@@ -374,9 +398,8 @@ class PreparedBatch:
         if self.fixed_queue is not None:
             return self._one_queue(topic, self.fixed_queue, queue_counts, default_queues,
                                    queue_next)
-        if self.shards is not None:
-            return self._shard_columns(topic, queue_counts, default_queues, queue_next,
-                                       round_robin)
+        if self.vector_queues:
+            return self._vector_queues(queue_counts, default_queues, queue_next, round_robin)
         if self.msgs is None:   # columns, round-robin
             return self._round_robin_columns(topic, queue_counts, default_queues, queue_next,
                                              round_robin)
@@ -434,36 +457,51 @@ class PreparedBatch:
         self.queue_offsets = np.arange(base, base + n, dtype=np.int64)
         return {(topic, qid): base + n}, {}, new_topics
 
-    def _shard_columns(self, topic: str, queue_counts: dict[str, int], default_queues: int,
+    def _vector_queues(self, queue_counts: dict[str, int], default_queues: int,
                        queue_next: dict[tuple[str, int], int], round_robin: dict[str, int]):
-        """One topic, some messages with a shard key: those to the queue of their key's hash
-        (CRC32C of its UTF-8 bytes modulo the queue count, as the per-message path), the others
-        round-robin; offsets consecutive per queue in batch order."""
-        new_topics = {}
-        n_q = queue_counts.get(topic)
-        if n_q is None:
-            n_q = new_topics[topic] = default_queues
-        shard_col, has = self.shards
-        n = len(has)
+        """Queues of a batch from ``_prepare_rich``, topic by topic in numpy: a message with a
+        shard key to the queue of its key's hash (CRC32C of its UTF-8 bytes modulo the queue
+        count, as the per-message path), the others round-robin; offsets consecutive per
+        queue in batch order."""
+        new_topics: dict[str, int] = {}
+        rr_local: dict[str, int] = {}
+        updates: dict[tuple[str, int], int] = {}
+        n = len(self.totals)
         qids = np.empty(n, np.int64)
-        col.kernels().shard_queues(shard_col.data, shard_col.offsets, n_q, qids)
-        rr_local = {}
-        rr = ~has
-        n_rr = int(rr.sum())
-        if n_rr:
-            start = round_robin_start(topic, n_q, queue_next, round_robin)
-            qids[rr] = (start + np.arange(n_rr, dtype=np.int64)) % n_q
-            rr_local[topic] = start + n_rr
-        base = np.array([queue_next.get((topic, q), 0) for q in range(n_q)], dtype=np.int64)
-        counts = np.bincount(qids, minlength=n_q)
-        order = np.argsort(qids, kind="stable")
-        first = np.zeros(n_q, np.int64)
-        np.cumsum(counts[:-1], out=first[1:])
-        rank = np.empty(n, np.int64)
-        rank[order] = np.arange(n, dtype=np.int64) - first[qids[order]]
-        self.queue_ids = qids
-        self.queue_offsets = base[qids] + rank
-        updates = {(topic, q): int(base[q] + counts[q]) for q in range(n_q) if counts[q]}
+        qoffs = np.empty(n, np.int64)
+        if self.shards is not None:
+            shard_col, has = self.shards
+            hashes = np.empty(n, np.int64)
+            col.kernels().shard_queues(shard_col.data, shard_col.offsets, 1 << 32, hashes)
+        codes = self.topic_codes
+        for t, topic in enumerate(self.topic_names):
+            rows = np.flatnonzero(codes == t) if codes is not None else slice(None)
+            n_q = queue_counts.get(topic)
+            if n_q is None:
+                n_q = new_topics[topic] = default_queues
+            if self.shards is not None:
+                q = hashes[rows] % n_q
+                rr = ~has[rows]
+            else:
+                q = np.empty(n if codes is None else len(rows), np.int64)
+                rr = np.ones(len(q), bool)
+            n_rr = int(rr.sum())
+            if n_rr:
+                start = round_robin_start(topic, n_q, queue_next, round_robin)
+                q[rr] = (start + np.arange(n_rr, dtype=np.int64)) % n_q
+                rr_local[topic] = start + n_rr
+            base = np.array([queue_next.get((topic, i), 0) for i in range(n_q)], np.int64)
+            counts = np.bincount(q, minlength=n_q)
+            order = np.argsort(q, kind="stable")
+            first = np.zeros(n_q, np.int64)
+            np.cumsum(counts[:-1], out=first[1:])
+            rank = np.empty(len(q), np.int64)
+            rank[order] = np.arange(len(q), dtype=np.int64) - first[q[order]]
+            qids[rows] = q
+            qoffs[rows] = base[q] + rank
+            updates.update({(topic, i): int(base[i] + counts[i]) for i in range(n_q)
+                            if counts[i]})
+        self.queue_ids, self.queue_offsets = qids, qoffs
         return updates, rr_local, new_topics
 
     def _round_robin_columns(self, topic: str, queue_counts: dict[str, int],
