@@ -279,3 +279,13 @@ def encode_joined(raw, groups, out_off, out):
                 p += 1
     out_off[len(groups) - 1] = q
     return -1
+
+
+@njit(cache=True, nogil=True)
+def gather(data, starts, ends, out_off, out):
+    """Copy ``data[starts[i]:ends[i]]`` to ``out[out_off[i]:]`` for every ``i`` (the caller
+    made ``out_off`` from the same lengths): sections of many records made one column."""
+    src = data.ctypes.data
+    dst = out.ctypes.data
+    for i in range(len(starts)):
+        memcpy(dst + out_off[i], src + starts[i], ends[i] - starts[i])

@@ -98,3 +98,65 @@ def offset_runs(segments: list[MappedSegment], offsets: np.ndarray):
         if last.base_offset <= int(offsets[0]) and int(offsets[-1]) < last.end_offset:
             return [(0, len(offsets), last)]
     return segment_runs(segments, offsets)
+
+
+@dataclass
+class ColumnsRead:
+    """Records read as columns (``read_columns``): the field table (``record_kernels.F_*``
+    rows; positions meaningless, the data was copied out) and the bodies and properties
+    sections of the records, each packed into one buffer with n + 1 offsets."""
+
+    fields: np.ndarray
+    bodies: np.ndarray
+    body_offsets: np.ndarray
+    properties: np.ndarray
+    prop_offsets: np.ndarray
+
+
+def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int, *,
+                 verify_crc: bool, topic: str, queue_id: int,
+                 queue_offsets: np.ndarray) -> ColumnsRead | None:
+    """``read_offsets`` for a reader that wants columns: each record checked in the one
+    compiled pass (CRC32C, and that it is message ``queue_offsets[i]`` of ``topic`` /
+    ``queue_id``), then its body and properties copied once, straight from the segment's map,
+    into a bodies buffer and a properties buffer. None unless every record is GOOD (the caller
+    then takes the per-record path, which says what is wrong)."""
+    from strata.format import column_kernels as ck
+    kernels = rk.kernels()
+    offsets = np.asarray(offsets, np.int64)
+    n = len(offsets)
+    status = np.full(n, rk.NO_RECORD, np.uint8)
+    fields = np.empty((rk.FIELDS, n), np.int64)
+    name = np.frombuffer(topic.encode("ascii"), np.uint8)
+    qoffs = np.asarray(queue_offsets, np.int64)
+    body_len = np.empty(n, np.int64)
+    prop_len = np.empty(n, np.int64)
+    runs = []
+    for lo, hi, seg in offset_runs(segments, offsets):
+        if seg is None or seg.closed:
+            return None
+        end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
+        pos = offsets[lo:hi] - seg.base_offset + HEADER_AREA
+        f = fields[:, lo:hi]
+        try:
+            data = segment_map(seg)
+        except ValueError:   # closed by retention just now
+            return None
+        good, _nbytes = kernels.check_at(data, pos, offsets[lo:hi], end, verify_crc, name,
+                                         queue_id, qoffs[lo:hi], f, status[lo:hi])
+        if good < hi - lo:
+            return None
+        body_len[lo:hi] = f[rk.F_BODY_END] - f[rk.F_BODY_AT]
+        prop_len[lo:hi] = f[rk.F_BODY_AT] - f[rk.F_PROPS_AT]
+        runs.append((lo, hi, data))
+    body_off = np.zeros(n + 1, np.int64)
+    np.cumsum(body_len, out=body_off[1:])
+    prop_off = np.zeros(n + 1, np.int64)
+    np.cumsum(prop_len, out=prop_off[1:])
+    bodies = np.empty(int(body_off[-1]), np.uint8)
+    props = np.empty(int(prop_off[-1]), np.uint8)
+    for lo, hi, data in runs:
+        f = fields[:, lo:hi]
+        ck.gather(data, f[rk.F_BODY_AT], f[rk.F_BODY_END], body_off[lo:hi], bodies)
+        ck.gather(data, f[rk.F_PROPS_AT], f[rk.F_BODY_AT], prop_off[lo:hi], props)
+    return ColumnsRead(fields, bodies, body_off, props, prop_off)

@@ -1042,6 +1042,51 @@ class MessageStore:
                       queue_id, c.queue_offset, c.error())
         return GetResult(status, out, nxt, mn, mx, passed)
 
+    def get_columns(self, topic: str, queue_id: int, offset: int, max_messages: int = 1024
+                    ) -> "arrow_read.ColumnsResult":
+        """``get`` for consumers that want arrays: up to ``max_messages`` messages of a queue
+        from ``offset`` as one Arrow record batch (``strata.store.arrow_read.schema()``:
+        queue and commit-log offsets, store and born timestamps, body, keys, the encoded
+        properties), with ``get``'s status and offsets. Each record is checked as ``get``
+        checks it (CRC32C with ``verify_crc_on_read``) and its body and properties are copied
+        once, in compiled code, into the buffers the Arrow arrays wrap. Records ``get`` would
+        pass over as damaged are left out the same way (that case, and reads from a tier, go
+        through ``get``'s messages). Needs pyarrow."""
+        from strata.store import arrow_read
+        self._check_open()
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidInputError(f"offset must be an int, got {offset!r}")
+        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or \
+                max_messages < 1:
+            raise InvalidInputError(f"max_messages must be a positive int, got {max_messages!r}")
+        arrow_read.pyarrow()
+        cq, _exists = self._queue(topic, queue_id)
+        read = None
+        if cq is not None and self._tier_older(topic, queue_id, cq.min_offset()) is None:
+            mn, mx = cq.min_offset(), cq.max_offset()
+            if mn <= offset < mx:
+                try:
+                    units = cq.read_units(offset, max_messages)
+                except ValueError:   # retention deleted that file just now
+                    units = None
+                if units is not None and len(units) and \
+                        not (units["size"] == BLANK_SIZE).any():
+                    read = self.log.read_columns(
+                        units["offset"], self.confirmed_offset(),
+                        verify_crc=self.config.verify_crc_on_read, topic=topic,
+                        queue_id=queue_id,
+                        queue_offsets=offset + np.arange(len(units), dtype=np.int64))
+        if read is not None:
+            batch = arrow_read.arrow_batch(read)
+            if batch is not None:
+                return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + len(units),
+                                                mn, mx)
+        r = self.get(topic, queue_id, offset, max_messages)
+        batch = arrow_read.batch_of_messages(r.messages) if r.messages else \
+            arrow_read.empty_batch()
+        return arrow_read.ColumnsResult(r.status, batch, r.next_offset, r.min_offset,
+                                        r.max_offset)
+
     def _first_unit_in_flight(self, topic: str, queue_id: int, offset: int, rows: np.ndarray,
                               phys: np.ndarray, present: np.ndarray, limit: int,
                               leads: np.ndarray) -> int | None:
