@@ -51,16 +51,23 @@ class ColumnsResult:
         return self.batch.num_rows
 
 
+_SCHEMA = None
+
+
 def schema():
     """The record batch's schema: ``queue_offset``, ``commitlog_offset``, ``store_timestamp``
     and ``born_timestamp`` (int64, ms), ``body`` (binary), ``keys`` (list of string: the
     message's keys in order, without its unique key), ``properties`` (binary: the encoded
     properties section as stored, keys, tags and user properties; docs/format.md)."""
+    global _SCHEMA
+    if _SCHEMA is not None:
+        return _SCHEMA
     pa = pyarrow()
-    return pa.schema([("queue_offset", pa.int64()), ("commitlog_offset", pa.int64()),
+    _SCHEMA = pa.schema([("queue_offset", pa.int64()), ("commitlog_offset", pa.int64()),
                       ("store_timestamp", pa.int64()), ("born_timestamp", pa.int64()),
                       ("body", pa.binary()), ("keys", pa.list_(pa.string())),
                       ("properties", pa.binary())])
+    return _SCHEMA
 
 
 def empty_batch():
@@ -78,11 +85,22 @@ def _binary(pa, data: np.ndarray, offsets: np.ndarray, kind):
                                                           pa.py_buffer(data)])
 
 
+_NO_KEYS: dict[int, object] = {}
+
+
 def _keys(pa, props: np.ndarray, prop_off: np.ndarray, n: int):
     """The keys of every message (list<string>), found in the properties buffer by the
     compiled properties reader."""
     from strata.format import column_kernels as ck
     from strata.format import property_kernels as pk
+    if prop_off[-1] == prop_off[0]:   # no properties at all: no keys (arrays are immutable)
+        empty = _NO_KEYS.get(n)
+        if empty is None:
+            empty = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                             pa.array([], pa.string()))
+            if len(_NO_KEYS) < 64:
+                _NO_KEYS[n] = empty
+        return empty
     starts, ends = prop_off[:-1], prop_off[1:]
     cap = int(prop_off[-1]) // 8 + 1
     tags = np.zeros(n, np.int64)

@@ -35,6 +35,7 @@ from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.index.queue_recovery import recover_queues, rederive_unit
+from strata.store import arrow_read
 from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
                                   PutResults, PutStatus)
 from strata.store import tier_link
@@ -1043,7 +1044,7 @@ class MessageStore:
         return GetResult(status, out, nxt, mn, mx, passed)
 
     def get_columns(self, topic: str, queue_id: int, offset: int, max_messages: int = 1024
-                    ) -> "arrow_read.ColumnsResult":
+                    ) -> arrow_read.ColumnsResult:
         """``get`` for consumers that want arrays: up to ``max_messages`` messages of a queue
         from ``offset`` as one Arrow record batch (``strata.store.arrow_read.schema()``:
         queue and commit-log offsets, store and born timestamps, body, keys, the encoded
@@ -1052,7 +1053,6 @@ class MessageStore:
         once, in compiled code, into the buffers the Arrow arrays wrap. Records ``get`` would
         pass over as damaged are left out the same way (that case, and reads from a tier, go
         through ``get``'s messages). Needs pyarrow."""
-        from strata.store import arrow_read
         self._check_open()
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise InvalidInputError(f"offset must be an int, got {offset!r}")
