@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import strata  # noqa: E402
 from strata.format import record as rec  # noqa: E402
-from strata.format.columns import BytesColumn  # noqa: E402
 from scratch import scratch_dir  # noqa: E402
 
 CASES = ("plain", "rich", "rich_shard", "columns", "columns_pre")
@@ -64,6 +63,7 @@ def build(case: str, topic: str, bodies: list[bytes], first: int):
         return dict(bodies=bodies, keys=[f["keys"] for f in fs], tags=[f["tags"] for f in fs],
                     properties=[f["properties"] for f in fs],
                     born_timestamps=[f["born_timestamp"] for f in fs])
+    from strata.format.columns import BytesColumn   # (a tree before put_columns has none)
     return dict(bodies=BytesColumn.of(bodies), keys=BytesColumn.of([f["keys"][0] for f in fs]),
                 tags=BytesColumn.of([f["tags"] for f in fs]),
                 properties=BytesColumn.of([rec.encode_properties(None, None, f["properties"])
