@@ -289,3 +289,29 @@ def gather(data, starts, ends, out_off, out):
     dst = out.ctypes.data
     for i in range(len(starts)):
         memcpy(dst + out_off[i], src + starts[i], ends[i] - starts[i])
+
+
+@njit(cache=True, nogil=True)
+def section_offsets(fields, first_row, end_row, body_off, prop_off):
+    """Offsets of the bodies (rows ``F_BODY_AT`` .. ``F_BODY_END`` of the field table
+    ``fields``, one column per record) and of the properties sections (``F_PROPS_AT`` ..
+    ``F_BODY_AT``) packed one after another: ``body_off`` and ``prop_off`` get n + 1 entries."""
+    body_off[0] = 0
+    prop_off[0] = 0
+    for i in range(fields.shape[1]):
+        body_off[i + 1] = body_off[i] + fields[end_row, i] - fields[first_row, i]
+        prop_off[i + 1] = prop_off[i] + fields[first_row, i] - fields[first_row - 1, i]
+
+
+@njit(cache=True, nogil=True)
+def gather_sections(data, fields, first, count, first_row, end_row, body_off, prop_off,
+                    bodies, props):
+    """Copy the bodies and properties sections of table columns ``first`` .. ``first +
+    count - 1`` (positions in ``data``) to ``bodies`` / ``props`` at the offsets
+    ``section_offsets`` gave."""
+    src = data.ctypes.data
+    for i in range(first, first + count):
+        a = fields[first_row, i]
+        memcpy(bodies.ctypes.data + body_off[i], src + a, fields[end_row, i] - a)
+        p = fields[first_row - 1, i]
+        memcpy(props.ctypes.data + prop_off[i], src + p, a - p)

@@ -123,40 +123,45 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     then takes the per-record path, which says what is wrong)."""
     from strata.format import column_kernels as ck
     kernels = rk.kernels()
-    offsets = np.asarray(offsets, np.int64)
+    offsets = np.ascontiguousarray(offsets, np.int64)
     n = len(offsets)
-    status = np.full(n, rk.NO_RECORD, np.uint8)
+    status = np.empty(n, np.uint8)
     fields = np.empty((rk.FIELDS, n), np.int64)
-    name = np.frombuffer(topic.encode("ascii"), np.uint8)
-    qoffs = np.asarray(queue_offsets, np.int64)
-    body_len = np.empty(n, np.int64)
-    prop_len = np.empty(n, np.int64)
+    name = _topic_array(topic)
     runs = []
     for lo, hi, seg in offset_runs(segments, offsets):
         if seg is None or seg.closed:
             return None
         end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
-        pos = offsets[lo:hi] - seg.base_offset + HEADER_AREA
-        f = fields[:, lo:hi]
         try:
             data = segment_map(seg)
         except ValueError:   # closed by retention just now
             return None
-        good, _nbytes = kernels.check_at(data, pos, offsets[lo:hi], end, verify_crc, name,
-                                         queue_id, qoffs[lo:hi], f, status[lo:hi])
+        good, _nbytes = kernels.check_at(data, offsets[lo:hi] - (seg.base_offset - HEADER_AREA),
+                                         offsets[lo:hi], end, verify_crc, name, queue_id,
+                                         queue_offsets[lo:hi], fields[:, lo:hi], status[lo:hi])
         if good < hi - lo:
             return None
-        body_len[lo:hi] = f[rk.F_BODY_END] - f[rk.F_BODY_AT]
-        prop_len[lo:hi] = f[rk.F_BODY_AT] - f[rk.F_PROPS_AT]
         runs.append((lo, hi, data))
-    body_off = np.zeros(n + 1, np.int64)
-    np.cumsum(body_len, out=body_off[1:])
-    prop_off = np.zeros(n + 1, np.int64)
-    np.cumsum(prop_len, out=prop_off[1:])
+    body_off = np.empty(n + 1, np.int64)
+    prop_off = np.empty(n + 1, np.int64)
+    ck.section_offsets(fields, rk.F_BODY_AT, rk.F_BODY_END, body_off, prop_off)
     bodies = np.empty(int(body_off[-1]), np.uint8)
     props = np.empty(int(prop_off[-1]), np.uint8)
     for lo, hi, data in runs:
-        f = fields[:, lo:hi]
-        ck.gather(data, f[rk.F_BODY_AT], f[rk.F_BODY_END], body_off[lo:hi], bodies)
-        ck.gather(data, f[rk.F_PROPS_AT], f[rk.F_BODY_AT], prop_off[lo:hi], props)
+        ck.gather_sections(data, fields, lo, hi - lo, rk.F_BODY_AT, rk.F_BODY_END, body_off,
+                           prop_off, bodies, props)
     return ColumnsRead(fields, bodies, body_off, props, prop_off)
+
+
+_TOPICS: dict[str, np.ndarray] = {}
+
+
+def _topic_array(topic: str) -> np.ndarray:
+    """A topic's name as uint8 (cached: a reader asks for the same few topics)."""
+    a = _TOPICS.get(topic)
+    if a is None:
+        a = np.frombuffer(topic.encode("ascii"), np.uint8)
+        if len(_TOPICS) < 1024:
+            _TOPICS[topic] = a
+    return a
