@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -269,11 +270,7 @@ class ConsoleData:
 
     def _full(self, m) -> dict:
         body = bytes(m.body)
-        text = None
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
+        text = _as_text(body)
         pretty = None
         if text is not None:
             try:
@@ -289,10 +286,9 @@ class ConsoleData:
 
     def _summary(self, m) -> dict:
         body = bytes(m.body[:120])
-        try:
-            preview = body.decode("utf-8")
-        except UnicodeDecodeError:
-            preview = body.hex()
+        preview = _as_text(body)
+        if preview is None:     # (a multi-byte character cut at 120 bytes shows as hex too)
+            preview = body[:60].hex()
         return {"msg_id": m.msg_id, "topic": m.topic, "queue": m.queue_id,
                 "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
                 "keys": list(m.keys), "tags": m.tags, "size": m.size,
@@ -369,6 +365,18 @@ def _int(q: dict, name: str, default, lo: int | None = None, hi: int | None = No
         rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
         raise InvalidInputError(f"{name}={v} is out of range ({rng})")
     return v
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _as_text(body: bytes) -> str | None:
+    """The body as text if it is UTF-8 without control characters (else it is shown as hex)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if _CONTROL.search(text) else text
 
 
 def _host(h) -> str:
