@@ -38,7 +38,9 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    # bypass_csp: Playwright evaluates its waits as strings, which the console's CSP forbids;
+    # without the CSP the XSS test also checks that escaping alone keeps scripts out
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
     pg = ctx.new_page()
     yield pg
     ctx.close()
