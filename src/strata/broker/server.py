@@ -138,7 +138,7 @@ async def serve(cfg: ServeConfig) -> None:
                 "RocketMQ gRPC": f"{cfg.host}:{port}",
                 "Prometheus metrics": f"{cfg.metrics[0]}:{metrics_port}" if metrics else "off",
                 "web console": f"{cfg.http[0]}:{http_port}",
-                "connected clients": len(service.clients)})
+                "connected clients": len(service.clients)}, acl=acl)
         except OSError:
             await server.stop(0)
             await service.close()

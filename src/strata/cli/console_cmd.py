@@ -22,7 +22,11 @@ def parse_http(text: str) -> tuple[str, int]:
 @click.argument("directory", metavar="DIR")
 @click.option("--http", "http", required=True, metavar="HOST:PORT",
               help="Address of the console (port 0: any free port, printed at start).")
-def console_command(directory: str, http: str) -> None:
+@click.option("--acl", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Require a login with an account's accessKey/secretKey from this "
+                   "plain_acl.yml (the file `strata serve --acl` takes); only admin accounts "
+                   "may act.")
+def console_command(directory: str, http: str, acl: Path | None) -> None:
     """Serve the web console for the store in DIR: read-only beside a running writer
     (`strata serve`), else as the store's writer."""
     from strata.console.server import serve_console
@@ -30,4 +34,4 @@ def console_command(directory: str, http: str) -> None:
     path = Path(directory)
     if not path.is_dir() or not (path / "commitlog").is_dir():
         raise click.ClickException(f"{directory} is not a strata store (no commitlog/ inside)")
-    asyncio.run(serve_console(path, host, port))
+    asyncio.run(serve_console(path, host, port, acl))

@@ -32,6 +32,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 
 DATA_KEY = web.AppKey("data", ConsoleData)
 ENV_KEY = web.AppKey("env", jinja2.Environment)
+ACTIONS_ON_KEY = web.AppKey("actions_on", bool)
 
 
 def _fmt_ms(ms: int | None) -> str:
@@ -97,7 +98,11 @@ async def errors_and_headers(request: web.Request, handler) -> web.StreamRespons
 def _page(request: web.Request, template: str, status: int = 200, **ctx) -> web.Response:
     env = request.app[ENV_KEY]
     ctx.setdefault("nav", template.split(".")[0])
-    ctx.setdefault("extra", {})
+    session = request.get("session")
+    ctx.setdefault("session", session)
+    ctx.setdefault("actions_on", request.app.get(ACTIONS_ON_KEY, False)
+                   and session is not None and session.admin)
+    ctx["flash"], session.flash[:] = (list(session.flash), []) if session else ([], [])
     html = env.get_template(template).render(**ctx)
     return web.Response(text=html, content_type="text/html", status=status)
 
@@ -247,11 +252,17 @@ async def _background(app: web.Application):
         pass
 
 
-def make_app(data: ConsoleData, extra_routes: Callable[[web.Application], None] | None = None,
-             middlewares: tuple = ()) -> web.Application:
-    """The console over ``data``; ``extra_routes`` adds more (the actions, the login)."""
-    app = web.Application(middlewares=[errors_and_headers, *middlewares],
+def make_app(data: ConsoleData, acl=None, actions=None) -> web.Application:
+    """The console over ``data``; ``acl`` (a ``strata.broker.acl.AccessList``) requires a
+    login; ``actions`` (``strata.console.actions.Actions``) adds the operator's actions."""
+    from strata.console import actions as act
+    from strata.console import security
+    app = web.Application(middlewares=[errors_and_headers, security.guard],
                           client_max_size=8 << 20)
+    security.add_routes(app, acl)
+    if actions is not None:
+        act.add_routes(app, actions)
+    app[ACTIONS_ON_KEY] = actions is not None and not data.store.readonly
     app[DATA_KEY] = data
     app[ENV_KEY] = make_env()
     r = app.router
@@ -269,7 +280,5 @@ def make_app(data: ConsoleData, extra_routes: Callable[[web.Application], None] 
     r.add_get("/messages/{msg_id}", page_message)
     static = Path(str(resources.files("strata.console") / "static"))
     r.add_static("/static/", static)
-    if extra_routes is not None:
-        extra_routes(app)
     app.cleanup_ctx.append(_background)
     return app

@@ -11,8 +11,9 @@ from typing import Callable
 
 from aiohttp import web
 
+from strata.console.actions import Actions
 from strata.console.app import make_app
-from strata.console.groups_view import GroupSource
+from strata.console.groups_view import BROKER_DIR, GroupSource
 from strata.console.views import ConsoleData
 from strata.errors import StoreLockedError
 from strata.store.message_store import MessageStore, writer_alive
@@ -47,11 +48,12 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
 
 
 async def start_embedded(store: MessageStore, groups, host: str, port: int,
-                         listeners: Callable[[], dict] | None = None,
+                         listeners: Callable[[], dict] | None = None, acl=None,
                          ) -> tuple[web.AppRunner, int]:
-    """The console on the running loop of ``strata serve``, over its store and live groups."""
+    """The console on the running loop of ``strata serve``, over its store and live groups
+    (``acl``: the broker's ``AccessList``, whose accounts log in to the console)."""
     data = ConsoleData(store, GroupSource(store.path, live=groups), listeners)
-    app = make_app(data)
+    app = make_app(data, acl=acl, actions=Actions(data))
     app.on_cleanup.append(lambda _app: _shutdown(data))
     return await start_site(app, host, port)
 
@@ -60,23 +62,38 @@ async def _shutdown(data: ConsoleData) -> None:
     data.executor.shutdown(wait=True)
 
 
-async def serve_console(directory: Path, host: str, port: int) -> None:
+async def serve_console(directory: Path, host: str, port: int,
+                        acl_file: Path | None = None) -> None:
     """Run until SIGTERM/SIGINT; the store is opened and closed off the event loop."""
     loop = asyncio.get_running_loop()
+    acl = None
+    if acl_file is not None:        # checked before the store opens
+        from strata.broker.acl import load_acl
+        acl = load_acl(acl_file)
     store = await loop.run_in_executor(None, open_for_console, directory)
     data = ConsoleData(store, GroupSource(store.path))
+    opened: list = []
+
+    def open_groups():
+        from strata.broker.group_state import ConsumerGroups
+        opened.append(ConsumerGroups(store.path / BROKER_DIR))
+        return opened[-1]
+
     try:
-        app = make_app(data)
+        app = make_app(data, acl=acl, actions=Actions(data, open_groups))
         runner, bound = await start_site(app, host, port)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         _say(f"listening on http://{host}:{bound}/ (store {store.path}, "
-             f"{'read-only beside a running writer' if store.readonly else 'opened as the writer'})")
+             f"{'read-only beside a running writer' if store.readonly else 'opened as the writer'}"
+             f"{f', acl {acl_file} ({len(acl.accounts)} accounts)' if acl else ''})")
         await stop.wait()
         _say("stopping")
         await runner.cleanup()
     finally:
         data.executor.shutdown(wait=True)
+        for g in opened:
+            await loop.run_in_executor(None, g.close)
         await loop.run_in_executor(None, store.close)
     _say("stopped")
