@@ -102,7 +102,9 @@ def _page(request: web.Request, template: str, status: int = 200, **ctx) -> web.
     ctx.setdefault("session", session)
     ctx.setdefault("actions_on", request.app.get(ACTIONS_ON_KEY, False)
                    and session is not None and session.admin)
-    ctx["flash"], session.flash[:] = (list(session.flash), []) if session else ([], [])
+    ctx["flash"] = []
+    if session is not None:     # messages of the last action, shown once
+        ctx["flash"], session.flash[:] = list(session.flash), []
     html = env.get_template(template).render(**ctx)
     return web.Response(text=html, content_type="text/html", status=status)
 
