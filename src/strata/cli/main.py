@@ -16,6 +16,7 @@ from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
 from rich.table import Table
 
 from strata.cli.console_cmd import console_command
+from strata.cli.groups_cmd import groups_command
 from strata.cli.refstore_cmd import refstore_group
 from strata.cli.serve import serve_command
 from strata.cli.spark_cmd import spark_group
@@ -461,6 +462,7 @@ cli.add_command(spark_group, "spark")
 cli.add_command(tier_group, "tier")
 cli.add_command(serve_command, "serve")
 cli.add_command(console_command, "console")
+cli.add_command(groups_command, "groups")
 
 
 def main() -> None:
