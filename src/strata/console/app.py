@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import time
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -26,7 +27,6 @@ from strata.errors import StrataError
 
 log = logging.getLogger(__name__)
 
-SAMPLE_S = 1.0        # the charts' resolution
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
@@ -73,7 +73,8 @@ def _json(obj: Any, status: int = 200) -> web.Response:
 @web.middleware
 async def errors_and_headers(request: web.Request, handler) -> web.StreamResponse:
     """Strata's errors become a 400 naming the problem (JSON for the API, a page otherwise);
-    every answer carries the security headers."""
+    every answer carries the security headers and its server time (``Server-Timing``)."""
+    started = time.perf_counter()
     try:
         resp = await handler(request)
     except StrataError as exc:
@@ -92,6 +93,7 @@ async def errors_and_headers(request: web.Request, handler) -> web.StreamRespons
     resp.headers.setdefault("X-Content-Type-Options", "nosniff")
     resp.headers.setdefault("Referrer-Policy", "same-origin")
     resp.headers.setdefault("Cache-Control", "no-store")
+    resp.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
     return resp
 
 
@@ -241,7 +243,7 @@ async def _sampler(app: web.Application) -> None:
             await loop.run_in_executor(d.executor, d.sample)
         except StrataError as exc:
             log.warning("console sample failed: %s", exc)
-        await asyncio.sleep(SAMPLE_S)
+        await asyncio.sleep(d.sample_interval())
 
 
 async def _background(app: web.Application):
