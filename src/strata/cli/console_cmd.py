@@ -26,7 +26,10 @@ def parse_http(text: str) -> tuple[str, int]:
               help="Require a login with an account's accessKey/secretKey from this "
                    "plain_acl.yml (the file `strata serve --acl` takes); only admin accounts "
                    "may act.")
-def console_command(directory: str, http: str, acl: Path | None) -> None:
+@click.option("--exit-with-parent", is_flag=True,
+              help="Stop (cleanly) when the process that started this one exits.")
+def console_command(directory: str, http: str, acl: Path | None,
+                    exit_with_parent: bool) -> None:
     """Serve the web console for the store in DIR: read-only beside a running writer
     (`strata serve`), else as the store's writer."""
     from strata.console.server import serve_console
@@ -34,4 +37,4 @@ def console_command(directory: str, http: str, acl: Path | None) -> None:
     path = Path(directory)
     if not path.is_dir() or not (path / "commitlog").is_dir():
         raise click.ClickException(f"{directory} is not a strata store (no commitlog/ inside)")
-    asyncio.run(serve_console(path, host, port, acl))
+    asyncio.run(serve_console(path, host, port, acl, exit_with_parent))

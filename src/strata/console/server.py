@@ -4,6 +4,7 @@ on the broker's event loop beside ``strata serve`` (``start_embedded``)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +22,14 @@ from strata.store.message_store import MessageStore, writer_alive
 
 def _say(line: str) -> None:
     print(f"strata console: {line}", file=sys.stderr, flush=True)
+
+
+async def _watch_parent(stop: asyncio.Event) -> None:
+    parent = os.getppid()
+    while os.getppid() == parent:       # no event tells a child its parent died
+        await asyncio.sleep(0.5)
+    _say("parent process exited; stopping")
+    stop.set()
 
 
 def open_for_console(directory: Path) -> MessageStore:
@@ -63,7 +72,7 @@ async def _shutdown(data: ConsoleData) -> None:
 
 
 async def serve_console(directory: Path, host: str, port: int,
-                        acl_file: Path | None = None) -> None:
+                        acl_file: Path | None = None, exit_with_parent: bool = False) -> None:
     """Run until SIGTERM/SIGINT; the store is opened and closed off the event loop."""
     loop = asyncio.get_running_loop()
     acl = None
@@ -85,10 +94,13 @@ async def serve_console(directory: Path, host: str, port: int,
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        watcher = loop.create_task(_watch_parent(stop)) if exit_with_parent else None
         _say(f"listening on http://{host}:{bound}/ (store {store.path}, "
              f"{'read-only beside a running writer' if store.readonly else 'opened as the writer'}"
              f"{f', acl {acl_file} ({len(acl.accounts)} accounts)' if acl else ''})")
         await stop.wait()
+        if watcher is not None:
+            watcher.cancel()
         _say("stopping")
         await runner.cleanup()
     finally:
