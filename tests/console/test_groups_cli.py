@@ -56,3 +56,18 @@ def test_groups_shows_lag_and_in_flight_beside_the_broker(tmp_path: Path, served
     missing = _groups(tmp_path / "nothing")
     assert missing.returncode == 1 and "no such directory" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_topics_lists_the_consoles_columns(tmp_path: Path) -> None:
+    d = tmp_path / "store"
+    with strata.open(d, small_config()) as s:
+        s.create_topic("orders", queues=2)
+        s.put_batch([strata.Message("orders", b"x", queue_id=i % 2) for i in range(9)])
+    r = subprocess.run([sys.executable, "-m", "strata.cli.main", "topics", str(d), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["topics"] == [{"topic": "orders", "queues": 2, "type": "normal",
+                                               "messages": 9, "min_offset": 0, "max_offset": 9}]
+    table = subprocess.run([sys.executable, "-m", "strata.cli.main", "topics", str(d)],
+                           capture_output=True, text=True, timeout=120)
+    assert "max offsets" in table.stdout and "orders" in table.stdout
