@@ -146,3 +146,19 @@ def test_reading_never_changes_the_store(tmp_path: Path, served) -> None:
     c.stop()
     assert _tree_digest(d) == before
     assert b.proc.poll() is None
+
+
+def test_console_command_refuses_bad_input_clearly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    run = lambda *a: subprocess.run([sys.executable, "-m", "strata.cli.main", "console", *a],
+                                    capture_output=True, text=True, timeout=120)
+    r = run(str(tmp_path / "nothing"), "--http", "127.0.0.1:0")
+    assert r.returncode == 1 and "is not a strata store" in r.stderr
+    d = tmp_path / "store"
+    fill(d)
+    r = run(str(d), "--http", "localhost")
+    assert r.returncode == 2 and "expected HOST:PORT" in r.stderr
+    r = run(str(d), "--http", "127.0.0.1:0", "--acl", str(tmp_path / "missing.yml"))
+    assert r.returncode == 1 and "missing.yml" in r.stderr
+    assert "Traceback" not in r.stderr
