@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import strata
+from strata.errors import InvalidTopicError
 
 from console_support import console_cmd, small_config
 
@@ -21,6 +24,9 @@ PAYLOADS = ['<script>window.__xss = "script";</script>',
 def _fill(d: Path) -> list[str]:
     ids = []
     with strata.open(d, small_config()) as s:
+        for p in PAYLOADS:          # topic (and group) names cannot carry markup at all
+            with pytest.raises(InvalidTopicError):
+                s.create_topic(p, queues=1)
         s.create_topic("evil", queues=2)
         for i, p in enumerate(PAYLOADS):
             r = s.put(strata.Message("evil", p.encode(), keys=[p, f"k{i}"], tags=p,
