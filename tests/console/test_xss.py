@@ -80,3 +80,23 @@ def test_stored_markup_is_shown_as_text_and_never_runs(tmp_path: Path, served, p
     assert page.locator("#message-list a.msg").count() == 1
     _no_script_ran(page)
     assert dialogs == []
+
+
+def test_the_consoles_own_scripts_run_under_its_csp(tmp_path: Path, served, browser) -> None:
+    """The CSP the console sends (no inline script) leaves its own charts and table working."""
+    d = tmp_path / "store"
+    _fill(d)
+    c = served(console_cmd(d))
+    ctx = browser.new_context()                  # the CSP in force
+    try:
+        page = ctx.new_page()
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.goto(c.url + "/")
+        page.wait_for_selector("#chart-messages canvas")
+        page.goto(c.url + "/topics")
+        page.click("#topics th:has-text('Messages')")
+        assert page.get_attribute("#topics th:has-text('Messages')", "data-dir") == "asc"
+        assert problems == []
+    finally:
+        ctx.close()

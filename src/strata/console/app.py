@@ -234,6 +234,10 @@ async def page_message(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------------- the application
 
 
+async def _no_content() -> web.Response:
+    return web.Response(status=204)
+
+
 async def _sampler(app: web.Application) -> None:
     """Read the counters every SAMPLE_S seconds for the rate and lag charts."""
     d = app[DATA_KEY]
@@ -276,6 +280,7 @@ def make_app(data: ConsoleData, acl=None, actions=None) -> web.Application:
     r.add_get("/api/groups", api_groups)
     r.add_get("/api/messages", api_messages)
     r.add_get("/api/messages/{msg_id}", api_message)
+    r.add_get("/favicon.ico", lambda _r: _no_content())
     r.add_get("/", page_overview)
     r.add_get("/topics", page_topics)
     r.add_get("/topics/{topic}", page_topic)
