@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # the suite on 2 workers; Spark tests share one worker and its session (tests/conftest.py)
 PYTEST_ARGS ?= -n 2 --dist loadgroup
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench clean system-packages
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,16 +17,25 @@ $(STAMP): pyproject.toml
 	@# the distribution was named "strata" before it became "strata-mq" (the registry's
 	@# "strata" is another project): drop an old editable install of this checkout first
 	$(BIN)/python -m pip uninstall --quiet --yes strata 2>/dev/null || true
-	$(BIN)/python -m pip install --progress-bar on -e '.[test,spark,broker,tiered]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[test,spark,broker,tiered,console]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) system-packages
 
 run: $(STAMP)
 	$(BIN)/strata demo ./data
 	@echo "next: . $(BIN)/activate   # puts the strata command on PATH (README \"Quick start\")"
 
-test: $(STAMP)
+# Debian packages the tests drive as real parts: chromium (tests/console; Playwright drives it,
+# its own browser download is unreachable) and kcat (tests/kafka), installed when missing
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+SYSTEM_PACKAGES := chromium kcat
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing$$missing (Debian packages the tests use)"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; fi
+
+test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

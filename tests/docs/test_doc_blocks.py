@@ -10,9 +10,9 @@ The blocks are found afresh on each run, so a section someone adds is tested too
   start's store), ``/out/...`` and ``/chk/...`` moved into a temporary directory (``./data`` a
   small store holding the topics ``orders`` and ``payments``, as the demo's does);
 * ``sh`` blocks run each ``strata ...`` line, in order, in a fresh temporary directory, and
-  fail on a non-zero exit; any other command needs the marker below. ``strata serve`` (a server:
-  it runs until stopped) must come up (on a free port instead of the one shown) and stop cleanly
-  on SIGTERM;
+  fail on a non-zero exit; any other command needs the marker below. ``strata serve`` and
+  ``strata console`` (servers: they run until stopped) must come up (on free ports instead of
+  the ones shown) and stop cleanly on SIGTERM;
 * a ``python`` block that connects to a broker (it names ``"127.0.0.1:PORT"``) runs in a child
   process against a ``strata serve`` of a fresh store, on a free port in place of PORT;
 * ``json`` blocks must parse;
@@ -133,8 +133,11 @@ class Serve:
         if "--listen" in args:
             i = args.index("--listen") + 1
             args[i] = args[i].rsplit(":", 1)[0] + ":0"
-        else:
+        elif args[0] == "serve":
             args += ["--listen", "127.0.0.1:0"]
+        if "--http" in args:                           # the web console: a free port too
+            i = args.index("--http") + 1
+            args[i] = args[i].rsplit(":", 1)[0] + ":0"
         self.proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", *args,
                                       "--exit-with-parent"], cwd=cwd, text=True,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -145,7 +148,7 @@ class Serve:
             self.log.append(line)
             if not line:
                 break
-            m = re.search(r"listening on ([\d.]+:\d+)", line)
+            m = re.search(r"listening on (?:http://)?([\d.]+:\d+)", line)
             if m:
                 self.address = m[1]
                 return
@@ -198,7 +201,7 @@ def shell_commands(block: Block) -> list[list[str]]:
 @pytest.mark.parametrize("block", [b for b in RUN if b.lang in SHELL], ids=lambda b: b.name)
 def test_shell_block_runs(block, tmp_path):
     for args in shell_commands(block):
-        if args[:1] == ["serve"]:                      # a server: it must come up and stop
+        if args[:1] in (["serve"], ["console"]):       # a server: it must come up and stop
             assert Serve(tmp_path, args).stop() == 0, f"{block.name}: strata {shlex.join(args)}"
             continue
         r = subprocess.run([sys.executable, "-m", "strata.cli.main", *args], cwd=tmp_path,

@@ -270,6 +270,12 @@ class ConsumerGroups:
         q.put(r.queue_offset, Delivery(deadline_ms, d.attempt, handle))
         return handle
 
+    def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """An operator's reset (the web console): the group's queue starts over at
+        ``offset``; its deliveries in flight are dropped (their receipts stop working)."""
+        self.journal.append(jr.encode_state(group, topic, queue_id, offset, []))
+        self.queues[(group, topic, queue_id)] = QueueState(offset)
+
     # ------------------------------------------------------------------ renewal (auto_renew)
 
     def _put_renewing(self, key: QueueKey, q: QueueState, offset: int, d: Delivery,

@@ -54,6 +54,7 @@ class ServeConfig:
     gather_ms: float = 2.0                     # puts start at most once per this interval
     renew_slice_s: float = 60.0                # auto_renew: invisible time per renewal
     renew_max_s: float = 10800.0               # auto_renew: renewed for at most this long
+    http: tuple[str, int] | None = None        # serve the web console here (strata.console)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -141,6 +142,22 @@ async def serve(cfg: ServeConfig) -> None:
     service.endpoint = (cfg.host, port)
     service.start()
     await server.start()
+    console = None
+    if cfg.http is not None:
+        from strata.console.server import start_embedded
+        try:
+            console, http_port = await start_embedded(store, groups, *cfg.http, lambda: {
+                "RocketMQ gRPC": f"{cfg.host}:{port}",
+                "Prometheus metrics": f"{cfg.metrics[0]}:{metrics_port}" if metrics else "off",
+                "web console": f"{cfg.http[0]}:{http_port}",
+                "connected clients": len(service.clients)}, acl=acl)
+        except OSError:
+            await server.stop(0)
+            await service.close()
+            held.close()
+            groups.close()
+            store.close()
+            raise
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -166,7 +183,8 @@ async def serve(cfg: ServeConfig) -> None:
     extras = "".join([", tls" if creds is not None else "",
                       f", acl {cfg.acl} ({len(acl.accounts)} accounts)" if acl else "",
                       f", metrics http://{cfg.metrics[0]}:{metrics_port}/metrics"
-                      if metrics is not None else ""])
+                      if metrics is not None else "",
+                      f", console http://{cfg.http[0]}:{http_port}/" if console else ""])
     _say(f"listening on {cfg.host}:{port} (store {store.path}, flush {cfg.flush}, "
          f"auto-create {'on' if cfg.auto_create else 'off'}, "
          f"{count(len(held.entries), 'message')} held{extras})")
@@ -177,6 +195,8 @@ async def serve(cfg: ServeConfig) -> None:
         service.stopping = True
         service.wake_polls()
         await server.stop(STOP_GRACE_S)
+        if console is not None:
+            await console.cleanup()
         await service.close()
         if metrics is not None:
             metrics.close()

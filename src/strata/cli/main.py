@@ -15,6 +15,8 @@ from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
                            TimeRemainingColumn, TransferSpeedColumn)
 from rich.table import Table
 
+from strata.cli.console_cmd import console_command
+from strata.cli.groups_cmd import groups_command
 from strata.cli.refstore_cmd import refstore_group
 from strata.cli.serve import serve_command
 from strata.cli.spark_cmd import spark_group
@@ -303,18 +305,30 @@ def topics() -> None:
 
 @topics.command("list")
 @click.argument("directory", metavar="DIR")
-def topics_list(directory: str) -> None:
-    """List topics with their queue counts, message types and message counts."""
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def topics_list(directory: str, as_json: bool) -> None:
+    """List topics with their queue counts, message types, message counts and queue offsets
+    (summed over the queues: the web console's topics columns)."""
     store = open_readonly(directory)
     with store:
-        t = Table(title="topics")
-        for c in ("topic", "queues", "type", "messages"):
-            t.add_column(c)
+        rows = []
         for name in store.topics():
             n = store.queue_count(name)
-            msgs = sum(store.max_offset(name, q) - store.min_offset(name, q) for q in range(n))
-            t.add_row(name, str(n), store.topic_type(name).value, str(msgs))
-        console.print(t)
+            lo = [store.min_offset(name, q) for q in range(n)]
+            hi = [store.max_offset(name, q) for q in range(n)]
+            rows.append({"topic": name, "queues": n, "type": store.topic_type(name).value,
+                         "messages": sum(hi) - sum(lo), "min_offset": sum(lo),
+                         "max_offset": sum(hi)})
+    if as_json:
+        click.echo(json.dumps({"topics": rows}, indent=1))
+        return
+    t = Table(title="topics")
+    for c in ("topic", "queues", "type", "messages", "min offsets", "max offsets"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["topic"], str(r["queues"]), r["type"], str(r["messages"]),
+                  str(r["min_offset"]), str(r["max_offset"]))
+    console.print(t)
 
 
 @topics.command("create")
@@ -547,6 +561,8 @@ cli.add_command(refstore_group, "refstore")
 cli.add_command(spark_group, "spark")
 cli.add_command(tier_group, "tier")
 cli.add_command(serve_command, "serve")
+cli.add_command(console_command, "console")
+cli.add_command(groups_command, "groups")
 
 
 def main() -> None:

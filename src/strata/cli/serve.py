@@ -76,13 +76,16 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--metrics", metavar="HOST:PORT",
               help="Serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free "
                    "port, printed at start).")
+@click.option("--http", metavar="HOST:PORT",
+              help="Serve the web console at http://HOST:PORT/ (docs/console.md; port 0: any "
+                   "free port, printed at start).")
 def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                   exit_with_parent: bool, max_delivery_attempts: int,
                   transaction_check_interval: float, transaction_max_checks: int,
                   renew_slice: float, renew_max: float,
                   gather_ms: float, store_options: tuple[str, ...], acl: Path | None,
                   acl_window_s: int, tls_cert: Path | None, tls_key: Path | None,
-                  metrics: str | None) -> None:
+                  metrics: str | None, http: str | None) -> None:
     """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext, or TLS with
     --tls-cert/--tls-key)."""
     from strata.broker.server import ServeConfig, parse_listen, run
@@ -97,9 +100,14 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
     except ValueError as exc:
         raise click.BadParameter(str(exc).replace("--listen", "--metrics"),
                                  param_hint="--metrics") from None
+    try:
+        http_at = parse_listen(http) if http is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).replace("--listen", "--http"),
+                                 param_hint="--http") from None
     run(ServeConfig(Path(directory), host, port, flush, not no_auto_create, exit_with_parent,
                     max_delivery_attempts, _store_options(store_options), acl, acl_window_s,
                     tls_cert, tls_key, metrics_at,
                     transaction_check_interval_s=transaction_check_interval,
                     transaction_max_checks=transaction_max_checks, gather_ms=gather_ms,
-                    renew_slice_s=renew_slice, renew_max_s=renew_max))
+                    renew_slice_s=renew_slice, renew_max_s=renew_max, http=http_at))

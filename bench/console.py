@@ -1,0 +1,208 @@
+"""The web console's speed on a big store; JSON lines.
+
+    python bench/console.py [--topics 1000] [--queues 8] [--groups 100] [--messages 200000]
+                            [--rounds 10] [--browser-rounds 5] [--ab-seconds 3] [--dir DIR]
+
+Builds a store of ``--topics`` topics of ``--queues`` queues holding ``--messages`` messages
+(1 KiB apart in bodies of 100 B) and ``--groups`` consumer groups (group i reads topic i, all
+its queues, half-way through), then:
+
+* ``page``: per page and API answer, the server's own time (its ``Server-Timing`` header:
+  from the request's arrival to the answer, store reads included) and the client's round
+  trip, median and p90 over ``--rounds`` (after one warm-up), for the console opened as the
+  writer and read-only beside a writer (this process holds the store open for writing);
+  target: server time <= 100 ms.
+* ``browser``: Debian's chromium (Playwright) loading each page: the navigation's
+  ``loadEventEnd`` (HTML, CSS, scripts and the first chart data), median; target <= 1 s.
+* ``ab``: what the console costs a writer: ``put_batch`` of 100 B messages in batches of 256
+  for ``--ab-seconds`` without a console and with a read-only console whose overview page is
+  polled as the browser polls it (every 2 s) besides its own sampler, started and settled
+  before its window; interleaved rounds, the ratio with ÷ without (target >= 0.98).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scratch import scratch_dir  # noqa: E402
+
+import strata  # noqa: E402
+from strata.broker.group_state import ConsumerGroups  # noqa: E402
+from strata.store.config import StoreConfig  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def emit(**row) -> None:
+    print(json.dumps({"bench": "console", **row}), flush=True)
+
+
+def config() -> StoreConfig:
+    return StoreConfig(segment_size=256 << 20, consume_queue_units=8192, index_slots=200_000,
+                       index_entries=800_000, prefault=False)
+
+
+def build(d: Path, topics: int, queues: int, groups: int, messages: int) -> None:
+    with strata.open(d, config()) as s:
+        names = [f"topic-{i:04d}" for i in range(topics)]
+        for n in names:
+            s.create_topic(n, queues=queues)
+        body = b"x" * 100
+        batch = 1024
+        for start in range(0, messages, batch):
+            s.put_batch([strata.Message(names[(start + i) % topics], body)
+                         for i in range(min(batch, messages - start))])
+        s.wait_dispatched()
+        g = ConsumerGroups(d / "broker")
+        for i in range(groups):
+            t = names[i % topics]
+            for q in range(queues):
+                g.reset_offset(f"group-{i:03d}", t, q, s.max_offset(t, q) // 2)
+        g.close()
+
+
+class Console:
+    def __init__(self, d: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "console", str(d),
+                                      "--http", "127.0.0.1:0"], stderr=subprocess.PIPE,
+                                     text=True)
+        while True:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError("strata console did not start")
+            m = re.search(r"http://([\d.]+):(\d+)/", line)
+            if m:
+                self.url = f"http://{m.group(1)}:{m.group(2)}"
+                self.mode = "readonly" if "read-only" in line else "writer"
+                return
+
+    def get(self, path: str) -> tuple[float, float]:
+        """(server ms, round trip ms)."""
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(self.url + path, timeout=60) as r:
+            r.read()
+            server = float(r.headers["Server-Timing"].split("dur=")[1])
+        return server, (time.perf_counter() - t0) * 1000
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def pages(topics: int) -> list[str]:
+    return ["/", "/topics", "/topics/topic-0000", "/groups", "/messages?topic=topic-0000&key=x",
+            "/api/overview", "/api/topics", "/api/groups", "/api/topics/topic-0000",
+            "/api/messages?topic=topic-0000&queue=0&limit=50"]
+
+
+def measure_pages(c: Console, paths: list[str], rounds: int) -> None:
+    for p in paths:
+        c.get(p)                                  # warm-up
+        server, trip = zip(*(c.get(p) for _ in range(rounds)))
+        med = statistics.median(server)
+        emit(case="page", console=c.mode, path=p, server_ms_p50=round(med, 2),
+             server_ms_p90=round(sorted(server)[int(0.9 * (len(server) - 1))], 2),
+             round_trip_ms_p50=round(statistics.median(trip), 2), target_ms=100,
+             met=med <= 100)
+
+
+def measure_browser(c: Console, paths: list[str], rounds: int) -> None:
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = b.new_page(viewport={"width": 1280, "height": 900})
+        for path in [x for x in paths if not x.startswith("/api/")]:
+            loads = []
+            for _ in range(rounds + 1):
+                page.goto(c.url + path, wait_until="load")
+                loads.append(page.evaluate(
+                    "() => performance.getEntriesByType('navigation')[0].loadEventEnd"))
+            med = statistics.median(loads[1:])
+            emit(case="browser", console=c.mode, path=path, load_ms_p50=round(med, 1),
+                 target_ms=1000, met=med <= 1000)
+        b.close()
+
+
+def put_rate(store, seconds: float) -> float:
+    msgs = [strata.Message("ab-topic", b"y" * 100) for _ in range(256)]
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        store.put_batch(msgs)
+        n += len(msgs)
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--topics", type=int, default=1000)
+    ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--groups", type=int, default=100)
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--browser-rounds", type=int, default=5)
+    ap.add_argument("--ab-seconds", type=float, default=3.0)
+    ap.add_argument("--ab-rounds", type=int, default=3)
+    ap.add_argument("--dir", default=None)
+    a = ap.parse_args()
+    scratch, cleanup = scratch_dir("console", a.dir)
+    try:
+        d = scratch / "store"
+        t0 = time.perf_counter()
+        build(d, a.topics, a.queues, a.groups, a.messages)
+        emit(case="build", topics=a.topics, queues=a.queues, groups=a.groups,
+             messages=a.messages, seconds=round(time.perf_counter() - t0, 1))
+        paths = pages(a.topics)
+        c = Console(d)                            # no writer: it opens the store as writer
+        try:
+            measure_pages(c, paths, a.rounds)
+            measure_browser(c, paths, a.browser_rounds)
+        finally:
+            c.stop()
+        with strata.open(d, config()) as store:   # this process writes; the console reads
+            store.create_topic("ab-topic", queues=8)
+            c = Console(d)
+            try:
+                measure_pages(c, paths, a.rounds)
+            finally:
+                c.stop()
+            without, with_ = [], []
+            for _ in range(a.ab_rounds):
+                without.append(put_rate(store, a.ab_seconds))
+                c = Console(d)                    # started and settled outside the window:
+                c.get("/api/overview")            # its first sample has run (one thread)
+                time.sleep(1.0)
+                stop = threading.Event()
+
+                def poll() -> None:
+                    while not stop.is_set():      # what the overview page does
+                        c.get("/api/overview")
+                        stop.wait(2.0)
+                poller = threading.Thread(target=poll)
+                poller.start()
+                try:
+                    with_.append(put_rate(store, a.ab_seconds))
+                finally:
+                    stop.set()
+                    poller.join()
+                    c.stop()
+            ratio = statistics.median(with_) / statistics.median(without)
+            emit(case="ab", without_msgs_s=round(statistics.median(without)),
+                 with_console_msgs_s=round(statistics.median(with_)), ratio=round(ratio, 3),
+                 target_ratio=0.98, met=ratio >= 0.98)
+    finally:
+        cleanup()
+
+
+if __name__ == "__main__":
+    main()

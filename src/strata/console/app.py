@@ -1,0 +1,293 @@
+"""The console's aiohttp application: the JSON API under ``/api/`` and the pages at ``/``.
+
+Handlers only await: every store read runs on ``ConsoleData.executor`` (one thread), so the
+event loop it shares with the broker never waits on a disk or the tier. Pages are rendered by
+Jinja2 with autoescape on (every stored field is text to it), scripts come only from
+``/static/`` (a Content-Security-Policy says so to the browser as a second fence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import time
+from functools import partial
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlencode
+
+import jinja2
+from aiohttp import web
+
+from strata.console.views import ConsoleData, is_internal
+from strata.errors import StrataError
+
+log = logging.getLogger(__name__)
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+DATA_KEY = web.AppKey("data", ConsoleData)
+ENV_KEY = web.AppKey("env", jinja2.Environment)
+ACTIONS_ON_KEY = web.AppKey("actions_on", bool)
+
+
+def _fmt_ms(ms: int | None) -> str:
+    if ms is None or ms <= 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _fmt_bytes(n: int | float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def make_env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("strata.console", "templates"),
+        autoescape=True, trim_blocks=True,
+        lstrip_blocks=True)
+    env.filters["ms"] = _fmt_ms
+    env.filters["bytes"] = _fmt_bytes
+    env.globals["qs"] = lambda **kw: urlencode({k: v for k, v in kw.items() if v is not None})
+    return env
+
+
+async def _off_loop(request: web.Request, fn: Callable, *args) -> Any:
+    data = request.app[DATA_KEY]
+    return await asyncio.get_running_loop().run_in_executor(data.executor, partial(fn, *args))
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.json_response(obj, status=status, dumps=partial(json.dumps, default=str))
+
+
+@web.middleware
+async def errors_and_headers(request: web.Request, handler) -> web.StreamResponse:
+    """Strata's errors become a 400 naming the problem (JSON for the API, a page otherwise);
+    every answer carries the security headers and its server time (``Server-Timing``)."""
+    started = time.perf_counter()
+    try:
+        resp = await handler(request)
+    except StrataError as exc:
+        msg = f"{type(exc).__name__}: {exc}"
+        if request.path.startswith("/api/"):
+            resp = _json({"error": msg}, 400)
+        else:
+            resp = _page(request, "error.html", status=400, title="Error", message=msg)
+    except web.HTTPNotFound as exc:
+        if request.path.startswith("/api/"):
+            resp = _json({"error": exc.text or "not found"}, 404)
+        else:
+            resp = _page(request, "error.html", status=404, title="Not found",
+                         message=exc.text or "not found")
+    resp.headers.setdefault("Content-Security-Policy", CSP)
+    resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+    resp.headers.setdefault("Referrer-Policy", "same-origin")
+    resp.headers.setdefault("Cache-Control", "no-store")
+    resp.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+    return resp
+
+
+def _page(request: web.Request, template: str, status: int = 200, **ctx) -> web.Response:
+    env = request.app[ENV_KEY]
+    ctx.setdefault("nav", template.split(".")[0])
+    session = request.get("session")
+    ctx.setdefault("session", session)
+    ctx.setdefault("actions_on", request.app.get(ACTIONS_ON_KEY, False)
+                   and session is not None and session.admin)
+    ctx["flash"] = []
+    if session is not None:     # messages of the last action, shown once
+        ctx["flash"], session.flash[:] = list(session.flash), []
+    html = env.get_template(template).render(**ctx)
+    return web.Response(text=html, content_type="text/html", status=status)
+
+
+# ---------------------------------------------------------------------- JSON API
+
+
+async def api_overview(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    return _json(await _off_loop(request, d.overview))
+
+
+async def api_topics(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    return _json({"topics": await _off_loop(request, d.topics)})
+
+
+async def api_topic(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    name = request.match_info["topic"]
+    got = await _off_loop(request, d.topic, name)
+    if got is None:
+        raise web.HTTPNotFound(text=f"no topic {name!r}")
+    return _json(got)
+
+
+async def api_groups(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    groups = await _off_loop(request, d.groups_list)
+    return _json({"groups": groups, "history": d.group_history()})
+
+
+async def api_messages(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    return _json(await _off_loop(request, d.messages, dict(request.query)))
+
+
+async def api_message(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    msg_id = request.match_info["msg_id"]
+    m = await _off_loop(request, d.message, msg_id)
+    if m is None:
+        raise web.HTTPNotFound(text=f"no message {msg_id}")
+    return _json(m)
+
+
+# ---------------------------------------------------------------------- pages
+
+
+async def page_overview(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    ov = await _off_loop(request, d.overview)
+    return _page(request, "overview.html", title="Overview", ov=ov)
+
+
+async def page_topics(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    topics = await _off_loop(request, d.topics)
+    show_internal = request.query.get("internal") == "1"
+    if not show_internal:
+        topics = [t for t in topics if not is_internal(t["topic"])]
+    return _page(request, "topics.html", title="Topics", topics=topics,
+                 show_internal=show_internal)
+
+
+async def page_topic(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    name = request.match_info["topic"]
+    t = await _off_loop(request, d.topic, name)
+    if t is None:
+        raise web.HTTPNotFound(text=f"no topic {name!r} in this store")
+    q = dict(request.query)
+    q["topic"] = name
+    q.setdefault("queue", "0")
+    browse = await _off_loop(request, d.messages, q)
+    return _page(request, "topic.html", title=f"Topic {name}", nav="topics", t=t, b=browse,
+                 limit=q.get("limit", "50"), pages=_pager(browse, int(q.get("limit", 50))))
+
+
+def _pager(b: dict, limit: int) -> dict[str, str]:
+    """Query strings of the message browser's older / newer pages."""
+    out = {}
+    base = {"queue": b["queue"], "order": b["order"], "limit": limit}
+    if b["order"] == "newest":
+        if b["newer"] is not None:
+            out["newer"] = urlencode({**base, "to": min(b["to"] + limit, b["max_offset"])})
+        if b["older"] is not None:
+            out["older"] = urlencode({**base, "to": b["from"]})
+    else:
+        if b["older"] is not None:
+            out["older"] = urlencode({**base, "from": max(b["from"] - limit, b["min_offset"])})
+        if b["newer"] is not None:
+            out["newer"] = urlencode({**base, "from": b["to"]})
+    return out
+
+
+async def page_groups(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    groups = await _off_loop(request, d.groups_list)
+    return _page(request, "groups.html", title="Consumer groups", groups=groups)
+
+
+async def page_messages(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    q = {k: v for k, v in request.query.items() if v != ""}
+    found, error = None, None
+    if q:
+        try:
+            found = await _off_loop(request, d.messages, q)
+        except StrataError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    return _page(request, "messages.html", title="Find messages", q=q, found=found,
+                 error=error)
+
+
+async def page_message(request: web.Request) -> web.Response:
+    d = request.app[DATA_KEY]
+    msg_id = request.match_info["msg_id"]
+    m = await _off_loop(request, d.message, msg_id)
+    if m is None:
+        raise web.HTTPNotFound(text=f"no message {msg_id} in this store")
+    return _page(request, "message.html", title=f"Message {m['msg_id']}", nav="messages", m=m)
+
+
+# ---------------------------------------------------------------------- the application
+
+
+async def _no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+async def _sampler(app: web.Application) -> None:
+    """Read the counters every SAMPLE_S seconds for the rate and lag charts."""
+    d = app[DATA_KEY]
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            await loop.run_in_executor(d.executor, d.sample)
+        except StrataError as exc:
+            log.warning("console sample failed: %s", exc)
+        await asyncio.sleep(d.sample_interval())
+
+
+async def _background(app: web.Application):
+    task = asyncio.get_running_loop().create_task(_sampler(app))
+    yield
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
+def make_app(data: ConsoleData, acl=None, actions=None) -> web.Application:
+    """The console over ``data``; ``acl`` (a ``strata.broker.acl.AccessList``) requires a
+    login; ``actions`` (``strata.console.actions.Actions``) adds the operator's actions."""
+    from strata.console import actions as act
+    from strata.console import security
+    app = web.Application(middlewares=[errors_and_headers, security.guard],
+                          client_max_size=8 << 20)
+    security.add_routes(app, acl)
+    if actions is not None:
+        act.add_routes(app, actions)
+    app[ACTIONS_ON_KEY] = actions is not None and not data.store.readonly
+    app[DATA_KEY] = data
+    app[ENV_KEY] = make_env()
+    r = app.router
+    r.add_get("/api/overview", api_overview)
+    r.add_get("/api/topics", api_topics)
+    r.add_get("/api/topics/{topic}", api_topic)
+    r.add_get("/api/groups", api_groups)
+    r.add_get("/api/messages", api_messages)
+    r.add_get("/api/messages/{msg_id}", api_message)
+    r.add_get("/favicon.ico", lambda _r: _no_content())
+    r.add_get("/", page_overview)
+    r.add_get("/topics", page_topics)
+    r.add_get("/topics/{topic}", page_topic)
+    r.add_get("/groups", page_groups)
+    r.add_get("/messages", page_messages)
+    r.add_get("/messages/{msg_id}", page_message)
+    static = Path(str(resources.files("strata.console") / "static"))
+    r.add_static("/static/", static)
+    app.cleanup_ctx.append(_background)
+    return app

@@ -1,0 +1,68 @@
+"""Consumer-group state for the console: the broker's live ``ConsumerGroups`` when the
+console runs inside ``strata serve``, else the group journal (``broker/groups.journal``) read
+without opening it for writing (a running broker keeps appending to it; it is replaced whole
+on compaction, so reading the path always sees whole records up to some point)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from strata.broker import journal as jr
+from strata.broker.group_state import JOURNAL_NAME, ConsumerGroups, QueueState
+from strata.errors import CorruptStoreError
+
+BROKER_DIR = "broker"
+
+# (group, topic, queue id) -> (commit offset, pop offset, in flight, redeliveries in flight)
+GroupRows = dict[tuple[str, str, int], tuple[int, int, int, int]]
+
+
+def _rows(queues: list[tuple[tuple[str, str, int], QueueState]]) -> GroupRows:
+    out: GroupRows = {}
+    for key, q in queues:
+        flying = list(q.in_flight.values())
+        out[key] = (q.commit_offset(), q.pop_offset, sum(1 for d in flying if not d.held),
+                    sum(1 for d in flying if d.attempt > 1))
+    return out
+
+
+class GroupSource:
+    """Where the console reads group state from; ``rows()`` is safe from any thread."""
+
+    def __init__(self, store_dir: Path, live: ConsumerGroups | None = None) -> None:
+        self.path = Path(store_dir) / BROKER_DIR / JOURNAL_NAME
+        self.live = live
+        self._stamp: tuple | None = None
+        self._cached: GroupRows = {}
+        self._lock = threading.Lock()
+
+    def rows(self) -> GroupRows:
+        """Per group, topic and queue: committed offset, pop offset, in flight, retries."""
+        if self.live is not None:
+            # one step copies the dict: the event loop may change it meanwhile
+            return _rows(list(self.live.queues.items()))
+        with self._lock:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                return {}
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
+                self._cached = _rows(list(_replay(self.path.read_bytes()).items()))
+                self._stamp = stamp
+            return self._cached
+
+
+def _replay(data: bytes) -> dict:
+    """The journal's records applied to an in-memory group state (nothing is written)."""
+    try:
+        records, _end = jr.read_records(data)
+    except Exception as exc:   # CorruptJournalError and friends: say which file, go on
+        raise CorruptStoreError(f"consumer-group journal: {exc}") from None
+    groups = ConsumerGroups.__new__(ConsumerGroups)   # no journal: replay only
+    groups.queues, groups.next_handle_id, groups.renewing = {}, 1, {}
+    for rec in records:
+        groups._apply(rec)
+    return groups.queues

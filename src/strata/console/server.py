@@ -1,0 +1,111 @@
+"""Running the console: alone over a store directory (``strata console DIR --http``), or
+on the broker's event loop beside ``strata serve`` (``start_embedded``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Callable
+
+from aiohttp import web
+
+from strata.console.actions import Actions
+from strata.console.app import make_app
+from strata.console.groups_view import BROKER_DIR, GroupSource
+from strata.console.views import ConsoleData
+from strata.errors import StoreLockedError
+from strata.store.message_store import MessageStore, writer_alive
+
+
+def _say(line: str) -> None:
+    print(f"strata console: {line}", file=sys.stderr, flush=True)
+
+
+async def _watch_parent(stop: asyncio.Event) -> None:
+    parent = os.getppid()
+    while os.getppid() == parent:       # no event tells a child its parent died
+        await asyncio.sleep(0.5)
+    _say("parent process exited; stopping")
+    stop.set()
+
+
+def open_for_console(directory: Path) -> MessageStore:
+    """Read-only beside a running writer, else as the writer (as issue 25 fixes it)."""
+    if writer_alive(directory):
+        return MessageStore(directory, readonly=True)
+    try:
+        return MessageStore(directory, create=False)
+    except StoreLockedError:        # a writer started meanwhile
+        return MessageStore(directory, readonly=True)
+
+
+async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on host:port (0: a free port); returns the runner and the bound port."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(f"cannot listen on {host}:{port} (--http): {exc.strerror or exc}") from None
+    bound = runner.addresses[0][1] if runner.addresses else port
+    return runner, bound
+
+
+async def start_embedded(store: MessageStore, groups, host: str, port: int,
+                         listeners: Callable[[], dict] | None = None, acl=None,
+                         ) -> tuple[web.AppRunner, int]:
+    """The console on the running loop of ``strata serve``, over its store and live groups
+    (``acl``: the broker's ``AccessList``, whose accounts log in to the console)."""
+    data = ConsoleData(store, GroupSource(store.path, live=groups), listeners)
+    app = make_app(data, acl=acl, actions=Actions(data))
+    app.on_cleanup.append(lambda _app: _shutdown(data))
+    return await start_site(app, host, port)
+
+
+async def _shutdown(data: ConsoleData) -> None:
+    data.executor.shutdown(wait=True)
+
+
+async def serve_console(directory: Path, host: str, port: int,
+                        acl_file: Path | None = None, exit_with_parent: bool = False) -> None:
+    """Run until SIGTERM/SIGINT; the store is opened and closed off the event loop."""
+    loop = asyncio.get_running_loop()
+    acl = None
+    if acl_file is not None:        # checked before the store opens
+        from strata.broker.acl import load_acl
+        acl = load_acl(acl_file)
+    store = await loop.run_in_executor(None, open_for_console, directory)
+    data = ConsoleData(store, GroupSource(store.path))
+    opened: list = []
+
+    def open_groups():
+        from strata.broker.group_state import ConsumerGroups
+        opened.append(ConsumerGroups(store.path / BROKER_DIR))
+        return opened[-1]
+
+    try:
+        app = make_app(data, acl=acl, actions=Actions(data, open_groups))
+        runner, bound = await start_site(app, host, port)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        watcher = loop.create_task(_watch_parent(stop)) if exit_with_parent else None
+        _say(f"listening on http://{host}:{bound}/ (store {store.path}, "
+             f"{'read-only beside a running writer' if store.readonly else 'opened as the writer'}"
+             f"{f', acl {acl_file} ({len(acl.accounts)} accounts)' if acl else ''})")
+        await stop.wait()
+        if watcher is not None:
+            watcher.cancel()
+        _say("stopping")
+        await runner.cleanup()
+    finally:
+        data.executor.shutdown(wait=True)
+        for g in opened:
+            await loop.run_in_executor(None, g.close)
+        await loop.run_in_executor(None, store.close)
+    _say("stopped")

@@ -1,0 +1,449 @@
+"""What the console shows, as plain dicts (the JSON API's answers and the pages' data).
+
+Every function here makes blocking store calls: the server runs them on its one console
+thread (``ConsoleData.executor``), never on the event loop. Nothing here writes to the store
+(the actions are in ``strata.console.actions``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from strata.broker.dead_letter import DLQ_PREFIX, dlq_topic
+from strata.console.groups_view import GroupSource
+from strata.errors import InvalidInputError
+from strata.format.record import is_topic_name
+from strata.store.message_store import MessageStore
+
+HISTORY_POINTS = 300          # samples kept for the charts (5 minutes at one a second)
+SAMPLE_S = 1.0                # the charts' finest resolution
+SAMPLE_SHARE = 50             # the sampler takes at most 1/50 of the time (2% of a core)
+CHART_GROUPS = 10             # the lag chart shows the groups furthest behind
+MAX_PAGE = 200                # messages per page of the browser
+DISK_CACHE_S = 10.0           # disk use is summed over many files: at most this often
+RETRY_PREFIX = "%RETRY%"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _dir_bytes(path: Path) -> tuple[int, int]:
+    """(bytes, files) under ``path`` (allocated size of sparse files counts as written)."""
+    total = files = 0
+    for root, _dirs, names in os.walk(path):
+        for n in names:
+            try:
+                st = os.stat(os.path.join(root, n))
+            except FileNotFoundError:     # deleted by retention meanwhile
+                continue
+            total += st.st_blocks * 512
+            files += 1
+    return total, files
+
+
+@dataclass
+class Sample:
+    """One reading of the counters the charts derive their rates from."""
+
+    t_ms: int
+    log_end: int                       # commit-log bytes confirmed
+    messages: int                      # sum of every queue's max offset
+    consumed: int                      # sum of every group queue's committed offset
+    per_topic: dict[str, int] = field(default_factory=dict)   # topic -> sum of max offsets
+    group_lag: dict[str, int] = field(default_factory=dict)   # group -> lag over its queues
+
+
+class ConsoleData:
+    """The console's view of one store (and, where present, its broker's groups)."""
+
+    def __init__(self, store: MessageStore, groups: GroupSource,
+                 listeners: Callable[[], dict] | None = None) -> None:
+        self.store = store
+        self.groups = groups
+        self.listeners = listeners or (lambda: {})
+        # one thread: a read-only MessageStore is not made for concurrent callers, and one
+        # thread keeps the console's share of the CPU small beside a busy broker
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="strata-console")
+        self.history: deque[Sample] = deque(maxlen=HISTORY_POINTS)
+        self._disk: tuple[float, dict] = (0.0, {})
+        self._rows: tuple[float, list | None] = (0.0, None)
+        self.rows_cost_s = 0.0
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ queues
+
+    def _queue_rows(self, max_age: float = 0.0) -> list[tuple[str, int, int, int]]:
+        """Every (topic, queue, min offset, max offset); a reading at most ``max_age``
+        seconds old may be reused."""
+        now = time.monotonic()
+        at, rows = self._rows
+        if rows is not None and now - at <= max_age:
+            return rows
+        t0 = time.perf_counter()
+        rows = self._read_rows()
+        self.rows_cost_s = time.perf_counter() - t0
+        self._rows = (now, rows)
+        return rows
+
+    def _read_rows(self) -> list[tuple[str, int, int, int]]:
+        s = self.store
+        if s.readonly or s.config.tier_url is not None:
+            # the store's own calls: a reader follows the writer's files, a tier holds
+            # older messages than the local queues
+            return [(t, q, s.min_offset(t, q), s.max_offset(t, q))
+                    for t in s.topics() for q in range(s.queue_count(t))]
+        # the writer's consume queues are current in memory: read them directly (a fourth
+        # of the cost of two store calls per queue, which checks and locks each time)
+        counts = dict(s.topic_table.queues)
+        have = s.queues.queues
+        out = []
+        for t in sorted(counts):
+            for q in range(counts[t]):
+                cq = have.get((t, q))
+                out.append((t, q, 0, 0) if cq is None else (t, q, cq.min_offset(),
+                                                             cq.max_offset()))
+        return out
+
+    def sample_interval(self) -> float:
+        """How often the sampler reads every queue: at least every SAMPLE_S seconds, less
+        often where one reading costs more than 1/SAMPLE_SHARE of the time between two."""
+        return max(SAMPLE_S, self.rows_cost_s * SAMPLE_SHARE)
+
+    def _rows_for_pages(self) -> list[tuple[str, int, int, int]]:
+        # a writer's queues are read fresh (~1.5 us a queue); a reader's cost ~0.2 ms a
+        # queue, so its pages reuse the sampler's reading (at most one interval old)
+        return self._queue_rows(self.sample_interval() if self.store.readonly else 0.0)
+
+    def sample(self) -> Sample:
+        """Read the counters once and keep the reading for the charts."""
+        rows = self._queue_rows()
+        per_topic: dict[str, int] = {}
+        for t, _q, _lo, hi in rows:
+            per_topic[t] = per_topic.get(t, 0) + hi
+        groups = self.groups.rows()
+        lag = self._lag_by_queue(rows, groups)
+        group_lag: dict[str, int] = {}
+        for (g, _t, _q), behind in lag.items():
+            group_lag[g] = group_lag.get(g, 0) + behind
+        smp = Sample(_now_ms(), self.store.confirmed_offset(), sum(per_topic.values()),
+                     sum(c for c, _p, _f, _r in groups.values()), per_topic, group_lag)
+        self.history.append(smp)
+        return smp
+
+    @staticmethod
+    def _lag_by_queue(rows, groups) -> dict[tuple[str, str, int], int]:
+        """Lag per (group, topic, queue) the group reads: max offset minus the first offset
+        not acked (never below the queue's min offset)."""
+        bounds = {(t, q): (lo, hi) for t, q, lo, hi in rows}
+        out = {}
+        for (g, t, q), (commit, _pop, _fly, _retry) in groups.items():
+            lo, hi = bounds.get((t, q), (0, 0))
+            out[(g, t, q)] = max(0, hi - max(lo, commit))
+        return out
+
+    def _rates(self) -> dict:
+        """Per-second rates between consecutive samples, for the overview charts."""
+        h = list(self.history)
+        t, msg_in, bytes_in, msg_out = [], [], [], []
+        for a, b in zip(h, h[1:]):
+            dt = max(1, b.t_ms - a.t_ms) / 1000
+            t.append(b.t_ms / 1000)
+            msg_in.append(round(max(0, b.messages - a.messages) / dt, 1))
+            bytes_in.append(round(max(0, b.log_end - a.log_end) / dt, 1))
+            msg_out.append(round(max(0, b.consumed - a.consumed) / dt, 1))
+        return {"t": t, "messages_in": msg_in, "bytes_in": bytes_in, "messages_out": msg_out}
+
+    def _topic_rate(self, topic: str) -> float:
+        h = list(self.history)
+        if len(h) < 2:
+            return 0.0
+        a, b = h[-2], h[-1]
+        dt = max(1, b.t_ms - a.t_ms) / 1000
+        return round(max(0, b.per_topic.get(topic, 0) - a.per_topic.get(topic, 0)) / dt, 1)
+
+    # ------------------------------------------------------------------ overview
+
+    def disk(self) -> dict:
+        now = time.monotonic()
+        with self._lock:
+            at, cached = self._disk
+            if now - at < DISK_CACHE_S and cached:
+                return cached
+        out = {}
+        for d in ("commitlog", "consumequeue", "index", "broker"):
+            b, n = _dir_bytes(self.store.path / d)
+            out[d] = {"bytes": b, "files": n}
+        with self._lock:
+            self._disk = (now, out)
+        return out
+
+    def overview(self) -> dict:
+        s = self.store
+        segs = s.log.segments.segments
+        report = s.recovery_report
+        rows = self._rows_for_pages()
+        groups = self.groups.rows()
+        cfg = s.config
+        tier = None
+        if cfg.tier_url is not None:
+            local_min = s.log.min_offset()
+            first = s.first_commitlog_offset()
+            tier = {"url": cfg.tier_url, "retention_hours": cfg.tier_retention_hours,
+                    "first_commitlog_offset": first, "local_min_offset": local_min,
+                    "held_below_local": max(0, local_min - first)}
+            up = getattr(getattr(s, "tier", None), "uploaded", None)
+            if up is not None:
+                tier["uploaded"] = {k: v for k, v in vars(up).items()
+                                    if isinstance(v, (int, float, str))}
+        return {
+            "store": str(s.path), "readonly": s.readonly, "flush": cfg.flush,
+            "segment_size": cfg.segment_size, "retention_hours": cfg.retention_hours,
+            "segments": len(segs), "sealed_segments": sum(1 for g in segs if g.sealed),
+            "commitlog": {"min_offset": s.log.min_offset(), "confirmed": s.confirmed_offset()},
+            "topics": len({t for t, *_ in rows}), "queues": len(rows),
+            "messages": sum(hi - lo for _t, _q, lo, hi in rows),
+            "groups": len({g for g, _t, _q in groups}),
+            "disk": self.disk(), "recovery": _report_dict(report), "tier": tier,
+            "listeners": self.listeners(), "rates": self._rates(),
+        }
+
+    # ------------------------------------------------------------------ topics
+
+    def topics(self) -> list[dict]:
+        s = self.store
+        out: dict[str, dict] = {}
+        for t, _q, lo, hi in self._rows_for_pages():
+            d = out.get(t)
+            if d is None:
+                kind = s.topic_type(t)
+                d = out[t] = {"topic": t, "type": kind.value if kind else "normal",
+                              "queues": 0, "messages": 0, "min_offset": 0, "max_offset": 0,
+                              "rate_in": self._topic_rate(t)}
+            d["queues"] += 1
+            d["messages"] += hi - lo
+            d["min_offset"] += lo
+            d["max_offset"] += hi
+        return list(out.values())
+
+    def topic(self, topic: str) -> dict | None:
+        s = self.store
+        if not is_topic_name(topic) or s.queue_count(topic) == 0:
+            return None
+        queues = []
+        for q in range(s.queue_count(topic)):
+            lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
+            queues.append({"queue": q, "min_offset": lo, "max_offset": hi, "messages": hi - lo,
+                           "earliest_ms": s.earliest_time(topic, q)})
+        kind = s.topic_type(topic)
+        groups = self.groups_list(topic)
+        return {"topic": topic, "type": kind.value if kind else "normal", "queues": queues,
+                "messages": sum(q["messages"] for q in queues), "groups": groups,
+                "rate_in": self._topic_rate(topic)}
+
+    # ------------------------------------------------------------------ groups
+
+    def groups_list(self, topic: str | None = None) -> list[dict]:
+        """One row per (group, topic) with its per-queue committed offset and lag (of one
+        topic's groups only, read fresh, with ``topic``)."""
+        s = self.store
+        rows = self.groups.rows()
+        if topic is not None:
+            rows = {k: v for k, v in rows.items() if k[1] == topic}
+            bounds = {(topic, q): (s.min_offset(topic, q), s.max_offset(topic, q))
+                      for q in range(s.queue_count(topic))}
+        elif s.readonly:        # a reader's store calls cost ~0.2 ms: the sampler's reading
+            bounds = {(t, q): (lo, hi) for t, q, lo, hi in self._rows_for_pages()}
+        else:                   # a writer's: a few us, for only the queues groups read
+            bounds = {(t, q): (s.min_offset(t, q), s.max_offset(t, q))
+                      for t, q in {(t, q) for _g, t, q in rows}}
+        by: dict[tuple[str, str], dict] = {}
+        for (g, t, q), (commit, pop, flying, retry) in sorted(rows.items()):
+            lo, hi = bounds.get((t, q), (0, 0))
+            d = by.get((g, t))
+            if d is None:
+                d = by[(g, t)] = {"group": g, "topic": t, "protocol": "rocketmq", "lag": 0,
+                                  "in_flight": 0, "retrying": 0, "queues": []}
+            lag = max(0, hi - max(lo, commit))
+            d["queues"].append({"queue": q, "committed": commit, "pop_offset": pop,
+                                "max_offset": hi, "lag": lag, "in_flight": flying,
+                                "retrying": retry})
+            d["lag"] += lag
+            d["in_flight"] += flying
+            d["retrying"] += retry
+        dlq_counts: dict[str, int] = {}
+        for d in by.values():
+            g = d["group"]
+            if g not in dlq_counts:
+                dlq_counts[g] = self._topic_messages(dlq_topic(g))
+            d["dead_letters"] = dlq_counts[g]
+            d["dlq_topic"] = dlq_topic(g)
+        return list(by.values())
+
+    def _topic_messages(self, topic: str) -> int:
+        s = self.store
+        return sum(s.max_offset(topic, q) - s.min_offset(topic, q)
+                   for q in range(s.queue_count(topic)))
+
+    def group_history(self) -> dict:
+        h = list(self.history)
+        last = h[-1].group_lag if h else {}
+        names = sorted(sorted(last, key=lambda g: -last[g])[:CHART_GROUPS])
+        return {"t": [smp.t_ms / 1000 for smp in h],
+                "lag": {g: [smp.group_lag.get(g, 0) for smp in h] for g in names}}
+
+    # ------------------------------------------------------------------ messages
+
+    def message(self, msg_id: str) -> dict | None:
+        s = self.store
+        try:
+            m = s.get_by_id(msg_id)
+        except (InvalidInputError, ValueError):
+            raise InvalidInputError(f"{msg_id!r} is not a message id (32 hex digits)") from None
+        return None if m is None else self._full(m)
+
+    def _from_tier(self, m) -> bool:
+        return m.commitlog_offset < self.store.log.min_offset()
+
+    def _full(self, m) -> dict:
+        body = bytes(m.body)
+        text = _as_text(body)
+        pretty = None
+        if text is not None:
+            try:
+                pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            except ValueError:
+                pass
+        d = self._summary(m)
+        d.update({"body_text": text, "body_json": pretty, "body_hex": body[:65536].hex(),
+                  "body_size": len(body), "properties": m.properties,
+                  "born_host": _host(m.born_host), "store_host": _host(m.store_host),
+                  "reconsume_times": m.reconsume_times, "flag": m.flag, "sys_flag": m.sys_flag})
+        return d
+
+    def _summary(self, m) -> dict:
+        body = bytes(m.body[:120])
+        preview = _as_text(body)
+        if preview is None:     # (a multi-byte character cut at 120 bytes shows as hex too)
+            preview = body[:60].hex()
+        return {"msg_id": m.msg_id, "topic": m.topic, "queue": m.queue_id,
+                "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
+                "keys": list(m.keys), "tags": m.tags, "size": m.size,
+                "born_ms": m.born_timestamp, "stored_ms": m.store_timestamp,
+                "from_tier": self._from_tier(m), "preview": preview}
+
+    def messages(self, q: dict[str, str]) -> dict:
+        """The message finder: by ``id``; by ``topic`` + ``key`` (``begin``/``end`` ms); by
+        ``topic`` + ``queue`` + offsets (``from``, ``to``, ``order`` newest|oldest,
+        ``limit``); by ``topic`` + ``time`` (ms: the first message at or after it per queue)."""
+        s = self.store
+        limit = _int(q, "limit", 50, 1, MAX_PAGE)
+        if q.get("id"):
+            m = self.message(q["id"])
+            return {"by": "id", "messages": [] if m is None else [m]}
+        topic = q.get("topic", "")
+        if not is_topic_name(topic):
+            raise InvalidInputError(f"topic {topic!r} is not a topic name ([%|a-zA-Z0-9_-], "
+                                    "1-127 characters)")
+        n = s.queue_count(topic)
+        if n == 0:
+            raise InvalidInputError(f"no topic {topic!r} in this store")
+        if q.get("key"):
+            found = s.query(topic, q["key"], begin_ms=_int(q, "begin", 0, 0),
+                            end_ms=_int(q, "end", None, 0), max_results=limit)
+            return {"by": "key", "messages": [self._summary(m) for m in found]}
+        if q.get("time"):
+            at = _int(q, "time", 0, 0)
+            out = []
+            for qid in range(n):
+                off = s.offset_for_time(topic, qid, at, "lower")
+                if off < s.max_offset(topic, qid):
+                    got = s.get(topic, qid, off, 1)
+                    out += [self._summary(m) for m in got.messages]
+            out.sort(key=lambda d: d["stored_ms"])
+            return {"by": "time", "messages": out[:limit]}
+        qid = _int(q, "queue", 0, 0, n - 1)
+        lo, hi = s.min_offset(topic, qid), s.max_offset(topic, qid)
+        newest = q.get("order", "newest") != "oldest"
+        if newest:
+            end = min(hi, _int(q, "to", hi, 0))          # exclusive
+            start = max(lo, end - limit)
+        else:
+            start = max(lo, _int(q, "from", lo, 0))
+            end = min(hi, start + limit)
+        msgs = []
+        at = start
+        while at < end:
+            got = s.get(topic, qid, at, min(32, end - at))
+            if not got.messages:
+                if got.next_offset <= at:
+                    break
+                at = got.next_offset
+                continue
+            msgs += [self._summary(m) for m in got.messages if m.queue_offset < end]
+            at = got.next_offset
+        if newest:
+            msgs.reverse()
+        return {"by": "queue", "topic": topic, "queue": qid, "min_offset": lo,
+                "max_offset": hi, "from": start, "to": end, "order":
+                "newest" if newest else "oldest", "messages": msgs,
+                "older": start if start > lo else None, "newer": end if end < hi else None}
+
+
+def _int(q: dict, name: str, default, lo: int | None = None, hi: int | None = None):
+    raw = q.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise InvalidInputError(f"{name}={raw!r} is not an integer") from None
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise InvalidInputError(f"{name}={v} is out of range ({rng})")
+    return v
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _as_text(body: bytes) -> str | None:
+    """The body as text if it is UTF-8 without control characters (else it is shown as hex)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if _CONTROL.search(text) else text
+
+
+def _host(h) -> str:
+    """A stored host as ``ip:port``."""
+    try:
+        ip, port = h
+    except (TypeError, ValueError):
+        return str(h)
+    return f"[{ip}]:{port}" if ":" in str(ip) else f"{ip}:{port}"
+
+
+def _report_dict(report) -> dict | None:
+    if report is None:
+        return None
+    d = asdict(report)
+    d["lost_anything"] = report.lost_anything
+    for k in ("corrupt_records", "closed_gaps"):
+        d[k] = [str(x) for x in getattr(report, k)]
+    return d
+
+
+def is_internal(topic: str) -> bool:
+    """Topics the broker makes for itself (dead letters, retries)."""
+    return topic.startswith((DLQ_PREFIX, RETRY_PREFIX))
