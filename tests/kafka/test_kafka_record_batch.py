@@ -428,3 +428,22 @@ def test_header_keys_must_be_utf8_as_python_decodes_them(key):
         refused(data, rb.INVALID_RECORD, "header key is not UTF-8")
     else:
         assert rb.decode_record_set(data).record_headers(0) == [(key, b"")]
+
+
+def test_many_batches_take_the_compiled_crc_path_both_ways():
+    """Past rb._FEW_BATCHES the CRCs are checked and written in the compiled loop instead of
+    the crc32c package: same answers."""
+    n = rb._FEW_BATCHES + 5
+    parts = [kp_batch(0, [(i, b"k%d" % i, b"v" * i, [("h", b"%d" % i)])]) for i in range(n)]
+    cols = rb.decode_record_set(b"".join(parts))
+    assert [cols.value(i) for i in range(n)] == [b"v" * i for i in range(n)]
+    bad = bytearray(b"".join(parts))
+    bad[sum(map(len, parts[:n - 2])) + 70] ^= 0x40
+    refused(bytes(bad), rb.CORRUPT_MESSAGE, f"batch {n - 2} (byte")
+    many = rb.encode_batches(cols, np.arange(n), np.ones(n, np.int64), np.arange(n) * 10,
+                             leader_epoch=0)
+    assert many == b"".join(parts[i][:0] + struct.pack(">q", 10 * i) + parts[i][8:]
+                            for i in range(n))
+    few = rb.encode_batches(cols, np.arange(3), np.ones(3, np.int64), [0, 10, 20],
+                            leader_epoch=0)
+    assert few == many[:len(few)]
