@@ -172,6 +172,8 @@ class KafkaListener:
         return self.port
 
     async def start(self) -> None:
+        from strata.broker.kafka.idempotence import sequences
+        sequences(self.broker)       # producer state loaded (and replayed) before serving
         self.broker.start()
         self._server = await asyncio.start_server(self._accept, sock=self._sock,
                                                   ssl=self.ssl, limit=1 << 20)
@@ -187,6 +189,9 @@ class KafkaListener:
             _done, pending = await asyncio.wait(set(self._conns), timeout=STOP_GRACE_S)
             for t in pending:
                 t.cancel()
+        seqs = self.broker.state.get("sequences")
+        if seqs is not None:
+            seqs.snapshot()          # a clean stop: the next start replays nothing
         self.broker.close()
 
     def summary(self) -> str:
