@@ -3,6 +3,7 @@
 
     python bench/kafka.py [--messages N] [--sizes 100,1024] [--producers 1,4]
                           [--flush async,sync] [--partitions P] [--profile SECONDS]
+                          [--peers nats]
 
 For each flush mode, size and producer count a fresh store is served on 127.0.0.1; the
 producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
@@ -13,6 +14,11 @@ the first producer's start to the last one's flush, or of the consumer's reading
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
 py-spy for S seconds of the produce phase (a flame graph SVG next to the store) to see what
 limits it.
+
+``--peers nats`` also runs NATS JetStream (file storage, nats-py's async publish with a
+window of 1000 PubAcks, pull consumer) in the same run through the shared peer script
+/work/shared/peers/bench_nats_jetstream.py (Debian's nats-server; ``pip install nats-py``),
+and relays its rows tagged ``"system": "nats-jetstream"``; read the two side by side.
 """
 
 from __future__ import annotations
@@ -166,6 +172,7 @@ def main() -> None:
     ap.add_argument("--flush", default="async,sync")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--profile", type=float, default=0.0)
+    ap.add_argument("--peers", default="")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
         for flush in a.flush.split(","):
@@ -173,6 +180,23 @@ def main() -> None:
                 for producers in map(int, a.producers.split(",")):
                     case(Path(tmp), flush, size, producers, a.messages, a.partitions,
                          a.profile)
+        if "nats" in a.peers.split(","):
+            nats_peer(Path(tmp), a.sizes)
+
+
+def nats_peer(root: Path, sizes: str) -> None:
+    script = Path("/work/shared/peers/bench_nats_jetstream.py")
+    work = "both" if "," in sizes else sizes
+    p = subprocess.run([sys.executable, str(script), "--workload", work, "--dir",
+                        str(root / "nats")], capture_output=True, text=True, timeout=900)
+    for line in p.stdout.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        emit(dict(system="nats-jetstream", **row))
+    if p.returncode:
+        emit(dict(system="nats-jetstream", error=p.stderr[-500:]))
 
 
 if __name__ == "__main__":

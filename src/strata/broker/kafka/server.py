@@ -287,7 +287,7 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
             if ctx is None:                    # bytes already encoded
                 writer.write(item)
                 continue
-            name = api.HANDLERS[ctx.api_key].request.name
+            name = api.HANDLERS[ctx.api_key].request.name.removesuffix("Request")
             try:
                 response = await item
             except Exception:   # noqa: BLE001 - a handler's bug closes this connection only
