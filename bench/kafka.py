@@ -12,8 +12,8 @@ assign() from the beginning. Rows: ``op`` produce/consume, ``msgs_per_s`` (wall 
 the first producer's start to the last one's flush, or of the consumer's reading),
 ``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
-py-spy for S seconds of the produce phase (a flame graph SVG next to the store) to see what
-limits it.
+py-spy for S seconds of the produce phase and prints a row ``op: profile`` with the
+functions its samples were in (self time, percent), to see what limits it.
 
 ``--peers nats`` also runs NATS JetStream (file storage, nats-py's async publish with a
 window of 1000 PubAcks, pull consumer) in the same run through the shared peer script
@@ -89,6 +89,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def top_frames(folded: Path, n: int = 12) -> list:
+    """The functions the broker spent its samples in (self time), from py-spy's folded
+    stacks: [[function (file:line), percent of samples], ...], most first."""
+    counts: dict[str, int] = {}
+    total = 0
+    try:
+        lines = folded.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        stack, _, k = line.rpartition(" ")
+        if not k.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        counts[leaf] = counts.get(leaf, 0) + int(k)
+        total += int(k)
+    return [[f, round(100 * c / total, 1)]
+            for f, c in sorted(counts.items(), key=lambda x: -x[1])[:n]] if total else []
+
+
 def emit(row: dict) -> None:
     print(json.dumps(row), flush=True)
 
@@ -132,9 +152,10 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
         assert p.stdout.readline().startswith("READY")
     spy = None
     if profile:
-        svg = root / f"profile-{flush}-{size}-{producers}.svg"
+        folded = root / f"profile-{flush}-{size}-{producers}.txt"
         spy = subprocess.Popen(["py-spy", "record", "-p", str(server.pid), "-d", str(profile),
-                                "-o", str(svg), "--nonblocking"],
+                                "-o", str(folded), "--format", "raw", "--nonblocking",
+                                "--threads"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cpu0 = cpu_seconds(server.pid)
     for p in procs:
@@ -151,6 +172,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
               errors=sum(r["errors"] + r["left"] for r in res)))
     if spy is not None:
         spy.wait(timeout=profile + 60)
+        emit(dict(tag, op="profile", top=top_frames(folded)))
     cpu0 = cpu_seconds(server.pid)
     c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
