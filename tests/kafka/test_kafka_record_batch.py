@@ -447,3 +447,19 @@ def test_many_batches_take_the_compiled_crc_path_both_ways():
     few = rb.encode_batches(cols, np.arange(3), np.ones(3, np.int64), [0, 10, 20],
                             leader_epoch=0)
     assert few == many[:len(few)]
+
+
+@pytest.mark.parametrize("claim", [0, 10, 1 << 31])
+def test_a_lying_size_hint_costs_a_retry_not_a_wrong_answer(claim):
+    """gzip's ISIZE trailer sizes the output; a false one is survived (grown or capped)."""
+    value = bytes(range(256)) * 2000
+    plain_batch = kp_batch(0, [(0, b"k", value, [])])
+    z = bytearray(gzip.compress(plain_batch[61:]))
+    struct.pack_into("<I", z, len(z) - 4, claim)
+    data = recompress(plain_batch, 1, lambda b: bytes(z))
+    try:
+        cols = rb.decode_record_set(data, max_decompressed=4 << 20)
+    except RecordBatchError as exc:      # a decoder may check ISIZE: then it is corrupt data
+        assert exc.error_code == rb.CORRUPT_MESSAGE
+    else:
+        assert cols.value(0) == value
