@@ -2,7 +2,7 @@
 and their headers into int64 column tables, and write uncompressed batches from such tables.
 
 The byte layout (big-endian header of 61 bytes, records of zigzag varints) is described in
-``docs/kafka.md``; ``record_batch`` is the Python face of these loops. Every position and
+``docs/kafka_records.md``; ``record_batch`` is the Python face of these loops. Every position and
 length read from the input is checked against the bytes it must lie in before a byte is read,
 so a damaged or hostile record set is reported (a reason code and where), never read out of
 bounds. Varints are bounded: at most 5 bytes holding 32 bits (``varint``) or 10 bytes holding
