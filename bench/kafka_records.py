@@ -71,7 +71,8 @@ def read(batch_cls, data: bytes) -> None:
 
 def line(case: str, system: str, op: str, seconds: float, nbytes: int, **extra) -> dict:
     out = {"bench": "kafka_records", "case": case, "system": system, "op": op,
-           "ns_per_record": round(seconds / N * 1e9, 1), "records_per_s": round(N / seconds), "MB_per_s": round(nbytes / seconds / 1e6, 1)}
+           "ns_per_record": round(seconds / N * 1e9, 1), "records_per_s": round(N / seconds),
+           "MB_per_s": round(nbytes / seconds / 1e6, 1)}
     out.update(extra)
     print(json.dumps(out), flush=True)
     return out
