@@ -19,6 +19,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
+
+# bench/kafka.py would shadow kafka-python's ``kafka`` package: drop this script's folder
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import cramjam
 import numpy as np
