@@ -21,6 +21,8 @@ from strata.broker.kafka import record_batch as rb
 
 from capture_broker import RECORDS, Capture, produce_script
 
+pytestmark = pytest.mark.kafka
+
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
