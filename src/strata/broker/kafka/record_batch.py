@@ -326,17 +326,18 @@ def decode_record_set(data, *, max_decompressed: int = MAX_DECOMPRESSED) -> Reco
     few = nb <= _FEW_BATCHES   # then the crc32c package, a call per batch
     if few:
         view = memoryview(raw)
-        for b, (at, size, stored) in enumerate(
-                batches[[bk.B_AT, bk.B_SIZE, bk.B_CRC]].T.tolist()):
-            crc = crc32c(view[at + bk.P_ATTRIBUTES:at + size])
-            if crc != stored:
+        for b in range(nb):
+            at = int(batches[bk.B_AT, b])
+            crc = crc32c(view[at + bk.P_ATTRIBUTES:at + int(batches[bk.B_SIZE, b])])
+            if crc != batches[bk.B_CRC, b]:
                 err[:5] = (bk.BAD_CRC, b, -1, at, crc)
                 raise _explain(err)
-    if bk.check_batches(raw, batches, nb, not few, err) < 0:
+    compressed = bk.check_batches(raw, batches, nb, not few, err)
+    if compressed < 0:
         raise _explain(err)
     buf = raw
-    codecs = batches[bk.B_ATTRIBUTES] & bk.CODEC_MASK
-    if codecs.any():
+    if compressed:
+        codecs = batches[bk.B_ATTRIBUTES] & bk.CODEC_MASK
         # each compressed batch's records decompressed; with several batches, all records
         # (plain ones copied) in one buffer, which the positions then index
         src = memoryview(raw)
@@ -356,13 +357,10 @@ def decode_record_set(data, *, max_decompressed: int = MAX_DECOMPRESSED) -> Reco
             batches[bk.B_RECORDS_END, b] = n + len(part)
             n += len(part)
         buf = parts[0] if nb == 1 else np.concatenate(parts)
-    room = batches[bk.B_RECORDS_END] - batches[bk.B_RECORDS_AT]
-    over = np.flatnonzero(batches[bk.B_COUNT] * bk.MIN_RECORD > room)
-    if len(over):
-        b = int(over[0])
-        err[:5] = (bk.COUNT_PAST_BYTES, b, -1, batches[bk.B_AT, b], batches[bk.B_COUNT, b])
+    total = bk.record_total(batches, nb, err)
+    if total < 0:
         raise _explain(err)
-    records = np.empty((bk.R_FIELDS, int(batches[bk.B_COUNT].sum())), np.int64)
+    records = np.empty((bk.R_FIELDS, total), np.int64)
     nr, nh = bk.parse_records(buf, batches, nb, records, err)
     if nr < 0:
         raise _explain(err)
