@@ -216,7 +216,7 @@ def nats_peer(root: Path, sizes: str) -> None:
             row = json.loads(line)
         except ValueError:
             continue
-        emit(dict(system="nats-jetstream", **row))
+        emit({**row, "system": "nats-jetstream", "peer": row.get("system")})
     if p.returncode:
         emit(dict(system="nats-jetstream", error=p.stderr[-500:]))
 
