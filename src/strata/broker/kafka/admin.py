@@ -4,6 +4,8 @@ partition counts only grow (as in Kafka)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from strata.broker.kafka import api
 from strata.broker.kafka import errors as ke
 from strata.broker.names import check_topic
@@ -17,7 +19,7 @@ CreatePartitionsResponse = api.response_class(37)
 PartitionsResult = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-def _create(store, t, validate_only: bool) -> tuple[int, str | None, int]:
+async def _create(store, t, validate_only: bool) -> tuple[int, str | None, int]:
     try:
         check_topic(t.name)
     except StrataError as exc:
@@ -35,10 +37,16 @@ def _create(store, t, validate_only: bool) -> tuple[int, str | None, int]:
     if validate_only:
         return ke.NONE, None, n
     try:
-        store.create_topic(t.name, n)
+        await _off_loop(store.create_topic, t.name, n)
     except StrataError as exc:
         return ke.code_for(exc), str(exc), -1
     return ke.NONE, None, n
+
+
+async def _off_loop(fn, *args):
+    """A topic change writes and fsyncs the topic table (a delete also waits for dispatch):
+    on a worker thread, never on the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 @api.handles(19, 2, 5, flexible_from=5)
@@ -46,7 +54,7 @@ async def create_topics(ctx: api.RequestContext, request):
     store = ctx.broker.store
     results = []
     for t in request.topics:
-        code, msg, n = _create(store, t, bool(request.validate_only))
+        code, msg, n = await _create(store, t, bool(request.validate_only))
         results.append(CreateResult(name=t.name, error_code=code, error_message=msg,
                                     num_partitions=n, replication_factor=1 if n > 0 else -1,
                                     configs=[] if code == ke.NONE else None))
@@ -61,7 +69,7 @@ async def delete_topics(ctx: api.RequestContext, request):
         code, msg = ke.NONE, None
         try:
             check_topic(name)
-            if not store.delete_topic(name):
+            if not await _off_loop(store.delete_topic, name):
                 code, msg = ke.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
         except StrataError as exc:
             code, msg = ke.code_for(exc), str(exc)
@@ -85,7 +93,7 @@ async def create_partitions(ctx: api.RequestContext, request):
             code, msg = ke.INVALID_REQUEST, "manual replica assignments are not supported"
         elif not request.validate_only:
             try:
-                store.set_queue_count(t.name, t.count)
+                await _off_loop(store.set_queue_count, t.name, t.count)
             except StrataError as exc:
                 code, msg = ke.code_for(exc), str(exc)
         results.append(PartitionsResult(name=t.name, error_code=code, error_message=msg))

@@ -165,12 +165,12 @@ def _partition(broker, topic: str, code: int, n: int, fp, budget: int) -> tuple[
                          records=records), len(records)
 
 
-def _answer(broker, request) -> tuple[list, int]:
+async def _answer(broker, request) -> tuple[list, int]:
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     topics = []
     for ft in request.topics:
-        code, n = partitions(broker, ft.topic, create=False)
+        code, n = await partitions(broker, ft.topic, create=False)
         parts = []
         for fp in ft.partitions:
             pd, size = _partition(broker, ft.topic, code, n, fp, budget - total)
@@ -186,7 +186,7 @@ async def fetch(ctx: api.RequestContext, request):
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     while True:
         arrival = broker.arrival()
-        topics, total = _answer(broker, request)
+        topics, total = await _answer(broker, request)
         left = deadline - time.monotonic()
         if total >= max(1, request.min_bytes) or left <= 0 or broker.stopping or \
                 _has_error(topics):

@@ -14,8 +14,8 @@ Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
 
 
-def _topic(broker, name: str, create: bool) -> object:
-    code, n = partitions(broker, name, create=create)
+async def _topic(broker, name: str, create: bool) -> object:
+    code, n = await partitions(broker, name, create=create)
     node = broker.node_id
     parts = [Partition(error_code=ke.NONE, partition_index=p, leader_id=node, leader_epoch=-1,
                        replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
@@ -33,7 +33,7 @@ async def metadata(ctx: api.RequestContext, request):
         create = False
     else:
         names = [t.name for t in request.topics]
-    topics = [_topic(broker, n, create) for n in names]
+    topics = [await _topic(broker, n, create) for n in names]
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[Broker(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)],

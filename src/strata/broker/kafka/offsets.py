@@ -74,7 +74,7 @@ async def list_offsets(ctx: api.RequestContext, request):
     loop = asyncio.get_running_loop()
     topics = []
     for t in request.topics:
-        code, n = partitions(broker, t.name, create=False)
+        code, n = await partitions(broker, t.name, create=False)
         parts = []
         for p in t.partitions:
             pc, ts, off = code, -1, -1

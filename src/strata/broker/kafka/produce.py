@@ -213,7 +213,7 @@ async def produce(ctx: api.RequestContext, request):
     for td in request.topic_data:
         tparts: list[_Part] = []
         parts_by_topic.append((td.name, tparts))
-        code, n = partitions(broker, td.name, create=True)
+        code, n = await partitions(broker, td.name, create=True)
         for pd in td.partition_data:
             part = _Part(td.name, pd.index)
             tparts.append(part)

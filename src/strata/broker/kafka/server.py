@@ -15,7 +15,6 @@ import asyncio
 import logging
 import socket
 import struct
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -313,7 +312,3 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
             writer.close()
         except Exception:  # noqa: BLE001 - the peer may be gone already
             pass
-
-
-def monotonic() -> float:
-    return time.monotonic()
