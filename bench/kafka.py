@@ -172,7 +172,10 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
               errors=sum(r["errors"] + r["left"] for r in res)))
     if spy is not None:
         spy.wait(timeout=profile + 60)
-        emit(dict(tag, op="profile", top=top_frames(folded)))
+        top = top_frames(folded)
+        emit(dict(tag, op="profile", top=top) if top else
+             dict(tag, op="profile", error="py-spy took no samples (in a container it may "
+                  "lack ptrace rights or fail to read the interpreter's version)"))
     cpu0 = cpu_seconds(server.pid)
     c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
