@@ -35,7 +35,7 @@ CLUSTER_ID = "strata"
 NODE_ID = 0
 
 
-@dataclass
+@dataclass(eq=False)          # compared and hashed by identity (kept in a set)
 class KafkaConnection:
     """Per-connection state: the peer, SASL progress (h/kgroups' handlers keep theirs in
     ``state``), the principal once authenticated."""
@@ -45,6 +45,7 @@ class KafkaConnection:
     state: dict[str, Any] = field(default_factory=dict)
     requests: int = 0
     closing: bool = False
+    reader: asyncio.Task | None = None     # the task reading its requests
 
 
 class KafkaBroker:
@@ -72,6 +73,7 @@ class KafkaBroker:
         self.dispatched = 0              # commit-log offset the store has dispatched up to
         self.requests = 0
         self.connections = 0
+        self.live: set[KafkaConnection] = set()
         self.puts = 0                    # put_columns calls of produces (async flush)
         self.put_messages = 0
 
@@ -180,9 +182,13 @@ class KafkaListener:
                                                   ssl=self.ssl, limit=1 << 20)
 
     def begin_stop(self) -> None:
+        """Accept no connection and read no request more; requests read are answered."""
         self.broker.stopping = True
         if self._server is not None:
             self._server.close()
+        for conn in list(self.broker.live):
+            if conn.reader is not None:
+                conn.reader.cancel()
         self.broker.notify()
 
     async def stop(self) -> None:
@@ -210,7 +216,12 @@ class KafkaListener:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = writer.get_extra_info("peername")
             name = f"{peer[0]}:{peer[1]}" if peer else "?"
-            await serve_connection(self.broker, KafkaConnection(name), reader, writer)
+            conn = KafkaConnection(name)
+            self.broker.live.add(conn)
+            try:
+                await serve_connection(self.broker, conn, reader, writer)
+            finally:
+                self.broker.live.discard(conn)
         finally:
             self._conns.discard(task)
 
@@ -270,7 +281,8 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
                            reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Read requests, run their handlers, write their responses in order."""
     queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
-    read = asyncio.ensure_future(_read_frames(broker, conn, reader, queue, writer))
+    read = conn.reader = asyncio.ensure_future(_read_frames(broker, conn, reader, queue,
+                                                            writer))
     done = object()
     read.add_done_callback(lambda _t: queue.put_nowait((None, done))
                            if not queue.full() else None)
