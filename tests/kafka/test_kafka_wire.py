@@ -83,3 +83,25 @@ def test_bad_frames_close_the_connection_and_the_broker_serves_on(kafka_server):
     assert got["unknown"] == 3                    # UNKNOWN_TOPIC_OR_PARTITION
     assert got["out_of_range"] in (1, 3)          # OFFSET_OUT_OF_RANGE (or no topic yet)
     assert got["hw"] == 1
+
+
+NO_AUTO_CREATE = RAW + '''
+raw = Raw(BOOTSTRAP)
+md = raw.call(3, 9, topics=[REQ[3].MetadataRequestTopic(name="later")],
+              allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+before = produce(raw, "later", 0, batch(-1, -1, -1, [b"x"]))
+C = REQ[19][3]
+made = raw.call(19, 3, topics=[C.CreatableTopic(name="later", num_partitions=2,
+                replication_factor=1, assignments=[], configs=[])], timeout_ms=10000,
+                validate_only=False)
+after = produce(raw, "later", 1, batch(-1, -1, -1, [b"y"]))
+bad = produce(raw, "later", 2, batch(-1, -1, -1, [b"z"]))
+out(md=md.topics[0].error_code, before=before[0], made=made.topics[0].error_code,
+    after=after, bad=bad[0])
+'''
+
+
+def test_no_auto_create_refuses_unknown_topics_until_created(kafka_factory):
+    s = kafka_factory("--no-auto-create")
+    got = run_client(NO_AUTO_CREATE, s.bootstrap)
+    assert got == dict(md=3, before=3, made=0, after=[0, 0], bad=3)
