@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@# the distribution was named "strata" before it became "strata-mq" (the registry's
 	@# "strata" is another project): drop an old editable install of this checkout first
 	$(BIN)/python -m pip uninstall --quiet --yes strata 2>/dev/null || true
-	$(BIN)/python -m pip install --progress-bar on -e '.[test,spark,broker,tiered,console]'
+	$(BIN)/python -m pip install --progress-bar on -e '.[test,spark,broker,tiered,console,kafka-test]'
 	touch $(STAMP)
 
 setup: $(STAMP) system-packages

@@ -133,11 +133,12 @@ class Serve:
         if "--listen" in args:
             i = args.index("--listen") + 1
             args[i] = args[i].rsplit(":", 1)[0] + ":0"
-        elif args[0] == "serve":
+        elif args[0] == "serve" and "--kafka" not in args:
             args += ["--listen", "127.0.0.1:0"]
-        if "--http" in args:                           # the web console: a free port too
-            i = args.index("--http") + 1
-            args[i] = args[i].rsplit(":", 1)[0] + ":0"
+        for flag in ("--http", "--kafka"):              # the console, Kafka: free ports too
+            if flag in args:
+                i = args.index(flag) + 1
+                args[i] = args[i].rsplit(":", 1)[0] + ":0"
         self.proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", *args,
                                       "--exit-with-parent"], cwd=cwd, text=True,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -1,4 +1,5 @@
-"""``strata serve DIR --listen HOST:PORT``: the RocketMQ 5 gRPC broker (docs/broker.md)."""
+"""``strata serve DIR --listen HOST:PORT [--kafka HOST:PORT]``: the RocketMQ 5 gRPC broker
+(docs/broker.md) and/or the Kafka wire protocol listener (docs/kafka.md) on one store."""
 
 from __future__ import annotations
 
@@ -31,8 +32,12 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 
 @click.command("serve")
 @click.argument("directory", metavar="DIR")
-@click.option("--listen", required=True, metavar="HOST:PORT",
-              help="Address to serve gRPC on (port 0: any free port, printed at start).")
+@click.option("--listen", metavar="HOST:PORT",
+              help="Address to serve RocketMQ 5 gRPC on (port 0: any free port, printed at "
+                   "start). --listen, --kafka or both.")
+@click.option("--kafka", metavar="HOST:PORT",
+              help="Address to serve the Kafka wire protocol on (port 0: any free port, "
+                   "printed at start); TLS and --acl (SASL) apply to it too.")
 @click.option("--flush", type=click.Choice(["async", "sync"]), default="async",
               show_default=True, help="sync: a send is acknowledged after an fsync covers it.")
 @click.option("--no-auto-create", is_flag=True,
@@ -79,20 +84,31 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--http", metavar="HOST:PORT",
               help="Serve the web console at http://HOST:PORT/ (docs/console.md; port 0: any "
                    "free port, printed at start).")
-def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
+def serve_command(directory: str, listen: str | None, kafka: str | None, flush: str,
+                  no_auto_create: bool,
                   exit_with_parent: bool, max_delivery_attempts: int,
                   transaction_check_interval: float, transaction_max_checks: int,
                   renew_slice: float, renew_max: float,
                   gather_ms: float, store_options: tuple[str, ...], acl: Path | None,
                   acl_window_s: int, tls_cert: Path | None, tls_key: Path | None,
                   metrics: str | None, http: str | None) -> None:
-    """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext, or TLS with
-    --tls-cert/--tls-key)."""
-    from strata.broker.server import ServeConfig, parse_listen, run
+    """Serve the store in DIR to RocketMQ 5 clients over gRPC and/or to Kafka clients
+    (plaintext, or TLS with --tls-cert/--tls-key), with the web console on --http."""
+    from strata.broker.process import ServeConfig, parse_listen, run
+    if listen is None and kafka is None:
+        raise click.UsageError("give --listen HOST:PORT (RocketMQ gRPC), --kafka HOST:PORT "
+                               "(Kafka), or both")
+    host, port = None, 0
     try:
-        host, port = parse_listen(listen)
+        if listen is not None:
+            host, port = parse_listen(listen)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
+    try:
+        kafka_at = parse_listen(kafka) if kafka is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).replace("--listen", "--kafka"),
+                                 param_hint="--kafka") from None
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together: give both or neither")
     try:
@@ -110,4 +126,5 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                     tls_cert, tls_key, metrics_at,
                     transaction_check_interval_s=transaction_check_interval,
                     transaction_max_checks=transaction_max_checks, gather_ms=gather_ms,
-                    renew_slice_s=renew_slice, renew_max_s=renew_max, http=http_at))
+                    renew_slice_s=renew_slice, renew_max_s=renew_max, kafka=kafka_at,
+                    http=http_at))

@@ -13,21 +13,21 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from strata.broker.convert import to_protocol, to_store
+from strata.broker.rocketmq.convert import to_protocol, to_store
 from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
                                   InvalidReceiptHandleError)
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.held import HeldMessages
-from strata.broker.message_types import check_fits, route_types, sent_type
+from strata.broker.rocketmq.message_types import check_fits, route_types, sent_type
 from strata.broker.names import check_group, check_topic
-from strata.broker.protocol import Code, pb, svc, svc_grpc
+from strata.broker.rocketmq.protocol import Code, pb, svc, svc_grpc
 from strata.broker.receipt import Receipt, ReceiptSigner
 from strata.broker.receive import Popper, parse_tag_expression
 from strata.broker.send import GATHER_S, SendBatcher
-from strata.broker.sessions import Sessions
+from strata.broker.rocketmq.sessions import Sessions
 from strata.broker.timer import Timer, delivery_due
-from strata.broker.transactions import Transactions, is_transactional
+from strata.broker.rocketmq.transactions import Transactions, is_transactional
 from strata.errors import (DiskFullError, InvalidInputError, InvalidTopicError,
                            MessageTooLargeError, StrataError, TopicExistsError)
 from strata.store.message import PutResult, PutStatus
@@ -121,13 +121,15 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
                  endpoint: tuple[str, int], options: BrokerOptions,
-                 held: HeldMessages) -> None:
+                 held: HeldMessages, batcher: SendBatcher | None = None) -> None:
         self.store = store
         self.groups = groups
         self.signer = signer
         self.endpoint = endpoint
         self.options = options
-        self.batcher = SendBatcher(store, options.gather_s)
+        # shared with the other listeners of the process (one group commit for all), or its own
+        self.batcher = batcher if batcher is not None else SendBatcher(store, options.gather_s)
+        self._own_batcher = batcher is None
         self.popper = Popper(store, groups, signer, options.max_delivery_attempts)
         self._arrived: asyncio.Event | None = None
         self.clients: dict[str, int] = {}   # client id -> client type (live sessions)
@@ -145,7 +147,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self._renewer: asyncio.Task | None = None
 
     def start(self) -> None:
-        self.batcher.start()
+        if self._own_batcher:
+            self.batcher.start()
         self._arrived = asyncio.Event()
         self.held.start()
         self.timer.start()
@@ -162,7 +165,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self.sessions.close_all()
         await self.timer.close()
         await self.transactions.close()
-        await self.batcher.close()
+        if self._own_batcher:
+            await self.batcher.close()
 
     # ------------------------------------------------------------------ helpers
 
