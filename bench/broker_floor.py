@@ -16,7 +16,7 @@ own ``MessagingService``), with three RPCs replaced by answers that do no storag
 
 So the bench's official-client producers and consumer run unchanged against it, and what the
 server spends per message is the gRPC and client-protocol cost a broker cannot go below here.
-A bench-only script: the replacement is a subclass patched into ``strata.broker.server`` in
+A bench-only script: the replacement is a subclass patched into ``strata.broker.rocketmq.server`` in
 this process; src/strata/broker is not changed. The stop line reports the floor's counts.
 """
 
@@ -28,10 +28,10 @@ import sys
 import time
 import zlib
 
-import strata.broker.server as server
-from strata.broker.protocol import Code, MessageType, pb, svc
+import strata.broker.rocketmq.server as server
+from strata.broker.rocketmq.protocol import Code, MessageType, pb, svc
 from strata.broker.receipt import Receipt
-from strata.broker.service import MessagingService, _status
+from strata.broker.rocketmq.service import MessagingService, _status
 
 POOL = 1024
 

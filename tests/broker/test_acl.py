@@ -371,7 +371,7 @@ def test_a_client_on_local_time_needs_utc_or_a_wider_window(broker_factory, acl_
 
 
 def test_every_rpc_of_the_protocol_has_a_rule():
-    from strata.broker.authorize import RULES
-    from strata.broker.protocol import svc
+    from strata.broker.rocketmq.authorize import RULES
+    from strata.broker.rocketmq.protocol import svc
     rpcs = {m.name for m in svc.DESCRIPTOR.services_by_name["MessagingService"].methods}
     assert set(RULES) == rpcs

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from strata.broker import held_journal as hj
-from strata.broker.convert import PROP_DELIVER_MS, PROP_HELD_ID
+from strata.broker.properties import PROP_DELIVER_MS, PROP_HELD_ID
 from strata.broker.held import HeldMessages, released_message
 from strata.store.config import StoreConfig
 from strata.store.message import Message

@@ -1,6 +1,6 @@
 """Which Telemetry session an orphaned-transaction check goes to."""
 
-from strata.broker.sessions import Sessions
+from strata.broker.rocketmq.sessions import Sessions
 
 
 def test_a_check_goes_to_the_sender_if_live_else_to_another_producer_of_the_topic():

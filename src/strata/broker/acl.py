@@ -1,6 +1,6 @@
 """Access control: RocketMQ's ``plain_acl.yml`` accounts, the AK/SK request signature
 (``MQv2-HMAC-SHA1``), and the decision whether an account may publish to or subscribe on a
-topic or group. Pure code: no sockets, no gRPC (``strata.broker.authorize`` applies it to the
+topic or group. Pure code: no sockets, no gRPC (``strata.broker.rocketmq.authorize`` applies it to the
 RPCs).
 
 A request is signed with its ``x-mq-date-time`` header only, so a captured ``authorization``

@@ -20,7 +20,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from strata.broker.convert import PROP_MESSAGE_GROUP
+from strata.broker.properties import PROP_MESSAGE_GROUP
 from strata.broker.group_state import QueueState
 from strata.store.message import GetStatus, StoredMessage
 from strata.store.message_store import MessageStore

@@ -28,7 +28,7 @@ from typing import Awaitable, Callable, Sequence
 
 import strata.refstore as refstore
 from strata.broker import held_journal as hj
-from strata.broker.convert import PROP_HELD_ID, PROP_MESSAGE_GROUP
+from strata.broker.properties import PROP_HELD_ID, PROP_MESSAGE_GROUP
 from strata.broker.journal import Journal
 from strata.errors import CorruptRecordError
 from strata.format.record import check_record, decode_record, encode_record

@@ -1,5 +1,5 @@
 """Prometheus metrics of ``strata serve --metrics HOST:PORT`` (prometheus-client, the broker
-extra): what the RPCs did (counted from each request and its reply by a layer around the RPCs), the
+extra): what the requests did (counted by each protocol's layer around its handlers), the
 store's put batches and their flush latency, and — computed at each scrape from the
 consumer-group state — every group's lag and deliveries in flight. docs/broker.md lists them.
 """
@@ -13,14 +13,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from strata.broker.group_state import ConsumerGroups
-from strata.broker.intercept import RpcLayer, Unary, UnaryStream
-from strata.broker.protocol import Code
 from strata.store.message_store import MessageStore
 
 # fsync waits run from well under a millisecond (an idle SSD) to seconds (a busy disk)
 FLUSH_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-OK = Code.OK
-CODE_NAMES = {v: k for k, v in Code.items()}
 
 
 class GroupCollector(Collector):
@@ -59,9 +55,10 @@ class GroupCollector(Collector):
         yield flying
 
 
-class BrokerMetrics(RpcLayer):
-    """The metrics of one broker: counters fed by the RPCs (as a layer around them), the
-    send batcher (``stored``), and the group collector."""
+class BrokerMetrics:
+    """The metrics of one broker, whatever protocols it serves: request and message counters
+    (fed by each listener's own layer: ``strata.broker.rocketmq.metrics`` for gRPC), the send
+    batcher (``stored``), and the group collector."""
 
     def __init__(self, store: MessageStore, groups: ConsumerGroups) -> None:
         self.registry = r = CollectorRegistry()
@@ -89,7 +86,8 @@ class BrokerMetrics(RpcLayer):
         # labelled children by (metric, labels): labels() costs ~6x an inc() (lock, checks)
         self._children: dict[tuple, object] = {}
 
-    def _child(self, metric, *labels: str):
+    def child(self, metric, *labels: str):
+        """The child of ``metric`` with these label values, made once and kept."""
         key = (id(metric), *labels)
         child = self._children.get(key)
         if child is None:
@@ -103,49 +101,6 @@ class BrokerMetrics(RpcLayer):
         self.put_batches.inc()
         if self.flush_sync:
             self.flush_latency.observe(seconds)
-
-    # ------------------------------------------------------------------ the RPCs
-
-    def _count(self, name: str, request, reply) -> None:
-        code = reply.status.code
-        self._child(self.requests, name, CODE_NAMES.get(code) or str(code)).inc()
-        if name == "SendMessage":
-            for m, e in zip(request.messages, reply.entries):
-                if e.status.code == OK:
-                    self._child(self.sent, m.topic.name).inc()
-                    self._child(self.sent_bytes, m.topic.name).inc(len(m.body))
-        elif name == "AckMessage":
-            n = sum(1 for e in reply.entries if e.status.code == OK)
-            if n:
-                self._child(self.acked, request.topic.name, request.group.name).inc(n)
-
-    def wrap_unary(self, name: str, inner: Unary) -> Unary:
-        async def counted(request, context):
-            reply = await inner(request, context)
-            if reply is not None:
-                self._count(name, request, reply)
-            return reply
-        return counted
-
-    def wrap_unary_stream(self, name: str, inner: UnaryStream) -> UnaryStream:
-        async def counted(request, context):
-            n = size = 0
-            first = True
-            try:
-                async for reply in inner(request, context):
-                    if first and reply.HasField("status"):
-                        self._count(name, request, reply)
-                        first = False
-                    if reply.HasField("message"):
-                        n += 1
-                        size += len(reply.message.body)
-                    yield reply
-            finally:
-                if n and name == "ReceiveMessage":
-                    labels = (request.message_queue.topic.name, request.group.name)
-                    self._child(self.received, *labels).inc(n)
-                    self._child(self.received_bytes, *labels).inc(size)
-        return counted
 
     # ------------------------------------------------------------------ the endpoint
 

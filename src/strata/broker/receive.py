@@ -10,7 +10,7 @@ from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import InvalidMessageError
 from strata.broker.fifo import FifoPicker, QueuePick
 from strata.broker.group_state import ConsumerGroups, QueueState
-from strata.broker.protocol import Code
+from strata.broker.status import Status
 from strata.broker.receipt import Receipt, ReceiptSigner
 from strata.store.message import GetStatus, StoredMessage
 from strata.store.message_store import MessageStore
@@ -31,7 +31,7 @@ def parse_tag_expression(expression: str) -> frozenset[str] | None:
         return None
     tags = [t.strip() for t in text.split("||")]
     if any(not t for t in tags):
-        raise InvalidMessageError(Code.ILLEGAL_FILTER_EXPRESSION,
+        raise InvalidMessageError(Status.ILLEGAL_FILTER_EXPRESSION,
                                   f"tag expression {expression!r} has an empty tag")
     return None if "*" in tags else frozenset(tags)
 

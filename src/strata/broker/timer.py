@@ -13,11 +13,11 @@ import logging
 from typing import Callable
 
 from strata.broker import held_journal as hj
-from strata.broker.convert import PROP_DELIVER_MS
+from strata.broker.properties import PROP_DELIVER_MS
 from strata.broker.due_queue import DueQueue
 from strata.broker.errors import InvalidMessageError
 from strata.broker.held import HeldEntry, HeldMessages
-from strata.broker.protocol import Code
+from strata.broker.status import Status
 from strata.store.message import Message
 from strata.store.message_store import now_ms
 
@@ -69,12 +69,12 @@ class Timer(DueQueue):
         except ValueError:
             held_id = b""
         if len(held_id) != hj.ID_BYTES:
-            raise InvalidMessageError(Code.BAD_REQUEST, f"recall handle {handle[:80]!r} is "
+            raise InvalidMessageError(Status.BAD_REQUEST, f"recall handle {handle[:80]!r} is "
                                       f"not one this broker issues ({2 * hj.ID_BYTES} hex "
                                       "digits)")
         e = self.held.entries.get(held_id)
         if e is None or e.kind is not hj.Kind.DELAY or e.topic != topic or e.busy:
-            raise InvalidMessageError(Code.NOT_FOUND, f"no delay message of topic {topic!r} "
+            raise InvalidMessageError(Status.NOT_FOUND, f"no delay message of topic {topic!r} "
                                       f"is held under recall handle {handle}: it was "
                                       "delivered or recalled already, or never held")
         await self.held.drop([e], hj.Reason.RECALLED)

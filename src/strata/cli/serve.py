@@ -85,7 +85,7 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                   metrics: str | None) -> None:
     """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext, or TLS with
     --tls-cert/--tls-key)."""
-    from strata.broker.server import ServeConfig, parse_listen, run
+    from strata.broker.rocketmq.server import ServeConfig, parse_listen, run
     try:
         host, port = parse_listen(listen)
     except ValueError as exc:

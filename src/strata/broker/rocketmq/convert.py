@@ -17,14 +17,12 @@ import zlib
 from datetime import datetime, timezone
 
 from strata.broker.errors import InvalidMessageError
-from strata.broker.protocol import Code, MessageType, pb
+from strata.broker.properties import (PROP_DELIVER_MS, PROP_HELD_ID, PROP_MESSAGE_GROUP,
+                                      PROP_TRANSACTION)
+from strata.broker.rocketmq.protocol import Code, MessageType, pb
 from strata.format.record import PROP_UNIQ_KEY, RESERVED_PROPERTIES
 from strata.store.message import Message, StoredMessage
 
-PROP_MESSAGE_GROUP = "__SHARDINGKEY"
-PROP_DELIVER_MS = "TIMER_DELIVER_MS"    # a delay message's delivery time, ms since the epoch
-PROP_TRANSACTION = "TRAN_MSG"           # "true" on a transactional message
-PROP_HELD_ID = "__HELD_ID"              # on a message moved out of the held store: its id
 SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {PROP_UNIQ_KEY, PROP_MESSAGE_GROUP, PROP_DELIVER_MS,
                                            PROP_TRANSACTION, PROP_HELD_ID}
 ACCEPTED_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY,

@@ -1,5 +1,5 @@
 """Looking at every RPC's request and reply without the service knowing: layers that wrap the
-servicer's methods before they are registered with the gRPC server. ``strata.broker.authorize``
+servicer's methods before they are registered with the gRPC server. ``strata.broker.rocketmq.authorize``
 (the ACL) and ``strata.broker.metrics`` are such layers; without ``--acl`` and ``--metrics``
 the service is registered as it is.
 
@@ -13,7 +13,7 @@ import inspect
 import types
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
-from strata.broker.protocol import svc
+from strata.broker.rocketmq.protocol import svc
 
 Unary = Callable[[Any, Any], Awaitable[Any]]            # (request, context) -> reply
 UnaryStream = Callable[[Any, Any], AsyncIterator[Any]]  # (request, context) -> replies

@@ -18,10 +18,10 @@ import uvloop
 from strata.broker.acl import DEFAULT_WINDOW_S, load_acl
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.held import HeldMessages
-from strata.broker.intercept import layered
-from strata.broker.protocol import svc_grpc
+from strata.broker.rocketmq.intercept import layered
+from strata.broker.rocketmq.protocol import svc_grpc
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
-from strata.broker.service import BrokerOptions, MessagingService
+from strata.broker.rocketmq.service import BrokerOptions, MessagingService
 from strata.store.config import StoreConfig
 from strata.store.message_store import MessageStore
 
@@ -74,8 +74,9 @@ async def serve(cfg: ServeConfig) -> None:
     acl = load_acl(cfg.acl, window_s=cfg.acl_window_s) if cfg.acl is not None else None
     creds = None
     if cfg.tls_cert is not None:
-        from strata.broker.tls import server_credentials
-        creds = server_credentials(cfg.tls_cert, cfg.tls_key)
+        from strata.broker.tls import check_pair
+        cert_pem, key_pem = check_pair(cfg.tls_cert, cfg.tls_key)
+        creds = grpc.ssl_server_credentials([(key_pem, cert_pem)])
     store = MessageStore(cfg.directory, StoreConfig(flush=cfg.flush, **cfg.store_options))
     try:
         broker_dir = store.path / BROKER_DIR
@@ -106,10 +107,11 @@ async def serve(cfg: ServeConfig) -> None:
     metrics = None
     if cfg.metrics is not None:
         from strata.broker.metrics import BrokerMetrics
+        from strata.broker.rocketmq.metrics import RpcMetrics
         metrics = BrokerMetrics(store, groups)
-        layers.append(metrics)
+        layers.append(RpcMetrics(metrics))
     if acl is not None:
-        from strata.broker.authorize import AclLayer
+        from strata.broker.rocketmq.authorize import AclLayer
         layers.append(AclLayer(acl))
     svc_grpc.add_MessagingServiceServicer_to_server(layered(service, layers), server)
     address = f"[{cfg.host}]:{cfg.port}" if ":" in cfg.host else f"{cfg.host}:{cfg.port}"

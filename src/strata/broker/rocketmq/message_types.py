@@ -5,9 +5,9 @@ first send, which gives it that message's type) lists every type this broker sto
 
 from __future__ import annotations
 
-from strata.broker.convert import ACCEPTED_TYPES
+from strata.broker.rocketmq.convert import ACCEPTED_TYPES
 from strata.broker.errors import InvalidMessageError
-from strata.broker.protocol import Code, MessageType
+from strata.broker.rocketmq.protocol import Code, MessageType
 from strata.store.topics import TopicType
 
 TO_PROTOCOL = {TopicType.NORMAL: MessageType.NORMAL, TopicType.FIFO: MessageType.FIFO,

@@ -13,21 +13,21 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from strata.broker.convert import to_protocol, to_store
+from strata.broker.rocketmq.convert import to_protocol, to_store
 from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
                                   InvalidReceiptHandleError)
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.held import HeldMessages
-from strata.broker.message_types import check_fits, route_types, sent_type
+from strata.broker.rocketmq.message_types import check_fits, route_types, sent_type
 from strata.broker.names import check_group, check_topic
-from strata.broker.protocol import Code, pb, svc, svc_grpc
+from strata.broker.rocketmq.protocol import Code, pb, svc, svc_grpc
 from strata.broker.receipt import Receipt, ReceiptSigner
 from strata.broker.receive import Popper, parse_tag_expression
 from strata.broker.send import GATHER_S, SendBatcher
-from strata.broker.sessions import Sessions
+from strata.broker.rocketmq.sessions import Sessions
 from strata.broker.timer import Timer, delivery_due
-from strata.broker.transactions import Transactions, is_transactional
+from strata.broker.rocketmq.transactions import Transactions, is_transactional
 from strata.errors import (DiskFullError, InvalidInputError, InvalidTopicError,
                            MessageTooLargeError, StrataError, TopicExistsError)
 from strata.store.message import PutResult, PutStatus

@@ -15,12 +15,12 @@ import logging
 from typing import Callable
 
 from strata.broker import held_journal as hj
-from strata.broker.convert import PROP_TRANSACTION, to_protocol
+from strata.broker.rocketmq.convert import PROP_TRANSACTION, to_protocol
 from strata.broker.due_queue import DueQueue
 from strata.broker.errors import InvalidMessageError
 from strata.broker.held import HeldEntry, HeldMessages
-from strata.broker.protocol import Code, pb, svc
-from strata.broker.sessions import Sessions
+from strata.broker.rocketmq.protocol import Code, pb, svc
+from strata.broker.rocketmq.sessions import Sessions
 from strata.store.message import Message
 from strata.store.message_store import now_ms
 

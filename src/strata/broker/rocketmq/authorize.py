@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterable
 import grpc
 
 from strata.broker.acl import AccessList, Kind, Perm, Refusal
-from strata.broker.intercept import RpcLayer, StreamStream, Unary, UnaryStream, reply_class
-from strata.broker.protocol import Code, pb
+from strata.broker.rocketmq.intercept import RpcLayer, StreamStream, Unary, UnaryStream, reply_class
+from strata.broker.rocketmq.protocol import Code, pb
 
 Need = tuple[Kind, str, Perm]
 Rule = Callable[[Any], Iterable[Need]]

@@ -1,0 +1,35 @@
+"""Status codes of the protocol-neutral broker core.
+
+Core modules refuse a request with ``InvalidMessageError(status, text)``; each protocol
+layer turns the status into its own answer (``strata.broker.rocketmq`` sends it as is,
+``strata.broker.kafka.errors`` maps it to a Kafka error code). The values are RocketMQ 5's
+``apache.rocketmq.v2.Code`` numbers, so the gRPC layer needs no table;
+tests/broker/test_status.py checks that they still agree with the generated stubs.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Status(IntEnum):
+    OK = 20000
+    BAD_REQUEST = 40000
+    ILLEGAL_TOPIC = 40002
+    ILLEGAL_CONSUMER_GROUP = 40003
+    ILLEGAL_MESSAGE_TAG = 40004
+    ILLEGAL_MESSAGE_KEY = 40005
+    ILLEGAL_MESSAGE_GROUP = 40006
+    ILLEGAL_MESSAGE_PROPERTY_KEY = 40007
+    INVALID_TRANSACTION_ID = 40008
+    ILLEGAL_FILTER_EXPRESSION = 40010
+    ILLEGAL_DELIVERY_TIME = 40012
+    INVALID_RECEIPT_HANDLE = 40013
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE = 40014
+    UNAUTHORIZED = 40100
+    FORBIDDEN = 40300
+    NOT_FOUND = 40400
+    TOPIC_NOT_FOUND = 40402
+    MESSAGE_BODY_TOO_LARGE = 41301
+    MESSAGE_PROPERTIES_TOO_LARGE = 43101
+    INTERNAL_ERROR = 50000
