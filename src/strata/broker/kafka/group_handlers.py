@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Iterator
-
 from kafka.protocol.admin.groups import (DescribeGroupsRequest, DescribeGroupsResponse,
                                          ListGroupsRequest, ListGroupsResponse)
 from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse,
@@ -27,8 +25,6 @@ from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse,
                                            SyncGroupRequest, SyncGroupResponse)
 from kafka.protocol.metadata.find_coordinator import (FindCoordinatorRequest,
                                                       FindCoordinatorResponse)
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from strata.broker.acl import Kind, Perm
 from strata.broker.group_state import Committed, ConsumerGroups
@@ -368,35 +364,3 @@ async def list_groups(ctx: RequestContext, req: ListGroupsRequest):
         for gid, (ptype, state) in sorted(listed.items())
         if (not wanted or state.value.lower() in wanted)
         and _group_allowed(ctx, gid, Perm.ANY)])
-
-
-# ---------------------------------------------------------------------- metrics
-
-
-class CommittedLagCollector(Collector):
-    """Per Kafka consumer group and topic, at scrape time: how far its committed offsets
-    are behind (queue max offset minus committed offset, from the queue's oldest message
-    for a partition never committed; summed over the topic's partitions)."""
-
-    def __init__(self, store: MessageStore, groups: ConsumerGroups) -> None:
-        self.store = store
-        self.groups = groups
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        lag = GaugeMetricFamily("strata_group_committed_lag", "Messages of the topic past the "
-                                "Kafka consumer group's committed offsets (queue max offset "
-                                "minus committed offset, summed over the topic's partitions)",
-                                labels=["topic", "group"])
-        # copies taken in one step each: the event loop changes the dicts while we read
-        for group, offsets in list(self.groups.committed.items()):
-            per_topic: dict[str, dict[int, int]] = {}
-            for (topic, qid), c in dict(offsets).items():
-                per_topic.setdefault(topic, {})[qid] = c.offset
-            for topic, done in sorted(per_topic.items()):
-                behind = 0
-                for qid in range(self.store.queue_count(topic)):
-                    low = self.store.min_offset(topic, qid)
-                    start = max(low, done.get(qid, low))
-                    behind += max(0, self.store.max_offset(topic, qid) - start)
-                lag.add_metric([topic, group], behind)
-        yield lag
