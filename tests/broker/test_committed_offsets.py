@@ -112,3 +112,20 @@ def test_writer_reports_a_failed_write(tmp_path):
             await w.commit("G", [("t", 0, Committed(3))])
         await w.close()
     asyncio.run(main())
+
+
+def test_committed_lag_metric(tmp_path):
+    from strata.broker.metrics import GroupCollector
+    from strata.store.message import Message
+    from strata.store.message_store import MessageStore
+
+    with MessageStore(tmp_path / "s") as store:
+        store.create_topic("t", 2)
+        store.put_batch([Message("t", b"x", queue_id=i % 2) for i in range(10)])
+        store.wait_dispatched()
+        g = ConsumerGroups(tmp_path / "b")
+        g.journal.append(g.commit("G", [("t", 0, Committed(3))]))   # queue 1 never committed
+        fams = {f.name: f for f in GroupCollector(store, g).collect()}
+        samples = [(s.labels, s.value) for s in fams["strata_group_committed_lag"].samples]
+        assert samples == [({"topic": "t", "group": "G"}, (5 - 3) + 5)]
+        g.close()
