@@ -119,7 +119,9 @@ def handles(api_key: int, min_version: int, max_version: int, *,
     if max_version > req.max_version:
         raise ValueError(f"api {api_key}: kafka.protocol knows versions up to "
                          f"{req.max_version}, not {max_version}")
-    schema_flex = req._flexible_versions[0] if req._flexible_versions else None
+    # a schema with flexibleVersions "none" (SaslHandshake) reads as (-1, -1)
+    schema_flex = req._flexible_versions[0] if req._flexible_versions and \
+        req._flexible_versions[0] >= 0 else None
     if schema_flex is not None and schema_flex > max_version:
         schema_flex = None
     if schema_flex != flexible_from:

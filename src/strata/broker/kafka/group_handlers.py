@@ -30,6 +30,8 @@ from strata.broker.acl import Kind, Perm
 from strata.broker.group_state import Committed, ConsumerGroups
 from strata.broker.kafka import groups as g
 from strata.broker.kafka.api import RequestContext, handles
+from strata.broker.kafka.errors import (COORDINATOR_NOT_AVAILABLE, GROUP_AUTHORIZATION_FAILED,
+                                       TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION)
 from strata.broker.kafka.groups import Coordinator, Pending, State
 from strata.broker.kafka.sasl import allowed
 from strata.broker.offset_commits import CommitWriter
@@ -37,11 +39,7 @@ from strata.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-GROUP_AUTHORIZATION_FAILED = 30
-TOPIC_AUTHORIZATION_FAILED = 29
 MAX_METADATA = 4096            # Kafka's offset.metadata.max.bytes
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 

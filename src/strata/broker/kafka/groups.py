@@ -39,15 +39,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
-# Kafka error codes the coordinator answers with (protocol facts)
-NONE = 0
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
+from strata.broker.kafka.errors import (ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
+                                       INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT,
+                                       MEMBER_ID_REQUIRED, NONE, REBALANCE_IN_PROGRESS,
+                                       UNKNOWN_MEMBER_ID)
 
 MIN_SESSION_TIMEOUT_MS = 6_000        # Kafka's group.min.session.timeout.ms
 MAX_SESSION_TIMEOUT_MS = 1_800_000    # Kafka's group.max.session.timeout.ms

@@ -24,14 +24,13 @@ from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateRespon
 
 from strata.broker.acl import AccessList, Kind, Perm, granted
 from strata.broker.kafka.api import RequestContext, handles
+from strata.broker.kafka.errors import (ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED,
+                                       UNSUPPORTED_SASL_MECHANISM)
 from strata.broker.kafka.sasl_mechanisms import (MECHANISMS, AuthFailed, PlainAuth, ScramAuth,
                                                  ScramCredentials, start)
 
 log = logging.getLogger(__name__)
 
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 OPEN_BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
@@ -88,7 +87,9 @@ def allowed(ctx: RequestContext, kind: Kind, name: str, perm: Perm) -> bool:
     return account is not None and granted(account.owns(kind, name), perm)
 
 
-@handles(SASL_HANDSHAKE, 0, 1)
+# v1 only: after a v0 handshake the SASL messages would come as bare frames, not as
+# SaslAuthenticate requests (every client here sends v1 to a broker that offers it)
+@handles(SASL_HANDSHAKE, 1, 1)
 async def sasl_handshake(ctx: RequestContext, req: SaslHandshakeRequest):
     v = ctx.api_version
     acl = _acl(ctx)
@@ -104,11 +105,6 @@ async def sasl_handshake(ctx: RequestContext, req: SaslHandshakeRequest):
         err = 0
         st.mechanism = req.mechanism
         st.exchange = start(req.mechanism, acl, _credentials(ctx, acl))
-    if v == 0 and err == 0:
-        # v0 would send the SASL messages as bare frames, which this listener does not read
-        st.mechanism = st.exchange = None
-        err = UNSUPPORTED_SASL_MECHANISM
-        enabled = []
     return SaslHandshakeResponse(version=v, error_code=err, mechanisms=enabled)
 
 
