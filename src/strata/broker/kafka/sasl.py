@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse,
                                  SaslHandshakeRequest, SaslHandshakeResponse)
 
-from strata.broker.acl import AccessList, Kind, Perm, granted
+from strata.broker.acl import AccessList, Account, Kind, Perm, granted
 from strata.broker.kafka.api import RequestContext, handles
 from strata.broker.kafka.errors import (ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED,
                                        UNSUPPORTED_SASL_MECHANISM)
@@ -52,8 +52,15 @@ def _state(ctx: RequestContext) -> SaslState:
     return st
 
 
-def _acl(ctx: RequestContext) -> AccessList | None:
+def acl_of(ctx: RequestContext) -> AccessList | None:
+    """The listener's ACL (None without ``--acl``)."""
     return getattr(ctx.broker, "acl", None)
+
+
+def account(ctx: RequestContext) -> Account | None:
+    """The connection's authenticated account."""
+    acl = acl_of(ctx)
+    return acl.accounts.get(principal(ctx) or "") if acl is not None else None
 
 
 def _credentials(ctx: RequestContext, acl: AccessList) -> ScramCredentials:
@@ -72,7 +79,7 @@ def principal(ctx: RequestContext) -> str | None:
 def gate(ctx: RequestContext) -> bool:
     """May this request run? False: close the connection (with ``--acl``, everything but
     ApiVersions and SASL before the connection authenticated)."""
-    if _acl(ctx) is None or ctx.api_key in OPEN_BEFORE_AUTH:
+    if acl_of(ctx) is None or ctx.api_key in OPEN_BEFORE_AUTH:
         return True
     return principal(ctx) is not None
 
@@ -80,11 +87,10 @@ def gate(ctx: RequestContext) -> bool:
 def allowed(ctx: RequestContext, kind: Kind, name: str, perm: Perm) -> bool:
     """Has the connection's account ``perm`` on the topic or group ``name``? (Always,
     without ``--acl``.)"""
-    acl = _acl(ctx)
-    if acl is None:
+    if acl_of(ctx) is None:
         return True
-    account = acl.accounts.get(principal(ctx) or "")
-    return account is not None and granted(account.owns(kind, name), perm)
+    a = account(ctx)
+    return a is not None and granted(a.owns(kind, name), perm)
 
 
 # v1 only: after a v0 handshake the SASL messages would come as bare frames, not as
@@ -92,7 +98,7 @@ def allowed(ctx: RequestContext, kind: Kind, name: str, perm: Perm) -> bool:
 @handles(SASL_HANDSHAKE, 1, 1)
 async def sasl_handshake(ctx: RequestContext, req: SaslHandshakeRequest):
     v = ctx.api_version
-    acl = _acl(ctx)
+    acl = acl_of(ctx)
     st = _state(ctx)
     enabled = list(MECHANISMS) if acl is not None else []
     if acl is None:
