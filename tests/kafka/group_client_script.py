@@ -5,6 +5,7 @@ aiokafka, unchanged, against ``strata serve --kafka``. Prints JSON lines on stdo
     consume CLIENT BOOTSTRAP TOPIC GROUP N                  subscribe, read N, commit, close
     member  CLIENT BOOTSTRAP TOPIC GROUP --stop FILE        stay in the group until FILE exists
     committed CLIENT BOOTSTRAP TOPIC GROUP PARTITIONS       the group's committed offsets
+    create  kafka-python BOOTSTRAP TOPIC PARTITIONS         admin create_topics
 
 ``--sasl MECHANISM USER PASSWORD`` authenticates (SASL_PLAINTEXT). Errors are printed as
 {"error": "..."} and exit with status 3.
@@ -164,6 +165,16 @@ def kp_member(a) -> None:
     say(closed=True)
 
 
+def kp_create(a) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    admin = KafkaAdminClient(**kp_conf(a))
+    try:
+        admin.create_topics([NewTopic(a.topic, a.n, 1)])
+    finally:
+        admin.close()
+    say(created=a.topic)
+
+
 def kp_committed(a) -> None:
     from kafka import TopicPartition
     c = kp_consumer(a)
@@ -230,6 +241,7 @@ RUN = {
     ("confluent", "member"): ck_member, ("confluent", "committed"): ck_committed,
     ("kafka-python", "produce"): kp_produce, ("kafka-python", "consume"): kp_consume,
     ("kafka-python", "member"): kp_member, ("kafka-python", "committed"): kp_committed,
+    ("kafka-python", "create"): kp_create,
     ("aiokafka", "produce"): ak_produce, ("aiokafka", "consume"): ak_consume,
     ("aiokafka", "committed"): ak_committed,
 }
@@ -246,8 +258,9 @@ def main() -> None:
     ap.add_argument("--stop")
     ap.add_argument("--sasl", nargs=3)
     a = ap.parse_args()
-    a.group = a.rest[0] if a.mode != "produce" and a.rest else None
-    nums = a.rest[1:] if a.mode != "produce" else a.rest
+    plain = a.mode in ("produce", "create")
+    a.group = a.rest[0] if not plain and a.rest else None
+    nums = a.rest if plain else a.rest[1:]
     a.n = int(nums[0]) if nums else 0
     fn = RUN[(a.client, a.mode)]
     try:
