@@ -31,17 +31,22 @@ from strata.store.message_store import MessageStore  # noqa: E402
 pytestmark = pytest.mark.broker
 
 
+def conn():
+    """A connection's state as the listener keeps it (strata.broker.kafka.server)."""
+    return SimpleNamespace(principal=None, state={}, closing=False)
+
+
 class Harness:
     def __init__(self, tmp_path, acl=None):
         self.store = MessageStore(tmp_path / "s")
         self.store.create_topic("t", 3)
         self.groups = ConsumerGroups(tmp_path / "b")
+        self.svc = gh.GroupService(self.store, self.groups, flush_sync=False,
+                                   coordinator=Coordinator(min_session_timeout_ms=1))
         self.broker = SimpleNamespace(store=self.store, groups=self.groups, acl=acl,
-                                      advertised=("127.0.0.1", 9092), node_id=0)
-        self.broker.group_service = gh.GroupService(
-            self.store, self.groups, flush_sync=False,
-            coordinator=Coordinator(min_session_timeout_ms=1))
-        self.conn = SimpleNamespace()
+                                      host="127.0.0.1", port=9092, node_id=0,
+                                      flush_sync=False, state={"groups": self.svc})
+        self.conn = conn()
 
     async def call(self, req, version: int, conn=None):
         """Encode as a client, decode and handle as the listener, decode the response as
@@ -51,8 +56,9 @@ class Harness:
         reg = api.HANDLERS[req.API_KEY]
         assert reg.min_version <= version <= reg.max_version
         decoded = reg.request.decode(data, version=version)
+        conn = conn or self.conn
         ctx = api.RequestContext(req.API_KEY, version, 7, "test-client", "127.0.0.1:5555",
-                                 None, conn or self.conn, self.broker)
+                                 conn.principal, conn, self.broker)
         resp = await reg.handler(ctx, decoded)
         frame = api.encode_response(resp, version, 7)
         return reg.response.decode(bytes(frame[4:]), version=version, header=True)
@@ -141,7 +147,7 @@ def test_join_sync_heartbeat_commit_fetch_leave_in_each_join_version(tmp_path, j
             assert left.error_code == 0
         d = await h.call(DescribeGroupsRequest(groups=["G"]), 0)
         assert d.groups[0].group_state == "Empty"
-        await h.broker.group_service.close()
+        await h.svc.close()
     try:
         run(main())
     finally:
@@ -177,7 +183,7 @@ def test_two_members_follower_waits_in_sync(tmp_path):
                                                    A(member_id=b.member_id, assignment=b"y")]),
                      3)
         assert (await follower).assignment == b"y"
-        await h.broker.group_service.close()
+        await h.svc.close()
     try:
         run(main())
     finally:
@@ -192,7 +198,7 @@ def test_session_timeout_fires_without_requests(tmp_path):
         req = _join_req(3)
         req.session_timeout_ms = 50
         a = await h.call(req, 3)
-        svc = h.broker.group_service
+        svc = h.svc
         assert svc.coord.describe("G").members
         gone = asyncio.get_running_loop().create_future()
         old = svc.coord.tick
@@ -251,7 +257,7 @@ def test_standalone_commit_and_acl(tmp_path):
         fc = await h.call(FindCoordinatorRequest(coordinator_keys=["G", "other"],
                                                  key_type=0), 4)
         assert [(c.key, c.error_code) for c in fc.coordinators] == [("G", 0), ("other", 30)]
-        await h.broker.group_service.close()
+        await h.svc.close()
 
     try:
         run(main())
@@ -261,18 +267,17 @@ def test_standalone_commit_and_acl(tmp_path):
 
 def test_wrong_password_closes(tmp_path):
     h = Harness(tmp_path, AccessList([Account("alice1", "secret-a")]))
-    closed = []
-    conn = SimpleNamespace(close_after_response=lambda: closed.append(True))
+    c = conn()
 
     async def main():
-        await h.call(SaslHandshakeRequest(mechanism="PLAIN"), 1, conn)
-        au = await h.call(SaslAuthenticateRequest(auth_bytes=b"\0alice1\0nope"), 1, conn)
+        await h.call(SaslHandshakeRequest(mechanism="PLAIN"), 1, c)
+        au = await h.call(SaslAuthenticateRequest(auth_bytes=b"\0alice1\0nope"), 1, c)
         assert au.error_code == 58 and "wrong password" in au.error_message
         hs = await h.call(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
         assert hs.error_code == 33 and hs.mechanisms == ["PLAIN", "SCRAM-SHA-256"]
-        await h.broker.group_service.close()
+        await h.svc.close()
     try:
         run(main())
     finally:
         h.close()
-    assert closed == [True]
+    assert c.closing and c.principal is None

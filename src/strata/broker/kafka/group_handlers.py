@@ -113,10 +113,10 @@ class GroupService:
 def service(ctx: RequestContext) -> GroupService:
     """The listener's group service (made on first use from the broker's shared state)."""
     broker = ctx.broker
-    svc = getattr(broker, "group_service", None)
+    svc = broker.state.get("groups")
     if svc is None:
-        svc = broker.group_service = GroupService(
-            broker.store, broker.groups, flush_sync=broker.store.config.flush == "sync")
+        svc = broker.state["groups"] = GroupService(broker.store, broker.groups,
+                                                    flush_sync=broker.flush_sync)
     return svc
 
 
@@ -130,7 +130,7 @@ def _group_allowed(ctx: RequestContext, group: str, perm: Perm) -> bool:
 @handles(10, 0, 4, flexible_from=3)
 async def find_coordinator(ctx: RequestContext, req: FindCoordinatorRequest):
     v = ctx.api_version
-    host, port = ctx.broker.advertised
+    host, port = ctx.broker.host, ctx.broker.port
     node = ctx.broker.node_id
     keys = req.coordinator_keys if v >= 4 else [req.key]
     key_type = req.key_type if v >= 1 else GROUP_KEY

@@ -46,9 +46,9 @@ class SaslState:
 
 
 def _state(ctx: RequestContext) -> SaslState:
-    st = getattr(ctx.connection, "sasl", None)
+    st = ctx.connection.state.get("sasl")
     if st is None:
-        st = ctx.connection.sasl = SaslState()
+        st = ctx.connection.state["sasl"] = SaslState()
     return st
 
 
@@ -64,16 +64,15 @@ def account(ctx: RequestContext) -> Account | None:
 
 
 def _credentials(ctx: RequestContext, acl: AccessList) -> ScramCredentials:
-    creds = getattr(ctx.broker, "scram_credentials", None)
+    creds = ctx.broker.state.get("scram")
     if creds is None:
-        creds = ctx.broker.scram_credentials = ScramCredentials(acl)
+        creds = ctx.broker.state["scram"] = ScramCredentials(acl)
     return creds
 
 
 def principal(ctx: RequestContext) -> str | None:
     """The account a connection authenticated as (None: not authenticated, or no ACL)."""
-    st = getattr(ctx.connection, "sasl", None)
-    return st.principal if st is not None else ctx.principal
+    return ctx.connection.principal
 
 
 def gate(ctx: RequestContext) -> bool:
@@ -134,7 +133,7 @@ async def sasl_authenticate(ctx: RequestContext, req: SaslAuthenticateRequest):
                                         error_message=str(exc), auth_bytes=b"",
                                         session_lifetime_ms=0)
     if st.exchange.done:
-        st.principal = st.exchange.account.access_key
+        st.principal = ctx.connection.principal = st.exchange.account.access_key
         log.info("kafka client %s (%s) authenticated as %r with %s", ctx.peer, ctx.client_id,
                  st.principal, st.mechanism)
     return SaslAuthenticateResponse(version=v, error_code=0, error_message=None,
@@ -142,9 +141,6 @@ async def sasl_authenticate(ctx: RequestContext, req: SaslAuthenticateRequest):
 
 
 def _close_after(ctx: RequestContext) -> None:
-    """Close the connection once this response is sent (the listener's hook)."""
-    close = getattr(ctx.connection, "close_after_response", None)
-    if callable(close):
-        close()
-    else:
-        ctx.connection.closing = True
+    """Close the connection once this response is sent (the listener checks ``closing``
+    after each response)."""
+    ctx.connection.closing = True
