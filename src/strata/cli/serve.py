@@ -1,4 +1,5 @@
-"""``strata serve DIR --listen HOST:PORT``: the RocketMQ 5 gRPC broker (docs/broker.md)."""
+"""``strata serve DIR --listen HOST:PORT [--kafka HOST:PORT]``: the RocketMQ 5 gRPC broker
+(docs/broker.md) and/or the Kafka wire protocol listener (docs/kafka.md) on one store."""
 
 from __future__ import annotations
 
@@ -31,8 +32,12 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 
 @click.command("serve")
 @click.argument("directory", metavar="DIR")
-@click.option("--listen", required=True, metavar="HOST:PORT",
-              help="Address to serve gRPC on (port 0: any free port, printed at start).")
+@click.option("--listen", metavar="HOST:PORT",
+              help="Address to serve RocketMQ 5 gRPC on (port 0: any free port, printed at "
+                   "start). --listen, --kafka or both.")
+@click.option("--kafka", metavar="HOST:PORT",
+              help="Address to serve the Kafka wire protocol on (port 0: any free port, "
+                   "printed at start); TLS and --acl (SASL) apply to it too.")
 @click.option("--flush", type=click.Choice(["async", "sync"]), default="async",
               show_default=True, help="sync: a send is acknowledged after an fsync covers it.")
 @click.option("--no-auto-create", is_flag=True,
@@ -76,7 +81,7 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
 @click.option("--metrics", metavar="HOST:PORT",
               help="Serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free "
                    "port, printed at start).")
-def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
+def serve_command(directory: str, listen: str | None, kafka: str | None, flush: str, no_auto_create: bool,
                   exit_with_parent: bool, max_delivery_attempts: int,
                   transaction_check_interval: float, transaction_max_checks: int,
                   renew_slice: float, renew_max: float,
@@ -85,7 +90,7 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                   metrics: str | None) -> None:
     """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext, or TLS with
     --tls-cert/--tls-key)."""
-    from strata.broker.rocketmq.server import ServeConfig, parse_listen, run
+    from strata.broker.process import ServeConfig, parse_listen, run
     try:
         host, port = parse_listen(listen)
     except ValueError as exc:
@@ -102,4 +107,4 @@ def serve_command(directory: str, listen: str, flush: str, no_auto_create: bool,
                     tls_cert, tls_key, metrics_at,
                     transaction_check_interval_s=transaction_check_interval,
                     transaction_max_checks=transaction_max_checks, gather_ms=gather_ms,
-                    renew_slice_s=renew_slice, renew_max_s=renew_max))
+                    renew_slice_s=renew_slice, renew_max_s=renew_max, kafka=kafka_at))

@@ -121,13 +121,15 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
                  endpoint: tuple[str, int], options: BrokerOptions,
-                 held: HeldMessages) -> None:
+                 held: HeldMessages, batcher: SendBatcher | None = None) -> None:
         self.store = store
         self.groups = groups
         self.signer = signer
         self.endpoint = endpoint
         self.options = options
-        self.batcher = SendBatcher(store, options.gather_s)
+        # shared with the other listeners of the process (one group commit for all), or its own
+        self.batcher = batcher if batcher is not None else SendBatcher(store, options.gather_s)
+        self._own_batcher = batcher is None
         self.popper = Popper(store, groups, signer, options.max_delivery_attempts)
         self._arrived: asyncio.Event | None = None
         self.clients: dict[str, int] = {}   # client id -> client type (live sessions)
@@ -145,7 +147,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self._renewer: asyncio.Task | None = None
 
     def start(self) -> None:
-        self.batcher.start()
+        if self._own_batcher:
+            self.batcher.start()
         self._arrived = asyncio.Event()
         self.held.start()
         self.timer.start()
@@ -162,7 +165,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self.sessions.close_all()
         await self.timer.close()
         await self.transactions.close()
-        await self.batcher.close()
+        if self._own_batcher:
+            await self.batcher.close()
 
     # ------------------------------------------------------------------ helpers
 
