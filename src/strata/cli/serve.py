@@ -88,13 +88,23 @@ def serve_command(directory: str, listen: str | None, kafka: str | None, flush: 
                   gather_ms: float, store_options: tuple[str, ...], acl: Path | None,
                   acl_window_s: int, tls_cert: Path | None, tls_key: Path | None,
                   metrics: str | None) -> None:
-    """Serve the store in DIR to RocketMQ 5 clients over gRPC (plaintext, or TLS with
-    --tls-cert/--tls-key)."""
+    """Serve the store in DIR to RocketMQ 5 clients over gRPC and/or to Kafka clients
+    (plaintext, or TLS with --tls-cert/--tls-key)."""
     from strata.broker.process import ServeConfig, parse_listen, run
+    if listen is None and kafka is None:
+        raise click.UsageError("give --listen HOST:PORT (RocketMQ gRPC), --kafka HOST:PORT "
+                               "(Kafka), or both")
+    host, port = None, 0
     try:
-        host, port = parse_listen(listen)
+        if listen is not None:
+            host, port = parse_listen(listen)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
+    try:
+        kafka_at = parse_listen(kafka) if kafka is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).replace("--listen", "--kafka"),
+                                 param_hint="--kafka") from None
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together: give both or neither")
     try:

@@ -167,6 +167,9 @@ class MessageStore:
         self.key_index = KeyIndex(self.path / INDEX_DIR, slots=self.config.index_slots,
                                   entries=self.config.index_entries, readonly=readonly)
         self._reput: ReputService | None = None
+        # called on the dispatch thread with the dispatched commit-log offset each time new
+        # records reached their queues (a broker wakes its long polls with it); keep it cheap
+        self.dispatch_listeners: list[Callable[[int], None]] = []
         self.retention: RetentionService | None = None
         self.checkpoint = CheckpointFile(self.path, self.file_ops)
         self.abort_marker = AbortMarker(self.path, self.file_ops)
@@ -282,6 +285,8 @@ class MessageStore:
     def _on_dispatched(self, offset: int) -> None:
         if self.state.is_open:
             self.state.set_dispatched(offset)
+        for listener in self.dispatch_listeners:
+            listener(offset)
 
     def _open_readonly(self) -> None:
         self.topic_table.load()

@@ -1,0 +1,139 @@
+"""Fetch (key 1): messages of a partition from the fetch offset, as uncompressed v2 record
+batches built in compiled code (``record_batch.encode_batches_into``), one batch per run of
+consecutive offsets. A partition answers at least one message even past its byte limit
+(KIP-74), then stops at ``partition_max_bytes`` and the request's ``max_bytes``. Nothing past
+the high watermark is served: the queue's dispatched end, which never passes what the store
+counts as confirmed (the fsync'd end under ``--flush sync``). An offset outside [log start,
+high watermark] is OFFSET_OUT_OF_RANGE. Below ``min_bytes`` the request waits (up to
+``max_wait_ms``) and is woken when new messages are dispatched, not by polling.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from strata.broker.kafka import api
+from strata.broker.kafka import errors as ke
+from strata.broker.kafka.mapping import from_message
+from strata.broker.kafka.record_batch import RecordColumns, encode_batches
+from strata.broker.kafka.topics import partitions
+from strata.errors import StrataError
+from strata.store.message import GetStatus
+
+FetchResponse = api.response_class(1)
+TopicData = FetchResponse.FetchableTopicResponse
+PartitionData = TopicData.PartitionData
+
+READ_CHUNK = 1024                  # messages per store.get
+AVG_GUESS = 64                     # bytes per message assumed before the first read
+
+
+def _columns(msgs) -> RecordColumns:
+    ts, keys, values, headers = [], [], [], []
+    for m in msgs:
+        k, v, t, h = from_message(m)
+        ts.append(t)
+        keys.append(k)
+        values.append(v)
+        headers.append([(hk.encode("utf-8"), hv) for hk, hv in h])
+    return RecordColumns.from_lists(ts, keys, values, headers)
+
+
+def _read(store, topic: str, part: int, offset: int, limit: int) -> tuple[list, int]:
+    """Messages from ``offset`` while their bodies stay within ``limit`` bytes (at least
+    one), and the bytes they take."""
+    out: list = []
+    size = 0
+    while size < limit:
+        want = READ_CHUNK if not out else max(1, min(READ_CHUNK, (limit - size) // max(
+            1, size // len(out)) + 1))
+        got = store.get(topic, part, offset, want)
+        if got.status not in (GetStatus.FOUND,) or not got.messages:
+            if got.status is GetStatus.OFFSET_FOUND_NULL and got.next_offset > offset:
+                offset = got.next_offset
+                continue
+            break
+        for m in got.messages:
+            n = len(m.body) + 70
+            if out and size + n > limit:
+                return out, size
+            out.append(m)
+            size += n
+        offset = got.next_offset
+    return out, size
+
+
+def _encode(msgs) -> bytes:
+    offsets = np.fromiter((m.queue_offset for m in msgs), np.int64, len(msgs))
+    breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
+    firsts = np.concatenate(([0], breaks)).astype(np.int64)
+    counts = np.diff(np.concatenate((firsts, [len(msgs)]))).astype(np.int64)
+    return encode_batches(_columns(msgs), firsts, counts, offsets[firsts])
+
+
+def _partition(broker, topic: str, code: int, n: int, fp, budget: int) -> tuple[object, int]:
+    store = broker.store
+    p = fp.partition
+    if code == ke.NONE and not 0 <= p < n:
+        code = ke.UNKNOWN_TOPIC_OR_PARTITION
+    if code != ke.NONE:
+        return PartitionData(partition_index=p, error_code=code, high_watermark=-1,
+                             last_stable_offset=-1, log_start_offset=-1,
+                             aborted_transactions=None, preferred_read_replica=-1,
+                             records=None), 0
+    hw = store.max_offset(topic, p)
+    start = store.min_offset(topic, p)
+    offset = fp.fetch_offset
+    records = b""
+    if not start <= offset <= hw:
+        code = ke.OFFSET_OUT_OF_RANGE
+    elif offset < hw and budget > 0:
+        try:
+            msgs, _size = _read(store, topic, p, offset,
+                                min(fp.partition_max_bytes, budget))
+        except StrataError as exc:
+            msgs, code = [], ke.code_for(exc)
+        if msgs:
+            records = _encode(msgs)
+    return PartitionData(partition_index=p, error_code=code, high_watermark=hw,
+                         last_stable_offset=hw, log_start_offset=start,
+                         aborted_transactions=None, preferred_read_replica=-1,
+                         records=records), len(records)
+
+
+def _answer(broker, request) -> tuple[list, int]:
+    budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    topics = []
+    for ft in request.topics:
+        code, n = partitions(broker, ft.topic, create=False)
+        parts = []
+        for fp in ft.partitions:
+            pd, size = _partition(broker, ft.topic, code, n, fp, budget - total)
+            total += size
+            parts.append(pd)
+        topics.append(TopicData(topic=ft.topic, partitions=parts))
+    return topics, total
+
+
+@api.handles(1, 4, 12, flexible_from=12)
+async def fetch(ctx: api.RequestContext, request):
+    broker = ctx.broker
+    deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
+    while True:
+        arrival = broker.arrival()
+        topics, total = _answer(broker, request)
+        left = deadline - time.monotonic()
+        if total >= max(1, request.min_bytes) or left <= 0 or broker.stopping or \
+                _has_error(topics):
+            broker.release()
+            break
+        await broker.wait_on(arrival, left)
+    return FetchResponse(throttle_time_ms=0, error_code=ke.NONE, session_id=0,
+                         responses=topics)
+
+
+def _has_error(topics) -> bool:
+    return any(p.error_code != ke.NONE for t in topics for p in t.partitions)

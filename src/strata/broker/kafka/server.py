@@ -1,0 +1,298 @@
+"""The Kafka listener of ``strata serve --kafka HOST:PORT``: an asyncio server speaking
+Kafka's framing (a big-endian i32 size, then the request) over TCP or TLS.
+
+Each connection reads requests as they come and runs each one's handler as soon as it is
+read (so a client's pipelined Produce requests share group commits), but writes the
+responses in request order, as Kafka requires. A request whose bytes do not decode closes
+the connection with a log line naming the peer and the problem; nothing is stored from it.
+``KafkaBroker`` is the state every connection shares: the store, the core's services, the
+configuration, and the wake-up of long-polling Fetches when new messages are dispatched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from strata.broker.kafka import api
+from strata.broker.kafka import errors as ke
+from strata.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from strata.broker.process import Node, ServeConfig
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME = 100 << 20          # a request larger than this closes the connection
+MAX_IN_FLIGHT = 32             # requests read ahead of their responses, per connection
+STOP_GRACE_S = 5.0
+_SIZE = struct.Struct(">i")
+CLUSTER_ID = "strata"
+NODE_ID = 0
+
+
+@dataclass
+class KafkaConnection:
+    """Per-connection state: the peer, SASL progress (h/kgroups' handlers keep theirs in
+    ``state``), the principal once authenticated."""
+
+    peer: str
+    principal: str | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    requests: int = 0
+    closing: bool = False
+
+
+class KafkaBroker:
+    """What every Kafka connection of the process shares."""
+
+    def __init__(self, cfg: "ServeConfig", node: "Node") -> None:
+        self.cfg = cfg
+        self.node = node
+        self.store: MessageStore = node.store
+        self.batcher = node.batcher
+        self.groups = node.groups
+        self.metrics = node.metrics
+        self.acl = node.acl
+        self.auto_create = cfg.auto_create
+        self.flush_sync = cfg.flush == "sync"
+        self.host = cfg.kafka[0] if cfg.kafka else "127.0.0.1"
+        self.port = 0
+        self.node_id = NODE_ID
+        self.cluster_id = CLUSTER_ID
+        self.stopping = False
+        self.state: dict[str, Any] = {}        # per-part state (idempotence, groups, ...)
+        self._arrived = asyncio.Event()
+        self._waiters = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.requests = 0
+        self.connections = 0
+
+    # ------------------------------------------------------------------ arrivals
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.store.dispatch_listeners.append(self._dispatched)
+
+    def close(self) -> None:
+        try:
+            self.store.dispatch_listeners.remove(self._dispatched)
+        except ValueError:
+            pass
+
+    def _dispatched(self, _offset: int) -> None:
+        """Called on the store's dispatch thread after new messages reached their queues."""
+        if self._waiters and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.notify)
+
+    def notify(self) -> None:
+        """Wake every Fetch waiting for new messages (or the stop)."""
+        ev, self._arrived = self._arrived, asyncio.Event()
+        ev.set()
+
+    def arrival(self) -> asyncio.Event:
+        """The event the next dispatch sets; take it before looking at the store, then
+        ``wait_on`` it or ``release`` it."""
+        self._waiters += 1
+        return self._arrived
+
+    def release(self) -> None:
+        """An ``arrival()`` taken and not waited on after all."""
+        self._waiters -= 1
+
+    async def wait_on(self, event: asyncio.Event, timeout: float) -> None:
+        try:
+            if timeout > 0 and not self.stopping:
+                await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self._waiters -= 1
+
+    def count(self, api_name: str, code: str) -> None:
+        if self.metrics is not None:
+            m = self.metrics
+            m.child(m.requests, f"kafka.{api_name}", code).inc()
+
+
+class KafkaListener:
+    """``--kafka HOST:PORT`` of ``strata serve``."""
+
+    name = "kafka"
+
+    def __init__(self, cfg: "ServeConfig", node: "Node") -> None:
+        self.cfg = cfg
+        self.broker = KafkaBroker(cfg, node)
+        self.ssl = node.tls_context
+        self.port = cfg.kafka[1]
+        self._sock: socket.socket | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.Task] = set()
+        api.load_handlers()
+
+    def bind(self) -> int:
+        host, port = self.cfg.kafka
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+            family, kind, proto, _name, addr = infos[0]
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(addr)
+                sock.listen(512)
+            except BaseException:
+                sock.close()
+                raise
+        except OSError as exc:
+            shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise OSError(f"cannot listen on {shown} (--kafka): "
+                          f"{exc.strerror or exc}") from None
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self.broker.port = self.port
+        return self.port
+
+    async def start(self) -> None:
+        self.broker.start()
+        self._server = await asyncio.start_server(self._accept, sock=self._sock,
+                                                  ssl=self.ssl, limit=1 << 20)
+
+    def begin_stop(self) -> None:
+        self.broker.stopping = True
+        if self._server is not None:
+            self._server.close()
+        self.broker.notify()
+
+    async def stop(self) -> None:
+        if self._conns:
+            _done, pending = await asyncio.wait(set(self._conns), timeout=STOP_GRACE_S)
+            for t in pending:
+                t.cancel()
+        self.broker.close()
+
+    def summary(self) -> str:
+        b = self.broker
+        return f"kafka: {b.requests} requests on {b.connections} connections"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        task = asyncio.current_task()
+        self._conns.add(task)
+        self.broker.connections += 1
+        try:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = writer.get_extra_info("peername")
+            name = f"{peer[0]}:{peer[1]}" if peer else "?"
+            await serve_connection(self.broker, KafkaConnection(name), reader, writer)
+        finally:
+            self._conns.discard(task)
+
+
+async def _read_frames(broker: KafkaBroker, conn: KafkaConnection,
+                       reader: asyncio.StreamReader, queue: asyncio.Queue,
+                       writer: asyncio.StreamWriter) -> None:
+    handlers = api.HANDLERS
+    while not broker.stopping:
+        try:
+            head = await reader.readexactly(4)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        (size,) = _SIZE.unpack(head)
+        if not 0 < size <= MAX_FRAME:
+            log.warning("kafka %s: request size %d outside 1..%d; closing", conn.peer, size,
+                        MAX_FRAME)
+            return
+        try:
+            frame = memoryview(await reader.readexactly(size))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        try:
+            header = api.parse_header(frame)
+        except api.BadRequestError as exc:
+            log.warning("kafka %s: %s; closing", conn.peer, exc)
+            return
+        reg = handlers.get(header.api_key)
+        if reg is None or not reg.min_version <= header.api_version <= reg.max_version:
+            if header.api_key == 18:    # KIP-511: answer with the ranges, in v0's format
+                await queue.put((None, _unsupported_versions(header)))
+                continue
+            log.warning("kafka %s: api %d v%d is not supported (see ApiVersions); closing",
+                        conn.peer, header.api_key, header.api_version)
+            return
+        try:
+            request = api.decode_body(reg, header, frame)
+        except api.BadRequestError as exc:
+            log.warning("kafka %s: %s; closing", conn.peer, exc)
+            return
+        conn.requests += 1
+        broker.requests += 1
+        ctx = api.RequestContext(header.api_key, header.api_version, header.correlation_id,
+                                 header.client_id, conn.peer, conn.principal, conn, broker)
+        task = asyncio.ensure_future(reg.handler(ctx, request))
+        await queue.put((ctx, task))
+
+
+def _unsupported_versions(header: api.RequestHeader) -> bytes:
+    from strata.broker.kafka.versions import version_ranges
+    resp = api.response_class(18)[0](error_code=ke.UNSUPPORTED_VERSION,
+                                      api_keys=version_ranges())
+    return api.encode_response(resp, 0, header.correlation_id)
+
+
+async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
+                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Read requests, run their handlers, write their responses in order."""
+    queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
+    read = asyncio.ensure_future(_read_frames(broker, conn, reader, queue, writer))
+    done = object()
+    read.add_done_callback(lambda _t: queue.put_nowait((None, done))
+                           if not queue.full() else None)
+    try:
+        while True:
+            if read.done() and queue.empty():
+                break
+            ctx, item = await queue.get()
+            if item is done:
+                if queue.empty():
+                    break
+                continue
+            if ctx is None:                    # bytes already encoded
+                writer.write(item)
+                continue
+            name = api.HANDLERS[ctx.api_key].request.name
+            try:
+                response = await item
+            except Exception:   # noqa: BLE001 - a handler's bug closes this connection only
+                log.exception("kafka %s: %s v%d failed; closing the connection", conn.peer,
+                              name, ctx.api_version)
+                broker.count(name, "ERROR")
+                break
+            broker.count(name, "OK")
+            if response is not None:
+                writer.write(api.encode_response(response, ctx.api_version,
+                                                 ctx.correlation_id))
+            if writer.transport.get_write_buffer_size() > (1 << 20):
+                await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        read.cancel()
+        while not queue.empty():
+            _ctx, item = queue.get_nowait()
+            if isinstance(item, asyncio.Future):
+                item.cancel()
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 - the peer may be gone already
+            pass
+
+
+def monotonic() -> float:
+    return time.monotonic()

@@ -1,0 +1,130 @@
+"""Starting `strata serve --kafka` as its own process, and running Kafka client scripts
+(confluent-kafka, kafka-python, aiokafka, kcat) in processes of their own.
+
+``KafkaServer(directory, *args).start()`` waits for the start line and reads the Kafka port
+from it (``HOST:PORT (kafka)``); ``stop(sig)`` returns the exit code and keeps the log.
+``run_client(code, bootstrap, args)`` runs ``code`` after PRELUDE and returns the dict the
+script passed to ``out(...)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+SMALL_STORE = ("segment_size=4194304", "index_slots=4096", "index_entries=16384",
+               "prefault=false")
+
+PRELUDE = '''
+import json, sys, time
+BOOTSTRAP = sys.argv[1]
+ARGS = json.loads(sys.argv[2])
+
+def out(**kw):
+    print("RESULT " + json.dumps(kw), flush=True)
+'''
+
+
+class KafkaServer:
+    """A running `strata serve --kafka` process (and gRPC too with ``grpc=True``)."""
+
+    def __init__(self, directory: Path, *args: str, grpc: bool = False) -> None:
+        self.directory = directory
+        self.args = args
+        self.grpc = grpc
+        self.proc: subprocess.Popen | None = None
+        self.bootstrap = ""
+        self.endpoint = ""          # the gRPC endpoint, with grpc=True
+        self.lines: list[str] = []
+
+    def start(self, port: int = 0) -> "KafkaServer":
+        cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(self.directory),
+               "--kafka", f"127.0.0.1:{port}", "--exit-with-parent", *self.args]
+        if self.grpc:
+            cmd += ["--listen", "127.0.0.1:0"]
+        for opt in SMALL_STORE:
+            cmd += ["--store-option", opt]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError(f"strata serve exited: {''.join(self.lines)}")
+            self.lines.append(line)
+            m = re.search(r"([\d.]+):(\d+) \(kafka\)", line)
+            if m:
+                self.bootstrap = f"{m.group(1)}:{m.group(2)}"
+                g = re.search(r"listening on ([\d.]+):(\d+)[,( ]", line)
+                if self.grpc and g:
+                    self.endpoint = f"{g.group(1)}:{g.group(2)}"
+                return self
+        raise RuntimeError("strata serve did not start in 60 s")
+
+    @property
+    def port(self) -> int:
+        return int(self.bootstrap.rsplit(":", 1)[1])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            _, rest = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, rest = self.proc.communicate()
+        self.lines.append(rest or "")
+        return self.proc.returncode
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+
+def run_client(code: str, bootstrap: str, args: object = None, *, timeout: float = 120,
+               home: Path | None = None) -> dict:
+    """Run ``code`` (after PRELUDE) in its own Python process; the dict it passed to
+    ``out``. ``args`` reaches it as ``ARGS``."""
+    env = dict(os.environ)
+    if home is not None:
+        env["HOME"] = str(home)
+    script = PRELUDE + textwrap.dedent(code)
+    p = subprocess.run([sys.executable, "-c", script, bootstrap, json.dumps(args)],
+                       capture_output=True, text=True, timeout=timeout, env=env)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise AssertionError(f"client failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n"
+                         f"{p.stderr[-5000:]}")
+
+
+@pytest.fixture(scope="module")
+def kafka_server(tmp_path_factory):
+    """One `strata serve --kafka` (with gRPC too) for a test module."""
+    s = KafkaServer(tmp_path_factory.mktemp("kafka") / "store", grpc=True).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def kafka_factory(tmp_path: Path):
+    started: list[KafkaServer] = []
+
+    def make(*args: str, directory: Path | None = None, grpc: bool = False) -> KafkaServer:
+        s = KafkaServer(directory or tmp_path / "store", *args, grpc=grpc).start()
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop(signal.SIGTERM)
