@@ -126,8 +126,9 @@ def kp_produce(a) -> None:
 
 def kp_consumer(a, **extra):
     from kafka import KafkaConsumer
-    return KafkaConsumer(**kp_conf(a), group_id=a.group, auto_offset_reset="earliest",
-                         enable_auto_commit=False, **extra)
+    conf = {**kp_conf(a), "group_id": a.group, "auto_offset_reset": "earliest",
+            "enable_auto_commit": False, **extra}
+    return KafkaConsumer(**conf)
 
 
 def kp_consume(a) -> None:

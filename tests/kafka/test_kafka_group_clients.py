@@ -6,6 +6,8 @@ and one kafka-python consumer over six partitions; committed offsets surviving a
 from __future__ import annotations
 
 import json
+import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -70,16 +72,17 @@ def test_mixed_group_reads_every_message_once(server, tmp_path):
     topic, group = "mixed", "mixed-group"
     create_topic(server, topic, 6)
     stop = tmp_path / "stop"
+    logs = [open(tmp_path / f"member{i}.log", "w") for i in range(3)]
     members = [subprocess.Popen([sys.executable, SCRIPT, "member", name, server.bootstrap,
                                  topic, group, "--stop", str(stop)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for name in ("confluent", "confluent", "kafka-python")]
+                                stdout=subprocess.PIPE, stderr=logs[i], bufsize=0)
+               for i, name in enumerate(("confluent", "confluent", "kafka-python"))]
     try:
         # wait until the three hold disjoint assignments covering the six partitions
-        import selectors
         sel = selectors.DefaultSelector()
         for i, m in enumerate(members):
             sel.register(m.stdout, selectors.EVENT_READ, i)
+        pending = [b"", b"", b""]      # raw reads: a buffered readline would hide lines
         assigned: dict[int, list[int]] = {}
         got: list[tuple[int, str]] = []
 
@@ -87,19 +90,24 @@ def test_mixed_group_reads_every_message_once(server, tmp_path):
             end = time.monotonic() + seconds
             while not done() and time.monotonic() < end:
                 for key, _ in sel.select(timeout=max(0.0, end - time.monotonic())):
-                    line = key.fileobj.readline()
-                    if not line:
+                    chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                    if not chunk:
                         sel.unregister(key.fileobj)
                         continue
-                    ev = json.loads(line)
-                    if "assigned" in ev:
-                        assigned[key.data] = ev["assigned"]
-                    elif "revoked" in ev:
-                        assigned.pop(key.data, None)
-                    elif "msg" in ev:
-                        got.append((key.data, ev["msg"]))
-                    elif "error" in ev:
-                        raise AssertionError(f"member {key.data}: {ev['error']}")
+                    *lines, pending[key.data] = (pending[key.data] + chunk).split(b"\n")
+                    for line in lines:
+                        if line.startswith(b"{"):
+                            handle(key.data, json.loads(line))
+
+        def handle(who: int, ev: dict) -> None:
+            if "assigned" in ev:
+                assigned[who] = ev["assigned"]
+            elif "revoked" in ev:
+                assigned.pop(who, None)
+            elif "msg" in ev:
+                got.append((who, ev["msg"]))
+            elif "error" in ev:
+                raise AssertionError(f"member {who}: {ev['error']}")
 
         def balanced() -> bool:
             parts = [p for ps in assigned.values() for p in ps]
@@ -121,6 +129,8 @@ def test_mixed_group_reads_every_message_once(server, tmp_path):
             except subprocess.TimeoutExpired:
                 m.kill()
                 m.wait()
+        for f in logs:
+            f.close()
 
 
 def test_committed_offsets_survive_sigkill(tmp_path):
