@@ -181,7 +181,8 @@ def header_flexible(api_key: int, version: int) -> bool:
     this broker, KIP-511) counts as flexible when the schema's newest is."""
     _index_classes()
     req = _REQUESTS.get(api_key)
-    if req is None or req._flexible_versions is None:
+    # flexibleVersions "none" (SaslHandshake) reads as (-1, -1)
+    if req is None or req._flexible_versions is None or req._flexible_versions[0] < 0:
         return False
     return req._flexible_versions[0] <= version
 
