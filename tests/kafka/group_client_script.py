@@ -16,22 +16,45 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
 
 DEADLINE_S = 60
+CLIENT_ERRORS: list[str] = []     # what the client library reported on the side (auth)
 
 
 def say(**kw) -> None:
     print(json.dumps(kw), flush=True)
 
 
+class _Keep(logging.Handler):
+    """kafka-python logs a refused SASL authentication and then retries until its
+    bootstrap timeout; keep the reason for the error line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Authentication" in text or "Sasl" in text or "authorized" in text:
+            CLIENT_ERRORS.append(text)
+
+
+logging.getLogger("kafka").addHandler(_Keep(logging.WARNING))
+
+
+def check_side_errors() -> None:
+    """confluent-kafka: a refused authentication arrives through error_cb; stop at once."""
+    for e in CLIENT_ERRORS:
+        if "_AUTHENTICATION" in e:
+            raise RuntimeError(e)
+
+
 # ---------------------------------------------------------------------- confluent-kafka
 
 
 def ck_conf(a) -> dict:
-    conf = {"bootstrap.servers": a.bootstrap, "broker.address.family": "v4"}
+    conf = {"bootstrap.servers": a.bootstrap, "broker.address.family": "v4",
+            "error_cb": lambda err: CLIENT_ERRORS.append(str(err))}
     if a.sasl:
         conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": a.sasl[0],
                      "sasl.username": a.sasl[1], "sasl.password": a.sasl[2]})
@@ -41,11 +64,13 @@ def ck_conf(a) -> dict:
 def ck_produce(a) -> None:
     from confluent_kafka import KafkaException, Producer
     errors = []
-    p = Producer({**ck_conf(a), "acks": "all"})
+    p = Producer({**ck_conf(a), "acks": "all", "message.timeout.ms": DEADLINE_S * 1000})
     for i in range(a.start, a.start + a.n):
         p.produce(a.topic, value=f"m{i}".encode(), key=f"k{i}".encode(),
                   on_delivery=lambda err, msg: err and errors.append(str(err)))
-    left = p.flush(DEADLINE_S)
+    end = time.time() + DEADLINE_S
+    while (left := p.flush(0.2)) and time.time() < end:
+        check_side_errors()
     if errors or left:
         raise KafkaException(errors[0] if errors else f"{left} messages not delivered")
     say(produced=a.n)
@@ -64,6 +89,7 @@ def ck_consume(a) -> None:
     got, end = [], time.time() + DEADLINE_S
     while len(got) < a.n and time.time() < end:
         m = c.poll(0.5)
+        check_side_errors()
         if m is None:
             continue
         if m.error():
@@ -109,7 +135,8 @@ def kp_conf(a) -> dict:
     conf = {"bootstrap_servers": a.bootstrap}
     if a.sasl:
         conf.update({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": a.sasl[0],
-                     "sasl_plain_username": a.sasl[1], "sasl_plain_password": a.sasl[2]})
+                     "sasl_plain_username": a.sasl[1], "sasl_plain_password": a.sasl[2],
+                     "bootstrap_timeout_ms": 8000})
     return conf
 
 
@@ -143,7 +170,7 @@ def kp_consume(a) -> None:
     parts = sorted({p for p, _o, _v in got})
     committed = {p: c.committed(TopicPartition(a.topic, p)) for p in parts}
     c.close()
-    say(got=[v for _p, _o, v in got], committed=committed)
+    say(got=[v for _p, _o, v in got], committed=committed, logged=CLIENT_ERRORS)
 
 
 def kp_member(a) -> None:
@@ -258,7 +285,10 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--stop")
     ap.add_argument("--sasl", nargs=3)
+    ap.add_argument("--deadline", type=float, default=60.0, help="seconds to wait")
     a = ap.parse_args()
+    global DEADLINE_S
+    DEADLINE_S = a.deadline
     plain = a.mode in ("produce", "create")
     a.group = a.rest[0] if not plain and a.rest else None
     nums = a.rest if plain else a.rest[1:]
@@ -269,7 +299,8 @@ def main() -> None:
         if asyncio.iscoroutine(out):
             asyncio.run(out)
     except Exception as exc:        # noqa: BLE001 - the test reads what went wrong
-        say(error=f"{type(exc).__name__}: {exc}")
+        side = f" ({CLIENT_ERRORS[-1]})" if CLIENT_ERRORS else ""
+        say(error=f"{type(exc).__name__}: {exc}{side}")
         sys.exit(3)
 
 
