@@ -37,7 +37,9 @@ One JSON object per line, each with "bench": "consume" and a "case":
   case is kept, and ``peer_ratio`` gives strata / SQLite for each (with ``strata_src``, the
   source tree measured: run it with another ``PYTHONPATH`` for an A/B). A get's messages are
   made when first read (``MessageBatch``), so the counting pass measures the read path and
-  the body-reading pass adds making every message object. ``--peer-only`` runs just this.
+  the body-reading pass adds making every message object. ``get_columns`` drains the same
+  queues as Arrow record batches of 1000 (every body in the ``body`` column).
+  ``--peer-only`` runs just this.
 * ``get_crc``: what checking every record's CRC32C on read costs (``verify_crc_on_read``, on
   by default): for 100 B and 1 KiB bodies, a topic of ``--crc-msgs`` messages (default
   1,000,000 of 100 B, a fifth of that of 1 KiB) consumed whole through ``store.get`` with
@@ -376,7 +378,8 @@ def peer_pair(d: Path, n: int, size: int, seg: int, rounds: int) -> tuple[dict, 
              "consume": lambda: drain_topic(store, 1000),
              "consume_body_read": lambda: drain_topic(store, 1000, touch=True),
              "scan": lambda: scan_count(store),
-             "scan_body_read": lambda: scan_bodies(store)}
+             "scan_body_read": lambda: scan_bodies(store),
+             "get_columns": lambda: drain_columns(store, 1000)}
     best = dict.fromkeys(cases, float("inf"))
     counts = {}
     try:
@@ -409,6 +412,22 @@ def peer_pair(d: Path, n: int, size: int, seg: int, rounds: int) -> tuple[dict, 
                       "*_body_read also reads every message's body; best of the rounds, "
                       "SQLite's read in the same rounds"})
     return s, m
+
+
+def drain_columns(store, batch: int) -> int:
+    """Consume every queue of the topic from offset 0 with get_columns (bodies, keys, offsets,
+    timestamps as Arrow arrays: every body is in the ``body`` column); the rows read."""
+    got = 0
+    for q in range(QUEUES):
+        off = 0
+        while True:
+            r = store.get_columns(TOPIC, q, off, batch)
+            n = r.batch.num_rows
+            if not n:
+                break
+            got += n
+            off = r.next_offset
+    return got
 
 
 def drain_topic(store, batch: int, touch: bool = False) -> int:
@@ -473,7 +492,7 @@ def run_peers(scratch: Path, peer_n: int, seg: int, rounds: int) -> dict:
             m["publish_msgs_s"] / s["publish_msgs_s"], 2)
         ratio[f"publish_incl_dispatch_{size}B_strata_over_sqlite"] = round(
             m["publish_incl_dispatch_msgs_s"] / s["publish_msgs_s"], 2)
-        for what in ("consume", "consume_body_read", "scan", "scan_body_read"):
+        for what in ("consume", "consume_body_read", "scan", "scan_body_read", "get_columns"):
             ratio[f"{what}_{size}B_strata_over_sqlite"] = round(
                 m[f"{what}_msgs_s"] / s["consume_msgs_s"], 2)
     return emit(ratio)

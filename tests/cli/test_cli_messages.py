@@ -184,7 +184,7 @@ def test_demo_stamps_born_times_and_shows_the_plain_batch_rate_beside_its_own(tm
     shown = out.getvalue()
     assert ok, shown
     assert "append, rich messages" in shown and "append, plain messages" in shown
-    assert "per-message path" in shown and "column-by-column" in shown
+    assert "column-by-column" in shown and "a batch at a time" in shown
     assert shown.count("msg/s") >= 2
     with strata.open(tmp_path / "d", readonly=True) as store:
         msgs = list(store.scan())

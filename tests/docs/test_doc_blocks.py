@@ -135,6 +135,9 @@ class Serve:
             args[i] = args[i].rsplit(":", 1)[0] + ":0"
         else:
             args += ["--listen", "127.0.0.1:0"]
+        if "--kafka" in args:
+            i = args.index("--kafka") + 1
+            args[i] = args[i].rsplit(":", 1)[0] + ":0"
         self.proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", *args,
                                       "--exit-with-parent"], cwd=cwd, text=True,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

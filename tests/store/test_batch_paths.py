@@ -36,6 +36,19 @@ def message(i: int, kind: str) -> strata.Message:
     if kind == "keys":
         return strata.Message("plain", body, keys=(f"k{i}", "shared"), tags=f"t{i % 3}",
                               properties={"n": str(i), "ü": "ß"} if i % 4 else None)
+    if kind == "topics":  # several topics (demo-like), some with shard keys, some plain
+        topic = ["a", "bb", "plain"][i % 3]
+        if i % 7 == 0:
+            return strata.Message(topic, body)
+        return strata.Message(topic, body, keys=[f"k{i}", "s"], tags=f"t{i % 3}",
+                              properties={"r": "eu", "n": str(i)},
+                              shard_key=f"e{i // 3}" if i % 2 else None,
+                              born_timestamp=1000 + i)
+    if kind == "shard":  # one topic, shard keys on most (the rest round-robin), born times
+        return strata.Message("plain", body, keys=[f"k{i}"] * (i % 3), tags=f"t{i}" if i % 2
+                              else None, properties={"p": "é" * (i % 4)} if i % 5 else {},
+                              shard_key=(f"s{i % 7}" if i % 2 else i % 11) if i % 4 else None,
+                              born_timestamp=1000 + i)
     return strata.Message(["a", "b", "plain"][i % 3], body, keys=(f"k{i}",) if i % 2 else (),
                           queue_id=i % 2 if i % 5 == 0 else None,
                           shard_key=f"s{i % 7}" if i % 5 == 1 else None,
@@ -50,7 +63,9 @@ def message(i: int, kind: str) -> strata.Message:
 @example(kind="keys", sizes=[150, 3])
 @example(kind="mixed", sizes=[150, 1])
 @example(kind="born", sizes=[40, 2])
-@given(kind=st.sampled_from(["plain", "born", "keys", "mixed"]),
+@example(kind="shard", sizes=[100, 40, 5])
+@example(kind="topics", sizes=[120, 33, 2])
+@given(kind=st.sampled_from(["plain", "born", "keys", "shard", "topics", "mixed"]),
        sizes=st.lists(st.integers(1, 150), min_size=1, max_size=4))
 def test_batched_and_single_puts_write_the_same_bytes(tmp_path_factory, clock, kind, sizes):
     root = tmp_path_factory.mktemp("paths")

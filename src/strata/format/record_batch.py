@@ -187,6 +187,15 @@ class MessageBatch(Sequence):
         rows = np.frombuffer(self._buf, np.uint8)[starts[:, None] + np.arange(width)]
         return self._buf[a[0]:b[0]] if (rows == rows[0]).all() else None
 
+    def table(self) -> tuple[bytes, np.ndarray] | None:
+        """(buffer, field table) of the messages not made yet — ``record_table.F_*`` rows,
+        section positions relative to the buffer — for a reader that turns them into
+        columns of its own (the Kafka listener's Fetch) without making a message each; None
+        once they are made (or for a batch made of messages)."""
+        if self._items is not None or self._fields.shape[1] == 0:
+            return None
+        return self._buf, self._fields
+
     def _list(self) -> list[rec.StoredMessage]:
         items = self._items
         if items is None:

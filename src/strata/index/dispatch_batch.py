@@ -29,6 +29,7 @@ from strata.log.record_fields import FieldRun, fields_at, past_damage, walk_fiel
 
 log = logging.getLogger(__name__)
 
+_TAG_HASH = tag_hash
 SMALL_BATCH = 16  # up to this many records, plain Python beats numpy's per-call cost
 # What parsing a damaged record's topic or properties can raise.
 PARSE_ERRORS = (CorruptRecordError, struct.error, UnicodeDecodeError, ValueError, IndexError)
@@ -42,7 +43,7 @@ class DispatchBatch:
     """
 
     __slots__ = ("topics", "topic_codes", "queue_ids", "queue_offsets", "offsets", "sizes",
-                 "tag_hashes", "store_timestamps", "sys_flags", "keyed")
+                 "tag_hashes", "store_timestamps", "sys_flags", "_keyed", "keys")
 
     def __init__(self, topics: list[str], topic_codes, queue_ids, queue_offsets, offsets,
                  sizes, tag_hashes, store_timestamps, sys_flags,
@@ -56,7 +57,20 @@ class DispatchBatch:
         self.tag_hashes = np.asarray(tag_hashes, np.int64)
         self.store_timestamps = np.asarray(store_timestamps, np.int64)
         self.sys_flags = np.asarray(sys_flags, np.int64)
-        self.keyed = keyed
+        self._keyed = keyed
+        self.keys: KeyColumns | None = None
+
+    @property
+    def keyed(self) -> list[tuple[int, list[str], str | None]]:
+        """``(row, keys, unique key)`` of the records with keys or a unique key (made from
+        ``keys`` when the compiled reader found them)."""
+        if self._keyed is None:
+            self._keyed = self.keys.keyed()
+        return self._keyed
+
+    @keyed.setter
+    def keyed(self, value: list[tuple[int, list[str], str | None]]) -> None:
+        self._keyed = value
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -129,6 +143,65 @@ class DispatchBatch:
 EMPTY = DispatchBatch([], [], [], [], [], [], [], [], [], [])  # (never modified)
 
 
+class KeyColumns:
+    """The keys of a batch's records as columns (from the compiled properties reader): key
+    ``k`` belongs to row ``rows[k]``, hashes to ``hashes[k]`` in the key index (``topic#key``),
+    its text is ``text[at[k]:at[k + 1]]`` and ``uniq[k]`` marks a unique key; in row order,
+    each row's keys before its unique key."""
+
+    __slots__ = ("rows", "hashes", "text", "at", "uniq")
+
+    def __init__(self, rows: np.ndarray, hashes: np.ndarray, text: bytes, at: np.ndarray,
+                 uniq: np.ndarray) -> None:
+        self.rows, self.hashes, self.text, self.at, self.uniq = rows, hashes, text, at, uniq
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def keyed(self) -> list[tuple[int, list[str], str | None]]:
+        out: list[tuple[int, list[str], str | None]] = []
+        text, at = self.text, self.at.tolist()
+        last = -1
+        for k, (row, u) in enumerate(zip(self.rows.tolist(), self.uniq.tolist())):
+            value = text[at[k]:at[k + 1]].decode("utf-8")
+            if row != last:
+                out.append((row, [], None))
+                last = row
+            if u:
+                out[-1] = (row, out[-1][1], value)
+            else:
+                out[-1][1].append(value)
+        return out
+
+
+def _scan_keys(run: FieldRun, rows: np.ndarray, topic_at: np.ndarray, props_at: np.ndarray,
+               body_at: np.ndarray, tags: np.ndarray) -> tuple[KeyColumns | None, bool]:
+    """Tags (into ``tags[rows]``) and keys of the records at ``rows`` (non-empty properties)
+    in compiled code. (keys or None if none, True), or (None, False) if some section did not
+    parse cleanly (the Python reader then reads them all and finds what is wrong)."""
+    from strata.format import property_kernels as pk
+    ta, pa, ba = topic_at[rows], props_at[rows], body_at[rows]
+    cap = int((ba - pa).sum()) // 8 + 1     # a key entry takes at least 8 bytes
+    t = np.zeros(len(rows), np.int64)
+    k_row, k_hash, k_at, k_end = (np.empty(cap, np.int64) for _ in range(4))
+    k_uniq = np.empty(cap, np.uint8)
+    m = pk.scan_properties(run.data, ta, pa, ba, t, k_row, k_hash, k_at, k_end, k_uniq)
+    if m < 0:
+        return None, False
+    tags[rows] = t
+    if m == 0:
+        return None, True
+    k_at, k_end = k_at[:m], k_end[:m]
+    lens = k_end - k_at
+    at = np.zeros(m + 1, np.int64)
+    np.cumsum(lens, out=at[1:])
+    # every key's bytes gathered in one step: position of byte j of key k = k_at[k] + j
+    where = np.repeat(k_at - at[:-1], lens) + np.arange(int(at[-1]), dtype=np.int64)
+    text = run.data[where].tobytes()
+    return KeyColumns(rows[k_row[:m]], k_hash[:m].copy(), text, at,
+                      k_uniq[:m].astype(bool)), True
+
+
 class TopicNames:
     """Topic bytes to (name, code) for one reader; codes are small ints stable per reader."""
 
@@ -190,6 +263,7 @@ def _columns(run: FieldRun, f: np.ndarray, names: TopicNames) -> DispatchBatch:
     parsed."""
     n = f.shape[1]
     keyed: list[tuple[int, list[str], str | None]] = []
+    key_cols = None
     tags: list[int] | np.ndarray
     if n <= SMALL_BATCH:   # a handful: plain Python beats numpy's per-call cost
         topic_at, props_at, body_at = f[_AT_ROWS].tolist()
@@ -201,10 +275,20 @@ def _columns(run: FieldRun, f: np.ndarray, names: TopicNames) -> DispatchBatch:
         codes = _topic_codes(run, topic_at, props_at, names)
         tags = np.zeros(n, np.int64)
         rows = np.flatnonzero(body_at - props_at)
-        _properties(run, rows.tolist(), props_at[rows].tolist(), body_at[rows].tolist(), tags,
-                    keyed)
+        # the compiled reader computes format.consume_queue's tag code; one replaced here
+        # (tests force collisions so) sends the batch to the Python reader
+        key_cols, scanned = _scan_keys(run, rows, topic_at, props_at, body_at, tags) \
+            if len(rows) and tag_hash is _TAG_HASH else (None, not len(rows))
+        if not scanned:
+            _properties(run, rows.tolist(), props_at[rows].tolist(), body_at[rows].tolist(),
+                        tags, keyed)
     batch = DispatchBatch.__new__(DispatchBatch)   # the rows are int64 already: no asarray
-    batch.topics, batch.keyed = names.names, keyed
+    batch.topics = names.names
+    batch.keys = None
+    if n > SMALL_BATCH and key_cols is not None:
+        batch.keys, batch._keyed = key_cols, None
+    else:
+        batch._keyed = keyed
     batch.topic_codes = np.asarray(codes, np.int64)
     batch.tag_hashes = np.asarray(tags, np.int64)
     (batch.queue_ids, batch.queue_offsets, batch.offsets, batch.sizes, batch.store_timestamps,

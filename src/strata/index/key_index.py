@@ -455,6 +455,59 @@ class KeyIndex:
                 self._truncate_locked(start_end)
                 raise
 
+    @property
+    def hashes_keys_by_default(self) -> bool:
+        """True when keys hash with ``key_index.key_hash`` (no ``hash_fn`` given): then the
+        compiled dispatch reader's hashes are this index's (``put_hashed``)."""
+        return self._hash is fmt.key_hash
+
+    def put_hashed(self, hashes: np.ndarray, offsets: np.ndarray, timestamps: np.ndarray
+                   ) -> None:
+        """``put_batch`` of keys already hashed (31-bit ``key_hash`` of ``topic#key``, int64
+        arrays in commit-log order): the entries written in compiled code
+        (``property_kernels.put_entries``), a file at a time. Same entries, same all or
+        nothing."""
+        from strata.format import property_kernels as pk
+        self._writable()
+        with self._lock:
+            start_end = self._end_locked()
+            keep = offsets >= start_end
+            if not keep.all():
+                hashes, offsets, timestamps = hashes[keep], offsets[keep], timestamps[keep]
+            n = len(hashes)
+            if not n:
+                return
+            if n > 1 and (np.diff(offsets) < 0).any():
+                raise InvalidInputError("key index items must come in commit-log order")
+            try:
+                k = 0
+                f = self._files[-1] if self._files else None
+                while k < n:
+                    if f is None or f.count >= f.capacity:
+                        if f is not None:
+                            f.end_offset = int(offsets[k - 1]) if k else f.end_offset
+                            f.store_counters()
+                        f = self._create(int(offsets[k]), int(timestamps[k]))
+                        f.count, f.used, f.min_d, f.max_d, f.last_d = 1, 0, 0, 0, 0
+                        f.flags &= ~_NOT_MONO
+                    state = np.array([f.count, f.used, f.min_d, f.max_d, f.last_d,
+                                      1 if f.flags & _NOT_MONO else 0], np.int64)
+                    first = k
+                    k = pk.put_entries(np.frombuffer(f.mm, np.uint8), _SLOTS_AT, f.slots,
+                                       f.entries_pos, f.base_ts, f.capacity, state, hashes,
+                                       offsets, timestamps, k, _DELTA_MIN, _DELTA_MAX)
+                    count, used, min_d, max_d, last_d, not_mono = state.tolist()
+                    f.count, f.used, f.min_d, f.max_d, f.last_d = count, used, min_d, max_d, \
+                        last_d
+                    f.flags = (f.flags & ~_NOT_MONO) | (_NOT_MONO if not_mono else 0)
+                    if k > first and count > 1:
+                        f.end_offset = int(offsets[k - 1])
+                    f.store_counters()
+                    f.dirty = True
+            except BaseException:
+                self._truncate_locked(start_end)
+                raise
+
     def _put_locked(self, items: Sequence[tuple[str, int, int]], start_end: int) -> None:
         hash_fn = self._hash
         inline_crc = hash_fn is fmt.key_hash      # the default, inlined: saves a call per key

@@ -183,6 +183,18 @@ class KeyIndexDispatcher:
     def dispatch(self, batch: DispatchBatch | Sequence[DispatchRequest]) -> None:
         if not isinstance(batch, DispatchBatch):
             batch = DispatchBatch.from_requests(batch)
+        cols = batch.keys
+        if cols is not None and self.index.hashes_keys_by_default:
+            # keys found and hashed by the compiled reader: their entries in one compiled pass
+            rows = cols.rows
+            keep = (batch.sys_flags[rows] & TX_TYPE_MASK) != TX_ROLLBACK
+            if not keep.all():
+                rows, hashes = rows[keep], cols.hashes[keep]
+            else:
+                hashes = cols.hashes
+            if len(rows):
+                self.index.put_hashed(hashes, batch.offsets[rows], batch.store_timestamps[rows])
+            return
         if not batch.keyed:
             return
         items = []

@@ -98,3 +98,70 @@ def offset_runs(segments: list[MappedSegment], offsets: np.ndarray):
         if last.base_offset <= int(offsets[0]) and int(offsets[-1]) < last.end_offset:
             return [(0, len(offsets), last)]
     return segment_runs(segments, offsets)
+
+
+@dataclass
+class ColumnsRead:
+    """Records read as columns (``read_columns``): the field table (``record_kernels.F_*``
+    rows; positions meaningless, the data was copied out) and the bodies and properties
+    sections of the records, each packed into one buffer with n + 1 offsets."""
+
+    fields: np.ndarray
+    bodies: np.ndarray
+    body_offsets: np.ndarray
+    properties: np.ndarray
+    prop_offsets: np.ndarray
+
+
+def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int, *,
+                 verify_crc: bool, topic: str, queue_id: int,
+                 queue_offsets: np.ndarray) -> ColumnsRead | None:
+    """``read_offsets`` for a reader that wants columns: each record checked in the one
+    compiled pass (CRC32C, and that it is message ``queue_offsets[i]`` of ``topic`` /
+    ``queue_id``), then its body and properties copied once, straight from the segment's map,
+    into a bodies buffer and a properties buffer. None unless every record is GOOD (the caller
+    then takes the per-record path, which says what is wrong)."""
+    from strata.format import column_kernels as ck
+    kernels = rk.kernels()
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    n = len(offsets)
+    status = np.empty(n, np.uint8)
+    fields = np.empty((rk.FIELDS, n), np.int64)
+    name = _topic_array(topic)
+    runs = []
+    for lo, hi, seg in offset_runs(segments, offsets):
+        if seg is None or seg.closed:
+            return None
+        end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
+        try:
+            data = segment_map(seg)
+        except ValueError:   # closed by retention just now
+            return None
+        good, _nbytes = kernels.check_at(data, offsets[lo:hi] - (seg.base_offset - HEADER_AREA),
+                                         offsets[lo:hi], end, verify_crc, name, queue_id,
+                                         queue_offsets[lo:hi], fields[:, lo:hi], status[lo:hi])
+        if good < hi - lo:
+            return None
+        runs.append((lo, hi, data))
+    body_off = np.empty(n + 1, np.int64)
+    prop_off = np.empty(n + 1, np.int64)
+    ck.section_offsets(fields, rk.F_BODY_AT, rk.F_BODY_END, body_off, prop_off)
+    bodies = np.empty(int(body_off[-1]), np.uint8)
+    props = np.empty(int(prop_off[-1]), np.uint8)
+    for lo, hi, data in runs:
+        ck.gather_sections(data, fields, lo, hi - lo, rk.F_BODY_AT, rk.F_BODY_END, body_off,
+                           prop_off, bodies, props)
+    return ColumnsRead(fields, bodies, body_off, props, prop_off)
+
+
+_TOPICS: dict[str, np.ndarray] = {}
+
+
+def _topic_array(topic: str) -> np.ndarray:
+    """A topic's name as uint8 (cached: a reader asks for the same few topics)."""
+    a = _TOPICS.get(topic)
+    if a is None:
+        a = np.frombuffer(topic.encode("ascii"), np.uint8)
+        if len(_TOPICS) < 1024:
+            _TOPICS[topic] = a
+    return a

@@ -25,7 +25,7 @@ from strata.format import record as rec
 from strata.format.record_batch import MessageBatch, write_records
 from strata.format.record_table import F_PHYS
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
-from strata.log.batch_reader import OffsetsRead, read_offsets
+from strata.log.batch_reader import OffsetsRead, read_columns, read_offsets
 from strata.log.record_fields import check_offsets
 from strata.log.record_walk import WALK_ROWS, Run, record_start, walk_log, walk_runs
 
@@ -373,6 +373,14 @@ class CommitLog:
         return read_offsets(list(self.segments.segments), offsets, limit,
                             verify_crc=verify_crc, topic=topic, queue_id=queue_id,
                             queue_offsets=queue_offsets, topics=self._topic_names)
+
+    def read_columns(self, offsets: np.ndarray, limit: int, *, verify_crc: bool, topic: str,
+                     queue_id: int, queue_offsets: np.ndarray):
+        """The records at ``offsets`` as columns (``strata.log.batch_reader.read_columns``):
+        None unless each is that queue's intact message of that offset."""
+        return read_columns(list(self.segments.segments), offsets, limit,
+                            verify_crc=verify_crc, topic=topic, queue_id=queue_id,
+                            queue_offsets=queue_offsets)
 
     def check_offsets(self, offsets: np.ndarray, limit: int, *, topic: bytes, queue_id: int,
                       queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

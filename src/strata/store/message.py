@@ -203,8 +203,8 @@ class PutResults(Sequence):
         if items is None:
             offsets, sizes, ts, topics, qids, qoffs, prefix = self._columns
             n = len(sizes)
-            offsets, qids, qoffs = (v.tolist() if isinstance(v, np.ndarray) else v
-                                    for v in (offsets, qids, qoffs))
+            offsets, sizes, qids, qoffs = (v.tolist() if isinstance(v, np.ndarray) else v
+                                           for v in (offsets, sizes, qids, qoffs))
             items = self._items = list(map(tuple.__new__, repeat(PutResult, n), zip(
                 repeat(self.status, n), offsets, sizes, repeat(ts, n),
                 repeat(topics, n) if isinstance(topics, str) else topics, qids, qoffs,
@@ -220,7 +220,7 @@ class PutResults(Sequence):
             n = len(sizes)
             if -n <= i < n:
                 return tuple.__new__(PutResult, (
-                    self.status, int(offsets[i]), sizes[i], ts,
+                    self.status, int(offsets[i]), int(sizes[i]), ts,
                     topics if isinstance(topics, str) else topics[i], int(qids[i]),
                     int(qoffs[i]), prefix))
         return self._list()[i]

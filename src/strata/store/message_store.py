@@ -35,6 +35,7 @@ from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
 from strata.index.queue_recovery import recover_queues, rederive_unit
+from strata.store import arrow_read
 from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
                                   PutResults, PutStatus)
 from strata.store import tier_link
@@ -455,6 +456,44 @@ class MessageStore:
                 raise InvalidInputError(f"put_batch takes an iterable of strata.Message, got "
                                         f"{type(msgs).__name__}") from None
         batch = self._encoder.prepare(msgs)
+        return self._put_prepared(batch, msgs)
+
+    def put_columns(self, topic: str, queue_id: int | None, bodies, *, keys=None, tags=None,
+                    properties=None, born_timestamps=None) -> PutResults:
+        """Append a batch given as columns, one item per message, all to ``topic`` and queue
+        ``queue_id`` (None: round-robin over the topic's queues, as ``put_batch``). The records
+        are the ones ``put_batch`` writes for ``Message(topic, body, keys=..., tags=...,
+        properties=..., born_timestamp=...)`` of the same values, encoded in one compiled pass;
+        results, durability (group commit under sync flush) and errors are ``put_batch``'s.
+
+        Columns (each of ``len(bodies)`` items; a ``strata.format.columns.BytesColumn`` — one
+        buffer and n + 1 offsets, e.g. an Arrow binary array's — or a Python sequence):
+
+        - ``bodies``: each message's body (bytes-like items).
+        - ``keys``: None (no keys), or a BytesColumn of one UTF-8 key per message (an empty item:
+          no key), or a sequence holding per message None, one key (str, or UTF-8 bytes) or a
+          list/tuple of keys. Each key is indexed for ``query`` (at most 65535 bytes).
+        - ``tags``: None, or one tag per message (BytesColumn of UTF-8 or str / None items;
+          empty: no tag).
+        - ``properties``: None, or per message the user properties: a BytesColumn of
+          pre-encoded property sections (entries back to back, each a little-endian u16 name
+          length, the UTF-8 name, a u16 value length, the UTF-8 value: docs/format.md's
+          properties encoding; empty: none; names KEYS and TAGS refused), or a sequence of
+          mappings of str to str (or None).
+        - ``born_timestamps``: None (0 for all), or ms since the epoch per message (a numpy
+          integer array or a sequence of int / None).
+
+        Invalid input raises (InvalidInputError and subclasses, naming the message) before
+        anything is written."""
+        self._check_writable()
+        batch = self._encoder.prepare_columns(topic, bodies, keys=keys, tags=tags,
+                                              properties=properties,
+                                              born_timestamps=born_timestamps,
+                                              queue_id=queue_id)
+        return self._put_prepared(batch, None)
+
+    def _put_prepared(self, batch, msgs: Sequence[Message] | None) -> PutResults:
+        """Append a prepared batch (``put_batch``'s and ``put_columns``' common part)."""
         if not len(batch):
             return PutResults(PutStatus.OK, [], [], 0, [], [], [], self._msg_id_prefix)
         if self.config.max_dispatch_lag_bytes:
@@ -1008,6 +1047,50 @@ class MessageStore:
             log.error("store %s: get %s/%d passed over offset %d: %s", self.path, topic,
                       queue_id, c.queue_offset, c.error())
         return GetResult(status, out, nxt, mn, mx, passed)
+
+    def get_columns(self, topic: str, queue_id: int, offset: int, max_messages: int = 1024
+                    ) -> arrow_read.ColumnsResult:
+        """``get`` for consumers that want arrays: up to ``max_messages`` messages of a queue
+        from ``offset`` as one Arrow record batch (``strata.store.arrow_read.schema()``:
+        queue and commit-log offsets, store and born timestamps, body, keys, the encoded
+        properties), with ``get``'s status and offsets. Each record is checked as ``get``
+        checks it (CRC32C with ``verify_crc_on_read``) and its body and properties are copied
+        once, in compiled code, into the buffers the Arrow arrays wrap. Records ``get`` would
+        pass over as damaged are left out the same way (that case, and reads from a tier, go
+        through ``get``'s messages). Needs pyarrow."""
+        self._check_open()
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidInputError(f"offset must be an int, got {offset!r}")
+        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or \
+                max_messages < 1:
+            raise InvalidInputError(f"max_messages must be a positive int, got {max_messages!r}")
+        arrow_read.pyarrow()
+        cq, _exists = self._queue(topic, queue_id)
+        read = None
+        if cq is not None and self._tier_older(topic, queue_id, cq.min_offset()) is None:
+            mn, mx = cq.min_offset(), cq.max_offset()
+            if mn <= offset < mx:
+                try:
+                    units = cq.read_units(offset, max_messages)
+                except ValueError:   # retention deleted that file just now
+                    units = None
+                if units is not None and len(units) and \
+                        not (units["size"] == BLANK_SIZE).any():
+                    read = self.log.read_columns(
+                        units["offset"], self.confirmed_offset(),
+                        verify_crc=self.config.verify_crc_on_read, topic=topic,
+                        queue_id=queue_id,
+                        queue_offsets=offset + np.arange(len(units), dtype=np.int64))
+        if read is not None:
+            batch = arrow_read.arrow_batch(read)
+            if batch is not None:
+                return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + len(units),
+                                                mn, mx)
+        r = self.get(topic, queue_id, offset, max_messages)
+        batch = arrow_read.batch_of_messages(r.messages) if r.messages else \
+            arrow_read.empty_batch()
+        return arrow_read.ColumnsResult(r.status, batch, r.next_offset, r.min_offset,
+                                        r.max_offset)
 
     def _first_unit_in_flight(self, topic: str, queue_id: int, offset: int, rows: np.ndarray,
                               phys: np.ndarray, present: np.ndarray, limit: int,

@@ -10,7 +10,7 @@ the store picks queues and queue offsets and asks for the records in one of two 
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat
 from operator import add, attrgetter
 from typing import Sequence
 
@@ -18,6 +18,7 @@ import numpy as np
 from crc32c import crc32c
 
 from strata.errors import InvalidInputError, MessageTooLargeError
+from strata.format import columns as col
 from strata.format import record as rec
 from strata.format.record_batch import HEADER_DTYPE
 from strata.store.message import EXT_DEFAULTS, EXT_NAMES, Message
@@ -33,7 +34,7 @@ _GET_TOPIC, _GET_BODY, _GET_EXT = map(attrgetter, ("topic", "body", "_ext"))
 _ROUTING_AT = EXT_NAMES.index("queue_id")
 _SHARD_AT = EXT_NAMES.index("shard_key")
 _BORN_AT = EXT_NAMES.index("born_timestamp")
-_NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i != _BORN_AT]
+_NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i not in (_BORN_AT, _SHARD_AT)]
 _ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
 
 
@@ -168,31 +169,31 @@ class Encoder:
         if set(map(type, msgs)) != {Message}:
             return None
         topics = list(map(_GET_TOPIC, msgs))
-        if topics.count(topics[0]) != n:
-            return None
+        one_topic = topics.count(topics[0]) == n
         exts = list(map(_GET_EXT, msgs))
         plain = exts.count(None) == n
-        if not plain:  # keys, tags, properties or born timestamps; routing and flags default
-            columns = list(zip(*[e or EXT_DEFAULTS for e in exts]))
+        columns = [(EXT_DEFAULTS[i],) * n for i in range(len(EXT_DEFAULTS))] if plain else \
+            list(zip(*[e or EXT_DEFAULTS for e in exts]))
+        if not plain:  # keys, tags, properties, born timestamps, shard keys; no routing, flags
             if any(columns[i].count(EXT_DEFAULTS[i]) != n for i in _NOT_PLAIN):
                 return None
         bodies = list(map(_GET_BODY, msgs))
         if set(map(type, bodies)) != {bytes}:
             return None
-        tb = self.topic(topics[0])
         body_lens = list(map(len, bodies))
         if max(body_lens) > self.max_body:
             return None
+        if not one_topic:
+            try:
+                tbs = {t: self.topic(t) for t in dict.fromkeys(topics)}
+            except InvalidInputError:
+                return None
+            return self._prepare_rich(msgs, topics, tbs, bodies, columns)
+        tb = self.topic(topics[0])
         if not plain:
-            keys, tags, props, born_ts = columns[:_ROUTING_AT] + [columns[_BORN_AT]]
-            encode = rec.encode_properties
-            pbs = [encode(k, t, p) if k or t is not None or p else b""
-                   for k, t, p in zip(keys, tags, props)]
-            props_lens = list(map(len, pbs))
-            payloads = list(map(add, pbs, bodies))  # properties then body, per record
-        else:
-            props_lens = 0
-            payloads = bodies
+            return self._prepare_rich(msgs, topics, {topics[0]: tb}, bodies, columns)
+        props_lens = 0
+        payloads = bodies
         host = self.store_host
         prefix = BLANK_HEADER + host + host + tb  # header (zeros), born + store host, topic
         fixed = len(prefix) + rec.TRAILER_SIZE
@@ -208,6 +209,97 @@ class Encoder:
         b.blob = b"".join((prefix, (_ZERO_TRAILER + prefix).join(payloads), _ZERO_TRAILER))
         b.single_topic = topics[0]
         b.default_sys = self.default_sys
+        return b
+
+    def _prepare_rich(self, msgs: Sequence[Message], topics: list[str],
+                      topic_bytes: dict[str, bytes], bodies: list[bytes],
+                      columns: list[tuple]) -> "PreparedBatch | None":
+        """``_prepare_plain`` for messages with keys, tags, properties, born timestamps or
+        shard keys, or of several topics (``topic_bytes``: each one's encoded name, in order of
+        first appearance): the values gathered into columns at C speed
+        (``strata.format.columns``), the records laid out in compiled code. None when some
+        value is not of the usual kind (the message-by-message path then names it)."""
+        n = len(msgs)
+        names = list(topic_bytes)
+        if len(names) > 1:
+            code_of = {t: i for i, t in enumerate(names)}
+            codes = np.fromiter(map(code_of.__getitem__, topics), np.int64, n)
+        else:
+            codes = None
+        keys, tags, props, shards, born_ts = (columns[0], columns[1], columns[2],
+                                              columns[_SHARD_AT], columns[_BORN_AT])
+        flat = list(chain.from_iterable(keys))
+        if not set(map(type, keys)) <= {tuple, list} or not set(map(type, flat)) <= {str} or \
+                "" in flat or not set(map(type, tags)) <= {str, type(None)} or "" in tags:
+            return None
+        try:
+            key_col = groups = None
+            if flat:
+                key_col = col.BytesColumn.of(flat)
+                groups = np.zeros(n + 1, np.int64)
+                np.cumsum(np.fromiter(map(len, keys), np.int64, n), out=groups[1:])
+            tag_col = None if tags.count(None) == n else col.BytesColumn.of(tags)
+            prop_col = None
+            if props.count(None) != n:
+                prop_col = col._dicts_column(list(props))
+                if prop_col is None:
+                    return None
+            shard_col = None
+            if shards.count(None) != n:
+                shard_col = col.BytesColumn.of([None if k is None else str(k) for k in shards])
+            host = self.store_host
+            prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
+            enc = col.encode_records(prefixes[0] if codes is None else prefixes,
+                                     col.BytesColumn.of(bodies), prefix_of=codes, keys=key_col, key_groups=groups, tags=tag_col,
+                                     properties=prop_col, max_body=self.max_body,
+                                     max_record=self.max_record)
+        except InvalidInputError:
+            return None
+        b = PreparedBatch(msgs)
+        b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
+        topic_lens = np.array([len(tb) for tb in topic_bytes.values()], np.int64)
+        b.topic_lens = int(topic_lens[0]) if codes is None else topic_lens[codes]
+        b.born = 0 if born_ts.count(None) == n else [t or 0 for t in born_ts]
+        b.blob = enc.blob
+        b.single_topic = names[0] if codes is None else None
+        b.topic_names, b.topic_codes = names, codes
+        b.default_sys = self.default_sys
+        if shard_col is not None:
+            b.shards = (shard_col, np.array([k is not None for k in shards]))
+        b.vector_queues = True
+        return b
+
+    def prepare_columns(self, topic: str, bodies, *, keys=None, tags=None, properties=None,
+                        born_timestamps=None, queue_id: int | None = None) -> "PreparedBatch":
+        """``prepare`` for a batch given as columns (``MessageStore.put_columns``): every
+        message to ``topic``, to queue ``queue_id`` (None: round-robin); validated and encoded
+        in one compiled pass. Raises (InvalidInputError and subclasses) before any change."""
+        if queue_id is not None and (type(queue_id) is not int or queue_id < 0):
+            raise InvalidInputError(f"queue_id must be an int >= 0 or None, got {queue_id!r}")
+        tb = self.topic(topic)
+        body_col = bodies if isinstance(bodies, col.BytesColumn) else _bodies_column(bodies)
+        n = len(body_col)
+        key_col = groups = tag_col = prop_col = None
+        if keys is not None:
+            key_col, groups = col.keys_column(keys, n)
+        if tags is not None:
+            tag_col = col.as_column(tags, n, "tags")
+        if properties is not None:
+            prop_col = col.properties_column(properties, n)
+        born = col.born_column(born_timestamps, n)
+        host = self.store_host
+        prefix = BLANK_HEADER + host + host + tb
+        enc = col.encode_records(prefix, body_col, keys=key_col, key_groups=groups,
+                                 tags=tag_col, properties=prop_col, max_body=self.max_body,
+                                 max_record=self.max_record)
+        b = PreparedBatch(None)
+        b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
+        b.topic_lens = len(tb)
+        b.born = born
+        b.blob = enc.blob
+        b.single_topic = topic
+        b.default_sys = self.default_sys
+        b.fixed_queue = queue_id
         return b
 
     def _special(self, born_host: rec.Host | None, sys_flag: int) -> tuple[bytes, int]:
@@ -231,15 +323,28 @@ def _checked_body(body) -> bytes:
     raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
 
 
+def _bodies_column(bodies) -> col.BytesColumn:
+    """A sequence of bodies (bytes-like each) as a BytesColumn; str refused as put_batch does."""
+    try:
+        items = list(bodies)
+    except TypeError:
+        raise InvalidInputError(f"bodies must be a BytesColumn or a sequence of bytes, got "
+                                f"{type(bodies).__name__}") from None
+    if set(map(type, items)) <= {bytes}:
+        return col.BytesColumn.of(items)
+    return col.BytesColumn.of([b if b.__class__ is bytes else _checked_body(b) for b in items])
+
+
 class PreparedBatch:
     """The encoded, validated parts of a batch's records (columns, one entry per message)."""
 
     __slots__ = ("msgs", "totals", "images", "blob", "body_lens", "props_lens", "topic_lens", "born",
                  "special", "single_topic", "routed", "default_sys", "queue_ids",
-                 "queue_offsets")
+                 "queue_offsets", "fixed_queue", "shards", "topic_names", "topic_codes",
+                 "vector_queues")
 
-    def __init__(self, msgs: Sequence[Message]) -> None:
-        self.msgs = msgs
+    def __init__(self, msgs: Sequence[Message] | None) -> None:
+        self.msgs = msgs  # None for a batch of columns (Encoder.prepare_columns)
         self.totals: list[int] = []
         # each record whole, its fixed header still zero (the writer fills it in): zeros, born
         # host, store host, topic, properties, body, trailer
@@ -259,13 +364,24 @@ class PreparedBatch:
         self.default_sys = 0
         self.queue_ids: list[int] | np.ndarray = []
         self.queue_offsets: list[int] | np.ndarray = []
+        # columns put to one queue (put_columns with a queue_id)
+        self.fixed_queue: int | None = None
+        # (shard keys as a BytesColumn, which messages have one) of a large batch of one
+        # topic whose messages have shard keys (the others go round-robin)
+        self.shards: tuple[col.BytesColumn, np.ndarray] | None = None
+        # a batch from _prepare_rich: its topics (in order of first appearance) and each
+        # message's index in them (None: one topic), queues chosen by _vector_queues
+        self.topic_names: list[str] = []
+        self.topic_codes: np.ndarray | None = None
+        self.vector_queues = False
 
     def __len__(self) -> int:
         return len(self.totals)
 
     @property
     def columnar(self) -> bool:
-        return len(self.totals) >= COLUMNAR_BATCH
+        """Written by the vectorised writer (``headers()``, ``record_bytes()``)."""
+        return self.msgs is None or len(self.totals) >= COLUMNAR_BATCH
 
     # ------------------------------------------------------------------ under the put lock
 
@@ -279,6 +395,14 @@ class PreparedBatch:
         round-robin per topic; offsets are consecutive per queue.
         """
         topic = self.single_topic
+        if self.fixed_queue is not None:
+            return self._one_queue(topic, self.fixed_queue, queue_counts, default_queues,
+                                   queue_next)
+        if self.vector_queues:
+            return self._vector_queues(queue_counts, default_queues, queue_next, round_robin)
+        if self.msgs is None:   # columns, round-robin
+            return self._round_robin_columns(topic, queue_counts, default_queues, queue_next,
+                                             round_robin)
         if topic is not None and not self.routed and self.columnar:
             return self._round_robin_columns(topic, queue_counts, default_queues, queue_next,
                                              round_robin)
@@ -313,6 +437,70 @@ class PreparedBatch:
             qids.append(qid)
             qoffs.append(nxt)
             updates[key] = nxt + 1
+        self.queue_ids, self.queue_offsets = qids, qoffs
+        return updates, rr_local, new_topics
+
+    def _one_queue(self, topic: str, qid: int, queue_counts: dict[str, int],
+                   default_queues: int, queue_next: dict[tuple[str, int], int]):
+        """Every message to queue ``qid`` of ``topic``, in order."""
+        new_topics = {}
+        n_q = queue_counts.get(topic)
+        if n_q is None:
+            n_q = new_topics[topic] = default_queues
+        if qid >= n_q:
+            raise InvalidInputError(
+                f"queue_id {qid} does not exist: topic {topic!r} has {n_q} queues "
+                f"(0..{n_q - 1})")
+        n = len(self.totals)
+        base = queue_next.get((topic, qid), 0)
+        self.queue_ids = np.full(n, qid, np.int64)
+        self.queue_offsets = np.arange(base, base + n, dtype=np.int64)
+        return {(topic, qid): base + n}, {}, new_topics
+
+    def _vector_queues(self, queue_counts: dict[str, int], default_queues: int,
+                       queue_next: dict[tuple[str, int], int], round_robin: dict[str, int]):
+        """Queues of a batch from ``_prepare_rich``, topic by topic in numpy: a message with a
+        shard key to the queue of its key's hash (CRC32C of its UTF-8 bytes modulo the queue
+        count, as the per-message path), the others round-robin; offsets consecutive per
+        queue in batch order."""
+        new_topics: dict[str, int] = {}
+        rr_local: dict[str, int] = {}
+        updates: dict[tuple[str, int], int] = {}
+        n = len(self.totals)
+        qids = np.empty(n, np.int64)
+        qoffs = np.empty(n, np.int64)
+        if self.shards is not None:
+            shard_col, has = self.shards
+            hashes = np.empty(n, np.int64)
+            col.kernels().shard_queues(shard_col.data, shard_col.offsets, 1 << 32, hashes)
+        codes = self.topic_codes
+        for t, topic in enumerate(self.topic_names):
+            rows = np.flatnonzero(codes == t) if codes is not None else slice(None)
+            n_q = queue_counts.get(topic)
+            if n_q is None:
+                n_q = new_topics[topic] = default_queues
+            if self.shards is not None:
+                q = hashes[rows] % n_q
+                rr = ~has[rows]
+            else:
+                q = np.empty(n if codes is None else len(rows), np.int64)
+                rr = np.ones(len(q), bool)
+            n_rr = int(rr.sum())
+            if n_rr:
+                start = round_robin_start(topic, n_q, queue_next, round_robin)
+                q[rr] = (start + np.arange(n_rr, dtype=np.int64)) % n_q
+                rr_local[topic] = start + n_rr
+            base = np.array([queue_next.get((topic, i), 0) for i in range(n_q)], np.int64)
+            counts = np.bincount(q, minlength=n_q)
+            order = np.argsort(q, kind="stable")
+            first = np.zeros(n_q, np.int64)
+            np.cumsum(counts[:-1], out=first[1:])
+            rank = np.empty(len(q), np.int64)
+            rank[order] = np.arange(len(q), dtype=np.int64) - first[q[order]]
+            qids[rows] = q
+            qoffs[rows] = base[q] + rank
+            updates.update({(topic, i): int(base[i] + counts[i]) for i in range(n_q)
+                            if counts[i]})
         self.queue_ids, self.queue_offsets = qids, qoffs
         return updates, rr_local, new_topics
 

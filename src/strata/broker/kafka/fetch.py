@@ -17,7 +17,10 @@ import numpy as np
 from strata.broker.kafka import api
 from strata.broker.kafka import errors as ke
 from strata.broker.kafka.mapping import from_message
+from strata.broker.kafka import batch_kernels as bk
 from strata.broker.kafka.record_batch import RecordColumns, encode_batches
+from strata.format import record_table as rk
+from strata.format.record_batch import MessageBatch
 from strata.broker.kafka.topics import partitions
 from strata.errors import StrataError
 from strata.store.message import GetStatus
@@ -27,7 +30,39 @@ TopicData = FetchResponse.FetchableTopicResponse
 PartitionData = TopicData.PartitionData
 
 READ_CHUNK = 1024                  # messages per store.get
-AVG_GUESS = 64                     # bytes per message assumed before the first read
+RECORD_OVERHEAD = 70               # bytes of a v2 record beside its value (an estimate)
+
+
+def _plain_columns(parts: list) -> RecordColumns | None:
+    """Columns straight from the store's field table, without a message object each, when
+    every message is plain (no keys, tags or properties: the value and a timestamp only);
+    else None."""
+    tables = []
+    for part in parts:
+        t = part.table() if isinstance(part, MessageBatch) else None
+        if t is None:
+            return None
+        tables.append(t)
+    datas, recs = [], []
+    base = 0
+    for buf, f in tables:
+        if (f[rk.F_PROPS_AT] != f[rk.F_BODY_AT]).any():
+            return None
+        n = f.shape[1]
+        r = np.zeros((bk.R_FIELDS, n), np.int64)
+        born = f[rk.F_BORN_TS]
+        r[bk.R_TIMESTAMP] = np.where(born > 0, born, f[rk.F_STORE_TS])
+        r[bk.R_KEY_LEN] = -1
+        r[bk.R_VALUE_AT] = f[rk.F_BODY_AT] + base
+        r[bk.R_VALUE_LEN] = f[rk.F_BODY_END] - f[rk.F_BODY_AT]
+        recs.append(r)
+        datas.append(np.frombuffer(buf, np.uint8))
+        base += len(buf)
+    data = datas[0] if len(datas) == 1 else np.concatenate(datas)
+    records = recs[0] if len(recs) == 1 else np.concatenate(recs, axis=1)
+    records[bk.R_OFFSET_DELTA] = np.arange(records.shape[1])
+    return RecordColumns(data, np.zeros((bk.B_FIELDS, 0), np.int64), records,
+                         np.zeros((bk.H_FIELDS, 0), np.int64))
 
 
 def _columns(msgs) -> RecordColumns:
@@ -42,35 +77,62 @@ def _columns(msgs) -> RecordColumns:
 
 
 def _read(store, topic: str, part: int, offset: int, limit: int) -> tuple[list, int]:
-    """Messages from ``offset`` while their bodies stay within ``limit`` bytes (at least
-    one), and the bytes they take."""
-    out: list = []
-    size = 0
+    """The store's batches of messages from ``offset`` while they stay within ``limit``
+    bytes (at least one message), and the bytes they take. Batches are kept as the store
+    returns them (a MessageBatch makes no message object until one is asked for)."""
+    parts: list = []
+    size = count = 0
     while size < limit:
-        want = READ_CHUNK if not out else max(1, min(READ_CHUNK, (limit - size) // max(
-            1, size // len(out)) + 1))
+        want = READ_CHUNK if not count else max(1, min(READ_CHUNK, (limit - size) // max(
+            1, size // count) + 1))
         got = store.get(topic, part, offset, want)
-        if got.status not in (GetStatus.FOUND,) or not got.messages:
+        if got.status is not GetStatus.FOUND or not got.messages:
             if got.status is GetStatus.OFFSET_FOUND_NULL and got.next_offset > offset:
                 offset = got.next_offset
                 continue
             break
-        for m in got.messages:
-            n = len(m.body) + 70
-            if out and size + n > limit:
-                return out, size
-            out.append(m)
+        batch = got.messages
+        t = batch.table() if isinstance(batch, MessageBatch) else None
+        if t is not None:
+            f = t[1]
+            sizes = (f[rk.F_BODY_END] - f[rk.F_BODY_AT] + RECORD_OVERHEAD).tolist()
+        else:
+            sizes = [len(m.body) + RECORD_OVERHEAD for m in batch]
+        take = 0
+        for n in sizes:
+            if (count or take) and size + n > limit:
+                break
             size += n
+            take += 1
+        if take < len(sizes):
+            batch = MessageBatch(t[0], t[1][:, :take], topic) if t is not None \
+                else list(batch)[:take]
+            parts.append(batch)
+            return parts, size
+        parts.append(batch)
+        count += take
         offset = got.next_offset
-    return out, size
+    return parts, size
 
 
-def _encode(msgs) -> bytes:
-    offsets = np.fromiter((m.queue_offset for m in msgs), np.int64, len(msgs))
+def _offsets(parts: list) -> np.ndarray:
+    out = []
+    for p in parts:
+        t = p.table() if isinstance(p, MessageBatch) else None
+        out.append(t[1][rk.F_QUEUE_OFFSET] if t is not None
+                   else np.fromiter((m.queue_offset for m in p), np.int64))
+    return np.concatenate(out) if len(out) > 1 else out[0]
+
+
+def _encode(parts: list) -> bytes:
+    offsets = _offsets(parts)
     breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
     firsts = np.concatenate(([0], breaks)).astype(np.int64)
-    counts = np.diff(np.concatenate((firsts, [len(msgs)]))).astype(np.int64)
-    return encode_batches(_columns(msgs), firsts, counts, offsets[firsts])
+    counts = np.diff(np.concatenate((firsts, [len(offsets)]))).astype(np.int64)
+    cols = _plain_columns(parts)
+    if cols is None:
+        cols = _columns([m for p in parts for m in p])
+    return encode_batches(cols, firsts, counts, offsets[firsts])
 
 
 def _partition(broker, topic: str, code: int, n: int, fp, budget: int) -> tuple[object, int]:
@@ -91,12 +153,12 @@ def _partition(broker, topic: str, code: int, n: int, fp, budget: int) -> tuple[
         code = ke.OFFSET_OUT_OF_RANGE
     elif offset < hw and budget > 0:
         try:
-            msgs, _size = _read(store, topic, p, offset,
-                                min(fp.partition_max_bytes, budget))
+            parts, _size = _read(store, topic, p, offset,
+                                 min(fp.partition_max_bytes, budget))
         except StrataError as exc:
-            msgs, code = [], ke.code_for(exc)
-        if msgs:
-            records = _encode(msgs)
+            parts, code = [], ke.code_for(exc)
+        if parts:
+            records = _encode(parts)
     return PartitionData(partition_index=p, error_code=code, high_watermark=hw,
                          last_stable_offset=hw, log_start_offset=start,
                          aborted_transactions=None, preferred_read_replica=-1,

@@ -173,6 +173,7 @@ async def produce(ctx: api.RequestContext, request):
     if msgs:
         try:
             await _store_all(broker, msgs, parts)
+            await broker.until_dispatched(broker.store.confirmed_offset())
         except StrataError as exc:
             code = ke.code_for(exc)
             log.warning("kafka %s: produce failed: %s", ctx.peer, exc)

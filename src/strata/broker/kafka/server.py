@@ -70,6 +70,7 @@ class KafkaBroker:
         self._arrived = asyncio.Event()
         self._waiters = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.dispatched = 0              # commit-log offset the store has dispatched up to
         self.requests = 0
         self.connections = 0
 
@@ -77,6 +78,7 @@ class KafkaBroker:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.dispatched = self.store.confirmed_offset()   # the store dispatched it at open
         self.store.dispatch_listeners.append(self._dispatched)
 
     def close(self) -> None:
@@ -85,8 +87,9 @@ class KafkaBroker:
         except ValueError:
             pass
 
-    def _dispatched(self, _offset: int) -> None:
+    def _dispatched(self, offset: int) -> None:
         """Called on the store's dispatch thread after new messages reached their queues."""
+        self.dispatched = offset
         if self._waiters and self._loop is not None:
             self._loop.call_soon_threadsafe(self.notify)
 
@@ -113,6 +116,16 @@ class KafkaBroker:
             pass
         finally:
             self._waiters -= 1
+
+    async def until_dispatched(self, target: int) -> None:
+        """Until the store dispatched every record before commit-log offset ``target`` (a
+        produce is answered only when a fetch can see it: read-your-writes, as in Kafka)."""
+        while self.dispatched < target and not self.stopping:
+            event = self.arrival()
+            if self.dispatched >= target:
+                self.release()
+                return
+            await self.wait_on(event, 1.0)
 
     def count(self, api_name: str, code: str) -> None:
         if self.metrics is not None:
@@ -159,6 +172,8 @@ class KafkaListener:
         return self.port
 
     async def start(self) -> None:
+        from strata.broker.kafka.idempotence import sequences
+        sequences(self.broker)       # producer state loaded (and replayed) before serving
         self.broker.start()
         self._server = await asyncio.start_server(self._accept, sock=self._sock,
                                                   ssl=self.ssl, limit=1 << 20)
@@ -174,6 +189,9 @@ class KafkaListener:
             _done, pending = await asyncio.wait(set(self._conns), timeout=STOP_GRACE_S)
             for t in pending:
                 t.cancel()
+        seqs = self.broker.state.get("sequences")
+        if seqs is not None:
+            seqs.snapshot()          # a clean stop: the next start replays nothing
         self.broker.close()
 
     def summary(self) -> str:

@@ -1,0 +1,147 @@
+"""A queue's messages as Arrow columns (``MessageStore.get_columns``): what a consumer that
+wants arrays (the Kafka listener's Fetch, Spark, analytics) gets without a Python object per
+message.
+
+The columns come from ``strata.log.batch_reader.read_columns`` (each record checked in one
+compiled pass, its body and properties copied once into one buffer per column); Arrow wraps
+those buffers without copying them again. pyarrow is imported on first use (the ``spark``
+extra installs it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from strata.errors import StrataError
+from strata.format import record_table as rk
+from strata.store.message import GetStatus
+
+# The columns of ``ColumnsResult.batch``, in order.
+COLUMNS = ("queue_offset", "commitlog_offset", "store_timestamp", "born_timestamp", "body",
+           "keys", "properties")
+
+
+def pyarrow():
+    try:
+        import pyarrow as pa
+    except ImportError:  # pragma: no cover - pyarrow comes with the spark extra
+        raise StrataError("get_columns needs pyarrow: pip install 'strata[spark]'") from None
+    return pa
+
+
+@dataclass(frozen=True)
+class ColumnsResult:
+    """Messages of one queue from an offset as one Arrow record batch (``batch``; schema:
+    ``schema()``), with ``get``'s status and offsets: ``next_offset`` is where to continue.
+    ``batch`` has no rows unless ``status`` is FOUND."""
+
+    status: GetStatus
+    batch: object          # pyarrow.RecordBatch
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+    @property
+    def found(self) -> bool:
+        return self.status is GetStatus.FOUND
+
+    def __len__(self) -> int:
+        return self.batch.num_rows
+
+
+_SCHEMA = None
+
+
+def schema():
+    """The record batch's schema: ``queue_offset``, ``commitlog_offset``, ``store_timestamp``
+    and ``born_timestamp`` (int64, ms), ``body`` (binary), ``keys`` (list of string: the
+    message's keys in order, without its unique key), ``properties`` (binary: the encoded
+    properties section as stored, keys, tags and user properties; docs/format.md)."""
+    global _SCHEMA
+    if _SCHEMA is not None:
+        return _SCHEMA
+    pa = pyarrow()
+    _SCHEMA = pa.schema([("queue_offset", pa.int64()), ("commitlog_offset", pa.int64()),
+                      ("store_timestamp", pa.int64()), ("born_timestamp", pa.int64()),
+                      ("body", pa.binary()), ("keys", pa.list_(pa.string())),
+                      ("properties", pa.binary())])
+    return _SCHEMA
+
+
+def empty_batch():
+    pa = pyarrow()
+    return pa.RecordBatch.from_pylist([], schema=schema())
+
+
+def _binary(pa, data: np.ndarray, offsets: np.ndarray, kind):
+    """An Arrow binary/string array over ``data`` with ``offsets`` (no copy of ``data``)."""
+    large = int(offsets[-1]) >= 2 ** 31
+    typ = {"binary": pa.large_binary() if large else pa.binary(),
+           "string": pa.large_string() if large else pa.string()}[kind]
+    off = offsets if large else offsets.astype(np.int32)
+    return pa.Array.from_buffers(typ, len(offsets) - 1, [None, pa.py_buffer(off),
+                                                          pa.py_buffer(data)])
+
+
+_NO_KEYS: dict[int, object] = {}
+
+
+def _keys(pa, props: np.ndarray, prop_off: np.ndarray, n: int):
+    """The keys of every message (list<string>), found in the properties buffer by the
+    compiled properties reader."""
+    from strata.format import column_kernels as ck
+    from strata.format import property_kernels as pk
+    if prop_off[-1] == prop_off[0]:   # no properties at all: no keys (arrays are immutable)
+        empty = _NO_KEYS.get(n)
+        if empty is None:
+            empty = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                             pa.array([], pa.string()))
+            if len(_NO_KEYS) < 64:
+                _NO_KEYS[n] = empty
+        return empty
+    starts, ends = prop_off[:-1], prop_off[1:]
+    cap = int(prop_off[-1]) // 8 + 1
+    tags = np.zeros(n, np.int64)
+    k_row, k_hash, k_at, k_end = (np.empty(cap, np.int64) for _ in range(4))
+    k_uniq = np.empty(cap, np.uint8)
+    m = pk.scan_properties(props, starts, starts, ends, tags, k_row, k_hash, k_at, k_end,
+                           k_uniq)
+    if m < 0:
+        return None
+    keep = k_uniq[:m] == 0
+    rows, k_at, k_end = k_row[:m][keep], k_at[:m][keep], k_end[:m][keep]
+    val_off = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(k_end - k_at, out=val_off[1:])
+    values = np.empty(int(val_off[-1]), np.uint8)
+    ck.gather(props, k_at, k_end, val_off, values)
+    list_off = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=list_off[1:])
+    return pa.ListArray.from_arrays(pa.array(list_off), _binary(pa, values, val_off, "string"))
+
+
+def arrow_batch(read) -> object | None:
+    """The record batch of a ``read_columns`` result (None if some properties section does
+    not parse: the caller then builds it from messages)."""
+    pa = pyarrow()
+    f = read.fields
+    n = f.shape[1]
+    keys = _keys(pa, read.properties, read.prop_offsets, n)
+    if keys is None:
+        return None
+    cols = [pa.array(np.ascontiguousarray(f[r])) for r in
+            (rk.F_QUEUE_OFFSET, rk.F_PHYS, rk.F_STORE_TS, rk.F_BORN_TS)]
+    cols += [_binary(pa, read.bodies, read.body_offsets, "binary"), keys,
+             _binary(pa, read.properties, read.prop_offsets, "binary")]
+    return pa.RecordBatch.from_arrays(cols, schema=schema())
+
+
+def batch_of_messages(messages) -> object:
+    """The record batch of messages made one by one (``get``'s slow path: damage, tier)."""
+    pa = pyarrow()
+    rows = [{"queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
+             "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
+             "body": m.body, "keys": list(m.keys), "properties": m.properties_raw}
+            for m in messages]
+    return pa.RecordBatch.from_pylist(rows, schema=schema())

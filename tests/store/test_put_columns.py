@@ -1,0 +1,151 @@
+"""``put_columns`` writes exactly what ``put_batch`` writes for the same messages, takes its
+columns as Python sequences or as ``BytesColumn``s, and refuses bad input — naming the
+message — before writing anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import strata
+from strata.errors import InvalidInputError, MessageTooLargeError
+from strata.format import record as rec
+from strata.format.columns import BytesColumn
+from store_helpers import clock, config, settle  # noqa: F401 (clock is a fixture)
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.parent.name != "index"}
+
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+one_message = st.fixed_dictionaries({
+    "body": st.binary(max_size=300),
+    "keys": st.lists(text, max_size=3),
+    "tags": st.none() | text,
+    "props": st.none() | st.dictionaries(text.filter(lambda s: s not in ("KEYS", "TAGS")),
+                                         st.text(max_size=8).filter(lambda s: "\ud800" > s or
+                                                                    s > "\udfff"), max_size=3),
+    "born": st.none() | st.integers(0, 2 ** 62),
+})
+
+
+def as_messages(topic: str, queue_id: int, rows: list[dict]) -> list[strata.Message]:
+    return [strata.Message(topic, r["body"], keys=tuple(r["keys"]), tags=r["tags"],
+                           properties=r["props"], born_timestamp=r["born"], queue_id=queue_id)
+            for r in rows]
+
+
+def columns_of(rows: list[dict], form: str) -> dict:
+    """The rows as put_columns' arguments: Python sequences, or BytesColumns (keys one per
+    message where each has at most one)."""
+    if form == "python":
+        return dict(bodies=[r["body"] for r in rows], keys=[r["keys"] for r in rows],
+                    tags=[r["tags"] for r in rows], properties=[r["props"] for r in rows],
+                    born_timestamps=[r["born"] for r in rows])
+    kw = dict(bodies=BytesColumn.of([r["body"] for r in rows]),
+              tags=BytesColumn.of([(r["tags"] or "").encode() for r in rows]),
+              properties=BytesColumn.of([rec.encode_properties(None, None, r["props"])
+                                         for r in rows]),
+              born_timestamps=np.array([r["born"] or 0 for r in rows], np.int64))
+    if all(len(r["keys"]) <= 1 for r in rows):
+        kw["keys"] = BytesColumn.of([(r["keys"] or [""])[0].encode() for r in rows])
+    else:
+        kw["keys"] = [[k.encode() for k in r["keys"]] for r in rows]
+    return kw
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(one_message, min_size=1, max_size=60), min_size=1,
+                        max_size=3),
+       form=st.sampled_from(["python", "columns"]))
+def test_put_columns_writes_what_put_batch_writes(tmp_path_factory, clock, batches, form):
+    root = tmp_path_factory.mktemp("cols")
+    with strata.open(root / "batch", config()) as a, strata.open(root / "cols", config()) as b:
+        for s in (a, b):
+            s.create_topic("t", queues=3)
+        ra, rb = [], []
+        for rows in batches:
+            ra += a.put_batch(as_messages("t", 2, rows))
+            rb += b.put_columns("t", 2, **columns_of(rows, form))
+        assert ra == rb
+        settle(a)
+        settle(b)
+        got = b.get("t", 2, 0, 1000).messages
+        assert [m.body for m in got] == [r["body"] for rows in batches for r in rows]
+        some = next(r for rows in batches for r in rows)
+        if some["keys"]:
+            assert b.query("t", some["keys"][0])   # the key index has them
+        a.flush()
+        b.flush()
+    for sub in ("commitlog", "consumequeue"):
+        assert files_of(root / "batch" / sub) == files_of(root / "cols" / sub)
+
+
+def test_round_robin_and_empty_items(tmp_path):
+    with strata.open(tmp_path / "s", config()) as s:
+        s.create_topic("t", queues=4)
+        r = s.put_columns("t", None, [b"a", b"b", b"c", b"d", b"e"],
+                          keys=BytesColumn(b"k1k2", [0, 2, 2, 4, 4, 4]),
+                          tags=["x", None, "", "y", None])
+        assert [x.queue_id for x in r] == [0, 1, 2, 3, 0]
+        assert s.put_columns("t", 0, []) == []
+        settle(s)
+        got = {m.body: m for m in s.scan()}
+        assert got[b"a"].keys == ("k1",) and got[b"b"].keys == ()
+        assert got[b"c"].keys == ("k2",) and got[b"c"].tags is None
+        assert got[b"d"].tags == "y"
+        assert [m.body for m in s.query("t", "k2")] == [b"c"]
+
+
+BAD = [
+    (dict(keys=BytesColumn(b"ok\xff\xfe", [0, 2, 4])), InvalidInputError, "key 1"),
+    (dict(keys=BytesColumn(b"\xed\xa0\x80", [0, 0, 3])), InvalidInputError, "UTF-8"),
+    (dict(tags=BytesColumn(b"\xe2\x82", [0, 2, 2])), InvalidInputError, "tag 0"),
+    (dict(properties=BytesColumn(b"\x04\x00KEYS\x01\x00x", [0, 0, 9])), InvalidInputError,
+     "message 1: a property is named KEYS"),
+    (dict(properties=BytesColumn(b"\x05\x00ab", [0, 4, 4])), InvalidInputError,
+     "message 0: an entry runs past"),
+    (dict(properties=BytesColumn(b"\x00\x00\x01\x00x", [0, 5, 5])), InvalidInputError,
+     "empty name"),
+    (dict(properties=BytesColumn(b"\x01\x00a\x01\x00\xff", [0, 0, 6])), InvalidInputError,
+     "not well-formed"),
+    (dict(properties=[{"a": "b"}, {"TAGS": "x"}]), InvalidInputError, "reserved"),
+    (dict(tags=["a"]), InvalidInputError, "1 items for 2 messages"),
+    (dict(keys=[["a"], [3]]), InvalidInputError, "int"),
+    (dict(born_timestamps=[1, -1]), InvalidInputError, "born_timestamps"),
+    (dict(born_timestamps=["x", 1]), InvalidInputError, "born_timestamps"),
+    (dict(keys=["k" * 70000, None]), MessageTooLargeError, "65535"),
+]
+
+
+@pytest.mark.parametrize("kw,exc,words", BAD)
+def test_bad_columns_are_refused_before_anything_is_written(tmp_path, kw, exc, words):
+    with strata.open(tmp_path / "s", config()) as s:
+        s.create_topic("t", queues=2)
+        with pytest.raises(exc, match=words):
+            s.put_columns("t", 0, [b"x", b"y"], **kw)
+        assert s.max_commitlog_offset() == 0
+
+
+def test_bad_bodies_queue_and_offsets(tmp_path):
+    with strata.open(tmp_path / "s", config(max_body_size=100)) as s:
+        s.create_topic("t", queues=2)
+        with pytest.raises(InvalidInputError, match="queue_id 2 does not exist"):
+            s.put_columns("t", 2, [b"x"])
+        with pytest.raises(MessageTooLargeError, match="message 1: body of 101 bytes"):
+            s.put_columns("t", 0, [b"x", b"y" * 101])
+        with pytest.raises(InvalidInputError, match="bytes"):
+            s.put_columns("t", 0, ["text"])
+        with pytest.raises(InvalidInputError, match="offsets"):
+            BytesColumn(b"abc", [0, 4])
+        with pytest.raises(InvalidInputError, match="offsets"):
+            BytesColumn(b"abc", [2, 1])
+        assert s.max_commitlog_offset() == 0
+        r = s.put_columns("t", 1, BytesColumn(np.frombuffer(b"xxhello", np.uint8), [2, 7]))
+        assert r.ok and s.read_at(r[0].commitlog_offset).body == b"hello"
