@@ -129,3 +129,22 @@ def test_committed_lag_metric(tmp_path):
         samples = [(s.labels, s.value) for s in fams["strata_group_committed_lag"].samples]
         assert samples == [({"topic": "t", "group": "G"}, (5 - 3) + 5)]
         g.close()
+
+
+def test_writer_under_sync_flush_answers_after_the_fsync(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    events = []
+    append, sync = g.journal.append, g.journal.sync
+    g.journal.append = lambda data: (events.append("write"), append(data))
+    g.journal.sync = lambda: (events.append("fsync"), sync())
+
+    async def main():
+        w = CommitWriter(g, sync=True)
+        await w.commit("G", [("t", 0, Committed(1))])
+        events.append("answered")
+        w.sync = False                       # --flush async: written, not fsynced
+        await w.commit("G", [("t", 0, Committed(2))])
+        events.append("answered")
+        await w.close()
+    asyncio.run(main())
+    assert events == ["write", "fsync", "answered", "write", "answered"]
