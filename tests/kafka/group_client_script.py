@@ -6,6 +6,7 @@ aiokafka, unchanged, against ``strata serve --kafka``. Prints JSON lines on stdo
     member  CLIENT BOOTSTRAP TOPIC GROUP --stop FILE        stay in the group until FILE exists
     committed CLIENT BOOTSTRAP TOPIC GROUP PARTITIONS       the group's committed offsets
     create  kafka-python BOOTSTRAP TOPIC PARTITIONS         admin create_topics
+    groups  kafka-python BOOTSTRAP TOPIC GROUP              admin list + describe groups
 
 ``--sasl MECHANISM USER PASSWORD`` authenticates (SASL_PLAINTEXT). Errors are printed as
 {"error": "..."} and exit with status 3.
@@ -203,6 +204,18 @@ def kp_create(a) -> None:
     say(created=a.topic)
 
 
+def kp_groups(a) -> None:
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(**kp_conf(a))
+    try:
+        listed = admin.list_groups()
+        desc = admin.describe_groups([a.group])[a.group]
+    finally:
+        admin.close()
+    say(listed=sorted(g["group_id"] for g in listed), state=desc["group_state"],
+        protocol=desc["protocol_data"], members=sorted(m["client_id"] for m in desc["members"]))
+
+
 def kp_committed(a) -> None:
     from kafka import TopicPartition
     c = kp_consumer(a)
@@ -270,6 +283,7 @@ RUN = {
     ("kafka-python", "produce"): kp_produce, ("kafka-python", "consume"): kp_consume,
     ("kafka-python", "member"): kp_member, ("kafka-python", "committed"): kp_committed,
     ("kafka-python", "create"): kp_create,
+    ("kafka-python", "groups"): kp_groups,
     ("aiokafka", "produce"): ak_produce, ("aiokafka", "consume"): ak_consume,
     ("aiokafka", "committed"): ak_committed,
 }

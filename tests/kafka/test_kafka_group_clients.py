@@ -36,12 +36,8 @@ def client(mode: str, name: str, server, topic: str, *rest: str, timeout: float 
 
 
 def create_topic(server, topic: str, partitions: int) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
-    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
+    assert client("create", "kafka-python", server, topic, str(partitions)) == \
+        {"created": topic}
 
 
 @pytest.fixture
@@ -116,6 +112,10 @@ def test_mixed_group_reads_every_message_once(server, tmp_path):
 
         read_until(balanced, 90)
         assert balanced(), f"assignments never settled: {assigned}"
+        # operators see the group: ListGroups and DescribeGroups through kafka-python's admin
+        seen = client("groups", "kafka-python", server, topic, group)
+        assert group in seen["listed"] and seen["state"] == "Stable"
+        assert seen["protocol"] == "range" and len(seen["members"]) == 3
         client("produce", "confluent", server, topic, "600")
         read_until(lambda: len(got) >= 600, 90)
         values = [v for _i, v in got]
