@@ -364,7 +364,7 @@ class Journal:
             self._torn = False
 
     def close(self) -> None:
-        with self._fd_lock:
+        with self._write_lock, self._fd_lock:     # not under an append of the commit writer
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
