@@ -3,6 +3,7 @@
 
     python bench/kafka.py [--messages N] [--sizes 100,1024] [--producers 1,4]
                           [--flush async,sync] [--partitions P] [--profile SECONDS]
+                          [--peers nats]
 
 For each flush mode, size and producer count a fresh store is served on 127.0.0.1; the
 producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
@@ -11,8 +12,13 @@ assign() from the beginning. Rows: ``op`` produce/consume, ``msgs_per_s`` (wall 
 the first producer's start to the last one's flush, or of the consumer's reading),
 ``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
-py-spy for S seconds of the produce phase (a flame graph SVG next to the store) to see what
-limits it.
+py-spy for S seconds of the produce phase and prints a row ``op: profile`` with the
+functions its samples were in (self time, percent), to see what limits it.
+
+``--peers nats`` also runs NATS JetStream (file storage, nats-py's async publish with a
+window of 1000 PubAcks, pull consumer) in the same run through the shared peer script
+/work/shared/peers/bench_nats_jetstream.py (Debian's nats-server; ``pip install nats-py``),
+and relays its rows tagged ``"system": "nats-jetstream"``; read the two side by side.
 """
 
 from __future__ import annotations
@@ -83,6 +89,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def top_frames(folded: Path, n: int = 12) -> list:
+    """The functions the broker spent its samples in (self time), from py-spy's folded
+    stacks: [[function (file:line), percent of samples], ...], most first."""
+    counts: dict[str, int] = {}
+    total = 0
+    try:
+        lines = folded.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        stack, _, k = line.rpartition(" ")
+        if not k.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        counts[leaf] = counts.get(leaf, 0) + int(k)
+        total += int(k)
+    return [[f, round(100 * c / total, 1)]
+            for f, c in sorted(counts.items(), key=lambda x: -x[1])[:n]] if total else []
+
+
 def emit(row: dict) -> None:
     print(json.dumps(row), flush=True)
 
@@ -126,9 +152,10 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
         assert p.stdout.readline().startswith("READY")
     spy = None
     if profile:
-        svg = root / f"profile-{flush}-{size}-{producers}.svg"
+        folded = root / f"profile-{flush}-{size}-{producers}.txt"
         spy = subprocess.Popen(["py-spy", "record", "-p", str(server.pid), "-d", str(profile),
-                                "-o", str(svg), "--nonblocking"],
+                                "-o", str(folded), "--format", "raw", "--nonblocking",
+                                "--threads"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cpu0 = cpu_seconds(server.pid)
     for p in procs:
@@ -145,6 +172,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
               errors=sum(r["errors"] + r["left"] for r in res)))
     if spy is not None:
         spy.wait(timeout=profile + 60)
+        emit(dict(tag, op="profile", top=top_frames(folded)))
     cpu0 = cpu_seconds(server.pid)
     c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -166,6 +194,7 @@ def main() -> None:
     ap.add_argument("--flush", default="async,sync")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--profile", type=float, default=0.0)
+    ap.add_argument("--peers", default="")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
         for flush in a.flush.split(","):
@@ -173,6 +202,23 @@ def main() -> None:
                 for producers in map(int, a.producers.split(",")):
                     case(Path(tmp), flush, size, producers, a.messages, a.partitions,
                          a.profile)
+        if "nats" in a.peers.split(","):
+            nats_peer(Path(tmp), a.sizes)
+
+
+def nats_peer(root: Path, sizes: str) -> None:
+    script = Path("/work/shared/peers/bench_nats_jetstream.py")
+    work = "both" if "," in sizes else sizes
+    p = subprocess.run([sys.executable, str(script), "--workload", work, "--dir",
+                        str(root / "nats")], capture_output=True, text=True, timeout=900)
+    for line in p.stdout.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        emit(dict(system="nats-jetstream", **row))
+    if p.returncode:
+        emit(dict(system="nats-jetstream", error=p.stderr[-500:]))
 
 
 if __name__ == "__main__":

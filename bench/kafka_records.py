@@ -9,7 +9,8 @@ columns (no per-record Python objects); the peers iterate their batch reader and
 record's key, value and headers (their API makes one object per record). ``encode``: strata
 from columns (what a Fetch has: positions in a buffer) and, to be fair to the peers, also from
 Python objects (``from_lists`` + encode); the peers append Python objects to a builder.
-``memcpy`` is the machine's floor: copying the batch's bytes once. Figures are the best of a
+``memcpy`` is the machine's floor: copying the batch's bytes once; for compressed cases
+``decompress-only`` is the codec alone (cramjam on the batch's records). Figures are the best of a
 few repeats (ns per record, records/s, MB/s of batch bytes).
 """
 
@@ -18,7 +19,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
+# bench/kafka.py would shadow kafka-python's ``kafka`` package: drop this script's folder
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import cramjam
 import numpy as np
 from aiokafka.record.default_records import DefaultRecordBatch as ABatch
 from aiokafka.record.default_records import DefaultRecordBatchBuilder as ABuilder
@@ -68,8 +74,9 @@ def read(batch_cls, data: bytes) -> None:
 
 
 def line(case: str, system: str, op: str, seconds: float, nbytes: int, **extra) -> dict:
-    out = {"case": case, "system": system, "op": op, "ns_per_record": round(seconds / N * 1e9, 1),
-           "records_per_s": round(N / seconds), "MB_per_s": round(nbytes / seconds / 1e6, 1)}
+    out = {"bench": "kafka_records", "case": case, "system": system, "op": op,
+           "ns_per_record": round(seconds / N * 1e9, 1), "records_per_s": round(N / seconds),
+           "MB_per_s": round(nbytes / seconds / 1e6, 1)}
     out.update(extra)
     print(json.dumps(out), flush=True)
     return out
@@ -106,6 +113,10 @@ def main() -> None:
         line(case, "strata", "encode_from_objects", enc_obj, plain_bytes)
         line(case, "strata", "decode+encode", dec + enc, n + plain_bytes)
         line(case, "machine", "memcpy", cp, n)
+        if codec:   # the codec alone: cramjam decompressing the batch's records
+            blob = data[bk.HEADER_SIZE:]
+            fn = {3: cramjam.lz4.decompress, 4: cramjam.zstd.decompress}[codec]
+            line(case, "machine", "decompress-only", timed(lambda: fn(blob), seconds), n)
         for name, batch_cls, builder_cls in (("kafka-python", KBatch, KBuilder),
                                              ("aiokafka-c", ABatch, ABuilder)):
             d = timed(lambda: read(batch_cls, data), seconds)

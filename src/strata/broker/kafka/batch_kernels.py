@@ -2,7 +2,7 @@
 and their headers into int64 column tables, and write uncompressed batches from such tables.
 
 The byte layout (big-endian header of 61 bytes, records of zigzag varints) is described in
-``docs/kafka.md``; ``record_batch`` is the Python face of these loops. Every position and
+``docs/kafka_records.md``; ``record_batch`` is the Python face of these loops. Every position and
 length read from the input is checked against the bytes it must lie in before a byte is read,
 so a damaged or hostile record set is reported (a reason code and where), never read out of
 bounds. Varints are bounded: at most 5 bytes holding 32 bits (``varint``) or 10 bytes holding
@@ -279,9 +279,10 @@ def scan_batches(data, batches, err):
 def check_batches(data, batches, nbatches, check_crc, err):
     """Judge the batches ``scan_batches`` found, in order: the CRC-32C of attributes..end
     (with ``check_crc``; else the caller checked it), codec 0-4, neither control nor
-    transactional, recordCount >= 1 and lastOffsetDelta = recordCount - 1. Returns 0, or -1
-    with ``err`` set."""
+    transactional, recordCount >= 1 and lastOffsetDelta = recordCount - 1. Returns how many
+    are compressed, or -1 with ``err`` set."""
     addr = data.ctypes.data
+    compressed = 0
     for n in range(nbatches):
         p = batches[B_AT, n]
         if check_crc:
@@ -306,7 +307,24 @@ def check_batches(data, batches, nbatches, check_crc, err):
         if batches[B_LAST_DELTA, n] != count - 1:
             _fail(err, BAD_LAST_DELTA, n, -1, p, batches[B_LAST_DELTA, n])
             return -1
-    return 0
+        if attributes & CODEC_MASK:
+            compressed += 1
+    return compressed
+
+
+@njit(cache=True, nogil=True)
+def record_total(batches, nbatches, err):
+    """The records the batches hold, once each batch's count is checked against its
+    (decompressed) bytes: a record takes at least MIN_RECORD. Returns -1 with ``err`` set
+    (COUNT_PAST_BYTES) otherwise, before anything is sized by a hostile count."""
+    total = 0
+    for n in range(nbatches):
+        count = batches[B_COUNT, n]
+        if count * MIN_RECORD > batches[B_RECORDS_END, n] - batches[B_RECORDS_AT, n]:
+            _fail(err, COUNT_PAST_BYTES, n, -1, batches[B_AT, n], count)
+            return -1
+        total += count
+    return total
 
 
 @njit(cache=True, nogil=True)

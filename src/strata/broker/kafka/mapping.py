@@ -70,6 +70,15 @@ def _headers_as_properties(headers: Sequence[Header], props: dict[str, str]) -> 
 def to_message(topic: str, queue_id: int, key: bytes | None, value: bytes | None,
                timestamp: int, headers: Sequence[Header]) -> Message:
     """The strata message that stores one Kafka record."""
+    body, keys, props, born = to_fields(key, value, timestamp, headers)
+    return Message(topic, body, keys=keys, properties=props, queue_id=queue_id,
+                   born_timestamp=born)
+
+
+def to_fields(key: bytes | None, value: bytes | None, timestamp: int,
+              headers: Sequence[Header]
+              ) -> tuple[bytes, tuple[str, ...], dict[str, str] | None, int | None]:
+    """(body, keys, properties or None, born timestamp or None) that store one record."""
     props: dict[str, str] | None = None
     keys: tuple[str, ...] = ()
     if key is not None:
@@ -91,8 +100,7 @@ def to_message(topic: str, queue_id: int, key: bytes | None, value: bytes | None
     else:
         props = props or {}
         props[TIMESTAMP] = str(timestamp)
-    return Message(topic, value, keys=keys, properties=props, queue_id=queue_id,
-                   born_timestamp=born)
+    return value, keys, props, born
 
 
 def from_message(m: StoredMessage) -> tuple[bytes | None, bytes | None, int, list[Header]]:

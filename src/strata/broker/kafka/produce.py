@@ -1,14 +1,21 @@
-"""Produce (key 0): each partition's record set is decoded (``record_batch``, compiled), its
-records become strata messages (``mapping``), and the whole request goes to the shared send
-batcher as one submission, so requests arriving together share one ``put_batch`` (and, with
-``--flush sync``, one fsync, which every acks=1/all answer waits for). acks=0 sends nothing
-back. Idempotent batches are checked against the producer's last sequences first
-(``idempotence``).
+"""Produce (key 0): each partition's record set is decoded (``record_batch``, compiled) into
+columns of strata message fields (``mapping``), then stored:
+
+* async flush: one ``store.put_columns`` per partition (the column encoder; no Message
+  object per record), at once on the event loop;
+* ``--flush sync``: the whole request as one submission to the shared send batcher, so the
+  requests arriving together (any connection, either protocol) share one ``put_batch`` and
+  one fsync, which every acks=1/all answer waits for.
+
+A produce is answered once its messages are dispatched (a following fetch sees them);
+acks=0 sends nothing back. Idempotent batches are checked against the producer's last
+sequences first (``idempotence``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -16,7 +23,7 @@ from strata.broker.kafka import api
 from strata.broker.kafka import batch_kernels as bk
 from strata.broker.kafka import errors as ke
 from strata.broker.kafka.idempotence import PROP, sequences
-from strata.broker.kafka.mapping import to_message
+from strata.broker.kafka.mapping import to_fields
 from strata.broker.kafka.record_batch import RecordBatchError, decode_record_set
 from strata.broker.kafka.topics import partitions
 from strata.errors import InvalidInputError, StrataError
@@ -30,60 +37,91 @@ PartitionResponse = TopicResponse.PartitionProduceResponse
 
 
 class _Part:
-    """One partition of the request: its messages' place in the submission, or its error."""
+    """One partition of the request: its records as put_columns columns, or its error."""
 
-    __slots__ = ("topic", "index", "code", "message", "start", "count", "offset", "seqs")
+    __slots__ = ("topic", "index", "code", "message", "count", "offset", "seqs", "bodies",
+                 "keys", "props", "born", "start")
 
     def __init__(self, topic: str, index: int) -> None:
         self.topic = topic
         self.index = index
         self.code = ke.NONE
         self.message: str | None = None
-        self.start = self.count = 0
+        self.count = 0
+        self.start = 0
         self.offset = -1
         self.seqs: list = []         # (pid, entry, the batch's first record in the set)
+        self.bodies: list = []
+        self.keys: list | None = None
+        self.props: list | None = None
+        self.born = None
+
+    def messages(self) -> list[Message]:
+        """The records as Message objects (the send batcher's form)."""
+        n = self.count
+        keys = self.keys or [()] * n
+        props = self.props or [None] * n
+        born = self.born.tolist() if isinstance(self.born, np.ndarray) else self.born
+        return [Message(self.topic, b, keys=() if k is None else k, properties=p,
+                        queue_id=self.index, born_timestamp=t or None)
+                for b, k, p, t in zip(self.bodies, keys, props, born)]
 
 
-def _messages(topic: str, part: int, cols, out: list[Message]) -> None:
-    """Append the strata messages of the records in ``cols`` to ``out``."""
+def _columns(part: _Part, cols, marks: dict[int, str]) -> None:
+    """Fill ``part``'s columns from the decoded records ``cols``."""
     recs = cols.records
     n = recs.shape[1]
     data = cols.data
-    ts = recs[bk.R_TIMESTAMP].tolist()
+    ts_col = recs[bk.R_TIMESTAMP]
     key_len = recs[bk.R_KEY_LEN]
     val_at, val_len = recs[bk.R_VALUE_AT].tolist(), recs[bk.R_VALUE_LEN].tolist()
     raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    part.count = n
     if not (key_len >= 0).any() and not recs[bk.R_HEADER_COUNT].any() and \
-            min(ts) > 0 and min(val_len) >= 0:
+            ts_col.min() > 0 and min(val_len) >= 0:
         # the plain case: value and timestamp only
-        out.extend(Message(topic, raw[a:a + n_], queue_id=part, born_timestamp=t)
-                   for a, n_, t in zip(val_at, val_len, ts))
-        return
-    key_at, key_len = recs[bk.R_KEY_AT].tolist(), key_len.tolist()
-    hcount = recs[bk.R_HEADER_COUNT].tolist()
-    for i in range(n):
-        kl, vl = key_len[i], val_len[i]
-        key = None if kl < 0 else raw[key_at[i]:key_at[i] + kl]
-        value = None if vl < 0 else raw[val_at[i]:val_at[i] + vl]
-        headers = ()
-        if hcount[i]:
-            headers = [(k.decode("utf-8"), v) for k, v in cols.record_headers(i)]
-        out.append(to_message(topic, part, key, value, ts[i], headers))
+        part.bodies = [raw[a:a + m] for a, m in zip(val_at, val_len)]
+        part.born = ts_col.copy()
+    else:
+        ts = ts_col.tolist()
+        key_at, key_len = recs[bk.R_KEY_AT].tolist(), key_len.tolist()
+        hcount = recs[bk.R_HEADER_COUNT].tolist()
+        bodies, keys, props, born = [], [], [], []
+        for i in range(n):
+            kl, vl = key_len[i], val_len[i]
+            key = None if kl < 0 else raw[key_at[i]:key_at[i] + kl]
+            value = None if vl < 0 else raw[val_at[i]:val_at[i] + vl]
+            headers = ()
+            if hcount[i]:
+                headers = [(k.decode("utf-8"), v) for k, v in cols.record_headers(i)]
+            body, k, p, t = to_fields(key, value, ts[i], headers)
+            bodies.append(body)
+            keys.append(k[0] if k else None)
+            props.append(p)
+            born.append(t)
+        part.bodies, part.born = bodies, born
+        part.keys = keys if any(k is not None for k in keys) else None
+        part.props = props if any(p is not None for p in props) else None
+    if marks:
+        if part.props is None:
+            part.props = [None] * n
+        for first, mark in marks.items():
+            p = dict(part.props[first] or {})
+            p[PROP] = mark
+            part.props[first] = p
 
 
-def _prepare(broker, topic: str, pd, part: _Part, msgs: list[Message]) -> None:
+def _prepare(broker, topic: str, pd, part: _Part) -> None:
     if pd.records is None:
         part.code, part.message = ke.INVALID_RECORD, "no record set"
         return
     try:
-        cols = decode_record_set(bytes(pd.records) if not isinstance(pd.records, bytes)
-                                 else pd.records)
+        cols = decode_record_set(pd.records)
     except RecordBatchError as exc:
         part.code, part.message = exc.error_code, str(exc)
         return
     batches = cols.batches
     pids = batches[bk.B_PRODUCER_ID]
-    start = len(msgs)
     marks: dict[int, str] = {}
     if (pids >= 0).any():
         seqs = sequences(broker)
@@ -108,19 +146,40 @@ def _prepare(broker, topic: str, pd, part: _Part, msgs: list[Message]) -> None:
             first = int(batches[bk.B_FIRST_RECORD, b])
             part.seqs.append((pid, entry, first))
             marks[first] = f"{pid}:{epoch}:{seq}:{count}"
-    _messages(topic, part.index, cols, msgs)
-    for first, mark in marks.items():
-        m = msgs[start + first]
-        props = dict(m.properties or {})
-        props[PROP] = mark
-        m.properties = props
-    part.start, part.count = start, len(msgs) - start
+    _columns(part, cols, marks)
 
 
-async def _store_all(broker, msgs: list[Message], parts: list[_Part]) -> None:
-    """One submission for the whole request; if it is refused as bad input, each partition
-    alone, so one partition's bad message fails that partition only."""
-    stored = [p for p in parts if p.count]
+def _put_direct(broker, parts: list[_Part]) -> None:
+    """Async flush: each partition's records with one ``put_columns`` (the column encoder,
+    no Message object each), on the event loop as the send batcher's async puts are (a put
+    returns once the records are in the page cache)."""
+    store = broker.store
+    for p in parts:
+        if not p.count or p.code != ke.NONE:
+            continue
+        began = time.perf_counter()
+        try:
+            results = store.put_columns(p.topic, p.index, p.bodies, keys=p.keys,
+                                        properties=p.props, born_timestamps=p.born)
+        except StrataError as exc:
+            p.code, p.message = ke.code_for(exc), str(exc)
+            continue
+        broker.puts += 1
+        broker.put_messages += p.count
+        if broker.batcher.on_stored is not None:
+            broker.batcher.on_stored(p.count, time.perf_counter() - began)
+        _settle(p, results[0])
+
+
+async def _store_all(broker, parts: list[_Part]) -> None:
+    """Sync flush: the whole request as one submission to the send batcher (group commit
+    with everything else arriving: one fsync covers them all); if it is refused as bad
+    input, each partition alone, so one partition's bad message fails that partition only."""
+    stored = [p for p in parts if p.count and p.code == ke.NONE]
+    msgs: list[Message] = []
+    for p in stored:
+        p.start = len(msgs)
+        msgs += p.messages()
     try:
         results = await broker.batcher.submit(msgs)
     except InvalidInputError as exc:
@@ -151,7 +210,6 @@ async def produce(ctx: api.RequestContext, request):
     broker = ctx.broker
     acks = request.acks
     parts_by_topic: list[tuple[str, list[_Part]]] = []
-    msgs: list[Message] = []
     for td in request.topic_data:
         tparts: list[_Part] = []
         parts_by_topic.append((td.name, tparts))
@@ -168,11 +226,14 @@ async def produce(ctx: api.RequestContext, request):
             elif not 0 <= pd.index < n:
                 part.code = ke.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                _prepare(broker, td.name, pd, part, msgs)
+                _prepare(broker, td.name, pd, part)
     parts = [p for _t, ps in parts_by_topic for p in ps]
-    if msgs:
+    if any(p.count and p.code == ke.NONE for p in parts):
         try:
-            await _store_all(broker, msgs, parts)
+            if broker.flush_sync:
+                await _store_all(broker, parts)
+            else:
+                _put_direct(broker, parts)
             await broker.until_dispatched(broker.store.confirmed_offset())
         except StrataError as exc:
             code = ke.code_for(exc)

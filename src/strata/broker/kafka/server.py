@@ -73,6 +73,8 @@ class KafkaBroker:
         self.dispatched = 0              # commit-log offset the store has dispatched up to
         self.requests = 0
         self.connections = 0
+        self.puts = 0                    # put_columns calls of produces (async flush)
+        self.put_messages = 0
 
     # ------------------------------------------------------------------ arrivals
 
@@ -196,7 +198,8 @@ class KafkaListener:
 
     def summary(self) -> str:
         b = self.broker
-        return f"kafka: {b.requests} requests on {b.connections} connections"
+        return (f"kafka: {b.requests} requests on {b.connections} connections, "
+                f"{b.put_messages} messages in {b.puts} direct puts")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         task = asyncio.current_task()
@@ -285,7 +288,7 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
             if ctx is None:                    # bytes already encoded
                 writer.write(item)
                 continue
-            name = api.HANDLERS[ctx.api_key].request.name
+            name = api.HANDLERS[ctx.api_key].request.name.removesuffix("Request")
             try:
                 response = await item
             except api.BadRequestError as exc:     # e.g. a request before SASL with --acl
