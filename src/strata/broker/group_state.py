@@ -3,6 +3,12 @@ pop offset) and the deliveries in flight (deadline, attempt, handle id; for a pu
 receive, the client it is renewed for and until when), kept in memory and journaled (``strata.broker.journal``) so that a restart, clean or after SIGKILL, neither
 redelivers an acked message nor forgets an unacked one.
 
+Beside them, the offsets groups *commit* (Kafka consumers: ``strata.broker.kafka``): per
+group, topic and queue the next offset to consume, with the client's metadata. They live in
+the same journal (one protocol-neutral place for a group's progress), but are changed only
+through ``commit``, whose records the caller appends off the event loop
+(``strata.broker.offset_commits``).
+
 All methods run on one thread (the server's event loop); times are ms since the epoch and
 passed in, so the rules are testable without a clock.
 """
@@ -93,6 +99,16 @@ class QueueState:
             heapq.heappush(self._due, (d.deadline_ms, offset, d.handle_id))
 
 
+@dataclass(frozen=True)
+class Committed:
+    """An offset a group committed for a queue: the next offset its consumers read."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+    commit_ms: int = 0
+
+
 class ConsumerGroups:
     """All groups' state of one broker, backed by its journal."""
 
@@ -103,6 +119,8 @@ class ConsumerGroups:
         # client id -> the deliveries renewed for it (queue and offset -> handle id); an item
         # whose delivery was acked, replaced or released since is dropped when met
         self.renewing: dict[str, dict[RenewKey, int]] = {}
+        # group -> (topic, queue id) -> its committed offset
+        self.committed: dict[str, dict[tuple[str, int], Committed]] = {}
         for rec in self.journal.open():
             self._apply(rec)
         self.compact()
@@ -114,6 +132,10 @@ class ConsumerGroups:
             self.next_handle_id = max(self.next_handle_id, rec.counter)
             return
         key = (rec.group, rec.topic, rec.queue_id)
+        if rec.kind is jr.Kind.COMMIT:
+            self.committed.setdefault(rec.group, {})[(rec.topic, rec.queue_id)] = Committed(
+                rec.offset, rec.leader_epoch, rec.metadata, rec.commit_ms)
+            return
         if rec.kind is jr.Kind.STATE:
             q = self.queues[key] = QueueState(rec.offset)
             for e in rec.entries:
@@ -159,6 +181,10 @@ class ConsumerGroups:
                         (o, d.handle_id, d.deadline_ms, d.renew_until_ms))
             for client, entries in renewed.items():
                 yield jr.encode_renew(g, t, qid, client, entries)
+        for g, offsets in self.committed.items():
+            for (t, qid), c in offsets.items():
+                yield jr.encode_commit(g, t, qid, c.offset, c.leader_epoch, c.metadata,
+                                       c.commit_ms)
 
     def compact(self) -> None:
         """Rewrite the journal as the current state (atomically)."""
@@ -339,6 +365,28 @@ class ConsumerGroups:
             self.journal.append(b"".join(changes))
             self._maybe_compact()
         return len(changes)
+
+    # ------------------------------------------------------------------ committed offsets
+
+    def commit(self, group: str, offsets: list[tuple[str, int, Committed]]) -> bytes:
+        """Take ``group``'s committed offsets — (topic, queue id, what) — into the state and
+        return their journal records, for the caller to append (off the event loop, in the
+        order of the calls: ``strata.broker.offset_commits.CommitWriter``). A compaction
+        before that append already holds them; the append then repeats them, harmlessly."""
+        out = []
+        mine = self.committed.setdefault(group, {})
+        for topic, queue_id, c in offsets:
+            mine[(topic, queue_id)] = c
+            out.append(jr.encode_commit(group, topic, queue_id, c.offset, c.leader_epoch,
+                                        c.metadata, c.commit_ms))
+        return b"".join(out)
+
+    def committed_offsets(self, group: str) -> dict[tuple[str, int], Committed]:
+        """Every (topic, queue id) -> committed offset of ``group``."""
+        return dict(self.committed.get(group, {}))
+
+    def committed_groups(self) -> list[str]:
+        return [g for g, offsets in self.committed.items() if offsets]
 
     def _maybe_compact(self) -> None:
         if self.journal.size > COMPACT_BYTES:

@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"STRATAGJ"
 VERSION = 1               # the groups journal before RENEW records
-GROUPS_VERSION = 2        # the groups journal since RENEW records (it reads 1 too)
+RENEW_VERSION = 2         # the groups journal since RENEW records
+GROUPS_VERSION = 3        # the groups journal since COMMIT records (it reads 1 and 2 too)
+GROUPS_READABLE = (VERSION, RENEW_VERSION, GROUPS_VERSION)
 HEADER = struct.Struct("<8sII")           # magic, version, crc32c of the first 12 bytes
 RECORD_HEAD = struct.Struct("<II")        # payload length, crc32c(payload)
 MAX_PAYLOAD = 64 << 20
@@ -45,6 +47,7 @@ _STATE_ENTRY = struct.Struct("<qqIQ")     # queue offset, deadline ms, attempt, 
 _COUNTER = struct.Struct("<Q")
 _RENEW_HEAD = struct.Struct("<I")         # entry count (after the client id)
 _RENEW_ENTRY = struct.Struct("<qQqq")     # queue offset, handle id, deadline ms, renew until ms
+_COMMIT = struct.Struct("<qiqi")          # committed offset, leader epoch, commit ms, metadata len
 
 
 class Kind(enum.IntEnum):
@@ -54,6 +57,7 @@ class Kind(enum.IntEnum):
     STATE = 4
     COUNTER = 5
     RENEW = 6
+    COMMIT = 7
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,9 @@ class Entry:
 class JournalRecord:
     """A decoded record. ``offset`` is the pop offset after a POP / the pop offset of a STATE;
     ``entries`` the deliveries (POP, STATE, CHANGE, RENEW) or acked offsets (ACK, attempt 0);
-    ``client`` the client a RENEW's deliveries are renewed for."""
+    ``client`` the client a RENEW's deliveries are renewed for. A COMMIT (a committed
+    offset, as Kafka consumers commit them) has the offset in ``offset``, and
+    ``leader_epoch``, ``metadata`` (None: null) and ``commit_ms``."""
 
     kind: Kind
     group: str = ""
@@ -84,6 +90,9 @@ class JournalRecord:
     entries: tuple[Entry, ...] = ()
     counter: int = 0
     client: str = ""
+    leader_epoch: int = -1
+    metadata: str | None = None
+    commit_ms: int = 0
 
 
 def _names(group: str, topic: str, queue_id: int) -> bytes:
@@ -133,6 +142,17 @@ def encode_renew(group: str, topic: str, queue_id: int, client: str,
     body = b"".join(_RENEW_ENTRY.pack(*e) for e in entries)
     return _frame(bytes((Kind.RENEW,)) + _names(group, topic, queue_id)
                   + _STR_LEN.pack(len(c)) + c + _RENEW_HEAD.pack(len(entries)) + body)
+
+
+def encode_commit(group: str, topic: str, queue_id: int, offset: int, leader_epoch: int,
+                  metadata: str | None, commit_ms: int) -> bytes:
+    """A COMMIT record: ``group`` committed ``offset`` (the next offset to consume) for the
+    queue, with the client's leader epoch (-1: none), metadata text (None: null) and the
+    commit time (ms since the epoch). The last one of a queue stands."""
+    meta = b"" if metadata is None else metadata.encode()
+    return _frame(bytes((Kind.COMMIT,)) + _names(group, topic, queue_id)
+                  + _COMMIT.pack(offset, leader_epoch, commit_ms,
+                                 -1 if metadata is None else len(meta)) + meta)
 
 
 def encode_counter(next_handle_id: int) -> bytes:
@@ -194,6 +214,15 @@ def decode_payload(p: bytes) -> JournalRecord:
                         _RENEW_ENTRY.iter_unpack(p[pos:pos + n * _RENEW_ENTRY.size]))
         pos += n * _RENEW_ENTRY.size
         rec = JournalRecord(kind, group, topic, queue_id, entries=entries, client=client)
+    elif kind is Kind.COMMIT:
+        offset, epoch, commit_ms, ml = _COMMIT.unpack_from(p, pos)
+        pos += _COMMIT.size
+        if ml < -1 or pos + max(ml, 0) > len(p):
+            raise ValueError("COMMIT record's metadata length does not fit")
+        metadata = None if ml < 0 else p[pos:pos + ml].decode()
+        pos += max(ml, 0)
+        rec = JournalRecord(kind, group, topic, queue_id, offset, leader_epoch=epoch,
+                            metadata=metadata, commit_ms=commit_ms)
     else:
         pop_offset, n = _STATE_HEAD.unpack_from(p, pos)
         pos += _STATE_HEAD.size
@@ -208,7 +237,7 @@ def decode_payload(p: bytes) -> JournalRecord:
 
 def read_records(data: bytes, magic: bytes = MAGIC,
                  decode: Callable[[bytes], Any] = decode_payload,
-                 versions: tuple[int, ...] = (VERSION, GROUPS_VERSION)) -> tuple[list, int]:
+                 versions: tuple[int, ...] = GROUPS_READABLE) -> tuple[list, int]:
     """The whole records after the header and the byte position where they end; ``magic``,
     ``decode`` and ``versions`` say which journal (the consumer groups' by default)."""
     if len(data) < HEADER.size:
@@ -240,15 +269,18 @@ class Journal:
     """The open journal file of one broker (appends with O_APPEND); ``magic`` and ``decode``
     name its kind of records (the consumer groups' by default).
 
-    Appends and rewrites run on the owner's thread; ``sync`` may run on another one (the
-    server fsyncs from an executor). A lock keeps a rewrite from closing the descriptor a sync
-    is about to fsync: without it the sync could fsync a closed descriptor (EBADF), or one
-    whose number was meanwhile given to another file or socket (EINVAL), and fail."""
+    Rewrites run on the owner's thread; appends too, except that committed offsets
+    (``strata.broker.offset_commits``) are appended from one writer thread, so appends and
+    rewrites hold ``_write_lock`` (a write of a few records: microseconds). ``sync`` may run
+    on another thread (the server fsyncs from an executor). A lock keeps a rewrite from
+    closing the descriptor a sync is about to fsync: without it the sync could fsync a closed
+    descriptor (EBADF), or one whose number was meanwhile given to another file or socket
+    (EINVAL), and fail."""
 
     def __init__(self, path: Path, file_ops: FileOps | None = None, magic: bytes = MAGIC,
                  decode: Callable[[bytes], Any] = decode_payload,
                  version: int = GROUPS_VERSION,
-                 readable: tuple[int, ...] = (VERSION, GROUPS_VERSION)) -> None:
+                 readable: tuple[int, ...] = GROUPS_READABLE) -> None:
         self.path = path
         self.magic = magic
         self.version = version            # written by a new file and by a rewrite
@@ -257,6 +289,7 @@ class Journal:
         self.file_ops = file_ops or FileOps()
         self._fd: int | None = None
         self._fd_lock = threading.Lock()      # held by sync, rewrite and close
+        self._write_lock = threading.Lock()   # held by append and rewrite
         self.size = 0
         self.dropped_tail = 0
         self._torn = False                    # an append was cut short and not taken back
@@ -282,22 +315,25 @@ class Journal:
         error is raised, so no torn record stands between the file's good records and the ones
         appended after it (the next open would cut the file there, dropping those too); if it
         cannot be taken back, appends are refused until it can."""
-        if self._torn:
-            self._untear()
-        view = memoryview(data)
-        try:
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
-        except BaseException:
-            self._torn = True
-            try:
+        if not data:
+            return
+        with self._write_lock:
+            if self._torn:
                 self._untear()
-            except OSError:
-                log.exception("%s: a record cut short at offset %d could not be taken "
-                              "back; appends wait until it can", self.path, self.size)
-            raise
-        self.size += len(data)
+            view = memoryview(data)
+            try:
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+            except BaseException:
+                self._torn = True
+                try:
+                    self._untear()
+                except OSError:
+                    log.exception("%s: a record cut short at offset %d could not be taken "
+                                  "back; appends wait until it can", self.path, self.size)
+                raise
+            self.size += len(data)
 
     def _untear(self) -> None:
         os.ftruncate(self._fd, self.size)
@@ -314,7 +350,7 @@ class Journal:
         cannot be written (a full disk) the old one stays, open for appends, and the error is
         raised."""
         data = encode_header(self.magic, self.version) + b"".join(records)
-        with self._fd_lock:
+        with self._write_lock, self._fd_lock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -328,7 +364,7 @@ class Journal:
             self._torn = False
 
     def close(self) -> None:
-        with self._fd_lock:
+        with self._write_lock, self._fd_lock:     # not under an append of the commit writer
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None

@@ -1,7 +1,8 @@
 """Prometheus metrics of ``strata serve --metrics HOST:PORT`` (prometheus-client, the broker
 extra): what the requests did (counted by each protocol's layer around its handlers), the
 store's put batches and their flush latency, and — computed at each scrape from the
-consumer-group state — every group's lag and deliveries in flight. docs/broker.md lists them.
+consumer-group state — every group's lag and deliveries in flight, and the lag of the groups
+that commit offsets (Kafka consumers). docs/broker.md lists them.
 """
 
 from __future__ import annotations
@@ -53,6 +54,28 @@ class GroupCollector(Collector):
             flying.add_metric([topic, group], inflight[(topic, group)])
         yield lag
         yield flying
+        yield self._committed_lag()
+
+    def _committed_lag(self) -> GaugeMetricFamily:
+        """Groups that commit offsets (Kafka consumers): per topic, messages past the
+        committed offsets (from a queue's oldest message where nothing was committed)."""
+        lag = GaugeMetricFamily("strata_group_committed_lag", "Messages of the topic past the "
+                                "group's committed offsets (queue max offset minus committed "
+                                "offset, summed over the topic's queues; Kafka consumer "
+                                "groups)", labels=["topic", "group"])
+        store = self.store
+        # copies taken in one step each: the event loop changes the dicts while we read
+        for group, offsets in sorted(list(self.groups.committed.items())):
+            per_topic: dict[str, dict[int, int]] = {}
+            for (topic, qid), c in dict(offsets).items():
+                per_topic.setdefault(topic, {})[qid] = c.offset
+            for topic, done in sorted(per_topic.items()):
+                behind = 0
+                for qid in range(store.queue_count(topic)):
+                    low = store.min_offset(topic, qid)
+                    behind += max(0, store.max_offset(topic, qid) - max(low, done.get(qid, low)))
+                lag.add_metric([topic, group], behind)
+        return lag
 
 
 class BrokerMetrics:

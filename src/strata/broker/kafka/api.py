@@ -119,7 +119,9 @@ def handles(api_key: int, min_version: int, max_version: int, *,
     if max_version > req.max_version:
         raise ValueError(f"api {api_key}: kafka.protocol knows versions up to "
                          f"{req.max_version}, not {max_version}")
-    schema_flex = req._flexible_versions[0] if req._flexible_versions else None
+    # a schema with flexibleVersions "none" (SaslHandshake) reads as (-1, -1)
+    schema_flex = req._flexible_versions[0] if req._flexible_versions and \
+        req._flexible_versions[0] >= 0 else None
     if schema_flex is not None and schema_flex > max_version:
         schema_flex = None
     if schema_flex != flexible_from:
@@ -179,7 +181,8 @@ def header_flexible(api_key: int, version: int) -> bool:
     this broker, KIP-511) counts as flexible when the schema's newest is."""
     _index_classes()
     req = _REQUESTS.get(api_key)
-    if req is None or req._flexible_versions is None:
+    # flexibleVersions "none" (SaslHandshake) reads as (-1, -1)
+    if req is None or req._flexible_versions is None or req._flexible_versions[0] < 0:
         return False
     return req._flexible_versions[0] <= version
 

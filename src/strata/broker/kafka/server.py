@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from strata.broker.kafka import api
+from strata.broker.kafka import api, authorize
 from strata.broker.kafka import errors as ke
 from strata.store.message_store import MessageStore
 
@@ -266,7 +266,8 @@ async def _read_frames(broker: KafkaBroker, conn: KafkaConnection,
         broker.requests += 1
         ctx = api.RequestContext(header.api_key, header.api_version, header.correlation_id,
                                  header.client_id, conn.peer, conn.principal, conn, broker)
-        task = asyncio.ensure_future(reg.handler(ctx, request))
+        # authorize.call: the handler, as --acl allows (the gate before SASL, topic rights)
+        task = asyncio.ensure_future(authorize.call(ctx, reg, request))
         await queue.put((ctx, task))
 
 
@@ -301,6 +302,10 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
             name = api.HANDLERS[ctx.api_key].request.name.removesuffix("Request")
             try:
                 response = await item
+            except api.BadRequestError as exc:     # e.g. a request before SASL with --acl
+                log.warning("kafka %s (%s): %s; closing", conn.peer, ctx.client_id, exc)
+                broker.count(name, "REFUSED")
+                break
             except Exception:   # noqa: BLE001 - a handler's bug closes this connection only
                 log.exception("kafka %s: %s v%d failed; closing the connection", conn.peer,
                               name, ctx.api_version)
@@ -310,6 +315,9 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
             if response is not None:
                 writer.write(api.encode_response(response, ctx.api_version,
                                                  ctx.correlation_id))
+            if conn.closing:                   # e.g. a failed SASL authentication
+                await writer.drain()
+                break
             if writer.transport.get_write_buffer_size() > (1 << 20):
                 await writer.drain()
     except (ConnectionError, asyncio.CancelledError):

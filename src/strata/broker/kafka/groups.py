@@ -1,0 +1,496 @@
+"""Kafka's classic consumer-group coordinator as a pure state machine (no sockets, no clock,
+no asyncio): the I/O layer (``strata.broker.kafka.group_handlers``) feeds it requests with
+the current time and resolves what it owes.
+
+The classic protocol keeps the broker ignorant of what is assigned: each member joins with
+opaque protocol metadata (its subscription, per assignor it supports), the broker picks one
+protocol all members support, a generation id and a leader; the leader alone receives the
+members' metadata, runs the assignor on the client side and sends every member's opaque
+assignment in its SyncGroup, which the broker hands to the followers waiting in theirs.
+
+States (as DescribeGroups names them): Empty (no members), PreparingRebalance (waiting for
+members to (re)join), CompletingRebalance (joined; waiting for the leader's assignment),
+Stable, Dead (a group the coordinator does not know).
+
+Rules, following Kafka's classic coordinator:
+
+- A join completes when every known member has rejoined (and no member id handed out with
+  MEMBER_ID_REQUIRED is still expected), or when the rebalance timeout (the largest of the
+  members') passes: members that did not rejoin by then are removed.
+- JoinGroup v4+ with an empty member id gets MEMBER_ID_REQUIRED and a new id to join with.
+- Heartbeat answers REBALANCE_IN_PROGRESS while the group prepares a rebalance, which makes
+  members rejoin; a member that neither heartbeats nor waits in a join or sync for its session
+  timeout is removed (and the group rebalances).
+- A leader that never sends its SyncGroup: after the rebalance timeout the members that did
+  not sync are removed and the group rebalances.
+- Requests of an old generation get ILLEGAL_GENERATION, of an unknown member id
+  UNKNOWN_MEMBER_ID.
+
+Waiting (JoinGroup, SyncGroup) is a ``Pending`` the coordinator resolves later; the I/O layer
+calls ``tick(now_ms)`` at ``next_deadline()`` and after each request.
+Static membership (group.instance.id) is not implemented: such members are treated as
+dynamic ones.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Generic, TypeVar
+
+from strata.broker.kafka.errors import (ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
+                                       INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT,
+                                       MEMBER_ID_REQUIRED, NONE, REBALANCE_IN_PROGRESS,
+                                       UNKNOWN_MEMBER_ID)
+
+MIN_SESSION_TIMEOUT_MS = 6_000        # Kafka's group.min.session.timeout.ms
+MAX_SESSION_TIMEOUT_MS = 1_800_000    # Kafka's group.max.session.timeout.ms
+
+T = TypeVar("T")
+
+
+class State(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class Pending(Generic[T]):
+    """A response owed to a request that waits; resolved once by the coordinator. The I/O
+    layer turns it into a future with ``add_done_callback`` (called at once if done)."""
+
+    __slots__ = ("_result", "_done", "_callbacks")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result: T | None = None
+        self._callbacks: list[Callable[[T], None]] = []
+
+    @classmethod
+    def resolved(cls, result: T) -> "Pending[T]":
+        p: Pending[T] = cls()
+        p._resolve(result)
+        return p
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def result(self) -> T:
+        if not self._done:
+            raise RuntimeError("the pending response is not resolved yet")
+        return self._result         # type: ignore[return-value]
+
+    def add_done_callback(self, fn: Callable[[T], None]) -> None:
+        if self._done:
+            fn(self._result)        # type: ignore[arg-type]
+        else:
+            self._callbacks.append(fn)
+
+    def _resolve(self, result: T) -> None:
+        if self._done:
+            return
+        self._done, self._result = True, result
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(result)
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """A JoinGroup answer; ``members`` (member id, group instance id, metadata of the chosen
+    protocol) only for the leader."""
+
+    error: int
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    error: int
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    group_instance_id: str | None = None
+    expires_ms: int = 0
+    assignment: bytes = b""
+    join: Pending[JoinResult] | None = None
+    sync: Pending[SyncResult] | None = None
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return b""
+
+    @property
+    def kept_alive(self) -> bool:
+        """Waiting in a join or sync counts as alive (the rebalance deadlines cover those)."""
+        return self.join is not None or self.sync is not None
+
+
+@dataclass(frozen=True)
+class MemberView:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """What DescribeGroups shows of a group."""
+
+    group_id: str
+    state: State
+    protocol_type: str
+    protocol_name: str
+    generation_id: int
+    members: tuple[MemberView, ...] = ()
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: State = State.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)   # member id -> must join by (ms)
+    rebalance_deadline_ms: int = 0
+    sync_deadline_ms: int = 0
+
+    def candidate_protocols(self) -> set[str]:
+        names: set[str] | None = None
+        for m in self.members.values():
+            mine = {n for n, _ in m.protocols}
+            names = mine if names is None else names & mine
+        return names or set()
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if not protocol_type or not protocols:
+            return False
+        if not self.members:
+            return True
+        return (protocol_type == self.protocol_type
+                and bool(self.candidate_protocols() & {n for n, _ in protocols}))
+
+    def select_protocol(self) -> str:
+        """Each member votes for the first protocol of its own list that all support; most
+        votes win, ties go to the leader's (or the first member's) preference."""
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            vote = next(n for n, _ in m.protocols if n in candidates)
+            votes[vote] = votes.get(vote, 0) + 1
+        first = self.members.get(self.leader_id or "") or next(iter(self.members.values()))
+        order = [n for n, _ in first.protocols if n in votes]
+        return max(order, key=lambda n: (votes[n], -order.index(n)))
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+
+class Coordinator:
+    """All classic groups of one broker. Every method takes ``now_ms`` and runs on one
+    thread; nothing here blocks or sleeps."""
+
+    def __init__(self, *, min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
+                 max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
+                 new_member_id: Callable[[str], str] | None = None) -> None:
+        self.groups: dict[str, Group] = {}
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self._new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
+        self.rebalances = 0     # completed joins (for metrics and tests)
+
+    # ------------------------------------------------------------------ JoinGroup
+
+    def join(self, group_id: str, member_id: str, *, client_id: str, client_host: str,
+             session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+             protocols: list[tuple[str, bytes]], now_ms: int,
+             require_known_member_id: bool = False,
+             group_instance_id: str | None = None) -> Pending[JoinResult]:
+        """A JoinGroup; ``rebalance_timeout_ms`` is the session timeout for v0 clients."""
+        if not group_id:
+            return Pending.resolved(JoinResult(INVALID_GROUP_ID, member_id=member_id))
+        if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
+            return Pending.resolved(JoinResult(INVALID_SESSION_TIMEOUT, member_id=member_id))
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return Pending.resolved(JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id))
+            group = self.groups[group_id] = Group(group_id)
+        if not group.supports(protocol_type, protocols):
+            return Pending.resolved(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+        protocols = list(protocols)
+        if not member_id or member_id in group.pending:
+            if not member_id:
+                member_id = self._new_member_id(client_id)
+                if require_known_member_id:
+                    group.pending[member_id] = now_ms + session_timeout_ms
+                    return Pending.resolved(JoinResult(MEMBER_ID_REQUIRED, member_id=member_id))
+            group.pending.pop(member_id, None)
+            m = Member(member_id, client_id, client_host, session_timeout_ms,
+                       rebalance_timeout_ms, protocols, group_instance_id,
+                       expires_ms=now_ms + session_timeout_ms)
+            if not group.members:
+                group.protocol_type = protocol_type
+            if group.leader_id is None:
+                group.leader_id = member_id
+            group.members[member_id] = m
+            m.join = waiter = Pending()
+            if group.state is not State.PREPARING_REBALANCE:
+                self._prepare_rebalance(group, now_ms)
+            self._maybe_complete_join(group, now_ms)
+            return waiter
+        m = group.members.get(member_id)
+        if m is None:
+            return Pending.resolved(JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id))
+        m.client_id, m.client_host = client_id, client_host
+        m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        m.expires_ms = now_ms + session_timeout_ms
+        if group.state is State.PREPARING_REBALANCE:
+            m.protocols = protocols
+            if m.join is not None:      # a second join from the same member replaces the first
+                m.join._resolve(JoinResult(REBALANCE_IN_PROGRESS, member_id=member_id))
+            m.join = waiter = Pending()
+            self._maybe_complete_join(group, now_ms)
+            return waiter
+        unchanged = protocols == m.protocols
+        if unchanged and (group.state is State.COMPLETING_REBALANCE
+                          or (group.state is State.STABLE and member_id != group.leader_id)):
+            return Pending.resolved(self._join_result(group, m))     # a repeated join
+        m.protocols = protocols
+        m.join = waiter = Pending()
+        self._prepare_rebalance(group, now_ms)
+        self._maybe_complete_join(group, now_ms)
+        return waiter
+
+    def _join_result(self, group: Group, m: Member) -> JoinResult:
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if m.member_id == group.leader_id:
+            members = tuple((o.member_id, o.group_instance_id, o.metadata(group.protocol_name))
+                            for o in group.members.values())
+        return JoinResult(NONE, group.generation_id, group.protocol_type, group.protocol_name,
+                          group.leader_id or "", m.member_id, members)
+
+    def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
+        if group.state is State.COMPLETING_REBALANCE:
+            self._fail_syncs(group, REBALANCE_IN_PROGRESS)
+        group.state = State.PREPARING_REBALANCE
+        group.rebalance_deadline_ms = now_ms + group.rebalance_timeout_ms()
+
+    def _fail_syncs(self, group: Group, error: int) -> None:
+        for m in group.members.values():
+            if m.sync is not None:
+                m.sync._resolve(SyncResult(error))
+                m.sync = None
+
+    def _maybe_complete_join(self, group: Group, now_ms: int) -> None:
+        if (group.state is State.PREPARING_REBALANCE and not group.pending
+                and all(m.join is not None for m in group.members.values())):
+            self._complete_join(group, now_ms)
+
+    def _complete_join(self, group: Group, now_ms: int) -> None:
+        for m in [m for m in group.members.values() if m.join is None]:
+            self._remove(group, m, now_ms, rebalance=False)      # did not rejoin in time
+        group.generation_id += 1
+        self.rebalances += 1
+        for m in group.members.values():
+            m.assignment = b""
+        if not group.members:
+            group.state, group.protocol_name, group.leader_id = State.EMPTY, None, None
+            return
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.protocol_name = group.select_protocol()
+        group.state = State.COMPLETING_REBALANCE
+        group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
+        for m in group.members.values():
+            waiter, m.join = m.join, None
+            m.expires_ms = now_ms + m.session_timeout_ms
+            assert waiter is not None
+            waiter._resolve(self._join_result(group, m))
+
+    # ------------------------------------------------------------------ SyncGroup
+
+    def sync(self, group_id: str, generation_id: int, member_id: str,
+             assignments: dict[str, bytes], now_ms: int, *, protocol_type: str | None = None,
+             protocol_name: str | None = None) -> Pending[SyncResult]:
+        """A SyncGroup; ``assignments`` (member id -> opaque assignment) from the leader."""
+        group = self.groups.get(group_id)
+        m = group.members.get(member_id) if group is not None else None
+        if group is None or m is None:
+            return Pending.resolved(SyncResult(UNKNOWN_MEMBER_ID))
+        if generation_id != group.generation_id:
+            return Pending.resolved(SyncResult(ILLEGAL_GENERATION))
+        if ((protocol_type is not None and protocol_type != group.protocol_type)
+                or (protocol_name is not None and protocol_name != group.protocol_name)):
+            return Pending.resolved(SyncResult(INCONSISTENT_GROUP_PROTOCOL))
+        m.expires_ms = now_ms + m.session_timeout_ms
+        if group.state is State.PREPARING_REBALANCE:
+            return Pending.resolved(SyncResult(REBALANCE_IN_PROGRESS))
+        if group.state is State.STABLE:
+            return Pending.resolved(self._sync_result(group, m))
+        # CompletingRebalance
+        if m.sync is not None:
+            m.sync._resolve(SyncResult(REBALANCE_IN_PROGRESS))
+        m.sync = waiter = Pending()
+        if member_id == group.leader_id:
+            for o in group.members.values():
+                o.assignment = bytes(assignments.get(o.member_id, b""))
+            group.state = State.STABLE
+            for o in group.members.values():
+                if o.sync is not None:
+                    w, o.sync = o.sync, None
+                    w._resolve(self._sync_result(group, o))
+        return waiter
+
+    @staticmethod
+    def _sync_result(group: Group, m: Member) -> SyncResult:
+        return SyncResult(NONE, m.assignment, group.protocol_type, group.protocol_name)
+
+    # ------------------------------------------------------------------ Heartbeat, leave
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> int:
+        """The error code of a Heartbeat (NONE, REBALANCE_IN_PROGRESS, ...)."""
+        group = self.groups.get(group_id)
+        m = group.members.get(member_id) if group is not None else None
+        if group is None or m is None:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        m.expires_ms = now_ms + m.session_timeout_ms
+        return REBALANCE_IN_PROGRESS if group.state is State.PREPARING_REBALANCE else NONE
+
+    def leave(self, group_id: str, member_id: str, now_ms: int) -> int:
+        """A member leaves (LeaveGroup); the group rebalances without it."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return UNKNOWN_MEMBER_ID
+        if group.pending.pop(member_id, None) is not None:
+            self._maybe_complete_join(group, now_ms)
+            return NONE
+        m = group.members.get(member_id)
+        if m is None:
+            return UNKNOWN_MEMBER_ID
+        self._remove(group, m, now_ms)
+        return NONE
+
+    def _remove(self, group: Group, m: Member, now_ms: int, rebalance: bool = True) -> None:
+        del group.members[m.member_id]
+        for w in (m.join, m.sync):
+            if w is not None:
+                w._resolve(JoinResult(UNKNOWN_MEMBER_ID, member_id=m.member_id)
+                           if w is m.join else SyncResult(UNKNOWN_MEMBER_ID))
+        m.join = m.sync = None
+        if group.leader_id == m.member_id:
+            group.leader_id = next(iter(group.members), None)
+        if not rebalance:
+            return
+        if group.state in (State.STABLE, State.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now_ms)
+        self._maybe_complete_join(group, now_ms)
+
+    # ------------------------------------------------------------------ OffsetCommit checks
+
+    def check_commit(self, group_id: str, generation_id: int, member_id: str,
+                     now_ms: int) -> int:
+        """May this OffsetCommit store offsets? Generation -1 (no member) is a standalone
+        commit (a consumer that assign()s partitions), allowed while the group has no
+        members; a member's commit needs its current generation, and not while the group
+        waits for the leader's assignment."""
+        group = self.groups.get(group_id)
+        if generation_id < 0 and not member_id:
+            if group is None or group.state is State.EMPTY:
+                return NONE
+            return UNKNOWN_MEMBER_ID
+        m = group.members.get(member_id) if group is not None else None
+        if group is None:
+            return ILLEGAL_GENERATION if generation_id >= 0 else UNKNOWN_MEMBER_ID
+        if group.state is State.COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        if m is None:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        m.expires_ms = now_ms + m.session_timeout_ms
+        return NONE
+
+    # ------------------------------------------------------------------ time
+
+    def next_deadline(self) -> int | None:
+        """When ``tick`` has something to do next (ms), or None."""
+        times: list[int] = []
+        for g in self.groups.values():
+            times.extend(g.pending.values())
+            times.extend(m.expires_ms for m in g.members.values() if not m.kept_alive)
+            if g.state is State.PREPARING_REBALANCE:
+                times.append(g.rebalance_deadline_ms)
+            elif g.state is State.COMPLETING_REBALANCE:
+                times.append(g.sync_deadline_ms)
+        return min(times) if times else None
+
+    def tick(self, now_ms: int) -> None:
+        """Expire sessions and end rebalances whose time is up."""
+        for group in list(self.groups.values()):
+            for mid, until in list(group.pending.items()):
+                if now_ms >= until:
+                    del group.pending[mid]
+            for m in list(group.members.values()):
+                if m.member_id in group.members and not m.kept_alive and now_ms >= m.expires_ms:
+                    self._remove(group, m, now_ms)
+            if group.state is State.PREPARING_REBALANCE:
+                if now_ms >= group.rebalance_deadline_ms:
+                    self._complete_join(group, now_ms)
+                else:
+                    self._maybe_complete_join(group, now_ms)
+            elif (group.state is State.COMPLETING_REBALANCE
+                  and now_ms >= group.sync_deadline_ms):
+                late = [m for m in group.members.values() if m.sync is None]
+                for m in late:
+                    self._remove(group, m, now_ms, rebalance=False)
+                self._prepare_rebalance(group, now_ms)
+                self._maybe_complete_join(group, now_ms)
+
+    # ------------------------------------------------------------------ views
+
+    def describe(self, group_id: str) -> GroupView:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupView(group_id, State.DEAD, "", "", -1)
+        members = tuple(
+            MemberView(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                       m.metadata(group.protocol_name),
+                       m.assignment if group.state is State.STABLE else b"")
+            for m in group.members.values())
+        return GroupView(group_id, group.state, group.protocol_type or "",
+                         group.protocol_name or "", group.generation_id, members)
+
+    def listing(self) -> list[tuple[str, str, State]]:
+        """(group id, protocol type, state) of every group with a member or a past one."""
+        return [(g.group_id, g.protocol_type or "", g.state) for g in self.groups.values()]

@@ -1,0 +1,292 @@
+"""The classic group coordinator's state machine (strata.broker.kafka.groups), driven with
+explicit times: joins, syncs, heartbeats, leaves, session and rebalance timeouts."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strata.broker.kafka import groups as g
+from strata.broker.kafka.groups import Coordinator, State
+
+SESSION = 10_000
+REBALANCE = 30_000
+PROTOS = [("range", b"sub-a"), ("roundrobin", b"sub-b")]
+
+
+def coord() -> Coordinator:
+    ids = itertools.count(1)
+    return Coordinator(new_member_id=lambda client: f"{client}-{next(ids)}")
+
+
+def join(c: Coordinator, member: str = "", now: int = 0, *, client: str = "c",
+         protos=PROTOS, group: str = "G", known: bool = False, session: int = SESSION,
+         rebalance: int = REBALANCE):
+    return c.join(group, member, client_id=client, client_host="/127.0.0.1",
+                  session_timeout_ms=session, rebalance_timeout_ms=rebalance,
+                  protocol_type="consumer", protocols=protos, now_ms=now,
+                  require_known_member_id=known)
+
+
+def stable_pair(c: Coordinator):
+    """Two members through join and sync; returns (leader id, follower id)."""
+    a = join(c, client="a")
+    assert a.done and a.result.error == g.NONE      # alone: the join completes at once
+    ida = a.result.member_id
+    assert c.sync("G", 1, ida, {ida: b"all"}, 1).result.error == g.NONE
+    b = join(c, client="b", now=2)                  # a newcomer starts a rebalance
+    assert not b.done
+    assert c.heartbeat("G", 1, ida, 3) == g.REBALANCE_IN_PROGRESS
+    a2 = join(c, ida, now=4)
+    assert a2.done and b.done
+    idb = b.result.member_id
+    assert a2.result.generation_id == b.result.generation_id == 2
+    assert a2.result.leader == b.result.leader == ida
+    assert [m[0] for m in a2.result.members] == [ida, idb] and b.result.members == ()
+    sb = c.sync("G", 2, idb, {}, 5)
+    assert not sb.done                              # the follower waits for the leader
+    sa = c.sync("G", 2, ida, {ida: b"p0", idb: b"p1"}, 6)
+    assert sa.result.assignment == b"p0" and sb.result.assignment == b"p1"
+    assert c.describe("G").state is State.STABLE
+    return ida, idb
+
+
+def test_first_member_becomes_leader_and_gets_its_metadata():
+    c = coord()
+    p = join(c, client="a")
+    r = p.result
+    assert r.error == g.NONE and r.generation_id == 1 and r.leader == r.member_id
+    assert r.protocol_name == "range" and r.members == ((r.member_id, None, b"sub-a"),)
+    assert c.describe("G").state is State.COMPLETING_REBALANCE
+
+
+def test_rebalance_with_two_members_and_follower_waits_for_leader():
+    c = coord()
+    ida, idb = stable_pair(c)
+    view = c.describe("G")
+    assert [(m.member_id, m.assignment) for m in view.members] == [(ida, b"p0"), (idb, b"p1")]
+    assert c.heartbeat("G", 2, idb, 10) == g.NONE
+    # a Stable member's repeated join gets the same generation back
+    again = join(c, idb, now=11)
+    assert again.result.generation_id == 2 and again.result.members == ()
+
+
+def test_member_id_required_then_join_with_it():
+    c = coord()
+    first = join(c, known=True)
+    assert first.result.error == g.MEMBER_ID_REQUIRED and first.result.member_id
+    second = join(c, first.result.member_id, now=1, known=True)
+    assert second.result.error == g.NONE
+    assert second.result.member_id == first.result.member_id
+    assert second.result.generation_id == 1
+
+
+def test_pending_member_holds_the_join_until_it_joins_or_expires():
+    c = coord()
+    ida, idb = stable_pair(c)
+    newcomer = join(c, known=True, now=20).result.member_id    # pending, not yet a member
+    a = join(c, ida, now=21)
+    b = join(c, idb, now=21)
+    assert not a.done and not b.done                # held for the pending member
+    c.tick(20 + SESSION)                            # it never came: it expires
+    assert a.done and b.done and a.result.generation_id == 3
+    assert join(c, newcomer, now=20 + SESSION + 1).result.error == g.UNKNOWN_MEMBER_ID
+
+
+def test_rebalance_timeout_drops_members_that_did_not_rejoin():
+    c = coord()
+    ida, idb = stable_pair(c)
+    b = join(c, idb, now=100, protos=[("range", b"new-sub")])   # changed metadata: rebalance
+    assert not b.done
+    for t in range(200, 100 + REBALANCE, 9_000):    # a keeps beating but does not rejoin
+        assert c.heartbeat("G", 2, ida, t) == g.REBALANCE_IN_PROGRESS
+        c.tick(t)
+    assert c.next_deadline() == 100 + REBALANCE
+    c.tick(100 + REBALANCE - 1)
+    assert not b.done
+    c.tick(100 + REBALANCE)
+    r = b.result
+    assert r.error == g.NONE and r.generation_id == 3 and r.leader == idb
+    assert r.members == ((idb, None, b"new-sub"),)
+    assert c.heartbeat("G", 3, ida, 100 + REBALANCE) == g.UNKNOWN_MEMBER_ID
+
+
+def test_session_timeout_expires_a_silent_member_and_rebalances():
+    c = coord()
+    ida, idb = stable_pair(c)
+    c.tick(5 + SESSION - 1)                          # b synced last at 5
+    assert c.describe("G").state is State.STABLE
+    assert c.heartbeat("G", 2, ida, 5 + SESSION - 1) == g.NONE   # a keeps beating
+    c.tick(5 + SESSION)                                         # b's session is over
+    view = c.describe("G")
+    assert view.state is State.PREPARING_REBALANCE
+    assert [m.member_id for m in view.members] == [ida]
+    assert c.heartbeat("G", 2, ida, 6 + SESSION) == g.REBALANCE_IN_PROGRESS
+    a = join(c, ida, now=6 + SESSION + 1)
+    assert a.result.generation_id == 3 and a.result.members == ((ida, None, b"sub-a"),)
+
+
+def test_illegal_generation_and_unknown_member():
+    c = coord()
+    ida, idb = stable_pair(c)
+    assert c.heartbeat("G", 1, ida, 10) == g.ILLEGAL_GENERATION
+    assert c.heartbeat("G", 2, "nobody", 10) == g.UNKNOWN_MEMBER_ID
+    assert c.heartbeat("other", 2, ida, 10) == g.UNKNOWN_MEMBER_ID
+    assert c.sync("G", 1, ida, {}, 10).result.error == g.ILLEGAL_GENERATION
+    assert c.sync("G", 2, "nobody", {}, 10).result.error == g.UNKNOWN_MEMBER_ID
+    assert join(c, "nobody", now=10).result.error == g.UNKNOWN_MEMBER_ID
+
+
+def test_leave_rebalances_the_rest_and_last_leave_empties_the_group():
+    c = coord()
+    ida, idb = stable_pair(c)
+    assert c.leave("G", ida, 10) == g.NONE
+    assert c.describe("G").state is State.PREPARING_REBALANCE
+    b = join(c, idb, now=11)
+    assert b.result.leader == idb and b.result.generation_id == 3   # a new leader
+    assert c.leave("G", idb, 12) == g.NONE
+    view = c.describe("G")
+    assert view.state is State.EMPTY and view.members == () and view.generation_id == 4
+    assert c.leave("G", idb, 13) == g.UNKNOWN_MEMBER_ID
+    assert c.describe("nope").state is State.DEAD
+
+
+def test_leave_during_sync_fails_waiting_followers_with_rebalance():
+    c = coord()
+    ida, idb = stable_pair(c)
+    a = join(c, ida, now=20, protos=[("range", b"x")])
+    b = join(c, idb, now=21)
+    assert a.done and b.done and b.result.generation_id == 3
+    sb = c.sync("G", 3, idb, {}, 22)
+    assert not sb.done
+    assert c.leave("G", ida, 23) == g.NONE          # the leader leaves before assigning
+    assert sb.result.error == g.REBALANCE_IN_PROGRESS
+
+
+def test_leader_that_never_syncs_is_removed_after_the_rebalance_timeout():
+    c = coord()
+    ida, idb = stable_pair(c)
+    a = join(c, ida, now=20, protos=[("range", b"x")])
+    b = join(c, idb, now=21)
+    sb = c.sync("G", 3, idb, {}, 22)
+    for t in range(1_000, 21 + REBALANCE, 9_000):    # the leader beats but never syncs
+        assert c.heartbeat("G", 3, ida, t) == g.NONE
+        c.tick(t)
+    assert not sb.done
+    assert c.next_deadline() == 21 + REBALANCE
+    c.tick(21 + REBALANCE)
+    assert sb.result.error == g.REBALANCE_IN_PROGRESS
+    assert [m.member_id for m in c.describe("G").members] == [idb]
+    assert a.done and b.done
+
+
+def test_inconsistent_protocols_and_bad_session_timeout():
+    c = coord()
+    stable_pair(c)
+    assert join(c, now=10, protos=[("sticky", b"")]).result.error == g.INCONSISTENT_GROUP_PROTOCOL
+    r = c.join("G", "", client_id="x", client_host="h", session_timeout_ms=SESSION,
+               rebalance_timeout_ms=REBALANCE, protocol_type="connect", protocols=PROTOS,
+               now_ms=10)
+    assert r.result.error == g.INCONSISTENT_GROUP_PROTOCOL
+    assert join(c, now=10, session=10).result.error == g.INVALID_SESSION_TIMEOUT
+    assert join(c, now=10, group="").result.error == g.INVALID_GROUP_ID
+
+
+def test_protocol_vote_picks_the_one_most_members_prefer():
+    c = coord()
+    a = join(c, client="a", protos=[("range", b"1"), ("roundrobin", b"2")])
+    ida = a.result.member_id
+    c.sync("G", 1, ida, {}, 0)
+    b = join(c, client="b", protos=[("roundrobin", b"3"), ("range", b"4")], now=1)
+    d = join(c, client="d", protos=[("roundrobin", b"5")], now=1)
+    join(c, ida, now=2, protos=[("range", b"1"), ("roundrobin", b"2")])
+    assert b.result.protocol_name == d.result.protocol_name == "roundrobin"
+
+
+def test_check_commit_rules():
+    c = coord()
+    assert c.check_commit("solo", -1, "", 0) == g.NONE          # assign() consumer
+    assert c.check_commit("solo", 3, "m", 0) == g.ILLEGAL_GENERATION
+    ida, idb = stable_pair(c)
+    assert c.check_commit("G", -1, "", 10) == g.UNKNOWN_MEMBER_ID   # group in use
+    assert c.check_commit("G", 2, ida, 10) == g.NONE
+    assert c.check_commit("G", 1, ida, 10) == g.ILLEGAL_GENERATION
+    assert c.check_commit("G", 2, "x", 10) == g.UNKNOWN_MEMBER_ID
+    join(c, ida, now=11, protos=[("range", b"z")])
+    assert c.check_commit("G", 2, idb, 12) == g.NONE           # commit while rebalancing
+    join(c, idb, now=12)
+    assert c.check_commit("G", 3, idb, 13) == g.REBALANCE_IN_PROGRESS
+
+
+def test_listing():
+    c = coord()
+    stable_pair(c)
+    join(c, group="H")
+    assert sorted(c.listing()) == [("G", "consumer", State.STABLE),
+                                   ("H", "consumer", State.COMPLETING_REBALANCE)]
+
+
+# ---------------------------------------------------------------------- random runs
+
+OPS = st.lists(st.tuples(st.sampled_from(["join", "rejoin", "sync", "beat", "leave", "tick"]),
+                         st.integers(0, 3), st.integers(1, 40_000)), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(OPS)
+def test_random_runs_keep_the_invariants(ops):
+    """Whatever the order of requests and time steps: each waiter is resolved once, at
+    most one generation is live, a Stable group's members all hold the leader's assignment,
+    the leader is a member, and ``next_deadline`` never lies in the past after a tick."""
+    c = coord()
+    now = 0
+    members: list[str] = []
+    waiting: list[g.Pending] = []
+    last_gen = -1
+    for op, who, dt in ops:
+        mid = members[who % len(members)] if members else ""
+        if op == "join" or (op == "rejoin" and not mid):
+            p = join(c, now=now, client=f"c{who}", known=bool(who % 2))
+            if p.done and p.result.error == g.MEMBER_ID_REQUIRED:
+                p = join(c, p.result.member_id, now=now)
+            waiting.append(p)
+            if p.done and p.result.error == g.NONE:
+                members.append(p.result.member_id)
+            else:
+                p.add_done_callback(lambda r: r.error == g.NONE and members.append(r.member_id))
+        elif op == "rejoin":
+            waiting.append(join(c, mid, now=now))
+        elif op == "sync" and mid:
+            view = c.describe("G")
+            waiting.append(c.sync("G", view.generation_id, mid,
+                                  {m.member_id: m.member_id.encode() for m in view.members},
+                                  now))
+        elif op == "beat" and mid:
+            c.heartbeat("G", c.describe("G").generation_id, mid, now)
+        elif op == "leave" and mid:
+            c.leave("G", mid, now)
+            members.remove(mid)
+        elif op == "tick":
+            now += dt
+            c.tick(now)
+            nd = c.next_deadline()
+            assert nd is None or nd > now
+        view = c.describe("G")
+        assert view.generation_id >= last_gen
+        last_gen = view.generation_id
+        grp = c.groups.get("G")
+        if grp is not None and grp.members:
+            assert grp.leader_id in grp.members
+        if view.state is State.STABLE:
+            assert all(m.assignment == m.member_id.encode() for m in view.members)
+            assert all(m.join is None and m.sync is None for m in grp.members.values())
+        if view.state is State.EMPTY:
+            assert not view.members
+        members[:] = [m for m in members if grp is not None and m in grp.members]
+    # a finished join or sync always carries a definite answer
+    for p in waiting:
+        if p.done:
+            assert p.result.error in (g.NONE, g.REBALANCE_IN_PROGRESS, g.UNKNOWN_MEMBER_ID,
+                                      g.ILLEGAL_GENERATION)
