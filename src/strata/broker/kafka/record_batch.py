@@ -394,13 +394,20 @@ def encoded_size(columns: RecordColumns, firsts, counts) -> int:
 
 
 def encode_batches_into(out: np.ndarray, at: int, columns: RecordColumns, firsts, counts,
-                        base_offsets, *, leader_epoch: int = -1, producer_id: int = -1,
-                        producer_epoch: int = -1, base_sequences=None) -> int:
+                        base_offsets, **kw) -> int:
     """Write uncompressed v2 batches back to back into ``out`` (a writable uint8 array) from
     byte ``at``: batch ``b`` holds records ``firsts[b] .. firsts[b] + counts[b]`` of
-    ``columns`` with offsets from ``base_offsets[b]``. Returns the position after the last.
+    ``columns`` with offsets from ``base_offsets[b]``; keywords ``leader_epoch``,
+    ``producer_id``, ``producer_epoch`` (-1 each by default) and ``base_sequences`` (one per
+    batch, -1 by default). Returns the position after the last.
     Raises InvalidInputError when ``out`` is too small or a column points outside the data."""
-    firsts, counts, sizes, total = _plan(columns, firsts, counts)
+    return _write(out, at, columns, _plan(columns, firsts, counts), base_offsets, **kw)
+
+
+def _write(out: np.ndarray, at: int, columns: RecordColumns, plan, base_offsets, *,
+           leader_epoch: int = -1, producer_id: int = -1, producer_epoch: int = -1,
+           base_sequences=None) -> int:
+    firsts, counts, sizes, total = plan
     base_offsets = np.ascontiguousarray(base_offsets, np.int64)
     seqs = (np.full(len(firsts), -1, np.int64) if base_sequences is None
             else np.ascontiguousarray(base_sequences, np.int64))
@@ -424,8 +431,9 @@ def encode_batches_into(out: np.ndarray, at: int, columns: RecordColumns, firsts
 
 def encode_batches(columns: RecordColumns, firsts, counts, base_offsets, **kw) -> bytes:
     """``encode_batches_into`` a buffer of its own; returns the batches' bytes."""
-    out = np.empty(encoded_size(columns, firsts, counts), np.uint8)
-    encode_batches_into(out, 0, columns, firsts, counts, base_offsets, **kw)
+    plan = _plan(columns, firsts, counts)
+    out = np.empty(plan[3], np.uint8)
+    _write(out, 0, columns, plan, base_offsets, **kw)
     return out.tobytes()
 
 
