@@ -13,9 +13,9 @@ settings.load_profile("strata")
 # Parallel runs (pytest-xdist, `make test` runs `-n 2 --dist loadgroup`): tests that share a
 # heavy session resource run on one worker, so each is set up once per run, not once per
 # worker: the Spark session (a JVM of its own) and the Node.js client's `npm ci` (two workers
-# installing into one directory would race). Everything else is spread over the workers;
+# installing into one directory would race), and the console's browser tests. Everything else is spread over the workers;
 # servers bind free ports, stores live in each test's tmp_path.
-_GROUPS = {"spark": "spark", "node_client": "node"}
+_GROUPS = {"spark": "spark", "node_client": "node", "browser": "browser"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -23,9 +23,11 @@ def served():
         s.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Debian's chromium through Playwright (one per session)."""
+    """Debian's chromium through Playwright, one per test module: Playwright's sync API keeps
+    an event loop running in the thread while it is open, so it must be closed before a test
+    of another module (which may call asyncio.run) runs on the same worker."""
     from playwright.sync_api import sync_playwright
     if not Path(CHROMIUM).exists():
         raise RuntimeError("chromium is not installed: apt-get install chromium (make test "
