@@ -45,4 +45,14 @@ def test_the_distribution_is_not_named_like_the_registrys_other_strata():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
     assert meta["name"] == "strata-mq"
     assert meta["scripts"] == {"strata": "strata.cli.main:main"}
-    assert "`strata-mq`" in (ROOT / "README.md").read_text("utf-8").split("## Quick start")[0]
+    first_screen = (ROOT / "README.md").read_text("utf-8").split("\n## ")[:2]   # title, quick start
+    assert "`strata-mq`" in "\n## ".join(first_screen)
+
+
+def test_the_readme_starts_with_a_two_command_quick_start():
+    """The README opens with its quick start: one command runs the main job, one the suite."""
+    text = (ROOT / "README.md").read_text("utf-8")
+    assert text.split("\n## ")[1].startswith("Quick start")
+    block = text.split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["make run", "make test"]
