@@ -77,7 +77,12 @@ def test_authenticated_produce_subscribe_commit(server, name, mech):
 def test_wrong_password_is_refused(server, name, mech):
     code, out = run("produce", name, server, "open", "1", sasl=(mech, "bob123", "wrong!"))
     assert code == 3
-    assert "auth" in out["error"].lower(), out
+    error = out["error"].lower()
+    if name == "kafka-python" and "unable to bootstrap" in error:
+        # kafka-python's bootstrap loop reports the SASL failure or, when it reads the closed
+        # connection first (timing), only that it could not bootstrap: refused either way
+        return
+    assert "auth" in error, out
 
 
 @pytest.mark.parametrize("name", ["confluent", "kafka-python"])
