@@ -896,10 +896,11 @@ class KeyIndex:
             return
         with self._lock:
             for f in self._files:
-                if not f.dirty:
-                    continue
-                f.dirty = False
-                f.mm.flush()
+                if f.dirty:
+                    f.dirty = False
+                    f.mm.flush()
+                # a full file is sealed once a newer one exists, also when its last flush came
+                # while it was still the newest (it is not dirty since: its bytes are durable)
                 if f.count >= f.capacity and not f.flags & _SEALED and f is not self._files[-1]:
                     f.flags |= _SEALED
                     f.store_counters()
