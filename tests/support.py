@@ -103,3 +103,47 @@ def run_and_sigkill(args: list[str], pick_moment: Callable[[subprocess.Popen], N
         err = proc.stderr.read().decode()
         proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL, f"child ended on its own: {err}"
+
+
+class StrataProcess:
+    """A `strata` command running as its own process (``strata serve``, ``strata console``):
+    started, read until its start line, stopped with a signal; its stderr kept in ``lines``.
+    The broker, Kafka and console test supports build on it."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+
+    def _spawn(self, cmd: list[str], pattern: str, seconds: float, what: str):
+        """Start ``cmd`` and read its stderr until a line matches ``pattern``; the match."""
+        import re
+        import time
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     text=True)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError(f"{what} exited: {''.join(self.lines)}")
+            self.lines.append(line)
+            m = re.search(pattern, line)
+            if m:
+                return m
+        raise RuntimeError(f"{what} did not start in {seconds:g} s: {''.join(self.lines)}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        """Stop with ``sig``; returns the exit code and keeps the remaining log lines."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            _, rest = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, rest = self.proc.communicate()
+        self.lines.append(rest or "")
+        return self.proc.returncode
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+
+from support import StrataProcess
 
 SMALL_STORE = ("segment_size=4194304", "index_slots=4096", "index_entries=16384",
                "prefault=false")
@@ -68,15 +68,14 @@ def out(**kw):
 '''
 
 
-class Broker:
+class Broker(StrataProcess):
     """A running `strata serve` process."""
 
     def __init__(self, directory: Path, *args: str) -> None:
+        super().__init__()
         self.directory = directory
         self.args = args
-        self.proc: subprocess.Popen | None = None
         self.endpoint = ""
-        self.lines: list[str] = []
 
     def start(self, port: int = 0) -> "Broker":
         cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(self.directory),
@@ -84,40 +83,13 @@ class Broker:
         for opt in SMALL_STORE:
             cmd += ["--store-option", opt]
         cmd += self.args       # after the small store's options: a test's own option wins
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     text=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError(f"strata serve exited: {''.join(self.lines)}")
-            self.lines.append(line)
-            m = re.search(r"listening on ([\d.]+):(\d+)", line)
-            if m:
-                self.endpoint = f"{m.group(1)}:{m.group(2)}"
-                return self
-        raise RuntimeError("strata serve did not start in 30 s")
+        m = self._spawn(cmd, r"listening on ([\d.]+):(\d+)", 30, "strata serve")
+        self.endpoint = f"{m.group(1)}:{m.group(2)}"
+        return self
 
     @property
     def port(self) -> int:
         return int(self.endpoint.rsplit(":", 1)[1])
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
-        """Stop with ``sig``; returns the exit code and keeps the remaining log lines."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(sig)
-        try:
-            _, rest = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, rest = self.proc.communicate()
-        self.lines.append(rest or "")
-        return self.proc.returncode
-
-    @property
-    def log(self) -> str:
-        return "".join(self.lines)
 
 
 def run_client(tmp_path: Path, endpoint: str, code: str, timeout: float = 90,

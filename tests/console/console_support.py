@@ -7,12 +7,12 @@ import json
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from support import StrataProcess
 
 SMALL_STORE = ("segment_size=4194304", "index_slots=4096", "index_entries=16384",
                "prefault=false")
@@ -25,49 +25,26 @@ def small_config():
                        prefault=False)
 
 
-class Served:
+class Served(StrataProcess):
     """A running `strata console` or `strata serve --http` process."""
 
     def __init__(self, *cmd: str) -> None:
+        super().__init__()
         self.cmd = [sys.executable, "-m", "strata.cli.main", *cmd]
-        self.proc: subprocess.Popen | None = None
-        self.lines: list[str] = []
         self.url = ""
         self.endpoint = ""    # the gRPC endpoint of `strata serve`
 
     def start(self) -> "Served":
-        self.proc = subprocess.Popen(self.cmd, stderr=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError(f"{self.cmd[3]} exited: {''.join(self.lines)}")
-            self.lines.append(line)
-            m = re.search(r"(?:console |listening on )http://([\d.]+):(\d+)/", line)
-            if m:
-                self.url = f"http://{m.group(1)}:{m.group(2)}"
-                g = re.search(r"listening on ([\d.]+):(\d+) ", line)
-                if g:
-                    self.endpoint = f"{g.group(1)}:{g.group(2)}"
-                return self
-        raise RuntimeError(f"{self.cmd[3]} did not start in 60 s: {''.join(self.lines)}")
+        m = self._spawn(self.cmd, r"(?:console |listening on )http://([\d.]+):(\d+)/", 60,
+                        self.cmd[3])
+        self.url = f"http://{m.group(1)}:{m.group(2)}"
+        g = re.search(r"listening on ([\d.]+):(\d+) ", m.string)
+        if g:
+            self.endpoint = f"{g.group(1)}:{g.group(2)}"
+        return self
 
     def stop(self, timeout: float = 20) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            _, rest = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, rest = self.proc.communicate()
-        self.lines.append(rest or "")
-        return self.proc.returncode
-
-    @property
-    def log(self) -> str:
-        return "".join(self.lines)
+        return super().stop(signal.SIGTERM, timeout)
 
     def get(self, path: str) -> tuple[int, dict | str]:
         """GET ``path``: (status, parsed JSON or text)."""

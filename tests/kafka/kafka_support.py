@@ -16,8 +16,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
+
+from support import StrataProcess
 
 import pytest
 
@@ -34,17 +35,16 @@ def out(**kw):
 '''
 
 
-class KafkaServer:
+class KafkaServer(StrataProcess):
     """A running `strata serve --kafka` process (and gRPC too with ``grpc=True``)."""
 
     def __init__(self, directory: Path, *args: str, grpc: bool = False) -> None:
+        super().__init__()
         self.directory = directory
         self.args = args
         self.grpc = grpc
-        self.proc: subprocess.Popen | None = None
         self.bootstrap = ""
         self.endpoint = ""          # the gRPC endpoint, with grpc=True
-        self.lines: list[str] = []
 
     def start(self, port: int = 0) -> "KafkaServer":
         cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(self.directory),
@@ -53,42 +53,19 @@ class KafkaServer:
             cmd += ["--listen", "127.0.0.1:0"]
         for opt in SMALL_STORE:
             cmd += ["--store-option", opt]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError(f"strata serve exited: {''.join(self.lines)}")
-            self.lines.append(line)
-            m = re.search(r"([\d.]+):(\d+) \(kafka\)", line)
-            if m:
-                self.bootstrap = f"{m.group(1)}:{m.group(2)}"
-                g = re.search(r"listening on ([\d.]+):(\d+)[,( ]", line)
-                if self.grpc and g:
-                    self.endpoint = f"{g.group(1)}:{g.group(2)}"
-                return self
-        raise RuntimeError("strata serve did not start in 60 s")
+        m = self._spawn(cmd, r"([\d.]+):(\d+) \(kafka\)", 60, "strata serve")
+        self.bootstrap = f"{m.group(1)}:{m.group(2)}"
+        g = re.search(r"listening on ([\d.]+):(\d+)[,( ]", m.string)
+        if self.grpc and g:
+            self.endpoint = f"{g.group(1)}:{g.group(2)}"
+        return self
 
     @property
     def port(self) -> int:
         return int(self.bootstrap.rsplit(":", 1)[1])
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(sig)
-        try:
-            _, rest = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, rest = self.proc.communicate()
-        self.lines.append(rest or "")
-        return self.proc.returncode
-
-    @property
-    def log(self) -> str:
-        return "".join(self.lines)
+        return super().stop(sig, timeout)
 
 
 def run_client(code: str, bootstrap: str, args: object = None, *, timeout: float = 120,
