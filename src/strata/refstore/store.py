@@ -10,132 +10,37 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import enum
 import logging
 import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
 from crc32c import crc32c
 
 from strata.errors import InvalidConfigError, StoreClosedError, StrataError
 from strata.format import refstore_record as rec
 
-from . import layout, recovery, snapshot
+from . import layout, opening, snapshot
 from .cache import WriteBackCache
 from .client import OnDisk, StoreClient
-from .errors import CorruptSnapshotError, RecoveryNeedsRefsError
 from .files import CurrentFile, DirectoryLock, FileReaders
 from .flying import FlyingTable
 from .gc import GarbageCollector
 from .index import FILE, OFFSET, REF, SIZE, MessageIndex
+from .model import (DEFAULT_FILE_SIZE_LIMIT, DEFAULT_GC_GARBAGE_RATIO,  # noqa: F401 - re-exported
+                    DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SYNC_INTERVAL,
+                    DEFAULT_WRITE_BUFFER_SIZE, MIN_FILE_SIZE_LIMIT, FaultHook, FileStat, Kind,
+                    StoreStats, _check_config, _Reply)
 from .summary import FileInfo, FileSummary
 
 log = logging.getLogger(__name__)
-
-DEFAULT_FILE_SIZE_LIMIT = 16 * 1024 * 1024
-DEFAULT_SYNC_INTERVAL = 0.2
-DEFAULT_GC_GARBAGE_RATIO = 0.5
-DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
-DEFAULT_MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
-MIN_FILE_SIZE_LIMIT = 64
-
-FaultHook = Callable[[str, dict], None]
-
-
-class Kind(str, enum.Enum):
-    PERSISTENT = "persistent"
-    TRANSIENT = "transient"
-
-
-@dataclass(frozen=True)
-class FileStat:
-    number: int
-    valid: int
-    size: int
-    locked: bool
-
-
-@dataclass(frozen=True)
-class StoreStats:
-    """A consistent snapshot of the store's counters."""
-
-    files: tuple[FileStat, ...]
-    current_file: int
-    valid_bytes: int
-    total_bytes: int
-    entries: int
-    flying: int
-    cached: int
-    in_flight_bytes: int
-    gc_combines: int
-    gc_deletes: int
-    gc_bytes_moved: int
-    writes_eliminated: int
-    writes_ignored: int
-    removes_ignored: int
-
-    @property
-    def garbage_ratio(self) -> float:
-        return 1.0 - self.valid_bytes / self.total_bytes if self.total_bytes else 0.0
-
-    @property
-    def utilisation(self) -> float:
-        return self.valid_bytes / self.total_bytes if self.total_bytes else 1.0
-
-
-class _Reply:
-    __slots__ = ("event", "value", "error")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.value = None
-        self.error: BaseException | None = None
-
-    def set(self, value=None) -> None:
-        self.value = value
-        self.event.set()
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.event.set()
-
-    def wait(self):
-        self.event.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
-
 
 _ALL_TRUE = object()   # marker: no write of the batch was cancelled
 
 # op codes on the server queue
 _W, _R, _C, _T, _DYING, _DEL, _SYNC = range(7)
-
-
-def _check_config(file_size_limit, sync_interval, gc_garbage_ratio, write_buffer_size,
-                  max_in_flight_bytes) -> None:
-    if not isinstance(file_size_limit, int) or file_size_limit < MIN_FILE_SIZE_LIMIT or \
-            file_size_limit > 0xFFFF_FFFF:
-        raise InvalidConfigError(
-            f"file_size_limit must be an int in {MIN_FILE_SIZE_LIMIT}..4294967295, "
-            f"got {file_size_limit!r}")
-    if not isinstance(sync_interval, (int, float)) or not 0 < sync_interval <= 60:
-        raise InvalidConfigError(f"sync_interval must be seconds in (0, 60], got "
-                                 f"{sync_interval!r}")
-    if not isinstance(gc_garbage_ratio, (int, float)) or not 0 < gc_garbage_ratio < 1:
-        raise InvalidConfigError(
-            f"gc_garbage_ratio must be a number strictly between 0 and 1, got "
-            f"{gc_garbage_ratio!r}")
-    if not isinstance(write_buffer_size, int) or write_buffer_size < 0:
-        raise InvalidConfigError(f"write_buffer_size must be an int >= 0, got "
-                                 f"{write_buffer_size!r}")
-    if not isinstance(max_in_flight_bytes, int) or max_in_flight_bytes < 1:
-        raise InvalidConfigError(f"max_in_flight_bytes must be an int >= 1, got "
-                                 f"{max_in_flight_bytes!r}")
 
 
 class RefStore:
@@ -178,7 +83,8 @@ class RefStore:
 
         self._dirlock = DirectoryLock(self.directory)
         try:
-            self.recovery = self._recover(wanted_refs, recover_refs)
+            self.recovery = opening.recover_at_open(self.directory, self.kind, wanted_refs,
+                                                    recover_refs)
         except BaseException:
             self._dirlock.release()
             raise
@@ -225,44 +131,6 @@ class RefStore:
         self._gc.start()
         with self._lock:
             self._maybe_gc()
-
-    # ================================================================== start-up
-
-    def _recover(self, wanted_refs, recover_refs) -> recovery.Recovered:
-        d = self.directory
-        if self.kind is Kind.TRANSIENT:
-            for name in layout.owned_names(d):
-                os.unlink(os.path.join(d, name))
-            layout.fsync_dir(d)
-            return recovery.Recovered(MessageIndex(), FileSummary(), True, reason="transient")
-        reason = ""
-        if snapshot.exists(d):
-            try:
-                snap = snapshot.load(d)
-                if layout.list_temp_files(d):
-                    raise CorruptSnapshotError("GC temporary files are present")
-                if wanted_refs is not None and sorted(set(wanted_refs)) != sorted(
-                        set(snap.client_refs)):
-                    reason = "the client refs supplied differ from the ones saved at shutdown"
-                else:
-                    rec_ = recovery.load_clean(d, snap)
-                    snapshot.discard(d)
-                    return rec_
-            except CorruptSnapshotError as exc:
-                reason = f"clean-shutdown state unusable: {exc}"
-            snapshot.discard(d)
-        else:
-            reason = "no clean-shutdown marker"
-        has_data = bool(layout.list_data_files(d) or layout.list_temp_files(d))
-        if not has_data:
-            return recovery.Recovered(MessageIndex(), FileSummary(), True, reason="new store")
-        if recover_refs is None:
-            raise RecoveryNeedsRefsError(
-                f"ref store {d!r} needs recovery ({reason}); pass recover_refs= an iterable of "
-                f"(msg_id, delta) reference counts, or recover_refs=strata.refstore.KEEP_ALL "
-                f"to keep every message found")
-        log.info("ref store %s: rebuilding the index from the data files (%s)", d, reason)
-        return recovery.rebuild(d, recover_refs, reason)
 
     # ================================================================== client side
 
