@@ -4,19 +4,16 @@ the topic table and (from the queues layer) consume queues, key index and retent
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import threading
 import time
-from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from strata.errors import (CorruptRecordError, CorruptStoreError, DiskFullError,
-                           IndexRebuildingError, InvalidInputError, ReadOnlyStoreError,
+from strata.errors import (DiskFullError, InvalidInputError, ReadOnlyStoreError,
                            StoreClosedError, StoreNotFoundError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
@@ -24,29 +21,24 @@ from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
 from strata.files.lock import LOCK_NAME, DirectoryLock
 from strata.format import record as rec
 from strata.format.checkpoint import Checkpoint
-from strata.format.record_batch import MessageBatch
-from strata.format.record_table import GOOD, OTHER
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport, recover
 from strata.store.config import StoreConfig
 from strata.store.geometry import save_geometry, stored_config
-from strata.format.consume_queue import BLANK_SIZE, tag_hash
 from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
-from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
-from strata.index.queue_recovery import recover_queues, rederive_unit
-from strata.index.derived_check import (DerivedSummaryFile, check_queues, snapshot,
-                                        trusted_ends)
-from strata.index import key_index_rebuild
+from strata.index.queues import ConsumeQueueSet
+from strata.index.derived_check import DerivedSummaryFile, snapshot
 from strata.index.key_index_rebuild import KeyIndexRebuild
 from strata.store import arrow_read
-from strata.store.message import (CorruptRecord, GetResult, GetStatus, Message, PutResult,
-                                  PutResults, PutStatus)
+from strata.store.message import GetResult, Message, PutResult, PutResults, PutStatus
 from strata.store import tier_link
 from strata.store.tier_config import save_tier, with_stored_tier
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
 from strata.store.topics import MAX_QUEUES, TopicTable, TopicType, as_topic_type
+from strata.store import open_recovery, read_path
+from strata.store.read_path import MAX_SCAN_UNITS, writer_alive  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +47,6 @@ CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
 DISPATCH_STALL_S = 2.0  # back-pressure gives up on a dispatcher that stopped moving
 DISPATCH_HELP_SHARE = 16  # producers dispatch themselves past 1/16 of max_dispatch_lag_bytes
-MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -63,22 +54,6 @@ def now_ms() -> int:
 
 # How often a read-only opener that found no writer looks again for one (a lock probe).
 WRITER_PROBE_S = 0.1
-
-
-def writer_alive(directory: Path) -> bool:
-    """True if some process holds the store's writer lock right now."""
-    path = Path(directory) / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops our shared lock, if we got one
-    return False
 
 
 def check_messages(path: str | os.PathLike, msgs: Sequence[Message],
@@ -198,7 +173,7 @@ class MessageStore:
             self.log.load()
             self.recovery_report = recover(self.log, cp, clean)
             self._appended_end = self.log.max_offset()
-            self._after_log_recovered(cp, clean)
+            open_recovery.after_log_recovered(self, cp, clean)
             end = self.log.max_offset()
             self.state.open(confirmed=end, dispatched=end, min_offset=self.log.min_offset())
             try:
@@ -247,89 +222,6 @@ class MessageStore:
                 self._open_writes_pending = False
             self._disk_full = False
         return True
-
-    def _after_log_recovered(self, cp: Checkpoint | None, clean: bool) -> None:
-        """Bring consume queues and key index in line with the recovered log, then replay.
-
-        Every unit after the checkpoint is checked against the record it points at and the
-        queue cut after its last right one (``recover_queues``); unusable queue or index files
-        were set aside when loaded. The log is re-dispatched from the checkpoint, or from
-        further back where a queue or the index lost what the checkpoint had covered."""
-        end = self.log.max_offset()
-        log_min = self.log.min_offset()
-        start = cp.dispatched_offset if cp is not None else 0
-        start = max(log_min, min(start, end))
-        self.queues.load()
-        # derived files are checked against what the last checkpoint recorded of them, and
-        # against what a unit can hold, before the units after the checkpoint are checked
-        # against the log (docs/recovery.md "Derived files")
-        summary = self.derived.load() if cp is not None else None
-        table = self.topic_table
-        expected = trusted_ends(summary, table.queues, table.since, end)
-        checked = check_queues(self.queues, expected, table.since, log_min, end,
-                               self.log.max_record_size())
-        index_lost: list[str] = []
-        if summary is not None:
-            index_lost = self.key_index.check_expected(summary.index_files, summary.index_end,
-                                                       log_min, end)
-        fixed = recover_queues(self.queues, self.log, start, end, thorough=not clean)
-        self.key_index.truncate(start)   # entries past the checkpoint go first (torn or not)
-        index_lost += self.key_index.check_chains(log_min)
-        self.queues.correct_min_offsets(log_min)
-        replay = start
-        for q in fixed:
-            if q.damaged:
-                replay = min(replay, max(q.replay_from, log_min,
-                                         self.topic_table.since.get(q.topic, 0)))
-        for c in checked:
-            replay = min(replay, max(c.replay_from, log_min))
-        index_dispatch = KeyIndexDispatcher(self.key_index)
-        index_from = self.key_index.damaged_from
-        if index_from is not None:
-            index_from = max(index_from, log_min)
-            big = end - index_from > key_index_rebuild.BACKGROUND_REBUILD_BYTES
-            if index_from < replay and big:
-                # a large stretch: rebuilt in the background, query says so meanwhile
-                self._index_rebuild = KeyIndexRebuild(self.log, self.key_index, index_dispatch,
-                                                      index_from, end, self.confirmed_offset)
-            else:
-                replay = min(replay, index_from)
-        self._reput = ReputService(self.log, self.confirmed_offset,
-                                   [TopicGate(self.topic_table, self.queues),
-                                    self._index_rebuild or index_dispatch],
-                                   replay, on_advance=self._on_dispatched)
-        replayed = self._reput.catch_up(end)
-        if self._index_rebuild is None:   # the index is whole (again): readers may query it
-            key_index_rebuild.clear_marker(self.key_index.directory)
-        report = self.recovery_report
-        if report is not None:
-            report.redispatched_records = replayed
-            report.consume_queue_units_dropped = sum(q.dropped for q in fixed)
-            named = {(q.topic, q.queue_id) for q in fixed if q.damaged}   # one line a queue
-            repaired = [c.describe() for c in checked if (c.topic, c.queue_id) not in named]
-            repaired += [q.describe() for q in fixed if q.damaged]
-            how = (f"offset {replay}" if self._index_rebuild is None else
-                   f"offset {self._index_rebuild.start} in the background (query raises "
-                   "IndexRebuildingError until it is done)")
-            repaired += [f"{line}; rebuilt from the commit log from {how}"
-                         for line in index_lost]
-            if self.key_index.set_aside:
-                repaired.append(f"key index file(s) set aside: "
-                                f"{'; '.join(self.key_index.set_aside)}; rebuilt from the "
-                                f"commit log from {how}")
-            for line in repaired:
-                log.warning("store %s: %s", self.path, line)
-            report.repaired_files += repaired
-        self._queue_next = {k: cq.max_offset() for k, cq in self.queues.queues.items()}
-        for k, want in expected.items():   # offsets once given out are never given again
-            if self._queue_next.get(k, 0) < want.end:
-                self._queue_next[k] = want.end
-                line = (f"consume queue {k[0]}/{k[1]}: the commit log no longer holds the "
-                        f"records of offsets up to {want.end - 1}; new messages continue at "
-                        f"offset {want.end}")
-                log.warning("store %s: %s", self.path, line)
-                if report is not None:
-                    report.repaired_files.append(line)
 
     def _on_dispatched(self, offset: int) -> None:
         if self.state.is_open:
@@ -640,29 +532,16 @@ class MessageStore:
     def read_at(self, commitlog_offset: int) -> rec.StoredMessage | None:
         """The message whose record starts at ``commitlog_offset``, or None; CorruptRecordError
         (naming the offset) if the record there is damaged."""
-        self._check_open()
-        if not isinstance(commitlog_offset, int) or isinstance(commitlog_offset, bool):
-            raise InvalidInputError(f"commitlog_offset must be an int, got {commitlog_offset!r}")
-        return self._read_record(commitlog_offset)
+        return read_path.read_at(self, commitlog_offset)
 
     def _read_record(self, offset: int) -> rec.StoredMessage | None:
         """The record at commit-log ``offset``: from the tier where retention deleted it."""
-        if offset < self._local_min_phys():
-            h = self._tier_history()
-            if h is not None:
-                return h.read_at(offset)
-        return self.log.read(offset, self.confirmed_offset(),
-                             verify_crc=self.config.verify_crc_on_read, strict=True)
+        return read_path.read_record(self, offset)
 
     def get_by_id(self, msg_id: str) -> rec.StoredMessage | None:
         """The message with this offset message id, or None; CorruptRecordError (naming the
         commit-log offset) if the record there is damaged."""
-        self._check_open()
-        _host, offset = rec.parse_msg_id(msg_id)
-        m = self._read_record(offset)
-        if m is None or m.msg_id != msg_id.upper():
-            return None
-        return m
+        return read_path.get_by_id(self, msg_id)
 
     def scan(self, from_offset: int = 0, *, to_offset: int | None = None,
              verify_crc: bool = False,
@@ -673,35 +552,13 @@ class MessageStore:
         offset (or handed to ``on_damage(offset, error)`` instead), and the scan goes on at the
         next good record. CRCs are checked with ``verify_crc`` or the store's
         ``verify_crc_on_read``."""
-        self._check_open()
-        if not isinstance(from_offset, int) or isinstance(from_offset, bool):
-            raise InvalidInputError(f"from_offset must be an int, got {from_offset!r}")
-        if to_offset is not None and (not isinstance(to_offset, int) or
-                                      isinstance(to_offset, bool)):
-            raise InvalidInputError(f"to_offset must be an int or None, got {to_offset!r}")
-        if not isinstance(verify_crc, bool):
-            raise InvalidInputError(f"verify_crc must be a bool, got {verify_crc!r}")
-        if on_damage is not None and not callable(on_damage):
-            raise InvalidInputError(f"on_damage must be callable, got {on_damage!r}")
-        # the parts' messages chained in C (a generator re-yielding each costs ~70 ns)
-        return chain.from_iterable(self._scan_parts(from_offset, to_offset, verify_crc,
-                                                    on_damage))
+        return read_path.scan(self, from_offset, to_offset=to_offset, verify_crc=verify_crc, on_damage=on_damage)
 
     def _scan_parts(self, from_offset: int, to_offset: int | None, verify_crc: bool,
                     on_damage: Callable[[int, str], None] | None) -> Iterator[Iterable]:
         """What ``scan`` yields, a part at a time: the tier's history, then the local log's
         batches (the limit is taken when the scan starts)."""
-        limit = self.confirmed_offset()
-        stop = to_offset if to_offset is not None and to_offset < limit else None
-        low = self._local_min_phys()
-        if from_offset < low and self.config.tier_url is not None:
-            h = self._tier_history()   # what retention deleted, as far as the tier holds it
-            if h is not None:
-                yield h.scan(from_offset, min(low, limit if stop is None else stop))
-        # A damaged record is skipped with a logged error (README "Durability").
-        yield from self.log.scan_batches(from_offset, limit,
-                                         verify_crc=verify_crc or self.config.verify_crc_on_read,
-                                         on_damage=on_damage, stop=stop)
+        return read_path.scan_parts(self, from_offset, to_offset, verify_crc, on_damage)
 
     # ------------------------------------------------------------------ topics and queues
 
@@ -792,147 +649,50 @@ class MessageStore:
         return self.topic_table.queues.get(topic, 0)
 
     def _queue(self, topic: str, queue_id: int):
-        if not isinstance(queue_id, int) or isinstance(queue_id, bool):
-            raise InvalidInputError(f"queue_id must be an int, got {queue_id!r}")
-        rec.encode_topic(topic)
-        if self.readonly:
-            self.topic_table.reload()
-        n = self.topic_table.queues.get(topic)
-        if n is None or not 0 <= queue_id < n:
-            return None, False
-        cq = self.queues.get(topic, queue_id)
-        if self.readonly and cq is not None:
-            # The writer's retention moved the log's minimum: correct this view's min offset too.
-            cq.correct_min_offset(self._readonly_min_offset())
-        return cq, True
+        return read_path.queue(self, topic, queue_id)
 
     def _readonly_min_offset(self) -> int:
         """Read-only openers: the log's minimum as the writer last published it."""
-        mn = self.log.min_offset()
-        if self._live_writer:
-            mn = max(mn, self.state.read()[3])
-        return mn
+        return read_path.readonly_min_offset(self)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The smallest queue offset still stored (0 for an unknown or empty queue)."""
-        self._check_open()
-        cq, _ = self._queue(topic, queue_id)
-        if cq is None:
-            return 0
-        mn = cq.min_offset()
-        h = self._tier_older(topic, queue_id, mn)
-        return mn if h is None else h.min_offset(topic, queue_id)
+        return read_path.min_offset(self, topic, queue_id)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset (= number of messages ever dispatched to the queue)."""
-        self._check_open()
-        cq, _ = self._queue(topic, queue_id)
-        return cq.max_offset() if cq is not None else 0
+        return read_path.max_offset(self, topic, queue_id)
 
     def _store_time_at(self, phys: int) -> int:
-        try:
-            ts = self.log.store_time_at(phys)
-        except ValueError:
-            return -1
-        return -1 if ts is None else ts
+        return read_path.store_time_at(self, phys)
 
     def earliest_time(self, topic: str, queue_id: int) -> int:
         """Store time (ms) of the oldest message still in the queue; -1 if none."""
-        self._check_open()
-        cq, _ = self._queue(topic, queue_id)
-        if cq is None:
-            return -1
-        h = self._tier_older(topic, queue_id, cq.min_offset())
-        if h is not None:
-            return h.earliest_time(topic, queue_id)
-        if cq.max_offset() <= cq.min_offset():
-            return -1
-        off, _size, _t = cq.unit(cq.min_offset())
-        return self._store_time_at(off)
+        return read_path.earliest_time(self, topic, queue_id)
 
     # ------------------------------------------------------------------ tiered history
 
     def _tier_history(self) -> tier_link.TierHistory | None:
         """The tier's history of this store (None without a tier); a read-only opener makes
         its own, on first use, from the tier the store remembers."""
-        if self._local_only:
-            return None
-        if self.tier is not None:
-            return self.tier.history
-        if not self.readonly or self.config.tier_url is None:
-            return None
-        if self._history is None:
-            factory = tier_link.history_factory()
-            if factory is None:
-                return None
-            self._history = factory(self)
-        return self._history
+        return read_path.tier_history(self)
 
     def _local_min_phys(self) -> int:
         """The first commit-log offset still in the local files."""
-        return self._readonly_min_offset() if self.readonly else self.log.min_offset()
+        return read_path.local_min_phys(self)
 
     def _tier_older(self, topic: str, queue_id: int,
                     local_min: int) -> tier_link.TierHistory | None:
         """The tier's history if it holds messages of the queue below ``local_min`` (the
         queue's first local offset), else None."""
-        if local_min <= 0 or self.config.tier_url is None or self._local_only:
-            return None
-        h = self._tier_history()
-        if h is None or not h.holds(topic, queue_id) or \
-                h.min_offset(topic, queue_id) >= local_min:
-            return None
-        return h
+        return read_path.tier_older(self, topic, queue_id, local_min)
 
     def _get_from_tier(self, h: tier_link.TierHistory, topic: str, queue_id: int,
                        offset: int, max_messages: int, wanted: frozenset[str] | None,
                        local_min: int, mx: int) -> GetResult:
         """``get`` below the queue's first local offset: the tier answers. A damaged tier
         record is passed over and listed in ``corrupt`` (naming the tier object)."""
-        tmin, tmax = h.min_offset(topic, queue_id), h.max_offset(topic, queue_id)
-        if offset < tmin:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], tmin, tmin, mx)
-        held = h.next_held(topic, queue_id, offset)
-        if offset >= tmax or held > offset:   # deleted locally before it was uploaded:
-            nxt = held if offset < held < local_min else local_min  # go on where data is
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], nxt, tmin, mx)
-        want = min(max(max_messages, MAX_SCAN_UNITS) if wanted else max_messages,
-                   tmax - offset)
-        hashes = None if wanted is None else np.array([tag_hash(t) for t in wanted], np.int64)
-        corrupt: list[CorruptRecord] = []
-        try:   # one compiled pass over the cached chunk; a damaged record comes back named
-            got = h.read(topic, queue_id, offset, want, hashes)
-            msgs, nxt = got.messages, got.next_offset
-            corrupt = [CorruptRecord(q, -1, why) for q, why in got.damaged]
-        except CorruptStoreError:   # an object damaged as a whole: offset by offset
-            msgs, nxt = [], offset
-            for q in range(offset, offset + want):
-                try:
-                    one = h.read(topic, queue_id, q, 1, hashes)
-                except CorruptStoreError as exc:
-                    corrupt.append(CorruptRecord(q, -1, str(exc)))
-                    nxt = q + 1
-                    continue
-                if one.next_offset == q:   # the end of what the tier holds there
-                    break
-                corrupt += [CorruptRecord(o, -1, why) for o, why in one.damaged]
-                msgs += one.messages
-                nxt = one.next_offset
-        if wanted is not None:
-            out = []
-            for m in msgs:
-                if m.tags in wanted:
-                    out.append(m)
-                    if len(out) >= max_messages:
-                        nxt = m.queue_offset + 1
-                        break
-            msgs = out
-        passed = tuple(c for c in corrupt if c.queue_offset < nxt)
-        for c in passed:
-            log.error("store %s: get %s/%d passed over offset %d: %s", self.path, topic,
-                      queue_id, c.queue_offset, c.error())
-        status = GetStatus.FOUND if msgs else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, msgs, nxt, tmin, mx, passed)
+        return read_path.get_from_tier(self, h, topic, queue_id, offset, max_messages, wanted, local_min, mx)
 
     def wait_dispatched(self, timeout: float = 30.0) -> bool:
         """Block until queues and index cover everything confirmed so far."""
@@ -968,140 +728,12 @@ class MessageStore:
 
     @staticmethod
     def _parse_tags(tags) -> frozenset[str] | None:
-        if tags is None:
-            return None
-        if isinstance(tags, str):
-            parts = [t.strip() for t in tags.split("||")]
-        elif isinstance(tags, (list, tuple, set, frozenset)):
-            parts = [t.strip() if isinstance(t, str) else t for t in tags]
-        else:
-            raise InvalidInputError(f"tags must be a str or a list of str, got {tags!r}")
-        if any(not isinstance(t, str) for t in parts):
-            raise InvalidInputError(f"tags must be strings, got {tags!r}")
-        parts = [t for t in parts if t]
-        if not parts or "*" in parts:
-            return None
-        return frozenset(parts)
+        return read_path.parse_tags(tags)
 
     def get(self, topic: str, queue_id: int, offset: int, max_messages: int = 32, *,
             tags=None) -> GetResult:
         """Up to ``max_messages`` messages of a queue from ``offset``, optionally by tag."""
-        self._check_open()
-        if not isinstance(offset, int) or isinstance(offset, bool):
-            raise InvalidInputError(f"offset must be an int, got {offset!r}")
-        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or \
-                max_messages < 1:
-            raise InvalidInputError(f"max_messages must be a positive int, got {max_messages!r}")
-        wanted = self._parse_tags(tags)
-        cq, exists = self._queue(topic, queue_id)
-        if cq is None:
-            status = GetStatus.NO_MESSAGE_IN_QUEUE if exists else GetStatus.NO_MATCHED_LOGIC_QUEUE
-            return GetResult(status, [], 0, 0, 0)
-        mn, mx = cq.min_offset(), cq.max_offset()
-        if mx == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, mn, mx)
-        h = self._tier_older(topic, queue_id, mn)
-        if h is not None:   # retention deleted the oldest local files; the tier holds them
-            if offset < mn:
-                return self._get_from_tier(h, topic, queue_id, offset, max_messages, wanted,
-                                           mn, mx)
-            mn = h.min_offset(topic, queue_id)
-        if offset < mn:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], mn, mn, mx)
-        if offset == mx:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, mn, mx)
-        if offset > mx:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], mx, mn, mx)
-        try:
-            units = cq.read_units(offset, max(max_messages, MAX_SCAN_UNITS) if wanted
-                                  else max_messages)
-        except ValueError:  # retention deleted that file just now: answer from the new state
-            return self.get(topic, queue_id, offset, max_messages, tags=tags)
-        if len(units) == 0:
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.file_end_unit(offset), mn, mx)
-        limit = self.confirmed_offset()
-        verify = self.config.verify_crc_on_read
-        candidates = units["size"] != BLANK_SIZE
-        if wanted is not None:
-            candidates &= np.isin(units["tag"], [tag_hash(t) for t in wanted])
-        picked = np.flatnonzero(candidates)
-        phys = units["offset"]
-        nxt = offset + len(units)
-
-        corrupt: list[CorruptRecord] = []
-
-        def read(rows: np.ndarray) -> tuple[Sequence, int | None]:
-            """The messages of units ``rows``: a MessageBatch when every unit leads to its
-            own intact record (the usual case), else a list with None for a damaged record
-            (which goes to ``corrupt``); a read-only opener's are cut before a unit the
-            writer is still copying, and then the offset to go on from comes too."""
-            # One compiled pass checks each record and that it is the unit's own message
-            # (topic, queue, queue offset): GOOD, OTHER (another record), or no record.
-            found = self.log.read_offsets(phys[rows], limit, verify_crc=verify, topic=topic,
-                                          queue_id=queue_id, queue_offsets=offset + rows)
-            if found.all_good:
-                return found.messages, None
-            damaged = found.damaged
-            msgs = found.as_list()
-            leads = found.status == GOOD
-            present = found.status <= OTHER   # an intact record is there (maybe another's)
-            stop = None
-            if self.readonly:  # over the records that are not damaged
-                good = [j for j in range(len(rows)) if j not in damaged] if damaged else None
-                stop = self._first_unit_in_flight(
-                    topic, queue_id, offset, rows if good is None else rows[good], phys,
-                    present if good is None else present[good], limit,
-                    leads if good is None else leads[good])
-                if stop is not None and good is not None:
-                    stop = good[stop]
-            else:  # the writer: a unit damaged on disk is re-derived from the log, or passed
-                #        over; never is a record another unit's served
-                for j in np.flatnonzero(~leads).tolist():
-                    q, at = offset + int(rows[j]), int(phys[rows[j]])
-                    if j in damaged or (not present[j] and at < self.log.min_offset()):
-                        continue    # (deleted by retention since the units were read)
-                    if rederive_unit(cq, self.log, q, limit):
-                        msgs[j] = self.log.read(cq.unit(q)[0], limit, verify_crc=verify)
-                        log.warning("store %s: %s/%d offset %d: its consume-queue unit led to "
-                                    "commit-log offset %d, not to its record; rewritten from "
-                                    "the log", self.path, topic, queue_id, q, at)
-                        if msgs[j] is not None:
-                            continue
-                    msgs[j] = None
-                    damaged[j] = ("its consume-queue unit leads to another record (repair "
-                                  "with `strata spark rebuild-index`)")
-            for j, why in damaged.items():
-                if stop is None or j < stop:
-                    corrupt.append(CorruptRecord(offset + int(rows[j]), int(phys[rows[j]]), why))
-            return (msgs, None) if stop is None else (msgs[:stop], offset + int(rows[stop]))
-
-        if wanted is None:  # at most max_messages units were read
-            msgs, cut = read(picked)
-            nxt = nxt if cut is None else cut
-            out = msgs if type(msgs) is MessageBatch else [m for m in msgs if m is not None]
-        else:  # decode candidates a chunk at a time; the real tag decides (hashes collide)
-            out = []
-            step = max(max_messages, 64)
-            for lo in range(0, len(picked), step):
-                part = picked[lo:lo + step]
-                msgs, cut = read(part)
-                nxt = nxt if cut is None else cut
-                for i, m in zip(part.tolist(), msgs):
-                    if m is not None and m.tags in wanted:
-                        out.append(m)
-                        if len(out) >= max_messages:
-                            nxt = offset + i + 1
-                            break
-                if len(out) >= max_messages or len(msgs) < len(part):
-                    break
-        status = GetStatus.FOUND if out else GetStatus.NO_MATCHED_MESSAGE
-        if not corrupt:
-            return GetResult(status, out, nxt, mn, mx)
-        passed = tuple(sorted(c for c in corrupt if c.queue_offset < nxt))
-        for c in passed:
-            log.error("store %s: get %s/%d passed over offset %d: %s", self.path, topic,
-                      queue_id, c.queue_offset, c.error())
-        return GetResult(status, out, nxt, mn, mx, passed)
+        return read_path.get(self, topic, queue_id, offset, max_messages, tags=tags)
 
     def get_columns(self, topic: str, queue_id: int, offset: int, max_messages: int = 1024
                     ) -> arrow_read.ColumnsResult:
@@ -1113,39 +745,7 @@ class MessageStore:
         once, in compiled code, into the buffers the Arrow arrays wrap. Records ``get`` would
         pass over as damaged are left out the same way (that case, and reads from a tier, go
         through ``get``'s messages). Needs pyarrow."""
-        self._check_open()
-        if not isinstance(offset, int) or isinstance(offset, bool):
-            raise InvalidInputError(f"offset must be an int, got {offset!r}")
-        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or \
-                max_messages < 1:
-            raise InvalidInputError(f"max_messages must be a positive int, got {max_messages!r}")
-        arrow_read.pyarrow()
-        cq, _exists = self._queue(topic, queue_id)
-        read = None
-        if cq is not None and self._tier_older(topic, queue_id, cq.min_offset()) is None:
-            mn, mx = cq.min_offset(), cq.max_offset()
-            if mn <= offset < mx:
-                try:
-                    units = cq.read_units(offset, max_messages)
-                except ValueError:   # retention deleted that file just now
-                    units = None
-                if units is not None and len(units) and \
-                        not (units["size"] == BLANK_SIZE).any():
-                    read = self.log.read_columns(
-                        units["offset"], self.confirmed_offset(),
-                        verify_crc=self.config.verify_crc_on_read, topic=topic,
-                        queue_id=queue_id,
-                        queue_offsets=offset + np.arange(len(units), dtype=np.int64))
-        if read is not None:
-            batch = arrow_read.arrow_batch(read)
-            if batch is not None:
-                return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + len(units),
-                                                mn, mx)
-        r = self.get(topic, queue_id, offset, max_messages)
-        batch = arrow_read.batch_of_messages(r.messages) if r.messages else \
-            arrow_read.empty_batch()
-        return arrow_read.ColumnsResult(r.status, batch, r.next_offset, r.min_offset,
-                                        r.max_offset)
+        return read_path.get_columns(self, topic, queue_id, offset, max_messages)
 
     def _first_unit_in_flight(self, topic: str, queue_id: int, offset: int, rows: np.ndarray,
                               phys: np.ndarray, present: np.ndarray, limit: int,
@@ -1163,124 +763,20 @@ class MessageStore:
         before a unit whose record lies past what this opener may read yet. With no writer it
         can only be damage, and is reported instead of answered with the wrong message.
         """
-        for j in np.flatnonzero(~leads).tolist():
-            i = int(rows[j])
-            at = int(phys[i])
-            if not present[j]:
-                if at < self._readonly_min_offset():   # deleted by retention since
-                    continue
-                if at >= limit:
-                    return j
-            if writer_alive(self.path):
-                return j
-            raise CorruptRecordError(
-                f"{topic}/{queue_id}: the consume-queue unit of offset {offset + i} leads to "
-                f"commit-log offset {at}, which does not hold that message (repair with "
-                "`strata spark rebuild-index`)", at)
-        return None
+        return read_path.first_unit_in_flight(self, topic, queue_id, offset, rows, phys, present, limit, leads)
 
     def query(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
               max_results: int = 64) -> list[rec.StoredMessage]:
         """Messages of ``topic`` with key (or unique key) ``key`` stored in [begin, end] ms,
         newest first. Only exact topic and key matches are returned; a damaged record is
         passed over (and logged), never returned."""
-        self._check_open()
-        rec.encode_topic(topic)
-        if not isinstance(key, str) or not key:
-            raise InvalidInputError(f"key must be a non-empty str, got {key!r}")
-        if end_ms is None:
-            end_ms = 2**62
-        for name, ms in (("begin_ms", begin_ms), ("end_ms", end_ms)):
-            if not isinstance(ms, int) or isinstance(ms, bool):
-                raise InvalidInputError(f"{name} must be ms since the epoch (an int), got {ms!r}")
-        if not isinstance(max_results, int) or isinstance(max_results, bool) or max_results < 1:
-            raise InvalidInputError(f"max_results must be a positive int, got {max_results!r}")
-        if self.readonly:
-            self.topic_table.reload()
-        if topic not in self.topic_table.queues:
-            return []
-        if self._index_rebuild is not None and self._index_rebuild.active:
-            self._index_rebuild.check_query()   # never an answer from a partial index
-        elif self.readonly and key_index_rebuild.marker_says_rebuilding(self.key_index.directory):
-            raise IndexRebuildingError(
-                f"the key index of {self.path} is being rebuilt from the commit log by its "
-                "writer (or was, when the writer stopped: its next open resumes it); query "
-                "again once it is done")
-        since = self.topic_table.since.get(topic, 0)
-        limit = self.confirmed_offset()
-        out: list[rec.StoredMessage] = []
-        seen: set[int] = set()
-        for phys in self.key_index.candidates(f"{topic}#{key}", begin_ms, end_ms):
-            if phys in seen or phys < since:
-                continue
-            seen.add(phys)
-            try:
-                m = self.log.read(phys, limit, verify_crc=self.config.verify_crc_on_read,
-                                  strict=True)
-            except ValueError:
-                m = None
-            except CorruptRecordError as exc:   # never served; the other candidates are
-                log.error("store %s: query %s#%s passed over a candidate: %s", self.path,
-                          topic, key, exc)
-                continue
-            if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
-                continue
-            if key not in m.keys and m.properties.get(rec.PROP_UNIQ_KEY) != key:
-                continue
-            out.append(m)
-            if len(out) >= max_results:
-                break
-        low = self._local_min_phys()
-        h = self._tier_history() if len(out) < max_results and low > 0 else None
-        if h is not None:   # older matches: the tier's (what it holds above ``low`` is here)
-            for m in h.query(topic, key, begin_ms=begin_ms, end_ms=end_ms,
-                             max_results=max_results + len(out), below=low):
-                if since <= m.commitlog_offset < low:
-                    out.append(m)
-                    if len(out) >= max_results:
-                        break
-        return out
+        return read_path.query(self, topic, key, begin_ms=begin_ms, end_ms=end_ms, max_results=max_results)
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int,
                         boundary: str = "lower") -> int:
         """Queue offset of a store time: ``lower`` = first message at or after it, ``upper`` =
         last message at or before it (binary search over store time)."""
-        self._check_open()
-        if boundary not in ("lower", "upper"):
-            raise InvalidInputError(f'boundary must be "lower" or "upper", got {boundary!r}')
-        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
-            raise InvalidInputError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
-        cq, _ = self._queue(topic, queue_id)
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset(), cq.max_offset()
-        h = self._tier_older(topic, queue_id, lo)
-        if h is not None:   # the tier answers times before the local files' first message
-            if boundary == "lower":
-                r = h.offset_for_time(topic, queue_id, timestamp_ms, "lower")
-                if r < min(h.max_offset(topic, queue_id), lo):
-                    return r
-            elif lo >= hi or timestamp_ms < self._store_time_at(cq.unit(lo)[0]):
-                return h.offset_for_time(topic, queue_id, timestamp_ms, "upper")
-        if lo >= hi:
-            return lo
-        first = lo
-        ts_of = self._store_time_at
-        if boundary == "lower":   # first unit with time >= ts
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if ts_of(cq.unit(mid)[0]) < timestamp_ms:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return lo
-        while lo < hi:            # first unit with time > ts, minus one
-            mid = (lo + hi) // 2
-            if ts_of(cq.unit(mid)[0]) <= timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo - 1 if lo > first else first  # before the first message: the first offset
+        return read_path.offset_for_time(self, topic, queue_id, timestamp_ms, boundary)
 
     def clean_expired(self, now_ms: int | None = None, *, force: bool = False) -> int:
         """Run one retention pass now (as if at a deletion hour); returns files deleted.
