@@ -22,7 +22,9 @@ def clock(monkeypatch):
         t = T0
 
     c = Clock()
-    monkeypatch.setattr(ms_mod, "now_ms", lambda: c.t)
+    import strata.store.put_path as put_path    # stamps the puts
+    for module in (ms_mod, put_path):
+        monkeypatch.setattr(module, "now_ms", lambda: c.t)
     return c
 
 

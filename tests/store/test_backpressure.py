@@ -7,7 +7,7 @@ import time
 import pytest
 
 import strata
-import strata.store.message_store as ms_mod
+import strata.store.put_path as ms_mod
 from strata.errors import InvalidConfigError
 from store_helpers import config, settle
 

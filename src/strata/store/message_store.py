@@ -3,7 +3,6 @@ the topic table and (from the queues layer) consume queues, key index and retent
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -20,7 +19,6 @@ from strata.files.flush import AsyncFlushService, GroupCommitService
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
 from strata.files.lock import LOCK_NAME, DirectoryLock
 from strata.format import record as rec
-from strata.format.checkpoint import Checkpoint
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport, recover
 from strata.store.config import StoreConfig
@@ -28,16 +26,18 @@ from strata.store.geometry import save_geometry, stored_config
 from strata.index.dispatch import ReputService
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet
-from strata.index.derived_check import DerivedSummaryFile, snapshot
+from strata.index.derived_check import DerivedSummaryFile
 from strata.index.key_index_rebuild import KeyIndexRebuild
 from strata.store import arrow_read
-from strata.store.message import GetResult, Message, PutResult, PutResults, PutStatus
+from strata.store.message import GetResult, Message, PutResult, PutResults
 from strata.store import tier_link
 from strata.store.tier_config import save_tier, with_stored_tier
 from strata.store.prepared import Encoder
 from strata.store.retention import RetentionService
-from strata.store.topics import MAX_QUEUES, TopicTable, TopicType, as_topic_type
-from strata.store import open_recovery, read_path
+from strata.store.topics import TopicTable, TopicType
+from strata.store import background, open_recovery, put_path, read_path, topic_admin
+from strata.store.put_path import (DISPATCH_HELP_SHARE, DISPATCH_STALL_S,  # noqa: F401 (re-exported)
+                                   now_ms)
 from strata.store.read_path import MAX_SCAN_UNITS, writer_alive  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
@@ -45,12 +45,6 @@ log = logging.getLogger(__name__)
 COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
-DISPATCH_STALL_S = 2.0  # back-pressure gives up on a dispatcher that stopped moving
-DISPATCH_HELP_SHARE = 16  # producers dispatch themselves past 1/16 of max_dispatch_lag_bytes
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 # How often a read-only opener that found no writer looks again for one (a lock probe).
 WRITER_PROBE_S = 0.1
@@ -267,71 +261,11 @@ class MessageStore:
         return self._live_writer
 
     def _start_services(self) -> None:
-        cfg = self.config
-        if cfg.tier_url is not None:  # made first: a bad tier metadata file starts nothing
-            factory = tier_link.service_factory()
-            if factory is None:
-                raise InvalidInputError("StoreConfig.tier_url needs strata.tiered: "
-                                        "import strata (or strata.tiered) first")
-            self.tier = factory(self)
-        if cfg.flush == "sync":
-            self._group_commit = GroupCommitService(self.log.flush,
-                                                    timeout_ms=cfg.sync_flush_timeout_ms,
-                                                    after_flush=self._after_sync_flush)
-            self._group_commit.start(self.log.max_offset())
-        self._flusher = AsyncFlushService(self._background_flush,
-                                          interval_ms=cfg.flush_interval_ms,
-                                          least_pages=cfg.flush_least_pages,
-                                          thorough_ms=cfg.flush_thorough_interval_ms)
-        self._flusher.start()
-        self._reput.start()
-        if self._index_rebuild is not None:
-            self._index_rebuild.start_thread()
-        self.retention = RetentionService(self)
-        self.retention.start()
-        if self.tier is not None:
-            self.tier.start()
-
-    def _background_flush(self, least_pages: int) -> int:
-        flushed = self.log.flush(least_pages)
-        now = time.monotonic()
-        if now - self._last_checkpoint >= self.config.checkpoint_interval_ms / 1000.0 \
-                and not self._open_writes_pending:
-            self._last_checkpoint = now
-            try:
-                self._write_checkpoint(clean_end=-1)
-            except DiskFullError as exc:  # the last checkpoint stays: recovery replays more
-                if not self._checkpoint_refused:
-                    log.warning("store %s: no room for the checkpoint (%s); the previous one "
-                                "stays until space is freed", self.path, exc)
-                self._checkpoint_refused = True
-            else:
-                self._checkpoint_refused = False
-        return flushed
+        background.start_services(self)
 
     def _write_checkpoint(self, clean_end: int) -> None:
         """Flush queues and index, then record how far they are durable."""
-        dispatched = self._reput.reput_offset if self._reput is not None else 0
-        rebuild = self._index_rebuild
-        if rebuild is not None and rebuild.active:   # the index covers less: replay from there
-            dispatched = min(dispatched, rebuild.position)
-        derived = snapshot(self.queues, self.key_index, self.topic_table.since)
-        self.queues.flush()
-        self.key_index.flush()
-        self.derived.store(derived)   # names only what the flushes above made durable
-        last = self.log.segments.last()
-        self.checkpoint.store(Checkpoint(
-            flushed_offset=self.log.flushed_offset(), clean_end_offset=clean_end,
-            physic_timestamp=self.log.last_store_timestamp,
-            dispatched_offset=dispatched, min_offset=self.log.min_offset(),
-            active_record_count=last.record_count if last else 0,
-            active_min_timestamp=last.min_store_timestamp if last else 0,
-            active_max_timestamp=last.max_store_timestamp if last else 0))
-
-    def _after_sync_flush(self) -> None:
-        self.state.set_confirmed(self._group_commit.flushed)
-        if self._reput is not None:
-            self._reput.wakeup()
+        background.write_checkpoint(self, clean_end)
 
     # ------------------------------------------------------------------ state
 
@@ -441,91 +375,11 @@ class MessageStore:
 
     def _put_prepared(self, batch, msgs: Sequence[Message] | None) -> PutResults:
         """Append a prepared batch (``put_batch``'s and ``put_columns``' common part)."""
-        if not len(batch):
-            return PutResults(PutStatus.OK, [], [], 0, [], [], [], self._msg_id_prefix)
-        if self.config.max_dispatch_lag_bytes:
-            self._wait_for_dispatch(self.config.max_dispatch_lag_bytes, helps=batch.columnar)
-        with self._put_lock:
-            self._check_open()
-            if self._disk_full:
-                why = ("it was opened on a full disk" if self._open_writes_pending else
-                       f"disk usage is above the warning ratio "
-                       f"{self.config.disk_warning_ratio:.0%}")
-                raise DiskFullError(
-                    errno.ENOSPC, f"store {self.path}: the disk is full ({why}); puts are "
-                    "refused until space is freed (stored data is safe; delete_topic and "
-                    "clean_expired make room)")
-            # Nothing shared changes before the append, so a refused message leaves no trace.
-            updates, rr_local, new_topics = batch.choose_queues(
-                self.topic_table.queues, self.config.default_queues, self._queue_next,
-                self._round_robin)
-            for topic, n_q in new_topics.items():
-                self.topic_table.ensure(topic, n_q, since=self.log.max_offset())
-            # What dispatch will need exists before the put is acknowledged (a full disk
-            # refuses the put here, not the consume queue after it was acknowledged).
-            for (topic, qid), nxt in updates.items():
-                self.queues.reserve(topic, qid, self._queue_next.get((topic, qid), 0), nxt)
-            self.key_index.ensure_spare()
-            store_ts = max(now_ms(), self.log.last_store_timestamp)
-            if batch.columnar:
-                offsets = self.log.append_headers(batch.headers(), batch.record_bytes(),
-                                                  store_ts)
-            else:
-                offsets = self.log.append_batch(batch.records(), store_ts)
-            self._queue_next.update(updates)
-            self._round_robin.update(rr_local)
-            end = self.log.max_offset()
-            self._appended_end = end
-            if self._group_commit is None:
-                self.state.set_confirmed(end)
-                self._reput.wakeup()
-        status = PutStatus.OK
-        if self._group_commit is not None:
-            if not self._group_commit.wait_for(end):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-        topics = batch.single_topic if batch.single_topic is not None else \
-            [m.topic for m in msgs]
-        return PutResults(status, offsets, batch.totals, store_ts, topics, batch.queue_ids,
-                          batch.queue_offsets, self._msg_id_prefix)
+        return put_path.put_prepared(self, batch, msgs)
 
     def _wait_for_dispatch(self, limit: int, *, helps: bool = True) -> None:
-        """Back-pressure: while the dispatch pipeline is more than ``limit`` bytes behind the
-        log, wait until it is at half of that, so queues and the key index stay close to the
-        log (consumers see messages promptly, a crash replays little) whatever the producers
-        do. A dispatcher that makes no progress for DISPATCH_STALL_S (it failed) stops
-        holding puts back.
-
-        Before that, a producer of a large batch (``helps``) dispatches batches itself from
-        1/DISPATCH_HELP_SHARE of ``limit`` on, until the lag is back under that: with the GIL,
-        a background dispatcher that keeps losing it to a busy producer (numpy releases it on
-        large arrays, and getting it back takes up to the 5 ms switch interval) falls behind
-        although its work is a third of the producer's. Producers of small batches leave it
-        to the thread (helping them measured slower)."""
-        reput = self._reput
-        if reput is None or not reput.running:
-            return
-        behind = reput.behind_bytes()
-        help_at = limit // DISPATCH_HELP_SHARE
-        while helps and behind > help_at:
-            self.dispatch_helped += reput.help_once()
-            before, behind = behind, reput.behind_bytes()
-            if behind >= before:
-                break  # no progress here (failing dispatcher): the waiting below decides
-        if behind <= limit:
-            return
-        began = time.monotonic()
-        last, last_move = reput.reput_offset, began
-        reput.wakeup()
-        while reput.behind_bytes() > limit // 2:
-            time.sleep(0.0005)
-            now = time.monotonic()
-            if reput.reput_offset != last:
-                last, last_move = reput.reput_offset, now
-            elif now - last_move > DISPATCH_STALL_S:
-                log.warning("store %s: dispatch made no progress for %.0f s at offset %d; puts "
-                            "go on without waiting for it", self.path, DISPATCH_STALL_S, last)
-                break
-        self.dispatch_wait_s += time.monotonic() - began
+        """Back-pressure on the dispatch pipeline (``put_path.wait_for_dispatch``)."""
+        put_path.wait_for_dispatch(self, limit, helps=helps)
 
     # ------------------------------------------------------------------ read
 
@@ -574,15 +428,7 @@ class MessageStore:
         or type raises TopicExistsError naming its own and changes nothing:
         ``set_queue_count`` adds queues; a type never changes.
         """
-        self._check_writable()
-        kind = None if message_type is None else as_topic_type(message_type)
-        with self._put_lock:
-            created = self.topic_table.create(
-                topic, self.config.default_queues if queues is None else queues,
-                since=self.log.max_offset(), message_type=kind or TopicType.NORMAL)
-            if not created:
-                self.topic_table.check_same(topic, queues, kind)
-            return created
+        return topic_admin.create_topic(self, topic, queues, message_type)
 
     def topic_type(self, topic: str) -> TopicType | None:
         """The message type ``topic`` accepts (None if there is no such topic)."""
@@ -599,40 +445,11 @@ class MessageStore:
         ``shard_key`` placement use the new count from the next put on (a key may move to
         another queue, as in RocketMQ).
         """
-        self._check_writable()
-        if not isinstance(queues, int) or isinstance(queues, bool) or \
-                not 1 <= queues <= MAX_QUEUES:
-            raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
-        with self._put_lock:
-            now = self.topic_table.queues.get(topic)
-            if now is None:
-                raise InvalidInputError(f"no topic {topic!r} (create_topic makes one)")
-            if queues < now:
-                raise InvalidInputError(f"topic {topic!r} has {now} queues; a queue count can "
-                                        f"only grow (removing queues would strand their "
-                                        f"messages), got {queues}")
-            return self.topic_table.ensure(topic, now, at_least=queues)
+        return topic_admin.set_queue_count(self, topic, queues)
 
     def delete_topic(self, topic: str) -> bool:
         """Forget a topic: its queues go at once; its records age out with the log."""
-        self._check_writable()
-        rec.encode_topic(topic)
-        with self._put_lock:
-            if topic not in self.topic_table.queues:
-                return False
-            self.wait_dispatched()
-            try:
-                self.topic_table.delete(topic)
-            except DiskFullError:
-                # No room even for the smaller table: the topic's queue files go first (their
-                # space makes room for it), then the table is written.
-                self.queues.delete_topic(topic)
-                self.topic_table.delete(topic)
-            self.queues.delete_topic(topic)
-            for key in [k for k in self._queue_next if k[0] == topic]:
-                del self._queue_next[key]
-            self._round_robin.pop(topic, None)
-            return True
+        return topic_admin.delete_topic(self, topic)
 
     def topics(self) -> list[str]:
         """Names of all topics, sorted."""
