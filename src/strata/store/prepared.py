@@ -203,7 +203,7 @@ class Encoder:
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = totals, body_lens, props_lens
         b.topic_lens = len(tb)
-        b.born = 0 if plain or born_ts.count(None) == n else [t or 0 for t in born_ts]
+        b.born = 0     # plain messages only here: no born timestamps
         # all records in one join: each payload between the previous record's (zero) trailer
         # and its own prefix; write_records fills in headers and trailers
         b.blob = b"".join((prefix, (_ZERO_TRAILER + prefix).join(payloads), _ZERO_TRAILER))
