@@ -25,3 +25,30 @@ def pytest_collection_modifyitems(config, items):
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+
+
+# A failure that passed on its rerun (`--reruns 1`, as `make test` and CI run) is still a bug:
+# the run names each such test and shows its first failure at the end, so it gets fixed rather
+# than forgotten. Works under xdist: the controller receives every worker's reports.
+_RERUNS: list = []
+
+
+def pytest_runtest_logreport(report):
+    if report.outcome == "rerun":
+        _RERUNS.append(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _RERUNS:
+        return
+    tr = terminalreporter
+    tr.section(f"tests that failed once and were rerun ({len(_RERUNS)}): fix each")
+    for r in _RERUNS:
+        text = str(r.longrepr) if r.longrepr is not None else ""
+        lines = text.splitlines()
+        first = next((ln[1:].strip() for ln in lines if ln.startswith("E ")), "")
+        tr.write_line(f"rerun: {r.nodeid} ({r.when}) {first[:200]}")
+    for r in _RERUNS:
+        text = str(r.longrepr) if r.longrepr is not None else "(no failure text)"
+        tr.write_sep("-", f"first failure of {r.nodeid}")
+        tr.write_line("\n".join(text.splitlines()[-60:]))
