@@ -71,6 +71,9 @@ def out(**kw):
 class Broker(StrataProcess):
     """A running `strata serve` process."""
 
+    # how the `strata` command is run (a test may run it through a wrapper of its own)
+    command = (sys.executable, "-m", "strata.cli.main")
+
     def __init__(self, directory: Path, *args: str) -> None:
         super().__init__()
         self.directory = directory
@@ -78,7 +81,7 @@ class Broker(StrataProcess):
         self.endpoint = ""
 
     def start(self, port: int = 0) -> "Broker":
-        cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(self.directory),
+        cmd = [*self.command, "serve", str(self.directory),
                "--listen", f"127.0.0.1:{port}", "--exit-with-parent"]
         for opt in SMALL_STORE:
             cmd += ["--store-option", opt]

@@ -527,6 +527,15 @@ class MessageStore:
             time.sleep(0.001)
         return True
 
+    def dispatched_offset(self) -> int:
+        """The commit-log offset up to which records have reached their consume queues (and
+        so ``get`` finds them); ``confirmed_offset()`` minus what dispatch still has to do."""
+        if self.readonly:
+            _pid, confirmed, dispatched, _m = self.state.read() if self._live_writer \
+                else (0, self._readonly_limit, self._readonly_limit, 0)
+            return min(confirmed, dispatched)
+        return self._reput.reput_offset if self._reput is not None else self.confirmed_offset()
+
     def wait_index_rebuilt(self, timeout: float | None = None) -> bool:
         """Block until a background rebuild of the key index (an open that found a large
         part of it lost) is done; True when there is none or it finished in time."""

@@ -10,6 +10,7 @@ high watermark] is OFFSET_OUT_OF_RANGE. Below ``min_bytes`` the request waits (u
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import numpy as np
@@ -31,6 +32,7 @@ PartitionData = TopicData.PartitionData
 
 READ_CHUNK = 1024                  # messages per store.get
 RECORD_OVERHEAD = 70               # bytes of a v2 record beside its value (an estimate)
+CATCH_UP_S = 30.0                  # at most this long for dispatch to reach what was acknowledged
 
 
 def _plain_columns(parts: list) -> RecordColumns | None:
@@ -184,6 +186,14 @@ async def _answer(broker, request) -> tuple[list, int]:
 async def fetch(ctx: api.RequestContext, request):
     broker = ctx.broker
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
+    target = broker.store.confirmed_offset()
+    if broker.dispatched < target:
+        # what was acknowledged before this fetch (a RocketMQ send, which is answered before
+        # dispatch) is served by it: wait for dispatch to reach it, woken by the dispatch
+        try:
+            await asyncio.wait_for(broker.until_dispatched(target), CATCH_UP_S)
+        except asyncio.TimeoutError:
+            pass
     while True:
         arrival = broker.arrival()
         topics, total = await _answer(broker, request)

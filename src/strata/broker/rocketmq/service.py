@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from strata.broker.arrivals import Arrivals
 from strata.broker.rocketmq.convert import to_protocol, to_store
 from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
@@ -57,6 +58,12 @@ CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 
                       1800, 3600, 7200)
 DEFAULT_POLL_MS = 20_000
 POLL_MARGIN_S = 1.0     # answer a long poll this long before the client's deadline
+# A receive past its long-polling time still waits (up to the client's deadline, or this long
+# without one) for dispatch to cover what was acknowledged before it began.
+CATCH_UP_S = 30.0
+# Waits are woken by events (dispatch, acks, invisible times ending); this bounds one wait so
+# that a change no event announces (an operator's offset reset) is seen soon all the same.
+RECHECK_S = 0.5
 
 
 def now_ms() -> int:
@@ -131,7 +138,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self.batcher = batcher if batcher is not None else SendBatcher(store, options.gather_s)
         self._own_batcher = batcher is None
         self.popper = Popper(store, groups, signer, options.max_delivery_attempts)
-        self._arrived: asyncio.Event | None = None
+        self.arrivals = Arrivals(store)     # set when dispatch made new messages visible
         self.clients: dict[str, int] = {}   # client id -> client type (live sessions)
         self.sessions = Sessions()
         self.held = held
@@ -149,7 +156,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     def start(self) -> None:
         if self._own_batcher:
             self.batcher.start()
-        self._arrived = asyncio.Event()
+        self.arrivals.start()
         self.held.start()
         self.timer.start()
         self.transactions.start()
@@ -160,6 +167,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
 
     async def close(self) -> None:
+        self.arrivals.close()
         if self._renewer is not None:
             self._renewer.cancel()
         self.sessions.close_all()
@@ -256,8 +264,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             self._release(client, now_ms())
 
     def _notify_arrival(self) -> None:
-        ev, self._arrived = self._arrived, asyncio.Event()
-        ev.set()
+        self.arrivals.notify()
 
     # ------------------------------------------------------------------ routes and sessions
 
@@ -394,7 +401,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         except StrataError as exc:
             log.exception("send failed")
             return svc.SendMessageResponse(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
-        self._notify_arrival()
+        # (the receives waiting are woken by the store's dispatch, once the messages are
+        # in their queues: see strata.broker.arrivals)
         if any(isinstance(r, PutResult) and r.status is PutStatus.FLUSH_DISK_TIMEOUT
                for r in results):
             st = _status(Code.MASTER_PERSISTENCE_TIMEOUT,
@@ -489,37 +497,42 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self.sessions.seen(client, now_ms())
         renew_for = client if request.auto_renew and client else None
         began = time.monotonic()
+        # every message acknowledged before this receive began must be found by it: a send
+        # is acknowledged before its message reaches the consume queue (dispatch follows),
+        # so the receive does not answer "none" while dispatch is short of this offset
+        target = self.arrivals.acknowledged()
         remaining = context.time_remaining()
         poll_s = poll_ms / 1000
         if remaining is not None:
             poll_s = min(poll_s, remaining - POLL_MARGIN_S)
+            catch_up_s = max(poll_s, remaining - POLL_MARGIN_S)
+        else:
+            catch_up_s = max(poll_s, CATCH_UP_S)
         end = began + max(poll_s, 0.0)
         while True:
-            arrived = self._arrived
-            got = self._pop(group, topic, tags, batch, invisible, renew_for)
+            arrived = self.arrivals.take()      # before the pop: a dispatch after it wakes us
+            try:
+                got = self._pop(group, topic, tags, batch, invisible, renew_for)
+            except BaseException:
+                self.arrivals.release()
+                raise
             if got:
+                self.arrivals.release()
                 break
-            left = end - time.monotonic()
+            now = time.monotonic()
+            left = end - now
+            if left <= 0 and not self.arrivals.caught_up(target):
+                left = began + catch_up_s - now      # what was acknowledged is on its way
             if left <= 0 or self.stopping:
+                self.arrivals.release()
                 yield svc.ReceiveMessageResponse(status=_status(
                     Code.MESSAGE_NOT_FOUND, "no new message (long polling timed out)"))
                 return
-            wait = min(left, 0.5)
+            wait = min(left, RECHECK_S)
             nxt = self.groups.next_deadline()
             if nxt is not None:
                 wait = min(wait, max(0.0, (nxt - now_ms()) / 1000) + 0.001)
-            try:
-                await asyncio.wait_for(arrived.wait(), wait)
-                # what a send stored may still be on its way into the consume queue
-                for _ in range(40):
-                    got = self._pop(group, topic, tags, batch, invisible, renew_for)
-                    if got:
-                        break
-                    await asyncio.sleep(0.005)
-                if got:
-                    break
-            except asyncio.TimeoutError:
-                pass
+            await self.arrivals.wait(arrived, wait)
         yield svc.ReceiveMessageResponse(status=_status())
         for d in got:
             yield svc.ReceiveMessageResponse(
