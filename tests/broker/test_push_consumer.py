@@ -123,8 +123,8 @@ def test_a_slow_push_consumer_gets_no_duplicate(broker_factory, tmp_path):
 def test_a_killed_push_consumers_messages_go_to_another_consumer_soon(broker_factory,
                                                                        tmp_path):
     """The first consumer takes 5 messages and hangs; it is killed (SIGKILL). Its Telemetry
-    stream closes, so the broker releases them at once: the second consumer gets them within
-    seconds, not after the 60 s invisible time."""
+    stream closes, so the broker releases them at once: the second consumer gets them soon,
+    not after the 60 s invisible time."""
     broker = broker_factory()
     home = tmp_path / "client-home"
     home.mkdir()
@@ -177,9 +177,10 @@ def test_a_killed_push_consumers_messages_go_to_another_consumer_soon(broker_fac
     ''', args=killed_at)
     assert sorted(got["seen"]) == [f"k{i}" for i in range(5)]
     assert all(attempt == 2 for attempt, _ in got["seen"].values())
-    # well inside the 60 s a receive is invisible for, and the 30 s a client without a
-    # stream counts as connected (the second client's start takes a few s of it)
-    assert max(after for _, after in got["seen"].values()) < 20
+    # they came back because the closed stream released them (not at the end of the 60 s
+    # a receive is invisible for): the broker says so when it stops
+    broker.stop()
+    assert "5 messages of gone push consumers released" in broker.log, broker.log[-2000:]
 
 
 def test_renewal_lasts_while_the_client_calls_and_ends_with_its_termination(broker_factory,
@@ -203,15 +204,17 @@ def test_renewal_lasts_while_the_client_calls_and_ends_with_its_termination(brok
             group=pb.Resource(name="rg")), metadata=[("x-mq-client-id", "c1")], timeout=5)
         t1 = time.time()
         back = []
-        while not back and time.time() - t1 < 30:
+        while not back and time.time() - t1 < 60:      # a deadline that decides nothing
             back += raw_receive("c2", "renewed", poll_s=2)
         out(slices=[x[2] for x in first], other=other, acked=acked, kept=first[1][0],
-            back=[x[0] for x in back], after=time.time() - t1)
+            back=[x[0] for x in back])
     '''))
     assert got["slices"] == [2, 2]
     assert got["other"] == [] and got["acked"] == 20000     # Code.OK
-    assert got["back"] == [got["kept"]]      # the one not acked, back soon
-    assert got["after"] < 2 + 1.5            # released: due 1 s after the termination
+    assert got["back"] == [got["kept"]]      # the one not acked comes back
+    # ... because the termination released it (not because its renewals just stopped)
+    broker.stop()
+    assert "1 messages of gone push consumers released" in broker.log, broker.log[-2000:]
 
 
 def test_renewal_survives_a_broker_sigkill(broker_factory, tmp_path):

@@ -135,3 +135,70 @@ def test_sparse_files_on_a_full_disk_refuse_puts_before_acknowledging(disk):
     store.close()
     with strata.open(disk.path, readonly=True) as ro:
         assert_readable(ro, acked)
+
+
+class FakeClock:
+    """A monotonic clock the test moves: the writer's rate is what the test says it is."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_write_rate_is_measured_per_window_and_a_burst_counts_at_once():
+    from strata.files.segment_queue import RATE_WINDOW_S, WriteRate
+    clock = FakeClock()
+    rate = WriteRate(clock)
+    assert rate.note(0) == 0.0
+    end = 0
+    for _ in range(20):                        # 1 MiB every 0.1 s: 10 MiB/s
+        clock.now += 0.1
+        end += MiB
+        got = rate.note(end)
+    assert got == pytest.approx(10 * MiB, rel=0.01)
+    clock.now += 0.05                          # a burst: 64 MiB within 50 ms
+    assert rate.note(end + 64 * MiB) >= 64 * MiB / (0.05 + RATE_WINDOW_S)
+
+
+def _fill(store, mib: int, clock: FakeClock, seconds_per_mib: float) -> None:
+    body = bytes(range(256)) * 16                                    # 4 KiB
+    for i in range(mib):
+        clock.now += seconds_per_mib
+        store.put_batch([strata.Message(topic="t", body=body) for _ in range(256)])
+
+
+def _commitlog_allocated(path: Path) -> int:
+    return allocated(path / "commitlog")
+
+
+def test_a_slow_writer_reserves_little_ahead_of_its_data(tmp_path):
+    """Issue 26: the reservation ahead of the writer followed the data's size (doubling), so a
+    266 MB log took 635 MB of disk. Sized to the write rate, a writer appending 1 MiB a second
+    keeps its segment's disk use within a quarter of its data plus a step."""
+    path = tmp_path / "store"
+    clock = FakeClock()
+    with strata.open(path, config=strata.StoreConfig(segment_size=256 * MiB)) as store:
+        store.create_topic("t")
+        store.log.segments.write_rate.clock = clock
+        _fill(store, 40, clock, seconds_per_mib=1.0)
+        seg = store.log.segments.last()
+        wrote = seg.wrote
+        assert wrote > 40 * MiB
+        assert seg.ahead_requested <= wrote + RESERVE_MIN + 64 * 1024
+    used = _commitlog_allocated(path)
+    assert used <= wrote * 1.25 + 4 * MiB, (used, wrote)
+
+
+def test_a_fast_writer_gets_a_long_stretch_reserved_ahead(tmp_path):
+    """The same data written in a burst: the background keeps a quarter second of it ahead."""
+    from strata.files.segment_queue import AHEAD_S
+    path = tmp_path / "store"
+    clock = FakeClock()
+    with strata.open(path, config=strata.StoreConfig(segment_size=256 * MiB)) as store:
+        store.create_topic("t")
+        store.log.segments.write_rate.clock = clock
+        _fill(store, 40, clock, seconds_per_mib=0.001)                # 1 GiB/s
+        seg = store.log.segments.last()
+        assert seg.ahead_requested >= seg.wrote + int(AHEAD_S * 512 * MiB)

@@ -22,14 +22,17 @@ from strata.format.segment import (FOOTER_AREA, HEADER_AREA, KIND_COMMIT_LOG, KI
                                    SegmentFooter, SegmentHeader, file_size)
 
 # A new segment file has its full size but is sparse: only its header and footer pages and a
-# first stretch of its data area are allocated. More is reserved (posix_fallocate) in steps
-# that double from RESERVE_MIN to RESERVE_MAX, ahead of the writer by the background
-# pre-allocator and, when a write would pass the reserved end, synchronously before it (a full
-# disk is DiskFullError then, never SIGBUS from a write into a hole). SPARSE = False restores
-# the old behaviour, the whole file reserved at creation (bench/append.py compares the two).
+# first stretch of its data area are allocated. More is reserved (posix_fallocate) ahead of
+# the writer by the background pre-allocator, as far as the writer's rate asks for (see
+# SegmentQueue.keep_ahead), and, when a write would pass the reserved end, synchronously
+# before it (a full disk is DiskFullError then, never SIGBUS from a write into a hole), in
+# steps of RESERVE_MIN growing to a quarter of what is reserved (at most RESERVE_MAX): the
+# reservation runs at most about a quarter ahead of the data, not double it. SPARSE = False
+# restores the old behaviour, the whole file reserved at creation (bench/append.py compares).
 SPARSE = True
 RESERVE_MIN = 1 << 20
 RESERVE_MAX = 256 << 20
+RESERVE_GROWTH = 4            # a step is at most 1/RESERVE_GROWTH of what is reserved
 
 
 def _page_up(n: int) -> int:
@@ -81,7 +84,6 @@ class MappedSegment:
         self.footer_reserved = False
         self.prefaulted = 0          # data bytes [0, prefaulted) pre-faulted in the background
         self.ahead_requested = 0     # how far the background was asked to reserve ahead
-        self.ahead_floor = RESERVE_MIN   # reserve at least this far ahead of the writer
         self.reserve_min = RESERVE_MIN   # the first (smallest) reservation step
         self._reserve_lock = threading.Lock()
 
@@ -114,7 +116,7 @@ class MappedSegment:
         seg = cls(path, header, fd, mm, False, file_ops)
         seg.reserved = first
         seg.footer_reserved = True
-        seg.reserve_min = seg.ahead_floor = reserve_min
+        seg.reserve_min = reserve_min
         if prefault:
             seg.prefault(0, first)
             seg.prefaulted = first
@@ -234,9 +236,10 @@ class MappedSegment:
 
     def reserve(self, end: int) -> None:
         """Make sure data bytes [0, ``end``) have their blocks allocated before they are
-        written through the mapping: allocates a step (doubling from RESERVE_MIN to
-        RESERVE_MAX) past the reserved end, at least up to ``end``. DiskFullError (nothing
-        written) when the disk has no room. Cheap when ``end`` is reserved already."""
+        written through the mapping: allocates up to ``end``, and at least a step past the
+        reserved end (``reserve_min``, growing to a quarter of what is reserved, at most
+        RESERVE_MAX). DiskFullError (nothing written) when the disk has no room. Cheap when
+        ``end`` is reserved already."""
         if end <= self.reserved and self.footer_reserved:
             return
         with self._reserve_lock:
@@ -248,7 +251,7 @@ class MappedSegment:
                 self.footer_reserved = True
             if end <= self.reserved:
                 return
-            step = min(RESERVE_MAX, max(self.reserve_min, self.reserved))
+            step = min(RESERVE_MAX, max(self.reserve_min, self.reserved // RESERVE_GROWTH))
             new = min(self.data_size, _page_up(max(end, self.reserved + step)))
             self.file_ops.allocate_range(self.fd, HEADER_AREA + self.reserved,
                                          new - self.reserved, self.path)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -18,6 +19,36 @@ from strata.format.segment import KIND_CONSUME_QUEUE, file_name
 log = logging.getLogger(__name__)
 
 ALLOC_SUFFIX = ".alloc"
+# The background reserves (and pre-faults) about this many seconds of the writer's appends
+# ahead of it: enough to stay ahead of a fast writer, little disk for a slow one.
+AHEAD_S = 0.25
+RATE_WINDOW_S = 0.2           # the write rate is measured over windows this long
+
+
+class WriteRate:
+    """The rate (bytes/s) at which a writer appends, from the log's end offset at each write:
+    smoothed over windows of RATE_WINDOW_S, and the window under way counts as soon as it is
+    10 ms old (a burst is seen at once). ``clock`` for tests."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.rate = 0.0
+        self._t: float | None = None
+        self._end = 0
+
+    def note(self, end: int) -> float:
+        """The rate after a write that left the log ending at ``end``."""
+        now = self.clock()
+        if self._t is None or end < self._end:
+            self._t, self._end = now, end
+            return self.rate
+        dt = now - self._t
+        current = (end - self._end) / dt if dt >= 0.01 else 0.0
+        if dt >= RATE_WINDOW_S:
+            self.rate = current if self.rate == 0.0 else (self.rate + current) / 2
+            self._t, self._end = now, end
+            return self.rate
+        return max(self.rate, current)
 
 
 def segment_runs(segments: Sequence[MappedSegment], offsets: np.ndarray
@@ -226,6 +257,7 @@ class SegmentQueue:
             self.directory, kind, data_size, file_ops, prefault, reserve_min)
         self.reserve_min = reserve_min
         self.preallocate = preallocate and not readonly
+        self.write_rate = WriteRate()      # sizes the reservation ahead (keep_ahead)
 
     # ------------------------------------------------------------------ loading
 
@@ -316,8 +348,6 @@ class SegmentQueue:
         """Append a new segment at ``base`` (pre-allocated in the background when possible)."""
         assert self.allocator is not None, "read-only segment queue"
         seg = self.allocator.take(base)
-        if self.segments:   # a log that fills segments: keep well ahead from the start
-            seg.ahead_floor = RESERVE_MAX
         self._append(seg)
         if self.preallocate:
             self.allocator.request(base + self.data_size)
@@ -325,9 +355,12 @@ class SegmentQueue:
 
     def keep_ahead(self, seg: MappedSegment) -> None:
         """After a write to ``seg``: have the stretch ahead of its write position reserved and
-        pre-faulted in the background (a few MiB ahead at first, RESERVE_MAX once the segment
-        or the log is large). Cheap when that is under way."""
-        ahead = min(RESERVE_MAX, max(seg.ahead_floor, seg.wrote))
+        pre-faulted in the background, sized to the writer's rate (AHEAD_S of its appends,
+        from ``reserve_min`` to RESERVE_MAX), so disk use runs ahead of the data by what the
+        next moment's writes need, not by the size the data has reached. Cheap when that is
+        under way."""
+        rate = self.write_rate.note(seg.base_offset + seg.wrote)
+        ahead = min(RESERVE_MAX, max(seg.reserve_min, int(rate * AHEAD_S)))
         target = min(seg.data_size, seg.wrote + ahead)
         if seg.wrote + ahead // 2 > seg.ahead_requested and self.preallocate and self.allocator is not None:
             self.allocator.advance(seg, target)

@@ -152,6 +152,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self.renewed = 0             # renewals made, deliveries released (stop line, tests)
         self.released = 0
         self._renewer: asyncio.Task | None = None
+        self._renewed_at = 0.0       # time.monotonic() of the last renew_due
 
     def start(self) -> None:
         if self._own_batcher:
@@ -226,9 +227,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
 
     # ------------------------------------------------------------------ renewal (auto_renew)
 
+    def _renew_period_s(self) -> float:
+        return max(0.05, min(RENEW_PERIOD_MS, self.options.renew_slice_ms / 6) / 1000)
+
     async def _renew_loop(self) -> None:
-        slice_ms = self.options.renew_slice_ms
-        period = max(0.05, min(RENEW_PERIOD_MS, slice_ms / 6) / 1000)
+        period = self._renew_period_s()
         while True:
             await asyncio.sleep(period)
             try:
@@ -239,6 +242,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
     def renew_due(self, now: int) -> None:
         """Renew the push consumers' deliveries that are close to their deadline, for the
         clients still connected; release those of clients that are not."""
+        self._renewed_at = time.monotonic()
         slice_ms = self.options.renew_slice_ms
         ahead = min(RENEW_AHEAD_MS, slice_ms // 3)
         # the index's clients as they stand: renew and release walk each client's deliveries
@@ -248,6 +252,20 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 self.renewed += self.groups.renew(client, now, ahead, slice_ms)[0]
             else:
                 self._release(client, now)
+
+    def renew_if_late(self) -> None:
+        """Before a pop: renew now if the renew loop is late (a loaded machine can hold the
+        event loop or the process back past a renewal's margin). Renewing every ``late`` s
+        renews each delivery whose invisible time ends within ``ahead`` > ``late`` of now, so
+        a pop never finds due, and hands to another consumer, a delivery that a connected
+        push consumer still holds."""
+        ahead_s = min(RENEW_AHEAD_MS, self.options.renew_slice_ms // 3) / 1000
+        late = min(self._renew_period_s(), ahead_s / 2)
+        if time.monotonic() - self._renewed_at > late:
+            try:
+                self.renew_due(now_ms())
+            except Exception:       # noqa: BLE001 - the receive goes on; the loop retries
+                log.exception("renewing invisible times failed")
 
     def _release(self, client: str, now: int) -> None:
         n = self.groups.release(client, now + RELEASE_MS)
@@ -512,6 +530,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         while True:
             arrived = self.arrivals.take()      # before the pop: a dispatch after it wakes us
             try:
+                self.renew_if_late()
                 got = self._pop(group, topic, tags, batch, invisible, renew_for)
             except BaseException:
                 self.arrivals.release()
