@@ -29,7 +29,7 @@ def run(topic, codec, recs, extra):
         p.produce(topic, value=unhex(r["value"]), key=unhex(r["key"]), partition=0,
                   timestamp=r["ts"], headers=[(k, unhex(v)) for k, v in r["headers"]],
                   on_delivery=done)
-    left = p.flush(30)
+    left = p.flush(120)
     c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "rt", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, 0, 0)])
     got = []

@@ -21,7 +21,7 @@ acked = []
 for i in range(ARGS["n"]):
     p.produce("durable", value=b"m%05d" % i, partition=i % 2,
               on_delivery=lambda e, m: acked.append(m.offset()) if e is None else None)
-left = p.flush(30)
+left = p.flush(120)
 out(left=left, acked=len(acked))
 '''
 
@@ -59,7 +59,7 @@ from kafka import KafkaProducer
 p = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks=0)
 for i in range(50):
     p.send("acks0", value=b"z%d" % i, partition=0)
-p.flush(20)
+p.flush(120)                        # (kafka-python's raises past it; it decides nothing)
 p.close()
 out(sent=50)
 '''

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 p = Producer({"bootstrap.servers": BOOTSTRAP})
 for i in range(7):
     p.produce("metered", value=b"m", partition=0)
-out(left=p.flush(20))
+out(left=p.flush(120))
 '''
 
 

@@ -47,7 +47,7 @@ tls = {"security.protocol": "SSL", "ssl.ca.location": ARGS["ca"]}
 p = Producer({"bootstrap.servers": BOOTSTRAP, **tls})
 for i in range(5):
     p.produce("secure", value=b"s%d" % i, partition=0)
-left = p.flush(20)
+left = p.flush(120)
 c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "tls", **tls})
 c.assign([TopicPartition("secure", 0, 0)])
 got = []
