@@ -25,6 +25,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, ShortType,
                                StringType, StructType)
 
+from strata.files.io import file_ops
 from strata.spark.options import OptionError, WriteOptions
 
 STAGING_DIR = "spark-staging"
@@ -132,7 +133,7 @@ def stage_batches(iterator: Iterator, staging: Path, columns: list[str],
         raise
     if writer is None:
         return StagedFile("", 0)
-    tmp.rename(final)
+    file_ops().replace(tmp, final)
     return StagedFile(str(final), rows)
 
 

@@ -127,7 +127,7 @@ class PosixBackend(TierBackend):
         try:
             for (_fd, tmp), (f, path, _d) in zip(opened, files):
                 at = path
-                os.replace(tmp, f)
+                ops.replace(tmp, f)
             for parent in dict.fromkeys(f.parent for f, _p, _d in files):
                 ops.fsync_dir(parent)
         except OSError as exc:
