@@ -10,7 +10,7 @@ from strata.broker.errors import CorruptJournalError, InvalidReceiptHandleError
 from strata.broker.group_state import JOURNAL_NAME, ConsumerGroups
 from strata.broker.receipt import Receipt, ReceiptSigner, load_or_create_secret
 from strata.errors import DiskFullError
-from strata.files.faults import FaultInjectingFileOps
+from strata.testing.faults import FaultInjectingFileOps
 from strata.files.io import FileOps
 
 pytestmark = pytest.mark.broker

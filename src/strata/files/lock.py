@@ -6,7 +6,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from strata.errors import StoreLockedError
 from strata.files.io import disk_full_or_same
@@ -104,3 +106,15 @@ def writer_alive(directory: Path | str, name: str = LOCK_NAME) -> bool:
     finally:
         os.close(fd)  # closing drops our shared lock, if we got one
     return False
+
+
+@contextmanager
+def exclusive(path: Path | str) -> Iterator[None]:
+    """Hold a blocking exclusive ``flock`` on ``path`` (created if missing) for the block:
+    short critical sections shared between processes, such as a conditional write."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock
