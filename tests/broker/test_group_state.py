@@ -1,5 +1,6 @@
 """The consumer-group journal and state, and receipt handles, without a server."""
 
+import errno
 import os
 import threading
 
@@ -10,8 +11,8 @@ from strata.broker.errors import CorruptJournalError, InvalidReceiptHandleError
 from strata.broker.group_state import JOURNAL_NAME, ConsumerGroups
 from strata.broker.receipt import Receipt, ReceiptSigner, load_or_create_secret
 from strata.errors import DiskFullError
-from strata.testing.faults import FaultInjectingFileOps
 from strata.files.io import FileOps
+from strata.testing.faults import FaultInjectingFileOps, installed
 
 pytestmark = pytest.mark.broker
 
@@ -238,30 +239,30 @@ def test_renewal_stops_at_its_limit_and_after_a_change_or_a_redelivery(tmp_path)
     assert ConsumerGroups(tmp_path).renewing_clients() == []
 
 
-def test_an_append_cut_short_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
+def test_an_append_cut_short_by_a_full_disk_is_taken_back(tmp_path):
     """A record half written when the disk filled must not stay in the file: the next open
     would cut the journal there and drop every record appended after it."""
-    import errno
 
-    g = ConsumerGroups(tmp_path)
+    class FullDisk(FileOps):   # the first write stops short, the next finds no room
+        left = 2
+
+        def write(self, path, fd, data):
+            self.left -= 1
+            if self.left == 1:
+                return super().write(path, fd, bytes(data[: max(1, len(data) // 2)]))
+            if self.left == 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(path, fd, data)
+
+    disk = FullDisk()
+    disk.left = 99
+    with installed(disk):              # the journal's file operations go through the seam
+        g = ConsumerGroups(tmp_path)
     h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0), (2, 0)], 3, deadline_ms=1000)
-    real_write = os.write
-    cut = {"left": 1}
-
-    def full_disk_write(fd, data):      # the first write stops short, the next finds no room
-        if cut["left"] == 1:
-            cut["left"] = 0
-            return real_write(fd, bytes(data[: max(1, len(data) // 2)]))
-        if cut["left"] == 0:
-            cut["left"] = -1
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(jr.os, "write", full_disk_write)
+    disk.left = 2
     with pytest.raises(OSError):
         g.ack([_receipt(g, 0, h[0], 1000)], now_ms=500)
     assert g.ack([_receipt(g, 1, h[1], 1000)], now_ms=500) == [None]   # the disk has room again
-    monkeypatch.setattr(jr.os, "write", real_write)
     data = (tmp_path / JOURNAL_NAME).read_bytes()
     assert jr.read_records(data)[1] == len(data)       # whole records only
     g2 = ConsumerGroups(tmp_path)                      # what a SIGKILL leaves

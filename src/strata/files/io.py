@@ -113,6 +113,11 @@ class FileOps:
         aligned = start - start % PAGE
         mm.flush(aligned, length + (start - aligned))
 
+    def write(self, path: Path, fd: int, data) -> int:
+        """One ``os.write`` of ``data`` to the open file ``fd`` (``path`` names it): the count
+        written, which may be short (appenders loop; a fault layer cuts writes here)."""
+        return os.write(fd, data)
+
     def fsync(self, path: Path, fd: int) -> None:
         """Make the data and metadata of the open file ``fd`` (``path`` names it) durable."""
         os.fsync(fd)
