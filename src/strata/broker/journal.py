@@ -164,6 +164,31 @@ frame = framing.frame
 """One record: ``[u32 length][u32 crc32c][payload]`` (shared by the broker's journals)."""
 
 
+def encode(rec: JournalRecord) -> bytes:
+    """The framed bytes of a record (the inverse of ``decode_payload``): a live change is
+    built as a ``JournalRecord``, encoded and appended with this, then applied by the same
+    code a replay runs (``ConsumerGroups._apply``)."""
+    g, t, q = rec.group, rec.topic, rec.queue_id
+    kind = rec.kind
+    if kind is Kind.POP:
+        return encode_pop(g, t, q, rec.offset, rec.deadline_ms,
+                          [(e.offset, e.attempt, e.handle_id) for e in rec.entries])
+    if kind is Kind.ACK:
+        return encode_ack(g, t, q, [e.offset for e in rec.entries])
+    if kind is Kind.CHANGE:
+        return encode_change(g, t, q, rec.offset, rec.deadline_ms, rec.entries[0].handle_id)
+    if kind is Kind.STATE:
+        return encode_state(g, t, q, rec.offset, [(e.offset, e.deadline_ms, e.attempt,
+                                                   e.handle_id) for e in rec.entries])
+    if kind is Kind.RENEW:
+        return encode_renew(g, t, q, rec.client, [(e.offset, e.handle_id, e.deadline_ms,
+                                                   e.renew_until_ms) for e in rec.entries])
+    if kind is Kind.COMMIT:
+        return encode_commit(g, t, q, rec.offset, rec.leader_epoch, rec.metadata,
+                             rec.commit_ms)
+    return encode_counter(rec.counter)
+
+
 def encode_header(magic: bytes = MAGIC, version: int = GROUPS_VERSION) -> bytes:
     head = struct.pack("<8sI", magic, version)
     return head + struct.pack("<I", crc32c(head))
