@@ -33,6 +33,7 @@ from typing import Iterator, Mapping
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 from pyspark.sql.types import StructType
 
+from strata.errors import StrataError
 from strata.files.io import file_ops, fsync_dir
 from strata.spark.options import OptionError, parse_write_options
 from strata.spark.sink_ledger import SINKS_DIR, LedgerEntry, SinkLedger
@@ -174,8 +175,9 @@ def rows_in_log(store, entry: LedgerEntry, msgs: list) -> int:
     return j - entry.first_row
 
 
-class ReusedCheckpointError(RuntimeError):
-    pass
+class ReusedCheckpointError(StrataError, RuntimeError):
+    """A micro-batch was appended before and later ones too: a new query reuses a
+    checkpoint location strata cannot tell apart from the old one's."""
 
 
 def commit_batch(path: str, sink: str, batch_id: int, files: list[str],
