@@ -576,7 +576,7 @@ def scenario_kills(n: int, workdir: Path, seed: int, deadline: float) -> tuple[T
 
 def scenario_power(rounds: int, workdir: Path, seed: int, deadline: float,
                    first: int = 0) -> tuple[Tally, dict]:
-    from strata.files.faults import FaultInjectingFileOps
+    from strata.testing.faults import FaultInjectingFileOps
 
     tally = Tally()
     stats = {"power_losses": 0, "by_mode": {"sync": 0, "async": 0}, "acked": 0,
@@ -754,7 +754,7 @@ def entry_owner(p: Pristine, f: Path, off: int) -> int | None:
 
 def scenario_flips(n: int, workdir: Path, seed: int, deadline: float,
                    first: int = 0) -> tuple[Tally, dict]:
-    from strata.files.faults import flip_bit
+    from strata.testing.faults import flip_bit
 
     tally = Tally()
     stats = {"flips": 0, "by_kind": {k: 0 for k in FLIP_KINDS},
@@ -855,7 +855,7 @@ def scenario_tail_flips(n: int, workdir: Path, seed: int, deadline: float,
     written after the last checkpoint. The flip may cost the hit record only; ``strata verify``
     before the open must name it, and so must the open's report when the record lies past the
     checkpoint (``silent`` counts the rounds where one of them did not)."""
-    from strata.files.faults import flip_bit
+    from strata.testing.faults import flip_bit
 
     tally = Tally()
     stats = {"tail_flips": 0, "after_checkpoint": 0, "before_checkpoint": 0, "silent": 0,
@@ -1070,7 +1070,7 @@ def _fill_and_check(store_factory, free_space, tally: Tally, ctx: dict, rng: ran
 
 def scenario_disk(rounds: int, workdir: Path, seed: int, deadline: float, first: int = 0,
                   use_tmpfs: bool = True) -> tuple[Tally, dict]:
-    from strata.files.faults import FaultInjectingFileOps
+    from strata.testing.faults import FaultInjectingFileOps
 
     tally = Tally()
     stats = {"disk_rounds": 0, "tmpfs": 0, "fault_layer": 0, "disk_full_errors": 0, "acked": 0}

@@ -23,6 +23,10 @@ class MessageTooLargeError(InvalidInputError):
     """A body or its properties exceed the configured limits."""
 
 
+class PropertiesTooLargeError(MessageTooLargeError):
+    """A message's properties (one of them, or all together) exceed their limit."""
+
+
 class InvalidConfigError(InvalidInputError):
     """A configuration value is out of range or of the wrong kind."""
 

@@ -1,5 +1,6 @@
 """The consumer-group journal and state, and receipt handles, without a server."""
 
+import errno
 import os
 import threading
 
@@ -10,8 +11,8 @@ from strata.broker.errors import CorruptJournalError, InvalidReceiptHandleError
 from strata.broker.group_state import JOURNAL_NAME, ConsumerGroups
 from strata.broker.receipt import Receipt, ReceiptSigner, load_or_create_secret
 from strata.errors import DiskFullError
-from strata.files.faults import FaultInjectingFileOps
 from strata.files.io import FileOps
+from strata.testing.faults import FaultInjectingFileOps, installed
 
 pytestmark = pytest.mark.broker
 
@@ -238,33 +239,93 @@ def test_renewal_stops_at_its_limit_and_after_a_change_or_a_redelivery(tmp_path)
     assert ConsumerGroups(tmp_path).renewing_clients() == []
 
 
-def test_an_append_cut_short_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
+def test_an_append_cut_short_by_a_full_disk_is_taken_back(tmp_path):
     """A record half written when the disk filled must not stay in the file: the next open
     would cut the journal there and drop every record appended after it."""
-    import errno
 
-    g = ConsumerGroups(tmp_path)
+    class FullDisk(FileOps):   # the first write stops short, the next finds no room
+        left = 2
+
+        def write(self, path, fd, data):
+            self.left -= 1
+            if self.left == 1:
+                return super().write(path, fd, bytes(data[: max(1, len(data) // 2)]))
+            if self.left == 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(path, fd, data)
+
+    disk = FullDisk()
+    disk.left = 99
+    with installed(disk):              # the journal's file operations go through the seam
+        g = ConsumerGroups(tmp_path)
     h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0), (2, 0)], 3, deadline_ms=1000)
-    real_write = os.write
-    cut = {"left": 1}
-
-    def full_disk_write(fd, data):      # the first write stops short, the next finds no room
-        if cut["left"] == 1:
-            cut["left"] = 0
-            return real_write(fd, bytes(data[: max(1, len(data) // 2)]))
-        if cut["left"] == 0:
-            cut["left"] = -1
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(jr.os, "write", full_disk_write)
+    disk.left = 2
     with pytest.raises(OSError):
         g.ack([_receipt(g, 0, h[0], 1000)], now_ms=500)
     assert g.ack([_receipt(g, 1, h[1], 1000)], now_ms=500) == [None]   # the disk has room again
-    monkeypatch.setattr(jr.os, "write", real_write)
     data = (tmp_path / JOURNAL_NAME).read_bytes()
     assert jr.read_records(data)[1] == len(data)       # whole records only
     g2 = ConsumerGroups(tmp_path)                      # what a SIGKILL leaves
     assert g2.journal.dropped_tail == 0
     assert 1 not in g2.queue("g", "t", 0).in_flight    # the ack after the refusal stands
     assert 2 in g2.queue("g", "t", 0).in_flight
+
+
+def _state(g: ConsumerGroups):
+    """Everything a ConsumerGroups holds, comparable."""
+    return ({k: (q.pop_offset, dict(q.in_flight)) for k, q in g.queues.items()},
+            g.next_handle_id, {k: dict(v) for k, v in g.committed.items() if v},
+            sorted(g.renewing_clients()))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_replay_rebuilds_exactly_the_state_the_live_changes_made(tmp_path, seed):
+    """Live changes append records and apply those same records (the code a replay runs):
+    after any mix of pops, holds, acks, changes, renewals, releases, resets and commits, a
+    reopen without close (what a SIGKILL leaves) has the state the live object had."""
+    import random
+
+    from strata.broker.group_state import Committed
+    rnd = random.Random(seed)
+    g = ConsumerGroups(tmp_path)
+    now = 1000
+    handles: dict[tuple, int] = {}
+    for _ in range(300):
+        now += rnd.randint(0, 50)
+        key = ("g", "t", rnd.randint(0, 2))
+        op = rnd.randint(0, 8)
+        q = g.queue(*key)
+        if op <= 2:
+            start = q.pop_offset if q else 0
+            picked = [(start + i, 0) for i in range(rnd.randint(0, 3))]
+            held = [start + len(picked)] if rnd.random() < 0.2 else []
+            renew = ("c%d" % rnd.randint(0, 1), now + 500) if rnd.random() < 0.4 else None
+            hs = g.pop(*key, start, picked, start + len(picked) + len(held), now + 100,
+                       held, renew)
+            handles.update({(key, o): h for (o, _a), h in zip(picked, hs)})
+        elif op == 3 and handles:
+            (k, o), h = rnd.choice(sorted(handles.items()))
+            g.ack([_receipt(g, o, h, now + 1, *k)], now_ms=now)
+        elif op == 4 and handles:
+            (k, o), h = rnd.choice(sorted(handles.items()))
+            try:
+                handles[(k, o)] = g.change_invisible(_receipt(g, o, h, now + 1, *k),
+                                                     now + 200, now)
+            except InvalidReceiptHandleError:
+                pass
+        elif op == 5:
+            g.renew("c%d" % rnd.randint(0, 1), now, 80, 150)
+        elif op == 6:
+            g.release("c%d" % rnd.randint(0, 1), now + 10)
+        elif op == 7 and rnd.random() < 0.2:
+            g.reset_offset(*key, rnd.randint(0, 20))
+        elif op == 8:
+            g.journal.append(g.commit("k", [("t", key[2], Committed(rnd.randint(0, 99), 3,
+                                                                      "m", now))]))
+        elif handles and rnd.random() < 0.3:
+            (k, o), _h = rnd.choice(sorted(handles.items()))
+            g.forget(*k, [o])
+    live = _state(g)
+    assert live[0] and live[1] > 1                 # the run did change things
+    g.journal.sync()
+    assert _state(ConsumerGroups(tmp_path)) == live

@@ -12,7 +12,7 @@ import pytest
 
 import strata
 from strata.files.checkpoint import CheckpointFile
-from strata.files.faults import flip_bit
+from strata.testing.faults import flip_bit
 from strata.format import record as rec
 from strata.format.segment import HEADER_AREA, file_name
 

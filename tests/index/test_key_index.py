@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import errno
-import os
 import subprocess
 import sys
 import tempfile
@@ -17,6 +15,7 @@ from strata.errors import (CorruptStoreError, DiskFullError, InvalidConfigError,
                            InvalidInputError, ReadOnlyStoreError, StoreClosedError)
 from strata.format import key_index as fmt
 from strata.index.key_index import KeyIndex
+from strata.testing.faults import FaultInjectingFileOps, installed
 
 T0 = 1_700_000_000_000
 ALL = (-(1 << 62), 1 << 62)
@@ -375,35 +374,32 @@ def test_corrupt_header_sets_the_file_aside(tmp_path, damage):
     ki.close(), view.close()
 
 
-def test_full_disk_leaves_earlier_data_intact(tmp_path, monkeypatch):
+def test_full_disk_leaves_earlier_data_intact(tmp_path):
     items = stream(30, nkeys=4)
     ki = build(tmp_path, items[:10], slots=4, entries=11)     # first file: full
     ki.flush()
     before = snapshot(tmp_path)
 
-    def no_space(fd, offset, length):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "posix_fallocate", no_space)
-    with pytest.raises(DiskFullError, match="no space left.*intact"):
+    disk = FaultInjectingFileOps()
+    disk.fill_disk(0)
+    with installed(disk), pytest.raises(DiskFullError, match="no space left.*intact"):
         ki.put_batch(items[10:])
     ki.flush()
     assert snapshot(tmp_path) == before                       # nothing new, nothing changed
     assert ki.indexed_end() == 901 and cands(ki, "T#k1") == [900, 500, 100]
-    monkeypatch.undo()
     ki.put_batch(items[10:])                                  # space is back: retry works
     assert cands(ki, "T#k1") == [p for k, p, _ in reversed(items) if k == "T#k1"]
     ki.close()
 
 
-def test_full_disk_midbatch_undoes_the_whole_batch(tmp_path, monkeypatch):
+def test_full_disk_midbatch_undoes_the_whole_batch(tmp_path):
     items = stream(30, nkeys=4)
     ki = build(tmp_path, items[:5], slots=4, entries=11)
     ki.flush()
     before = snapshot(tmp_path)
-    monkeypatch.setattr(os, "posix_fallocate",
-                        lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
-    with pytest.raises(DiskFullError):
+    disk = FaultInjectingFileOps()
+    disk.fill_disk(0)
+    with installed(disk), pytest.raises(DiskFullError):
         ki.put_batch(items[5:])                               # fills file 0, then needs file 1
     ki.flush()
     assert snapshot(tmp_path) == before and ki.indexed_end() == 401

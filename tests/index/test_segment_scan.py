@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import strata
-from strata.files.faults import flip_bit
+from strata.testing.faults import flip_bit
 from strata.files.segment import MappedSegment
 from strata.format import record as rec
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import strata
 from strata.cli.main import cli
-from strata.files.faults import zero_range
+from strata.testing.faults import zero_range
 from strata.format import key_index as kfmt
 from strata.format.consume_queue import UNIT_SIZE
 from strata.format.segment import HEADER_AREA

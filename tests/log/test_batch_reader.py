@@ -11,7 +11,7 @@ import pytest
 from crc32c import crc32c
 
 import strata
-from strata.files.faults import flip_bit
+from strata.testing.faults import flip_bit
 from strata.format import record as rec
 from strata.format import record_kernels as rk
 from strata.format.record_batch import MessageBatch

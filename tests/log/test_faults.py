@@ -12,7 +12,7 @@ import pytest
 
 import strata
 from strata.errors import CorruptRecordError, DiskFullError
-from strata.files.faults import FaultInjectingFileOps, flip_bit, zero_range
+from strata.testing.faults import FaultInjectingFileOps, flip_bit, zero_range
 from strata.format.segment import HEADER_AREA, SegmentFooter, file_name
 from strata.store.message_store import MessageStore
 

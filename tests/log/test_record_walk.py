@@ -7,7 +7,7 @@ import pytest
 
 import strata
 from strata.errors import CorruptRecordError
-from strata.files.faults import flip_bit
+from strata.testing.faults import flip_bit
 from strata.format import record as rec
 from strata.format.segment import HEADER_AREA, file_name
 from strata.log.record_walk import RecordWalk, resync

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import strata
-from strata.files.faults import flip_bit, zero_range
+from strata.testing.faults import flip_bit, zero_range
 from strata.format import record as rec
 from strata.format.segment import HEADER_AREA, file_name
 

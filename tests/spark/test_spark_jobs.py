@@ -14,7 +14,7 @@ from click.testing import CliRunner
 import strata
 from strata.cli.main import cli
 from strata.errors import CorruptStoreError, StoreLockedError, StoreNotFoundError
-from strata.files.faults import flip_bit
+from strata.testing.faults import flip_bit
 from strata.format import key_index as kfmt
 from strata.format.segment import HEADER_AREA
 from strata.spark.jobs import export_topic, rebuild_index, verify

@@ -17,7 +17,7 @@ import strata
 from strata.errors import (InvalidConfigError, InvalidInputError, MessageTooLargeError,
                            ReadOnlyStoreError,
                            StoreClosedError, StoreLockedError, StoreNotFoundError, StrataError)
-from strata.files.faults import FaultInjectingFileOps
+from strata.testing.faults import FaultInjectingFileOps
 from strata.files.io import FileOps
 from strata.store.message_store import MessageStore
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import strata
-from strata.files.faults import FaultInjectingFileOps, flip_bit, zero_range
+from strata.testing.faults import FaultInjectingFileOps, flip_bit, zero_range
 from strata.format.consume_queue import UNIT_SIZE
 from strata.format.segment import HEADER_AREA
 from strata.store.message import GetStatus

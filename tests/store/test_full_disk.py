@@ -8,6 +8,7 @@ fault-injection file layer, which simulates one where mounting is not possible."
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -19,9 +20,9 @@ import pytest
 
 import strata
 from strata.errors import DiskFullError
-from strata.files.faults import FaultInjectingFileOps
 from strata.store.message_store import MessageStore
 from strata.store.topics import TOPICS_FILE
+from strata.testing.faults import FaultInjectingFileOps, installed
 
 from store_helpers import drain
 from support import body_for, small_store_config
@@ -261,13 +262,12 @@ def test_the_cli_says_disk_full_in_one_line(tmp_path, monkeypatch):
     else:   # the simulated disk, in process (a child process cannot share it)
         from click.testing import CliRunner
 
-        import strata.store.message_store as ms
         from strata.cli.main import cli
         disk = FaultDisk(tmp_path)
         open_store(disk).close()
         disk.fill()
-        monkeypatch.setattr(ms, "DEFAULT_FILE_OPS", disk.file_ops)
-        res = CliRunner().invoke(cli, ["put", str(disk.path), "t", "--body", "x"])
+        with installed(disk.file_ops):   # the store the command opens uses the seam's ops
+            res = CliRunner().invoke(cli, ["put", str(disk.path), "t", "--body", "x"])
         code, stderr = res.exit_code, res.output
         assert res.exception is None or isinstance(res.exception, SystemExit)
     assert code == 1 and "Traceback" not in stderr, stderr
@@ -311,8 +311,7 @@ def test_dispatch_never_reads_a_batch_a_full_disk_takes_back(tmp_path):
         assert_readable(store, acked)
 
 
-def test_a_put_whose_keys_may_need_a_new_index_file_is_refused_without_room(tmp_path,
-                                                                             monkeypatch):
+def test_a_put_whose_keys_may_need_a_new_index_file_is_refused_without_room(tmp_path):
     """The key index keeps its next file's space reserved (index/next.spare): when that
     reservation finds no room, the put is refused, and every acknowledged message stays
     reachable by key (dispatch used to fail to make the file after the acknowledgement). One
@@ -322,37 +321,33 @@ def test_a_put_whose_keys_may_need_a_new_index_file_is_refused_without_room(tmp_
     cfg = config(index_slots=8, index_entries=16)
     if _can_mount(tmp_path):
         disk = TmpfsDisk(tmp_path)
-    else:   # no mount: the key index's own fallocate finds the simulated disk full
+        seam = contextlib.nullcontext()
+    else:   # no mount: the key index's fallocate finds the simulated disk full (the seam)
         disk = FaultDisk(tmp_path)
-        real = os.posix_fallocate
-
-        def fallocate(fd, offset, size):
-            if disk.file_ops.space_left is not None:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            real(fd, offset, size)
-        monkeypatch.setattr(kx.os, "posix_fallocate", fallocate)
+        seam = installed(disk.file_ops)
     try:
-        store = open_store(disk, cfg)
-        acked = {}
-        for seq in range(8):
-            acked[seq] = store.put(message(seq)).commitlog_offset
-            assert store.wait_dispatched(10)
-        assert (disk.path / "index" / kx.SPARE_NAME).exists()   # made by puts 1..
-        disk.fill()
-        refused = 0
-        for seq in range(8, 60):   # one at a time: the spare covers the next roll
-            try:
+        with seam:
+            store = open_store(disk, cfg)
+            acked = {}
+            for seq in range(8):
                 acked[seq] = store.put(message(seq)).commitlog_offset
                 assert store.wait_dispatched(10)
-            except DiskFullError as exc:
-                assert "key index" in str(exc)
-                refused += 1
-                break
-        assert refused == 1
-        assert store.wait_dispatched(10)
-        for seq, off in acked.items():
-            assert [m.commitlog_offset for m in store.query("t", f"k{seq}")] == [off]
-        store.close()
+            assert (disk.path / "index" / kx.SPARE_NAME).exists()   # made by puts 1..
+            disk.fill()
+            refused = 0
+            for seq in range(8, 60):   # one at a time: the spare covers the next roll
+                try:
+                    acked[seq] = store.put(message(seq)).commitlog_offset
+                    assert store.wait_dispatched(10)
+                except DiskFullError as exc:
+                    assert "key index" in str(exc)
+                    refused += 1
+                    break
+            assert refused == 1
+            assert store.wait_dispatched(10)
+            for seq, off in acked.items():
+                assert [m.commitlog_offset for m in store.query("t", f"k{seq}")] == [off]
+            store.close()
     finally:
         disk.close()
 

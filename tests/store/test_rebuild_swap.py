@@ -3,6 +3,7 @@ its swap leaves a store whose next writer open re-dispatches everything correctl
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from strata.format.segment import KIND_COMMIT_LOG
 from strata.index.key_index import SPARE_NAME
 from strata.index.segment_scan import SegmentScan
 from strata.store.rebuild import NEW_DIR, OLD_DIR, IndexRebuild
+from strata.testing.faults import RecordingFileOps, installed
 
 
 def config() -> strata.StoreConfig:
@@ -95,16 +97,10 @@ def test_killed_mid_swap_next_open_redispatches_everything(tmp_path, monkeypatch
     class Killed(BaseException):
         pass
 
+    seam = contextlib.nullcontext()
     if killed_at == "after-moving-old-queues":
-        real_rename = Path.rename
-        calls = []
-
-        def rename(self, target):
-            calls.append(self)
-            if len(calls) == 2:          # consumequeue went to rebuild.old, the new one not in
-                raise Killed()
-            return real_rename(self, target)
-        monkeypatch.setattr(Path, "rename", rename)
+        # the second rename dies: consumequeue went to rebuild.old, the new one is not in
+        seam = installed(RecordingFileOps(fail={"rename": (2, Killed())}))
     else:
         real_store = IndexRebuild._store_checkpoint
 
@@ -113,7 +109,7 @@ def test_killed_mid_swap_next_open_redispatches_everything(tmp_path, monkeypatch
                 raise Killed()
             return real_store(self, dispatched)
         monkeypatch.setattr(IndexRebuild, "_store_checkpoint", store)
-    with pytest.raises(Killed):
+    with seam, pytest.raises(Killed):
         rb.swap()
     monkeypatch.undo()
     rb._lock.release()                   # the process died: its flock goes with it

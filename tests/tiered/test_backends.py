@@ -152,7 +152,7 @@ def test_put_many_that_fails_leaves_no_object_and_no_temporary_file(tmp_path):
 
 def test_faulty_backend_counts_put_many_object_by_object(tmp_path):
     """The fault layer hits the object it counts to; those before it are written."""
-    from strata.tiered.faults import Fault, FaultyBackend
+    from strata.testing.tier_faults import Fault, FaultyBackend
     b = FaultyBackend(PosixBackend(tmp_path / "t"), Fault(at_put=2))
     with pytest.raises(TierUnavailableError, match="injected"):
         b.put_many([("x.log", b"l"), ("x.cq", b"c"), ("x.keys", b"k")])

@@ -20,7 +20,7 @@ import pytest
 import strata
 from strata.tiered import service as tier_service
 from strata.tiered.dispatcher import UploadPolicy
-from strata.tiered.faults import Fault, FaultyBackend
+from strata.testing.tier_faults import Fault, FaultyBackend
 from support import body_for
 from tier_helpers import TOPICS, fill, local_history, tier_config
 
@@ -106,7 +106,7 @@ CHILD = textwrap.dedent('''
     import strata
     from strata.tiered import service
     from strata.tiered.dispatcher import UploadPolicy
-    from strata.tiered.faults import Fault, FaultyBackend
+    from strata.testing.tier_faults import Fault, FaultyBackend
     from tier_helpers import Tier, fill, tier_config
     args = json.loads(sys.argv[1])
     fault = Fault(**args["fault"]) if args["fault"] else None

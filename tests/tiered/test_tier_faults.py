@@ -17,7 +17,7 @@ import pytest
 import strata
 from strata.tiered import service as tier_service
 from strata.tiered.dispatcher import UploadPolicy
-from strata.tiered.faults import Fault, FaultyBackend
+from strata.testing.tier_faults import Fault, FaultyBackend
 from strata.tiered.reader import TieredQueueReader
 from tier_helpers import check_tier_consistent, fill, local_history, tier_config, tier_history
 
@@ -79,7 +79,7 @@ CHILD = textwrap.dedent('''
     import strata
     from strata.tiered import service
     from strata.tiered.dispatcher import UploadPolicy
-    from strata.tiered.faults import Fault, FaultyBackend
+    from strata.testing.tier_faults import Fault, FaultyBackend
     from tier_helpers import fill, tier_config
     from tier_helpers import Tier
     args = json.loads(sys.argv[1])

@@ -9,8 +9,11 @@ the same journal (one protocol-neutral place for a group's progress), but are ch
 through ``commit``, whose records the caller appends off the event loop
 (``strata.broker.offset_commits``).
 
-All methods run on one thread (the server's event loop); times are ms since the epoch and
-passed in, so the rules are testable without a clock.
+Every change is made the way LevelDB's ``LogAndApply`` makes one: build the journal records
+that say it (``jr.JournalRecord``), append them, then apply those same records with
+``_apply``, the code a replay runs, so a restart rebuilds exactly the state the live broker
+had. All methods run on one thread (the server's event loop); times are ms since the epoch
+and passed in, so the rules are testable without a clock.
 """
 
 from __future__ import annotations
@@ -125,9 +128,17 @@ class ConsumerGroups:
             self._apply(rec)
         self.compact()
 
-    # ------------------------------------------------------------------ replay
+    # ------------------------------------------------------------------ log and apply
+
+    def _log_and_apply(self, records: list[jr.JournalRecord]) -> None:
+        """Append ``records`` to the journal (one write) and apply them to the state; a
+        failed append (a full disk) raises and changes nothing."""
+        self.journal.append(b"".join(jr.encode(r) for r in records))
+        for r in records:
+            self._apply(r)
 
     def _apply(self, rec: jr.JournalRecord) -> None:
+        """Apply one record to the state: for a replay and for a live change alike."""
         if rec.kind is jr.Kind.COUNTER:
             self.next_handle_id = max(self.next_handle_id, rec.counter)
             return
@@ -212,37 +223,35 @@ class ConsumerGroups:
         ``start_offset`` is where a queue the group never read starts. ``renew`` (client id,
         renew until ms): a push consumer's receive, renewed while that client is connected
         (``renew``)."""
-        key = (group, topic, queue_id)
-        q = self.queues.get(key)
-        if q is None:
-            q = self.queues[key] = QueueState(start_offset)
+        q = self.queues.get((group, topic, queue_id))
         first = self.next_handle_id
-        self.next_handle_id += len(picked)
-        entries = [(o, a + 1, first + i) for i, (o, a) in enumerate(picked)]
-        q.pop_offset = max(q.pop_offset, pop_offset)
-        data = jr.encode_pop(group, topic, queue_id, q.pop_offset, deadline_ms,
-                             entries + [(o, 0, 0) for o in held])
+        entries = tuple(jr.Entry(o, a + 1, first + i, deadline_ms)
+                        for i, (o, a) in enumerate(picked))
+        base = start_offset if q is None else q.pop_offset
+        records = [jr.JournalRecord(jr.Kind.POP, group, topic, queue_id,
+                                    max(base, pop_offset), deadline_ms,
+                                    entries + tuple(jr.Entry(o, 0, 0, deadline_ms)
+                                                    for o in held))]
         if renew is not None and entries:
-            data += jr.encode_renew(group, topic, queue_id, renew[0],
-                                    [(o, h, deadline_ms, renew[1]) for o, _a, h in entries])
-        self.journal.append(data)
-        for o, a, h in entries:
-            if renew is not None:
-                self._put_renewing(key, q, o, Delivery(deadline_ms, a, h), deadline_ms, *renew)
-            else:
-                q.put(o, Delivery(deadline_ms, a, h))
-        for o in held:
-            q.put(o, HELD)
+            records.append(jr.JournalRecord(
+                jr.Kind.RENEW, group, topic, queue_id, client=renew[0],
+                entries=tuple(jr.Entry(e.offset, 0, e.handle_id, deadline_ms, renew[1])
+                              for e in entries)))
+        self._log_and_apply(records)
         self._maybe_compact()
-        return [h for _o, _a, h in entries]
+        return [e.handle_id for e in entries]
+
+    @staticmethod
+    def _not_in_flight(r: Receipt) -> InvalidReceiptHandleError:
+        return InvalidReceiptHandleError(
+            f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset}: the message "
+            f"is not in flight for group {r.group} (already acknowledged)")
 
     def _live_delivery(self, r: Receipt, now_ms: int) -> tuple[QueueState, Delivery]:
         q = self.queues.get((r.group, r.topic, r.queue_id))
         d = q.in_flight.get(r.queue_offset) if q is not None else None
         if d is None:
-            raise InvalidReceiptHandleError(
-                f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset}: the message "
-                f"is not in flight for group {r.group} (already acknowledged)")
+            raise self._not_in_flight(r)
         if d.handle_id != r.handle_id:
             raise InvalidReceiptHandleError(
                 f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset} was replaced "
@@ -262,45 +271,40 @@ class ConsumerGroups:
         """Acknowledge deliveries; per receipt None (done) or the error saying why not.
         All of one call's acks go to the journal in one write per queue."""
         results: list[InvalidReceiptHandleError | None] = []
-        done: dict[QueueKey, list[int]] = {}
+        done: dict[QueueKey, dict[int, None]] = {}
         for r in receipts:
+            key = (r.group, r.topic, r.queue_id)
             try:
-                q, _d = self._live_delivery(r, now_ms)
+                if r.queue_offset in done.get(key, ()):   # acked earlier in this call
+                    raise self._not_in_flight(r)
+                self._live_delivery(r, now_ms)
             except InvalidReceiptHandleError as exc:
                 results.append(exc)
                 continue
-            del q.in_flight[r.queue_offset]
-            done.setdefault((r.group, r.topic, r.queue_id), []).append(r.queue_offset)
+            done.setdefault(key, {})[r.queue_offset] = None
             results.append(None)
-        self.journal.append(b"".join(jr.encode_ack(g, t, qid, offs)
-                                     for (g, t, qid), offs in done.items()))
+        self._log_and_apply([_ack(key, offs) for key, offs in done.items()])
         return results
 
     def forget(self, group: str, topic: str, queue_id: int, offsets: list[int]) -> None:
         """Take deliveries out of flight without a receipt (their message is gone)."""
-        q = self.queues.get((group, topic, queue_id))
-        if q is None:
+        if (group, topic, queue_id) not in self.queues:
             return
-        for o in offsets:
-            q.in_flight.pop(o, None)
-        self.journal.append(jr.encode_ack(group, topic, queue_id, offsets))
+        self._log_and_apply([_ack((group, topic, queue_id), offsets)])
 
     def change_invisible(self, r: Receipt, deadline_ms: int, now_ms: int) -> int:
         """Give a delivery a new invisible-time end; returns its new handle id (the old
         handle stops working)."""
-        q, d = self._live_delivery(r, now_ms)
+        self._live_delivery(r, now_ms)
         handle = self.next_handle_id
-        self.next_handle_id += 1
-        self.journal.append(jr.encode_change(r.group, r.topic, r.queue_id, r.queue_offset,
-                                             deadline_ms, handle))
-        q.put(r.queue_offset, Delivery(deadline_ms, d.attempt, handle))
+        self._log_and_apply([_change((r.group, r.topic, r.queue_id), r.queue_offset,
+                                     deadline_ms, handle)])
         return handle
 
     def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """An operator's reset (the web console): the group's queue starts over at
         ``offset``; its deliveries in flight are dropped (their receipts stop working)."""
-        self.journal.append(jr.encode_state(group, topic, queue_id, offset, []))
-        self.queues[(group, topic, queue_id)] = QueueState(offset)
+        self._log_and_apply([jr.JournalRecord(jr.Kind.STATE, group, topic, queue_id, offset)])
 
     # ------------------------------------------------------------------ renewal (auto_renew)
 
@@ -334,35 +338,32 @@ class ConsumerGroups:
         within ``ahead_ms`` another ``slice_ms`` from now (same handle id: the client's
         receipt handle keeps working); one past its renew-until time is renewed no more and
         comes back at its deadline. Returns (renewed, stopped)."""
-        renewed: dict[QueueKey, list[tuple[int, int, int, int]]] = {}
-        stopped: list[bytes] = []
-        for key, q, offset, d in self._renewed_for(client):
+        renewed: dict[QueueKey, list[jr.Entry]] = {}
+        stopped: list[jr.JournalRecord] = []
+        for key, _q, offset, d in self._renewed_for(client):
             if d.deadline_ms - now_ms > ahead_ms:
                 continue
-            if now_ms >= d.renew_until_ms:
-                stopped.append(jr.encode_change(*key, offset, d.deadline_ms, d.handle_id))
-                q.put(offset, Delivery(d.deadline_ms, d.attempt, d.handle_id))
+            if now_ms >= d.renew_until_ms:   # renewed no more: back at its deadline
+                stopped.append(_change(key, offset, d.deadline_ms, d.handle_id))
                 continue
-            deadline = now_ms + slice_ms
-            renewed.setdefault(key, []).append((offset, d.handle_id, deadline, d.renew_until_ms))
-            q.put(offset, Delivery(deadline, d.attempt, d.handle_id, client, d.renew_until_ms))
+            renewed.setdefault(key, []).append(
+                jr.Entry(offset, 0, d.handle_id, now_ms + slice_ms, d.renew_until_ms))
         if renewed or stopped:
-            self.journal.append(b"".join(stopped) + b"".join(
-                jr.encode_renew(*key, client, entries) for key, entries in renewed.items()))
+            self._log_and_apply(stopped + [
+                jr.JournalRecord(jr.Kind.RENEW, *key, client=client, entries=tuple(entries))
+                for key, entries in renewed.items()])
             self._maybe_compact()
         return sum(len(e) for e in renewed.values()), len(stopped)
 
     def release(self, client: str, deadline_ms: int) -> int:
         """``client`` is gone: its renewed deliveries are renewed no more and end their
         invisible time at ``deadline_ms`` (soon); returns how many."""
-        changes: list[bytes] = []
-        for key, q, offset, d in self._renewed_for(client):
-            deadline = min(d.deadline_ms, deadline_ms)
-            changes.append(jr.encode_change(*key, offset, deadline, d.handle_id))
-            q.put(offset, Delivery(deadline, d.attempt, d.handle_id))
+        changes = [_change(key, offset, min(d.deadline_ms, deadline_ms), d.handle_id)
+                   for key, _q, offset, d in self._renewed_for(client)]
+        if changes:
+            self._log_and_apply(changes)
         self.renewing.pop(client, None)
         if changes:
-            self.journal.append(b"".join(changes))
             self._maybe_compact()
         return len(changes)
 
@@ -373,13 +374,12 @@ class ConsumerGroups:
         return their journal records, for the caller to append (off the event loop, in the
         order of the calls: ``strata.broker.offset_commits.CommitWriter``). A compaction
         before that append already holds them; the append then repeats them, harmlessly."""
-        out = []
-        mine = self.committed.setdefault(group, {})
-        for topic, queue_id, c in offsets:
-            mine[(topic, queue_id)] = c
-            out.append(jr.encode_commit(group, topic, queue_id, c.offset, c.leader_epoch,
-                                        c.metadata, c.commit_ms))
-        return b"".join(out)
+        records = [jr.JournalRecord(jr.Kind.COMMIT, group, topic, queue_id, c.offset,
+                                    leader_epoch=c.leader_epoch, metadata=c.metadata,
+                                    commit_ms=c.commit_ms) for topic, queue_id, c in offsets]
+        for r in records:
+            self._apply(r)
+        return b"".join(jr.encode(r) for r in records)
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], Committed]:
         """Every (topic, queue id) -> committed offset of ``group``."""
@@ -399,3 +399,15 @@ class ConsumerGroups:
         """Snapshot, sync and close the journal (clean shutdown)."""
         self.compact()
         self.journal.close()
+
+
+def _ack(key: QueueKey, offsets) -> jr.JournalRecord:
+    """The ACK record of ``offsets`` of one queue."""
+    return jr.JournalRecord(jr.Kind.ACK, *key, entries=tuple(jr.Entry(o, 0, 0) for o in offsets))
+
+
+def _change(key: QueueKey, offset: int, deadline_ms: int, handle_id: int) -> jr.JournalRecord:
+    """The CHANGE record: the delivery of ``offset`` ends its invisible time at
+    ``deadline_ms`` under handle ``handle_id`` (and is renewed no more)."""
+    return jr.JournalRecord(jr.Kind.CHANGE, *key, offset, deadline_ms,
+                            (jr.Entry(offset, 0, handle_id, deadline_ms),))

@@ -6,6 +6,8 @@ acks, invisible-time changes and renewals are appended as they happen (``os.writ
 loses none of them); ``compact`` rewrites the file as one STATE record per queue plus the
 handle counter (written whole to a temporary file, fsynced, renamed). Reading stops at the
 first record whose length or CRC does not hold (a torn tail) and the opener truncates there.
+The framing, the torn-tail cut and the file are ``strata.files.journal``'s (shared with the
+tier's metadata log); this module owns the header and the payloads.
 docs/format.md ("Broker state") describes every byte.
 """
 
@@ -13,9 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import struct
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -23,7 +23,9 @@ from typing import Any, Callable, Iterator
 from crc32c import crc32c
 
 from strata.broker.errors import CorruptJournalError
+from strata.files import journal as framing
 from strata.files.io import FileOps
+from strata.files.journal import JournalReader, JournalWriter
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,8 @@ RENEW_VERSION = 2         # the groups journal since RENEW records
 GROUPS_VERSION = 3        # the groups journal since COMMIT records (it reads 1 and 2 too)
 GROUPS_READABLE = (VERSION, RENEW_VERSION, GROUPS_VERSION)
 HEADER = struct.Struct("<8sII")           # magic, version, crc32c of the first 12 bytes
-RECORD_HEAD = struct.Struct("<II")        # payload length, crc32c(payload)
-MAX_PAYLOAD = 64 << 20
+RECORD_HEAD = framing.FRAME              # payload length, crc32c(payload)
+MAX_PAYLOAD = framing.MAX_PAYLOAD
 _STR_LEN = struct.Struct("<H")
 _QUEUE = struct.Struct("<I")
 _POP_HEAD = struct.Struct("<qqI")         # pop offset after, deadline ms, entry count
@@ -100,8 +102,7 @@ def _names(group: str, topic: str, queue_id: int) -> bytes:
     return _STR_LEN.pack(len(g)) + g + _STR_LEN.pack(len(t)) + t + _QUEUE.pack(queue_id)
 
 
-def _frame(payload: bytes) -> bytes:
-    return RECORD_HEAD.pack(len(payload), crc32c(payload)) + payload
+_frame = framing.frame
 
 
 def encode_pop(group: str, topic: str, queue_id: int, pop_offset: int, deadline_ms: int,
@@ -159,9 +160,33 @@ def encode_counter(next_handle_id: int) -> bytes:
     return _frame(bytes((Kind.COUNTER,)) + _COUNTER.pack(next_handle_id))
 
 
-def frame(payload: bytes) -> bytes:
-    """One record: ``[u32 length][u32 crc32c][payload]`` (shared by the broker's journals)."""
-    return _frame(payload)
+frame = framing.frame
+"""One record: ``[u32 length][u32 crc32c][payload]`` (shared by the broker's journals)."""
+
+
+def encode(rec: JournalRecord) -> bytes:
+    """The framed bytes of a record (the inverse of ``decode_payload``): a live change is
+    built as a ``JournalRecord``, encoded and appended with this, then applied by the same
+    code a replay runs (``ConsumerGroups._apply``)."""
+    g, t, q = rec.group, rec.topic, rec.queue_id
+    kind = rec.kind
+    if kind is Kind.POP:
+        return encode_pop(g, t, q, rec.offset, rec.deadline_ms,
+                          [(e.offset, e.attempt, e.handle_id) for e in rec.entries])
+    if kind is Kind.ACK:
+        return encode_ack(g, t, q, [e.offset for e in rec.entries])
+    if kind is Kind.CHANGE:
+        return encode_change(g, t, q, rec.offset, rec.deadline_ms, rec.entries[0].handle_id)
+    if kind is Kind.STATE:
+        return encode_state(g, t, q, rec.offset, [(e.offset, e.deadline_ms, e.attempt,
+                                                   e.handle_id) for e in rec.entries])
+    if kind is Kind.RENEW:
+        return encode_renew(g, t, q, rec.client, [(e.offset, e.handle_id, e.deadline_ms,
+                                                   e.renew_until_ms) for e in rec.entries])
+    if kind is Kind.COMMIT:
+        return encode_commit(g, t, q, rec.offset, rec.leader_epoch, rec.metadata,
+                             rec.commit_ms)
+    return encode_counter(rec.counter)
 
 
 def encode_header(magic: bytes = MAGIC, version: int = GROUPS_VERSION) -> bytes:
@@ -237,9 +262,11 @@ def decode_payload(p: bytes) -> JournalRecord:
 
 def read_records(data: bytes, magic: bytes = MAGIC,
                  decode: Callable[[bytes], Any] = decode_payload,
-                 versions: tuple[int, ...] = GROUPS_READABLE) -> tuple[list, int]:
+                 versions: tuple[int, ...] = GROUPS_READABLE,
+                 reporter: framing.Reporter | None = None) -> tuple[list, int]:
     """The whole records after the header and the byte position where they end; ``magic``,
-    ``decode`` and ``versions`` say which journal (the consumer groups' by default)."""
+    ``decode`` and ``versions`` say which journal (the consumer groups' by default);
+    ``reporter`` hears where and why the records end before the data does."""
     if len(data) < HEADER.size:
         raise CorruptJournalError(f"journal is {len(data)} bytes, shorter than its header")
     found, version, crc = HEADER.unpack_from(data)
@@ -247,35 +274,25 @@ def read_records(data: bytes, magic: bytes = MAGIC,
         raise CorruptJournalError("journal header is damaged (magic or checksum)")
     if version not in versions:
         raise CorruptJournalError(f"journal version {version} is not one this strata reads")
-    out: list[JournalRecord] = []
-    pos = HEADER.size
-    while pos + RECORD_HEAD.size <= len(data):
-        length, crc = RECORD_HEAD.unpack_from(data, pos)
-        start = pos + RECORD_HEAD.size
-        if length == 0 or length > MAX_PAYLOAD or start + length > len(data):
-            break
-        payload = data[start:start + length]
-        if crc32c(payload) != crc:
-            break
+    out: list = []
+    reader = JournalReader(data, HEADER.size, reporter)
+    for payload in reader:
         try:
             out.append(decode(payload))
-        except (ValueError, struct.error, UnicodeDecodeError):
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            reader.reject(f"a record that does not decode ({exc})")
             break
-        pos = start + length
-    return out, pos
+    return out, reader.end
 
 
 class Journal:
-    """The open journal file of one broker (appends with O_APPEND); ``magic`` and ``decode``
-    name its kind of records (the consumer groups' by default).
+    """The open journal file of one broker (a ``strata.files.journal.JournalWriter``);
+    ``magic`` and ``decode`` name its kind of records (the consumer groups' by default).
 
     Rewrites run on the owner's thread; appends too, except that committed offsets
-    (``strata.broker.offset_commits``) are appended from one writer thread, so appends and
-    rewrites hold ``_write_lock`` (a write of a few records: microseconds). ``sync`` may run
-    on another thread (the server fsyncs from an executor). A lock keeps a rewrite from
-    closing the descriptor a sync is about to fsync: without it the sync could fsync a closed
-    descriptor (EBADF), or one whose number was meanwhile given to another file or socket
-    (EINVAL), and fail."""
+    (``strata.broker.offset_commits``) are appended from one writer thread; ``sync`` may run
+    on another thread (the server fsyncs from an executor). The writer's locks keep them
+    apart."""
 
     def __init__(self, path: Path, file_ops: FileOps | None = None, magic: bytes = MAGIC,
                  decode: Callable[[bytes], Any] = decode_payload,
@@ -286,85 +303,44 @@ class Journal:
         self.version = version            # written by a new file and by a rewrite
         self.readable = readable
         self.decode = decode
-        self.file_ops = file_ops or FileOps()
-        self._fd: int | None = None
-        self._fd_lock = threading.Lock()      # held by sync, rewrite and close
-        self._write_lock = threading.Lock()   # held by append and rewrite
-        self.size = 0
+        self.writer = JournalWriter(path, file_ops, keep_open=True)
+        self.file_ops = self.writer.file_ops
         self.dropped_tail = 0
-        self._torn = False                    # an append was cut short and not taken back
+
+    @property
+    def size(self) -> int:
+        return self.writer.size
 
     def open(self) -> list:
         """Open (creating it if needed), return its records; a torn tail is cut off."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
-            self.file_ops.write_atomic(self.path, encode_header(self.magic, self.version))
+            self.writer.create(encode_header(self.magic, self.version))
         data = self.path.read_bytes()
-        records, end = read_records(data, self.magic, self.decode, self.readable)
-        if end < len(data):
-            self.dropped_tail = len(data) - end
-            log.warning("%s: %d bytes after offset %d do not form whole records (a write cut "
-                        "short by a crash); they are cut off", self.path, len(data) - end, end)
-            os.truncate(self.path, end)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.size = end
+
+        def torn(offset: int, dropped: int, reason: str) -> None:
+            self.dropped_tail = dropped
+            log.warning("%s: %d bytes after offset %d do not form whole records (%s: a write "
+                        "cut short by a crash); they are cut off", self.path, dropped, offset,
+                        reason)
+        records, end = read_records(data, self.magic, self.decode, self.readable, torn)
+        self.writer.start(end, len(data))
         return records
 
     def append(self, data: bytes) -> None:
-        """Append whole records. A write cut short (a full disk) is taken back before the
-        error is raised, so no torn record stands between the file's good records and the ones
-        appended after it (the next open would cut the file there, dropping those too); if it
-        cannot be taken back, appends are refused until it can."""
-        if not data:
-            return
-        with self._write_lock:
-            if self._torn:
-                self._untear()
-            view = memoryview(data)
-            try:
-                while view:
-                    n = os.write(self._fd, view)
-                    view = view[n:]
-            except BaseException:
-                self._torn = True
-                try:
-                    self._untear()
-                except OSError:
-                    log.exception("%s: a record cut short at offset %d could not be taken "
-                                  "back; appends wait until it can", self.path, self.size)
-                raise
-            self.size += len(data)
-
-    def _untear(self) -> None:
-        os.ftruncate(self._fd, self.size)
-        self._torn = False
+        """Append whole records (a write cut short is taken back before the error is
+        raised; see ``JournalWriter.append``)."""
+        self.writer.append(data)
 
     def sync(self) -> None:
         """fsync what was appended (from any thread; a rewrite waits for it)."""
-        with self._fd_lock:
-            if self._fd is not None:
-                self.file_ops.fsync(self.path, self._fd)
+        self.writer.sync()
 
     def rewrite(self, records: Iterator[bytes]) -> None:
         """Replace the journal with a header and ``records``, atomically. If the new file
         cannot be written (a full disk) the old one stays, open for appends, and the error is
         raised."""
-        data = encode_header(self.magic, self.version) + b"".join(records)
-        with self._write_lock, self._fd_lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            try:
-                self.file_ops.write_atomic(self.path, data)
-            except BaseException:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-                raise
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            self.size = len(data)
-            self._torn = False
+        self.writer.rewrite(encode_header(self.magic, self.version) + b"".join(records))
 
     def close(self) -> None:
-        with self._write_lock, self._fd_lock:     # not under an append of the commit writer
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+        self.writer.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
+from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same, file_ops
 from strata.format.checkpoint import (STATE_POS_CONFIRMED, STATE_POS_DISPATCHED, STATE_POS_MIN,
                                       Checkpoint, decode_state, encode_state)
 
@@ -109,7 +109,7 @@ class StatePage:
             return True
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:   # blocks reserved, not a sparse page: a full disk is DiskFullError, not SIGBUS
-            os.posix_fallocate(fd, 0, STATE_SIZE)
+            file_ops().fallocate(fd, 0, STATE_SIZE, self.path)
         except OSError as exc:
             os.close(fd)
             raise disk_full_or_same(exc, f"no space left to create {self.path}")

@@ -1,8 +1,14 @@
 """The seam between strata and the operating system's files.
 
-Every file strata creates, syncs, renames or removes goes through a ``FileOps``. Production
-uses ``FileOps`` itself; tests swap in ``strata.files.faults.FaultInjectingFileOps`` to drop
-unsynced bytes, tear writes and fill the disk without root tricks.
+Every file strata creates, allocates, syncs, renames or removes goes through a ``FileOps``
+(``tests/docs/test_file_seam.py`` fails when a module outside ``strata.files`` calls
+``os.fsync``, ``os.fdatasync``, ``os.rename``, ``os.replace`` or ``os.posix_fallocate``).
+Production uses ``FileOps`` itself. Objects that are handed a ``FileOps`` (segments, the
+checkpoint, the tier's metadata) use theirs; the rest ask ``file_ops()``, which answers
+``DEFAULT_FILE_OPS`` unless a test installed another one with
+``strata.testing.faults.installed`` (LevelDB's fault-injection ``Env``): that is how a test drops
+unsynced bytes, tears writes, fills the disk or records the order of syncs and renames,
+without patching ``os``.
 """
 
 from __future__ import annotations
@@ -73,18 +79,24 @@ class FileOps:
         page and a full file system answers that with SIGBUS."""
         return _fs_type(directory) not in MEMORY_FILE_SYSTEMS
 
+    def fallocate(self, fd: int, offset: int, length: int, path: Path) -> None:
+        """``posix_fallocate`` of an open file (``path`` names it): the OSError of a full disk
+        comes out as it is, for callers that word their own DiskFullError."""
+        os.posix_fallocate(fd, offset, length)
+
     def allocate_range(self, fd: int, offset: int, length: int, path: Path) -> None:
         """Reserve the blocks of ``[offset, offset + length)`` of an open file, so that writing
         them through a mapping cannot fault on a full disk (DiskFullError here instead)."""
         try:
-            os.posix_fallocate(fd, offset, length)
+            self.fallocate(fd, offset, length, path)
         except OSError as exc:
             raise disk_full_or_same(exc, f"no space left to reserve {length} bytes of {path} "
                                     f"at {offset}")
 
     def allocate(self, fd: int, size: int, path: Path) -> None:
+        """Reserve the first ``size`` bytes of a new file (DiskFullError on a full disk)."""
         try:
-            os.posix_fallocate(fd, 0, size)
+            self.fallocate(fd, 0, size, path)
         except OSError as exc:
             raise disk_full_or_same(exc, f"no space left to create {path} ({size} bytes)")
 
@@ -101,10 +113,30 @@ class FileOps:
         aligned = start - start % PAGE
         mm.flush(aligned, length + (start - aligned))
 
+    def write(self, path: Path, fd: int, data) -> int:
+        """One ``os.write`` of ``data`` to the open file ``fd`` (``path`` names it): the count
+        written, which may be short (appenders loop; a fault layer cuts writes here)."""
+        return os.write(fd, data)
+
     def fsync(self, path: Path, fd: int) -> None:
+        """Make the data and metadata of the open file ``fd`` (``path`` names it) durable."""
         os.fsync(fd)
 
+    def fdatasync(self, path: Path, fd: int) -> None:
+        """Make the data of the open file ``fd`` durable (its size too, not its times)."""
+        os.fdatasync(fd)
+
+    def fsync_path(self, path: Path) -> None:
+        """Open ``path``, fsync it and close it (a file written by someone else, or by a
+        library that does not hand out its descriptor)."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.fsync(path, fd)
+        finally:
+            os.close(fd)
+
     def fsync_dir(self, directory: Path) -> None:
+        """Make the creations, renames and removals of names in ``directory`` durable."""
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -130,16 +162,22 @@ class FileOps:
             self.remove(tmp)
             raise disk_full_or_same(exc, f"no space left to write {path} ({len(data)} bytes); "
                                     "it keeps its previous contents")
-        os.replace(tmp, path)
+        self.replace(tmp, path)
         self.fsync_dir(path.parent)
 
     def reserve(self, fd: int, size: int, path: Path) -> None:
         """Hook before a small file's bytes are written (the fault layer refuses it when its
         simulated disk is full)."""
 
-    def rename(self, src: Path, dst: Path) -> None:
+    def replace(self, src: Path, dst: Path) -> None:
+        """Give ``src`` the name ``dst`` (replacing any file there) atomically; the caller
+        fsyncs the directory (once for many renames) when the new name must survive a crash."""
         os.replace(src, dst)
-        self.fsync_dir(dst.parent)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        """``replace`` and make it durable (fsync of ``dst``'s directory)."""
+        self.replace(src, dst)
+        self.fsync_dir(Path(dst).parent)
 
     def remove(self, path: Path) -> None:
         try:
@@ -250,3 +288,28 @@ def _populate_write(mm: mmap.mmap, pos: int, length: int) -> bool:
 
 
 DEFAULT_FILE_OPS = FileOps()
+
+
+_INSTALLED: list[FileOps] = []
+
+
+def file_ops() -> FileOps:
+    """The FileOps of code that is not handed one: ``DEFAULT_FILE_OPS``, or the layer a test
+    installed (``strata.testing.faults.installed``), innermost first."""
+    return _INSTALLED[-1] if _INSTALLED else DEFAULT_FILE_OPS
+
+
+def install(ops: FileOps) -> None:
+    """The seam's hook for tests: from now on ``file_ops()`` answers ``ops`` (until
+    ``uninstall(ops)``). Production code never calls it."""
+    _INSTALLED.append(ops)
+
+
+def uninstall(ops: FileOps) -> None:
+    """Undo ``install(ops)``."""
+    _INSTALLED.remove(ops)
+
+
+def fsync_dir(directory: Path | str) -> None:
+    """Make the names in ``directory`` durable, through the installed ``file_ops()``."""
+    file_ops().fsync_dir(Path(directory))

@@ -1,23 +1,40 @@
-"""The exclusive directory lock: one writer process per store."""
+"""The exclusive directory lock: one writer process per store (and per ref store), and the
+check whether some process holds it."""
 
 from __future__ import annotations
 
 import errno
 import fcntl
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from strata.errors import StoreLockedError
 from strata.files.io import disk_full_or_same
 
 LOCK_NAME = "lock"
 
+STORE_HINT = ("reads need no lock (strata.open(DIR, readonly=True) in Python; the "
+              "commands info, stat, get, query, scan and verify), a write waits until that "
+              "process ends (`strata serve`: stop it with Ctrl-C or SIGTERM)")
+
 
 class DirectoryLock:
-    """An ``flock`` on ``<dir>/lock`` held for the life of the writer; released on close or death."""
+    """An ``flock`` on ``<dir>/<name>`` held for the life of the writer; released on close or
+    death. ``what`` names the directory in the error a second writer gets, ``by`` the holder,
+    ``hint`` says what the caller can do instead; ``write_pid`` records the holder's pid in
+    the file (the message store's ``lock``; the ref store's ``refstore.lock`` stays empty,
+    see docs/format.md)."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = Path(directory) / LOCK_NAME
+    def __init__(self, directory: Path | str, name: str = LOCK_NAME, *, what: str = "store",
+                 hint: str = STORE_HINT, write_pid: bool = True,
+                 by: str = "another process") -> None:
+        self.path = Path(directory) / name
+        self.what = what
+        self.by = by
+        self.hint = hint
+        self.write_pid = write_pid
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -36,11 +53,11 @@ class DirectoryLock:
             os.close(fd)
             who = f" (pid {holder})" if holder else ""
             raise StoreLockedError(
-                f"store {self.path.parent} is open for writing by another process{who}; "
-                "reads need no lock (strata.open(DIR, readonly=True) in Python; the "
-                "commands info, stat, get, query, scan and verify), a write waits until that "
-                "process ends (`strata serve`: stop it with Ctrl-C or SIGTERM)") from None
+                f"{self.what} {self.path.parent} is open for writing by {self.by}{who}; "
+                f"{self.hint}") from None
         self._fd = fd
+        if not self.write_pid:
+            return
         try:
             self._write_pid(fd)
         except BaseException:
@@ -73,3 +90,31 @@ class DirectoryLock:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+
+def writer_alive(directory: Path | str, name: str = LOCK_NAME) -> bool:
+    """True if some process holds the writer lock ``<directory>/<name>`` right now."""
+    path = Path(directory) / name
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops our shared lock, if we got one
+    return False
+
+
+@contextmanager
+def exclusive(path: Path | str) -> Iterator[None]:
+    """Hold a blocking exclusive ``flock`` on ``path`` (created if missing) for the block:
+    short critical sections shared between processes, such as a conditional write."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock

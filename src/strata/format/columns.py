@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from strata.errors import InvalidInputError, MessageTooLargeError
+from strata.errors import InvalidInputError, MessageTooLargeError, PropertiesTooLargeError
 from strata.format import record as rec
 
 # a KEYS or TAGS entry: u16 name length, the name, u16 value length (then the value)
@@ -375,7 +375,7 @@ def encode_records(prefix: bytes | list[bytes], bodies: BytesColumn, *,
         prop_data, prop_off = _EMPTY_U8, _NO_ITEMS
     if n and int(props_lens.max()) > rec.MAX_PROPERTIES_BYTES:
         i = int(np.argmax(props_lens))
-        raise MessageTooLargeError(
+        raise PropertiesTooLargeError(
             f"message {i}: properties take {int(props_lens[i])} encoded bytes; the limit is "
             f"{rec.MAX_PROPERTIES_BYTES}")
     if isinstance(prefix, bytes):

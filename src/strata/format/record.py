@@ -38,7 +38,7 @@ from typing import Iterable, Mapping
 from crc32c import crc32c
 
 from strata.errors import (CorruptRecordError, InvalidInputError, InvalidTopicError,
-                           MessageTooLargeError)
+                           MessageTooLargeError, PropertiesTooLargeError)
 
 MESSAGE_MAGIC = 0x5354_4D31  # "STM1" read as a little-endian u32 spells "1MTS"; any fixed value works
 BLANK_MAGIC = 0x5354_4B30
@@ -197,14 +197,15 @@ def encode_properties(keys: Iterable[str], tags: str | None,
             nb = _utf8(name, "property name")
             vb = _utf8(value, f"property {name!r} value")
             if len(nb) > 0xFFFF or len(vb) > 0xFFFF:
-                raise MessageTooLargeError(f"property {name!r} is longer than 65535 encoded bytes")
+                raise PropertiesTooLargeError(
+                    f"property {name!r} is longer than 65535 encoded bytes")
             add(pack(len(nb)))
             add(nb)
             add(pack(len(vb)))
             add(vb)
     out = b"".join(parts)
     if len(out) > MAX_PROPERTIES_BYTES:
-        raise MessageTooLargeError(
+        raise PropertiesTooLargeError(
             f"properties take {len(out)} encoded bytes; the limit is {MAX_PROPERTIES_BYTES}")
     return out
 

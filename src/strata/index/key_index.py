@@ -27,7 +27,7 @@ from crc32c import crc32c
 
 from strata.errors import (CorruptStoreError, DiskFullError, InvalidConfigError,
                            InvalidInputError, ReadOnlyStoreError, StoreClosedError)
-from strata.files.io import DEFAULT_FILE_OPS
+from strata.files.io import file_ops
 from strata.format import key_index as fmt
 from strata.format.derived import IndexFileEnd
 # The file map and the recovery side live in their own modules; re-exported here.
@@ -96,7 +96,7 @@ class KeyIndex(KeyIndexRepair):
         else:
             if not self.directory.is_dir():
                 self.directory.mkdir(parents=True)
-                DEFAULT_FILE_OPS.fsync_dir(self.directory.parent)
+                file_ops().fsync_dir(self.directory.parent)
             self._open_for_writing()
 
     # ------------------------------------------------------------------ opening
@@ -171,18 +171,19 @@ class KeyIndex(KeyIndexRepair):
         header = fmt.KeyIndexHeader(slots=slots, entries=entries,
                                     begin_offset=begin_offset, base_timestamp=base_ts)
         spare, self._spare = self._spare, None
+        ops = file_ops()
         if spare is not None:
             try:
                 if os.stat(spare).st_size == size:   # blocks already reserved: no new space
-                    os.rename(spare, tmp)
+                    ops.replace(spare, tmp)
                 else:
-                    os.unlink(spare)
+                    ops.remove(spare)
             except FileNotFoundError:
                 pass
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
-                os.posix_fallocate(fd, 0, size)
+                ops.fallocate(fd, 0, size, tmp)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise DiskFullError(
@@ -190,17 +191,13 @@ class KeyIndex(KeyIndexRepair):
                         "existing index files are intact") from exc
                 raise
             os.pwrite(fd, header.encode(), 0)
-            os.fsync(fd)             # header and size durable before the name appears
+            ops.fsync(tmp, fd)       # header and size durable before the name appears
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
-            os.rename(tmp, path)
-            DEFAULT_FILE_OPS.fsync_dir(self.directory)
+            ops.rename(tmp, path)    # and the directory fsynced after it
             ino = os.fstat(fd).st_ino
         except BaseException:
             os.close(fd)
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            ops.remove(tmp)
             raise
         os.close(fd)
         f = _IndexFile(path, mm, header, (begin_offset, seq), ino)
@@ -228,10 +225,10 @@ class KeyIndex(KeyIndexRepair):
         size = fmt.file_size(*self._next_geometry())
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            os.posix_fallocate(fd, 0, size)
+            file_ops().fallocate(fd, 0, size, path)
         except OSError as exc:
             os.close(fd)
-            os.unlink(path)
+            file_ops().remove(path)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFullError(
                     exc.errno, f"no space left to reserve the next key index file {path} "
@@ -524,10 +521,7 @@ class KeyIndex(KeyIndexRepair):
     def _delete(self, f: _IndexFile) -> None:
         """Unlink a file. Its map is left to the garbage collector so a walk in another thread
         that still holds it finishes safely; readers in other processes keep their own maps."""
-        try:
-            os.unlink(f.path)
-        except FileNotFoundError:
-            pass
+        file_ops().remove(f.path)
 
     # ------------------------------------------------------------------ durability, life cycle
 

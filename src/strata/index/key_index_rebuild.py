@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from strata.errors import IndexRebuildingError
-from strata.files.io import DEFAULT_FILE_OPS
+from strata.files.io import fsync_dir
 from strata.index.dispatch import ReputService
 from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
@@ -108,7 +108,7 @@ class KeyIndexRebuild:
                 return
             self.index.flush()   # what the marker's removal tells readers is there, durable
             clear_marker(self.index.directory)
-            DEFAULT_FILE_OPS.fsync_dir(self.index.directory)
+            fsync_dir(self.index.directory)
             log.warning("key index %s: rebuilt from the commit log from offset %d",
                         self.index.directory, self.start)
         except BaseException as exc:   # the next open rebuilds again from the checkpoint

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from strata.errors import CorruptStoreError
-from strata.files.io import DEFAULT_FILE_OPS
+from strata.files.io import file_ops
 from strata.format import key_index as fmt
 from strata.format.derived import IndexFileEnd
 from strata.index.key_index_file import SPARE_NAME, _TMP_SUFFIX, _IndexFile
@@ -142,9 +142,9 @@ class KeyIndexRepair:
         never keep a store from opening; the caller re-dispatches their entries."""
         for n, name in enumerate(names):
             path = self.directory / name
-            os.replace(path, path.with_name(name + DAMAGED_SUFFIX))
+            file_ops().replace(path, path.with_name(name + DAMAGED_SUFFIX))
             self.set_aside.append(f"{path}: {problem if n == 0 else 'follows a damaged file'}")
-        DEFAULT_FILE_OPS.fsync_dir(self.directory)
+        file_ops().fsync_dir(self.directory)
         log.warning("key index: set aside %s; its entries are re-dispatched from the commit "
                     "log", "; ".join(self.set_aside))
 

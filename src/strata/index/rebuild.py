@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from strata.files.io import fsync_dir
 from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
@@ -60,11 +62,7 @@ class IndexBuilder:
         self.queues.close()
         self.key_index.close()
         for dirpath, _dirs, _files in os.walk(self.root, topdown=False):
-            fd = os.open(dirpath, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(dirpath)
 
     def abandon(self) -> None:
         self.queues.close()

@@ -3,34 +3,24 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import threading
 
-from strata.errors import DiskFullError, StoreLockedError
+from strata.errors import DiskFullError
+from strata.files.io import file_ops
+from strata.files.lock import DirectoryLock
 from strata.format import refstore_record as rec
 
 from . import layout
 
 
-class DirectoryLock:
-    """An exclusive ``flock`` on the store's lock file: one owner per directory."""
-
-    def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, layout.LOCK_NAME)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._fd)
-            raise StoreLockedError(
-                f"ref store {directory!r} is already open for writing by another owner") from None
-
-    def release(self) -> None:
-        if self._fd >= 0:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = -1
+def lock_directory(directory: str) -> DirectoryLock:
+    """Take the ref store's exclusive writer lock (``refstore.lock``, left empty);
+    StoreLockedError when another owner holds it."""
+    lock = DirectoryLock(directory, layout.LOCK_NAME, what="ref store", write_pid=False,
+                         by="another owner", hint="one owner per ref-store directory")
+    lock.acquire()
+    return lock
 
 
 def _write_all(fd: int, data, pos: int) -> None:
@@ -88,7 +78,7 @@ class CurrentFile:
         """Make everything flushed durable (fdatasync)."""
         if self.synced != self.flushed:
             target = self.flushed
-            os.fdatasync(self.fd)
+            file_ops().fdatasync(self.path, self.fd)
             self.synced = target
 
     def read_buffered(self, offset: int, total: int) -> bytes | None:
@@ -160,7 +150,7 @@ def append_and_sync(path: str, data, at: int | None = None) -> int:
     try:
         pos = os.fstat(fd).st_size if at is None else at
         _write_all(fd, data, pos)
-        os.fsync(fd)
+        file_ops().fsync(path, fd)
         return pos + len(data)
     finally:
         os.close(fd)
@@ -170,6 +160,6 @@ def truncate_and_sync(path: str, size: int) -> None:
     fd = os.open(path, os.O_RDWR)
     try:
         os.ftruncate(fd, size)
-        os.fsync(fd)
+        file_ops().fsync(path, fd)
     finally:
         os.close(fd)

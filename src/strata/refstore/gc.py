@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 from strata.errors import StrataError
+from strata.files.io import fsync_dir
 from strata.format import refstore_record as rec
 
 from . import layout
@@ -201,7 +202,7 @@ class GarbageCollector:
         st._fault("delete_index_updated", file=number)
         st._readers.close(number)
         os.unlink(path)
-        layout.fsync_dir(st.directory)
+        fsync_dir(st.directory)
         self.deleted += 1
         st._fault("delete_unlinked", file=number)
 
@@ -248,7 +249,7 @@ class GarbageCollector:
             moved = b"".join(ldata[off:off + total] for off, total, _m in scattered)
             if scattered:
                 append_and_sync(tpath, moved, at=0)
-                layout.fsync_dir(d)
+                fsync_dir(d)
                 st._fault("temp_written", left=left, right=right, temp=tpath)
             truncate_and_sync(lpath, prefix_end)
             st._fault("left_truncated", left=left, right=right)
@@ -256,7 +257,7 @@ class GarbageCollector:
                 end = append_and_sync(lpath, moved, at=prefix_end)
                 st._fault("temp_appended", left=left, right=right)
                 os.unlink(tpath)
-                layout.fsync_dir(d)
+                fsync_dir(d)
                 st._fault("temp_deleted", left=left, right=right)
         # then the right file's live records
         right_at = end
@@ -294,5 +295,5 @@ class GarbageCollector:
         st._fault("index_updated", left=left, right=right)
         st._readers.close(right)
         os.unlink(rpath)
-        layout.fsync_dir(d)
+        fsync_dir(d)
         st._fault("right_deleted", left=left, right=right)

@@ -66,12 +66,3 @@ def owned_names(directory: str) -> list[str]:
                 if len(stem) == _DIGITS and stem.isdigit():
                     out.append(name)
     return sorted(out)
-
-
-def fsync_dir(directory: str) -> None:
-    """Make renames, creations and unlinks in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

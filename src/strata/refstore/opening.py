@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 
+from strata.files.io import fsync_dir
+
 from . import layout, recovery, snapshot
 from .errors import CorruptSnapshotError, RecoveryNeedsRefsError
 from .index import MessageIndex
@@ -21,7 +23,7 @@ def recover_at_open(directory: str, kind: Kind, wanted_refs,
     if kind is Kind.TRANSIENT:
         for name in layout.owned_names(d):
             os.unlink(os.path.join(d, name))
-        layout.fsync_dir(d)
+        fsync_dir(d)
         return recovery.Recovered(MessageIndex(), FileSummary(), True, reason="transient")
     reason = ""
     if snapshot.exists(d):

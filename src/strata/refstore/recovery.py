@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from strata.format import refstore_record as rec
+from strata.files.io import file_ops, fsync_dir
 
 from . import layout, snapshot
 from .errors import CorruptSnapshotError
@@ -46,11 +47,11 @@ def fold_temp_files(directory: str) -> list[int]:
             with open(dst, "ab") as f:
                 f.write(data)
                 f.flush()
-                os.fsync(f.fileno())
+                file_ops().fsync(dst, f.fileno())
         os.unlink(tmp)
         folded.append(number)
     if folded:
-        layout.fsync_dir(directory)
+        fsync_dir(directory)
     return folded
 
 

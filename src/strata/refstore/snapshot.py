@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from crc32c import crc32c
 
+from strata.files.io import file_ops, fsync_dir
+
 from .errors import CorruptSnapshotError
 from . import layout
 
@@ -160,10 +162,10 @@ def _write_replace(directory: str, name: str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        file_ops().fsync(tmp, fd)
     finally:
         os.close(fd)
-    os.replace(tmp, os.path.join(directory, name))
+    file_ops().replace(tmp, os.path.join(directory, name))
 
 
 def save(directory: str, client_refs: list[str], index_cols, rows: list[SummaryRow],
@@ -173,10 +175,10 @@ def save(directory: str, client_refs: list[str], index_cols, rows: list[SummaryR
     summary_raw = encode_summary(rows, file_size_limit)
     _write_replace(directory, layout.INDEX_NAME, index_raw)
     _write_replace(directory, layout.SUMMARY_NAME, summary_raw)
-    layout.fsync_dir(directory)
+    fsync_dir(directory)
     _write_replace(directory, layout.CLEAN_NAME, encode_clean(client_refs, index_raw,
                                                                summary_raw))
-    layout.fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def exists(directory: str) -> bool:
@@ -214,5 +216,5 @@ def discard(directory: str) -> None:
             except FileNotFoundError:
                 pass
         if name == layout.CLEAN_NAME:
-            layout.fsync_dir(directory)
-    layout.fsync_dir(directory)
+            fsync_dir(directory)
+    fsync_dir(directory)

@@ -20,12 +20,13 @@ from typing import Iterable
 from crc32c import crc32c
 
 from strata.errors import InvalidConfigError, StoreClosedError, StrataError
+from strata.files.io import fsync_dir
 from strata.format import refstore_record as rec
 
-from . import layout, opening, snapshot
+from . import opening, snapshot
 from .cache import WriteBackCache
 from .client import OnDisk, StoreClient
-from .files import CurrentFile, DirectoryLock, FileReaders
+from .files import CurrentFile, FileReaders, lock_directory
 from .flying import FlyingTable
 from .gc import GarbageCollector
 from .index import FILE, OFFSET, REF, SIZE, MessageIndex
@@ -81,7 +82,7 @@ class RefStore:
         self._fault_hook = fault_hook
         wanted_refs = None if client_refs is None else [str(r) for r in client_refs]
 
-        self._dirlock = DirectoryLock(self.directory)
+        self._dirlock = lock_directory(self.directory)
         try:
             self.recovery = opening.recover_at_open(self.directory, self.kind, wanted_refs,
                                                     recover_refs)
@@ -492,7 +493,7 @@ class RefStore:
         number = old.number + 1
         self._summary.add(number)
         self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit)
-        layout.fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self._maybe_gc(self._summary.files[old.number].valid == 0)
 
     # ================================================================== GC coordination

@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import shutil
 
+from strata.errors import StrataError
 
-class JavaNotFoundError(RuntimeError):
+
+class JavaNotFoundError(StrataError, RuntimeError):
     """Spark needs a Java runtime (17 or later) and none was found."""
 
 

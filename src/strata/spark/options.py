@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from strata.errors import InvalidInputError
+
 EARLIEST = -2  # Kafka's JSON codes inside startingOffsets / endingOffsets
 LATEST = -1
 DEFAULT_MAX_RECORDS_PER_BATCH = 65536
@@ -20,7 +22,7 @@ DEFAULT_VERIFY_CRC = True
 TIMESTAMP_STRATEGIES = ("error", "latest")  # startingOffsetsByTimestampStrategy (Kafka's)
 
 
-class OptionError(ValueError):
+class OptionError(InvalidInputError):
     """A data source option is missing, malformed or contradicts another; names the option."""
 
     def __init__(self, option: str, problem: str) -> None:

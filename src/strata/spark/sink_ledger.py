@@ -19,6 +19,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from strata.errors import CorruptStoreError
+from strata.files.io import file_ops, fsync_dir
 
 SINKS_DIR = "spark-sinks"
 ENTRY = struct.Struct("<4sIqqqqq")  # magic, crc32c(bytes 8..48), batch, start, first, rows, born
@@ -52,14 +53,6 @@ def decode_entry(buf: bytes, at: int = 0) -> LedgerEntry | None:
     if magic != MAGIC or crc != crc32c(bytes(buf[at + 8:at + ENTRY_SIZE])):
         return None
     return LedgerEntry(b, s, f, n, born)
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SinkLedger:
@@ -126,9 +119,9 @@ class SinkLedger:
             end = self._valid_length(fd, os.fstat(fd).st_size)
             os.ftruncate(fd, end)
             os.pwrite(fd, encode_entry(e), end)
-            os.fsync(fd)
+            file_ops().fsync(self.path, fd)
         finally:
             os.close(fd)
         if created:
-            _fsync_dir(self.directory)
-            _fsync_dir(self.directory.parent)
+            fsync_dir(self.directory)
+            fsync_dir(self.directory.parent)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import uuid
 from pathlib import Path
@@ -34,8 +33,10 @@ from typing import Iterator, Mapping
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 from pyspark.sql.types import StructType
 
+from strata.errors import StrataError
+from strata.files.io import file_ops, fsync_dir
 from strata.spark.options import OptionError, parse_write_options
-from strata.spark.sink_ledger import SINKS_DIR, LedgerEntry, SinkLedger, _fsync_dir
+from strata.spark.sink_ledger import SINKS_DIR, LedgerEntry, SinkLedger
 from strata.spark.write import (LOCK_WAIT_S, STAGING_DIR, StagedFile, _now_ms, append_messages,
                                 check_messages, open_for_commit, prepare_store, remove_staging,
                                 stage_batches, staged_messages, validate_write_schema)
@@ -128,20 +129,17 @@ def _write_wal(wal: Path, files: list[str], topic_option: str | None) -> None:
     """Move the staged files into the batch's write-ahead directory and make them durable."""
     shutil.rmtree(wal, ignore_errors=True)  # an attempt that died before its ledger entry
     wal.mkdir(parents=True)
+    ops = file_ops()
     for i, f in enumerate(files):
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(f, wal / f"{i:06d}.arrow")
+        ops.fsync_path(Path(f))
+        ops.replace(f, wal / f"{i:06d}.arrow")
     meta = wal / "meta.json"
     with open(meta, "w") as fh:
         json.dump({"topic": topic_option}, fh)
         fh.flush()
-        os.fsync(fh.fileno())
+        ops.fsync(meta, fh.fileno())
     for d in (wal, wal.parent, wal.parent.parent, wal.parent.parent.parent):  # up to the store
-        _fsync_dir(d)
+        fsync_dir(d)
 
 
 def _records_from(store, start: int):
@@ -177,8 +175,9 @@ def rows_in_log(store, entry: LedgerEntry, msgs: list) -> int:
     return j - entry.first_row
 
 
-class ReusedCheckpointError(RuntimeError):
-    pass
+class ReusedCheckpointError(StrataError, RuntimeError):
+    """A micro-batch was appended before and later ones too: a new query reuses a
+    checkpoint location strata cannot tell apart from the old one's."""
 
 
 def commit_batch(path: str, sink: str, batch_id: int, files: list[str],

@@ -25,6 +25,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, ShortType,
                                StringType, StructType)
 
+from strata.errors import InvalidInputError, StrataError
+from strata.files.io import file_ops
 from strata.spark.options import OptionError, WriteOptions
 
 STAGING_DIR = "spark-staging"
@@ -33,7 +35,7 @@ _TEXT = (BinaryType, StringType)
 _INTS = (IntegerType, LongType, ShortType)
 
 
-class SchemaError(ValueError):
+class SchemaError(InvalidInputError):
     """The DataFrame written does not have the columns the strata sink needs."""
 
 
@@ -73,7 +75,7 @@ def validate_write_schema(schema: StructType, topic_option: str | None) -> list[
     return used
 
 
-class StoreBusyError(RuntimeError):
+class StoreBusyError(StrataError, RuntimeError):
     def __init__(self, root: Path) -> None:
         super().__init__(f"strata sink: the store at {root} is open for writing in another "
                          "process (it holds the store's writer lock); close it there first — "
@@ -132,7 +134,7 @@ def stage_batches(iterator: Iterator, staging: Path, columns: list[str],
         raise
     if writer is None:
         return StagedFile("", 0)
-    tmp.rename(final)
+    file_ops().replace(tmp, final)
     return StagedFile(str(final), rows)
 
 

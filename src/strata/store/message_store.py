@@ -16,7 +16,8 @@ from strata.errors import (DiskFullError, InvalidInputError, ReadOnlyStoreError,
                            StoreClosedError, StoreNotFoundError)
 from strata.files.checkpoint import AbortMarker, CheckpointFile, StatePage
 from strata.files.flush import AsyncFlushService, GroupCommitService
-from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
+from strata.files.io import FileOps, disk_full_or_same
+from strata.files.io import file_ops as installed_file_ops
 from strata.files.lock import LOCK_NAME, DirectoryLock
 from strata.format import record as rec
 from strata.log.commit_log import CommitLog
@@ -87,7 +88,7 @@ class MessageStore:
         # the tier the store remembers (config/tier.json): its history stays readable
         self.config = config = with_stored_tier(self.path, self.config)
         self.readonly = readonly
-        self.file_ops = file_ops or DEFAULT_FILE_OPS
+        self.file_ops = file_ops or installed_file_ops()
         self._closed = True
         self._put_lock = threading.Lock()
         self._lock = DirectoryLock(self.path)

@@ -2,18 +2,15 @@
 get_by_id, and the tier fallback below the local files (functions taking the MessageStore)."""
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 from itertools import chain
-from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from strata.errors import (CorruptRecordError, CorruptStoreError, IndexRebuildingError,
                            InvalidInputError)
-from strata.files.lock import LOCK_NAME
+from strata.files.lock import writer_alive
 from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE, tag_hash
 from strata.format.record_batch import MessageBatch
@@ -26,22 +23,6 @@ from strata.store.message import CorruptRecord, GetResult, GetStatus
 log = logging.getLogger("strata.store.message_store")   # the same logger as before the split
 
 MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
-
-
-def writer_alive(directory: Path) -> bool:
-    """True if some process holds the store's writer lock right now."""
-    path = Path(directory) / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops our shared lock, if we got one
-    return False
 
 
 def read_at(store, commitlog_offset: int) -> rec.StoredMessage | None:

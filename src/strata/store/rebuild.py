@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 
 from strata.errors import StoreNotFoundError
 from strata.files.checkpoint import AbortMarker, CheckpointFile
-from strata.files.io import DEFAULT_FILE_OPS
+from strata.files.io import file_ops
 from strata.files.lock import DirectoryLock
 from strata.format.checkpoint import Checkpoint
 from strata.index.derived_check import DERIVED_NAME
@@ -142,7 +142,7 @@ class IndexRebuild:
         """Put the built files in place, crash-safely (see the module docstring)."""
         if self._builder is None:
             raise RuntimeError("build() must run before swap()")
-        ops = DEFAULT_FILE_OPS
+        ops = file_ops()
         new, old = self.path / NEW_DIR, self.path / OLD_DIR
         self._store_checkpoint(self.min_offset)                 # 2. "nothing is dispatched"
         # the derived-files summary describes the files about to go: without it the next
@@ -154,8 +154,8 @@ class IndexRebuild:
         old.mkdir()
         for name in (CONSUMEQUEUE_DIR, INDEX_DIR):              # 3. the rename dance
             if (self.path / name).exists():
-                (self.path / name).rename(old / name)
-            (new / name).rename(self.path / name)
+                ops.replace(self.path / name, old / name)
+            ops.replace(new / name, self.path / name)
         for d in (old, new, self.path):
             ops.fsync_dir(d)
         self._store_checkpoint(self.end_offset)                  # 4. the new files cover it all

@@ -6,8 +6,9 @@ a snapshot of the whole document, then one record per commit holding only what t
 changed (chunks added, oldest chunks dropped, offsets), each appended and fsynced — a commit
 costs O(change), not O(history). Past a size the log is compacted into one snapshot (a new
 file written atomically: temp file, fsync, rename, directory fsync). A torn record at the end
-(a crash mid-append) is where the log ends; the writer cuts it off. A store written before
-the log (``metadata.json``) is read once and moved into a log.
+(a crash mid-append) is where the log ends; the writer cuts it off. The framing, the torn-tail
+cut and the appends are ``strata.files.journal``'s (shared with the broker's journals). A
+store written before the log (``metadata.json``) is read once and moved into a log.
 
 The tier gets a copy, ``meta/tier.json``, with a conditional write, so a second store pointed
 at the same tier cannot overwrite it blindly and a store can be rebuilt from the tier alone.
@@ -19,16 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import struct
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from crc32c import crc32c
-
+from strata.files import journal as framing
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.journal import JournalReader, JournalWriter
 from strata.tiered.backend import TierBackend
 from strata.tiered.errors import CorruptTierError, TierConflictError
 from strata.tiered.layout import META_PATH
@@ -41,7 +40,7 @@ LOCAL_FILE = "metadata.log"
 OLD_LOCAL_FILE = "metadata.json"      # before the log: one document, replaced per commit
 
 LOG_MAGIC = b"STRTMLG1"               # the log's first 8 bytes
-FRAME = struct.Struct("<II")          # payload length, CRC32C of the payload
+FRAME = framing.FRAME                 # payload length, CRC32C of the payload
 COMPACT_MIN_BYTES = 1 << 20           # compact once the log is past this ...
 COMPACT_FACTOR = 4                    # ... and this many times its last snapshot
 
@@ -148,9 +147,8 @@ def _dumps(doc: dict) -> bytes:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
-def frame(payload: bytes) -> bytes:
-    """One log record: length, CRC32C, payload."""
-    return FRAME.pack(len(payload), crc32c(payload)) + payload
+frame = framing.frame
+"""One log record: length, CRC32C, payload."""
 
 
 def snapshot_record(meta: TierMetadata) -> bytes:
@@ -188,20 +186,18 @@ def replay(raw: bytes, where: str) -> LogContents:
     if raw[:len(LOG_MAGIC)] != LOG_MAGIC:
         raise CorruptTierError(f"{where}: not a tier metadata log (magic "
                                f"{raw[:len(LOG_MAGIC)]!r})", where)
-    pos = len(LOG_MAGIC)
     meta: TierMetadata | None = None
     snap = 0
-    while pos + FRAME.size <= len(raw):
-        length, crc = FRAME.unpack_from(raw, pos)
-        payload = raw[pos + FRAME.size:pos + FRAME.size + length]
-        if len(payload) != length or crc32c(payload) != crc:
-            break
+    # every length is a record here: a frame whose payload does not parse is damage
+    reader = JournalReader(raw, len(LOG_MAGIC), max_payload=1 << 62, allow_empty=True)
+    for payload in reader:
+        pos = reader.end
         try:
             rec = json.loads(payload)
             if rec.get("kind") == "snapshot" and meta is None:
                 del rec["kind"]
                 meta = TierMetadata.from_json(_dumps(rec), where)
-                snap = FRAME.size + length
+                snap = FRAME.size + len(payload)
             elif rec.get("kind") == "commit" and meta is not None:
                 apply_commit(meta, rec)
             else:
@@ -209,10 +205,9 @@ def replay(raw: bytes, where: str) -> LogContents:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise CorruptTierError(f"{where}: record at byte {pos} is unreadable ({exc})",
                                    where) from None
-        pos += FRAME.size + length
     if meta is None:
         raise CorruptTierError(f"{where}: the log holds no whole snapshot record", where)
-    return LogContents(meta, pos, snap, len(raw) - pos)
+    return LogContents(meta, reader.end, snap, reader.dropped)
 
 
 def read_local(store_path: str | Path) -> TierMetadata | None:
@@ -250,6 +245,7 @@ class MetadataStore:
         self.dir = Path(store_path) / LOCAL_DIR
         self.path = self.dir / LOCAL_FILE
         self.file_ops = file_ops
+        self.writer = JournalWriter(self.path, file_ops, keep_open=False)
         self.log_bytes = 0         # the log's size (0: no log yet, the next commit writes one)
         self.snapshot_bytes = 0
         local = self._load()
@@ -276,12 +272,7 @@ class MetadataStore:
         if got.torn:
             log.warning("%s: the last %d bytes are a record a crash cut short; cut off",
                         self.path, got.torn)
-            fd = os.open(self.path, os.O_WRONLY)
-            try:
-                os.ftruncate(fd, got.end)
-                self.file_ops.fsync(self.path, fd)
-            finally:
-                os.close(fd)
+        self.writer.start(got.end, len(raw))
         self.log_bytes, self.snapshot_bytes = got.end, got.snapshot_bytes
         return got.meta
 
@@ -343,7 +334,7 @@ class MetadataStore:
             self.dir.mkdir(parents=True, exist_ok=True)
             self.file_ops.fsync_dir(self.dir.parent)
         snap = snapshot_record(self.meta)
-        self.file_ops.write_atomic(self.path, LOG_MAGIC + snap)
+        self.writer.rewrite(LOG_MAGIC + snap)
         self.log_bytes, self.snapshot_bytes = len(LOG_MAGIC) + len(snap), len(snap)
         old = self.dir / OLD_LOCAL_FILE
         if old.exists():
@@ -362,18 +353,11 @@ class MetadataStore:
         else:
             rec = frame(_dumps({"kind": "commit", "generation": self.meta.generation,
                                 "queues": self.changes()}))
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            try:
-                if os.write(fd, rec) != len(rec):
-                    raise OSError(f"short write to {self.path}")
-                self.file_ops.fsync(self.path, fd)
+            try:   # a record cut short is taken back: the log would end there
+                self.writer.append(rec, sync=True)
             except BaseException:
-                # no half record may stay before the next one: the log would end there
                 self.meta.generation -= 1
-                os.ftruncate(fd, self.log_bytes)
                 raise
-            finally:
-                os.close(fd)
             self.log_bytes += len(rec)
             self._mark()
             if self.log_bytes > max(COMPACT_MIN_BYTES, COMPACT_FACTOR * self.snapshot_bytes):

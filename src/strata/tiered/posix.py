@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 from crc32c import crc32c
 
-from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.io import FileOps
+from strata.files.io import file_ops as installed_file_ops
+from strata.files.lock import exclusive
 from strata.tiered.backend import TierBackend
 from strata.tiered.errors import TierConflictError, TierUnavailableError
 
@@ -54,7 +56,7 @@ class PosixBackend(TierBackend):
     def __init__(self, root: str | os.PathLike, file_ops: FileOps | None = None) -> None:
         self.root = Path(root)
         self.url = f"file://{self.root}"
-        self.file_ops = file_ops or DEFAULT_FILE_OPS
+        self.file_ops = file_ops or installed_file_ops()
         self._direct = hasattr(os, "O_DIRECT")   # False once the file system refuses it
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -127,7 +129,7 @@ class PosixBackend(TierBackend):
         try:
             for (_fd, tmp), (f, path, _d) in zip(opened, files):
                 at = path
-                os.replace(tmp, f)
+                ops.replace(tmp, f)
             for parent in dict.fromkeys(f.parent for f, _p, _d in files):
                 ops.fsync_dir(parent)
         except OSError as exc:
@@ -158,9 +160,7 @@ class PosixBackend(TierBackend):
             done += n
 
     def put_if(self, path: str, data: bytes, expect: str | None) -> str:
-        lock = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive(self.root / LOCK_FILE):
             now = self.version(path)
             if now != expect:
                 raise TierConflictError(
@@ -168,8 +168,6 @@ class PosixBackend(TierBackend):
                     "store writes to this tier?)")
             self.put(path, data)
             return content_version(data)
-        finally:
-            os.close(lock)
 
     def version(self, path: str) -> str | None:
         try:

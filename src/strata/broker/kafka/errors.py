@@ -1,18 +1,17 @@
 """Kafka error codes, and the code each strata exception is answered with.
 
-Handlers catch a ``StrataError`` per partition (or per topic) and answer ``code_for(exc)``;
-the mapping goes by exception type, most specific first, so a new subclass inherits its
-parent's code. The core's refusals (``InvalidMessageError`` with a ``strata.broker.status``
-code) map through ``STATUS_CODES``.
+Handlers catch a ``StrataError`` per partition (or per topic) and answer ``code_for(exc)``.
+An error gets its core status by type (``strata.broker.status.status_for``, the one table of
+it), which ``STATUS_CODES`` turns into Kafka's code; ``KAFKA_BY_TYPE`` holds only what Kafka
+tells apart and the core status does not (an existing topic, the storage's states). Both go
+by exception type, so a new subclass inherits its parent's code.
 """
 
 from __future__ import annotations
 
-from strata.broker.errors import InvalidGroupError, InvalidMessageError
-from strata.broker.status import Status
-from strata.errors import (CorruptStoreError, DiskFullError, InvalidInputError,
-                           InvalidTopicError, MessageTooLargeError, ReadOnlyStoreError,
-                           StoreClosedError, StrataError, TopicExistsError)
+from strata.broker.status import Status, by_type, status_for
+from strata.errors import (CorruptStoreError, DiskFullError, ReadOnlyStoreError,
+                           StoreClosedError, TopicExistsError)
 
 # the codes the listener answers (Kafka's numbers, from its protocol documentation)
 UNKNOWN_SERVER_ERROR = -1
@@ -79,26 +78,21 @@ STATUS_CODES: dict[int, int] = {
     Status.NOT_FOUND: UNKNOWN_TOPIC_OR_PARTITION,
 }
 
-# most specific first: the first matching type decides
-_BY_TYPE: tuple[tuple[type, int], ...] = (
-    (TopicExistsError, TOPIC_ALREADY_EXISTS),
-    (InvalidTopicError, INVALID_TOPIC_EXCEPTION),
-    (MessageTooLargeError, MESSAGE_TOO_LARGE),
-    (InvalidGroupError, INVALID_GROUP_ID),
-    (InvalidInputError, INVALID_REQUEST),
-    (DiskFullError, KAFKA_STORAGE_ERROR),
-    (CorruptStoreError, KAFKA_STORAGE_ERROR),
-    (ReadOnlyStoreError, KAFKA_STORAGE_ERROR),
-    (StoreClosedError, NOT_LEADER_OR_FOLLOWER),     # stopping: clients retry elsewhere/later
-    (StrataError, UNKNOWN_SERVER_ERROR),
-)
+# what Kafka answers apart from the core status of the error
+KAFKA_BY_TYPE: dict[type, int] = {
+    TopicExistsError: TOPIC_ALREADY_EXISTS,
+    DiskFullError: KAFKA_STORAGE_ERROR,
+    CorruptStoreError: KAFKA_STORAGE_ERROR,
+    ReadOnlyStoreError: KAFKA_STORAGE_ERROR,
+    StoreClosedError: NOT_LEADER_OR_FOLLOWER,     # stopping: clients retry elsewhere/later
+}
 
 
 def code_for(exc: BaseException) -> int:
     """The Kafka error code that answers ``exc``."""
-    if isinstance(exc, InvalidMessageError):
-        return STATUS_CODES.get(exc.code, INVALID_REQUEST)
-    for kind, code in _BY_TYPE:
-        if isinstance(exc, kind):
-            return code
-    return UNKNOWN_SERVER_ERROR
+    code = by_type(KAFKA_BY_TYPE, exc, None)
+    if code is not None:
+        return code
+    status = status_for(exc)
+    return STATUS_CODES.get(status, INVALID_REQUEST if status < Status.INTERNAL_ERROR
+                            else UNKNOWN_SERVER_ERROR)

@@ -26,11 +26,12 @@ from strata.broker.rocketmq.protocol import Code, pb, svc, svc_grpc
 from strata.broker.receipt import Receipt, ReceiptSigner
 from strata.broker.receive import Popper, parse_tag_expression
 from strata.broker.send import GATHER_S, SendBatcher
+from strata.broker.status import status_for
 from strata.broker.rocketmq.sessions import Sessions
 from strata.broker.timer import Timer, delivery_due
 from strata.broker.rocketmq.transactions import Transactions, is_transactional
-from strata.errors import (DiskFullError, InvalidInputError, InvalidTopicError,
-                           MessageTooLargeError, StrataError, TopicExistsError)
+from strata.errors import (DiskFullError, InvalidInputError, InvalidTopicError, StrataError,
+                           TopicExistsError)
 from strata.store.message import PutResult, PutStatus
 from strata.store.message_store import MessageStore
 from strata.store.topics import TopicType
@@ -108,19 +109,8 @@ class BrokerOptions:
 
 
 def _input_error(exc: InvalidInputError) -> Refused:
-    if isinstance(exc, InvalidMessageError):
-        return Refused(exc.code, str(exc))
-    if isinstance(exc, InvalidTopicError):
-        return Refused(Code.ILLEGAL_TOPIC, str(exc))
-    if isinstance(exc, InvalidGroupError):
-        return Refused(Code.ILLEGAL_CONSUMER_GROUP, str(exc))
-    if isinstance(exc, InvalidReceiptHandleError):
-        return Refused(Code.INVALID_RECEIPT_HANDLE, str(exc))
-    if isinstance(exc, MessageTooLargeError):
-        code = Code.MESSAGE_PROPERTIES_TOO_LARGE if "propert" in str(exc) else \
-            Code.MESSAGE_BODY_TOO_LARGE
-        return Refused(code, str(exc))
-    return Refused(Code.BAD_REQUEST, str(exc))
+    """A refused input's answer: its status by type (``strata.broker.status``)."""
+    return Refused(status_for(exc), str(exc))
 
 
 class MessagingService(svc_grpc.MessagingServiceServicer):

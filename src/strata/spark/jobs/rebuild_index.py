@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 
 from strata.errors import CorruptStoreError
+from strata.files.io import file_ops
 from strata.spark.jobs.progress import NullProgress
 
 BATCH_RECORDS = 65536
@@ -112,7 +113,7 @@ def extract_segment(span, out_path: str, verify_crc: bool = True) -> tuple[int, 
                 writer.write_batch(_to_arrow(batch, schema))
     finally:
         seg.close()
-    Path(tmp).rename(out_path)
+    file_ops().replace(tmp, out_path)
     return scan.records, [(p.file, p.offset, p.kind, p.detail) for p in scan.problems]
 
 

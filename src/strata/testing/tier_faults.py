@@ -1,5 +1,5 @@
 """A fault-injecting backend for tests: wraps a real one and fails, hangs or kills the
-process on command, counting object writes (as ``strata.files.faults`` does for files)."""
+process on command, counting object writes (as ``strata.testing.faults`` does for files)."""
 
 from __future__ import annotations
 

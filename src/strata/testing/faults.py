@@ -4,7 +4,10 @@
 store is abandoned (an in-process crash), ``power_loss()`` zeroes every byte that was never
 synced, which is what a preallocated file looks like after the page cache is lost. It can also
 refuse allocations and small files' writes to simulate a full disk (deleting a file gives its
-bytes back). The module-level helpers edit files offline: flip a bit, tear a write, zero a tail.
+bytes back). ``installed(ops)`` makes a layer the one ``strata.files.io.file_ops()`` answers,
+for the code that is not handed a FileOps (the key index, the ref store, the Spark sink...).
+``RecordingFileOps`` notes the order of syncs and renames. The module-level helpers edit files
+offline: flip a bit, tear a write, zero a tail.
 """
 
 from __future__ import annotations
@@ -13,10 +16,64 @@ import errno
 import mmap
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator, TypeVar
 
 from strata.errors import DiskFullError
+from strata.files import io
 from strata.files.io import PAGE, FileOps
+
+OpsT = TypeVar("OpsT", bound=FileOps)
+
+
+@contextmanager
+def installed(ops: OpsT) -> Iterator[OpsT]:
+    """Within the block, code that asks the seam (``strata.files.io.file_ops()``) gets
+    ``ops``; the previous answer is back afterwards, also when the block raises."""
+    io.install(ops)
+    try:
+        yield ops
+    finally:
+        io.uninstall(ops)
+
+
+class RecordingFileOps(FileOps):
+    """Plain FileOps that notes ``("fsync", path)``, ``("fsync_dir", dir)`` and
+    ``("rename", dst)`` in ``events``, in order (durability-order tests), and raises
+    ``fail_at[kind]`` (an exception instance) at the ``kind`` event's ``fail_nth`` call."""
+
+    def __init__(self, fail: dict[str, tuple[int, BaseException]] | None = None) -> None:
+        self.events: list[tuple[str, str]] = []
+        self._fail = dict(fail or {})
+        self._counts: dict[str, int] = {}
+
+    def _note(self, kind: str, what) -> None:
+        self.events.append((kind, str(what)))
+        n = self._counts[kind] = self._counts.get(kind, 0) + 1
+        at = self._fail.get(kind)
+        if at is not None and at[0] == n:
+            raise at[1]
+
+    def fsync(self, path: Path, fd: int) -> None:
+        self._note("fsync", path)
+        super().fsync(path, fd)
+
+    def fdatasync(self, path: Path, fd: int) -> None:
+        self._note("fdatasync", path)
+        super().fdatasync(path, fd)
+
+    def fsync_dir(self, directory: Path) -> None:
+        self._note("fsync_dir", directory)
+        super().fsync_dir(directory)
+
+    def replace(self, src: Path, dst: Path) -> None:
+        self._note("rename", dst)
+        super().replace(src, dst)
+
+    def fallocate(self, fd: int, offset: int, length: int, path: Path) -> None:
+        self._note("fallocate", path)
+        super().fallocate(fd, offset, length, path)
 
 
 class FaultInjectingFileOps(FileOps):
@@ -31,38 +88,34 @@ class FaultInjectingFileOps(FileOps):
 
     # ------------------------------------------------------------------ recording
 
-    def allocate(self, fd: int, size: int, path: Path) -> None:
-        with self._lock:
-            if self.space_left is not None:
-                if size > self.space_left:
-                    raise DiskFullError(errno.ENOSPC,
-                                        f"no space left to create {path} ({size} bytes)")
-                self.space_left -= size
-        super().allocate(fd, size, path)
-        with self._lock:
-            self.synced[Path(path)] = []
-            self.allocated[Path(path)] = [(0, size)]
-
-    def create_sparse(self, path: Path, size: int, reserve: list[tuple[int, int]]) -> int:
-        fd = super().create_sparse(path, size, reserve)
-        with self._lock:
-            self.synced[Path(path)] = []
-        return fd
-
-    def allocate_range(self, fd: int, offset: int, length: int, path: Path) -> None:
-        """A sparse file's blocks, reserved as it grows: only bytes not reserved before count
-        as new space, as on a real disk."""
+    def fallocate(self, fd: int, offset: int, length: int, path: Path) -> None:
+        """Blocks reserved as a file is made or grows: only bytes not reserved before count as
+        new space, as on a real disk; past ``space_left`` it is ENOSPC, as the OS says it."""
         with self._lock:
             have = self.allocated.get(Path(path), [])
             grown = _merge(have + [(offset, offset + length)], 1 << 62)
             new = sum(b - a for a, b in grown) - sum(b - a for a, b in _merge(have, 1 << 62))
             if self.space_left is not None:
                 if new > self.space_left:
-                    raise DiskFullError(errno.ENOSPC, f"no space left to reserve {length} "
-                                        f"bytes of {path} at {offset}")
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
                 self.space_left -= new
             self.allocated[Path(path)] = grown
-        super().allocate_range(fd, offset, length, path)
+        super().fallocate(fd, offset, length, path)
+
+    def allocate(self, fd: int, size: int, path: Path) -> None:
+        with self._lock:
+            self.allocated[Path(path)] = []     # a new file: nothing of it is reserved yet
+        super().allocate(fd, size, path)
+        with self._lock:
+            self.synced[Path(path)] = []
+
+    def create_sparse(self, path: Path, size: int, reserve: list[tuple[int, int]]) -> int:
+        with self._lock:
+            self.allocated[Path(path)] = []
+        fd = super().create_sparse(path, size, reserve)
+        with self._lock:
+            self.synced[Path(path)] = []
+        return fd
 
     def reserve(self, fd: int, size: int, path: Path) -> None:
         """A small file's bytes (checkpoint, abort marker, config files) need room too."""
@@ -79,8 +132,8 @@ class FaultInjectingFileOps(FileOps):
             self.syncs += 1
             self.synced.setdefault(Path(path), []).append((start, start + length))
 
-    def rename(self, src: Path, dst: Path) -> None:
-        super().rename(src, dst)
+    def replace(self, src: Path, dst: Path) -> None:
+        super().replace(src, dst)
         with self._lock:
             if Path(src) in self.synced:
                 self.synced[Path(dst)] = self.synced.pop(Path(src))
@@ -171,7 +224,7 @@ def flip_bit(path: Path, file_offset: int, bit: int = 0) -> None:
         f.seek(file_offset)
         f.write(bytes([b[0] ^ (1 << bit)]))
         f.flush()
-        os.fsync(f.fileno())
+        io.DEFAULT_FILE_OPS.fsync(path, f.fileno())
 
 
 def zero_range(path: Path, start: int, end: int) -> None:
@@ -179,7 +232,7 @@ def zero_range(path: Path, start: int, end: int) -> None:
     with open(path, "r+b") as f:
         _zero_range(f, start, end)
         f.flush()
-        os.fsync(f.fileno())
+        io.DEFAULT_FILE_OPS.fsync(path, f.fileno())
 
 
 def page_of(offset: int) -> int:
