@@ -28,13 +28,13 @@ from strata.broker.held import HeldMessages
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
 from strata.broker.send import SendBatcher
+from strata.files.layout import BROKER_DIR
 from strata.store.config import StoreConfig
 from strata.store.message_store import MessageStore
 from strata.words import count
 
 log = logging.getLogger(__name__)
 
-BROKER_DIR = "broker"
 SECRET_NAME = "receipt.key"
 JOURNAL_SYNC_S = 1.0
 

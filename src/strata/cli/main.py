@@ -15,6 +15,7 @@ from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
                            TimeRemainingColumn, TransferSpeedColumn)
 from rich.table import Table
 
+from strata.files.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.cli.console_cmd import console_command
 from strata.cli.groups_cmd import groups_command
 from strata.cli.refstore_cmd import refstore_group
@@ -26,7 +27,7 @@ from strata.log.verify import recovery_problems, verify_log
 from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
 from strata.store.message import Message
-from strata.store.message_store import COMMITLOG_DIR, MessageStore, check_messages
+from strata.store.message_store import MessageStore, check_messages
 from strata.store.topics import TopicTable, TopicType, check_new_topic
 from strata.words import count
 
@@ -461,7 +462,7 @@ def stat(directory: str, as_json: bool) -> None:
                 queues.append({"topic": name, "queue": q, "min": store.min_offset(name, q),
                                "max": store.max_offset(name, q),
                                "earliest_ms": store.earliest_time(name, q)})
-        sizes = {d: _dir_bytes(store.path / d) for d in ("commitlog", "consumequeue", "index")}
+        sizes = {d: _dir_bytes(store.path / d) for d in (COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR)}
         data = {"queues": queues, "dispatch_lag_bytes": store.dispatch_behind_bytes(),
                 # allocated blocks (du); apparent: the files' sizes (ls -l), sparse ahead
                 "disk_bytes": {d: s[0] for d, s in sizes.items()},

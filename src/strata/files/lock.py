@@ -9,8 +9,7 @@ from pathlib import Path
 
 from strata.errors import StoreLockedError
 from strata.files.io import disk_full_or_same
-
-LOCK_NAME = "lock"
+from strata.files.layout import LOCK_NAME
 
 
 class DirectoryLock:

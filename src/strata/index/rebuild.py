@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from strata.files.layout import CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
-
-CONSUMEQUEUE_DIR = "consumequeue"
-INDEX_DIR = "index"
 
 
 class TopicsSnapshot:

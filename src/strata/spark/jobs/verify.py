@@ -106,7 +106,7 @@ def plan(path: str | Path, summary: VerifySummary) -> _Plan:
                 what = f"; segment files {', '.join(report.dropped_segments)} would be dropped" \
                     if report.dropped_segments else ""
                 problems.append(Problem(
-                    f"commitlog/{seg.path.name}" if seg is not None else "commitlog",
+                    f"{COMMITLOG_DIR}/{seg.path.name}" if seg is not None else COMMITLOG_DIR,
                     report.truncated_at, "log-end",
                     f"the log ends here ({report.problem}); the next writer's recovery discards "
                     f"what follows{what}"))
