@@ -22,6 +22,7 @@ from typing import Protocol
 
 import uvloop
 
+import strata
 from strata.broker.acl import DEFAULT_WINDOW_S, AccessList, load_acl
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.held import HeldMessages
@@ -109,7 +110,7 @@ def _open(cfg: ServeConfig) -> Node:
         from strata.broker.tls import check_pair, server_context
         pems = check_pair(cfg.tls_cert, cfg.tls_key)
         context = server_context(cfg.tls_cert, cfg.tls_key)
-    store = MessageStore(cfg.directory, StoreConfig(flush=cfg.flush, **cfg.store_options))
+    store = strata.open(cfg.directory, StoreConfig(flush=cfg.flush, **cfg.store_options))
     try:
         broker_dir = store.path / BROKER_DIR
         signer = ReceiptSigner(load_or_create_secret(broker_dir / SECRET_NAME))

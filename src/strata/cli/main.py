@@ -15,6 +15,7 @@ from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
                            TimeRemainingColumn, TransferSpeedColumn)
 from rich.table import Table
 
+import strata
 from strata.files.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.cli.console_cmd import console_command
 from strata.cli.groups_cmd import groups_command
@@ -49,7 +50,7 @@ def open_readonly(directory: str) -> MessageStore:
     if not (path / COMMITLOG_DIR).is_dir():
         raise click.ClickException(f"{directory} is not a strata store (no {COMMITLOG_DIR}/ inside)")
     try:
-        return MessageStore(path, readonly=True)
+        return strata.open(path, readonly=True)
     except StrataError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -123,13 +124,13 @@ def info(directory: str, as_json: bool) -> None:
     """Segments, offsets and flush state of the commit log."""
     store = open_readonly(directory)
     with store:
-        segs = store.log.segments.segments
+        segs = store.log.segment_list()
         rows = [{"file": s.path.name, "base_offset": s.base_offset, "data_size": s.data_size,
                  "used": s.committed, "sealed": s.sealed,
                  "records": s.footer.record_count if s.footer else None}
                 for s in segs]
         cp = store.checkpoint.load()
-        running = store._live_writer
+        running = store.follows_writer
         data = {"directory": str(store.path), "segments": rows,
                 "min_offset": store.log.min_offset(), "confirmed_offset": store.confirmed_offset(),
                 # README "Tiered storage": where the history retention deleted is read from
@@ -254,12 +255,12 @@ def verify(directory: str) -> None:
     entry leads to its record; exit 1 and list file, offset and kind of each problem."""
     store = open_readonly(directory)
     with store:
-        segs = list(store.log.segments.segments)
+        segs = list(store.log.segment_list())
         with _progress() as prog:
             task = prog.add_task("verifying", total=sum(s.committed for s in segs))
             found = verify_log(store.log.segments, store.confirmed_offset(),
                                progress=lambda done: prog.update(task, completed=done))
-        if not store._live_writer:   # what a writer's open would cut: a torn tail
+        if not store.follows_writer:   # what a writer's open would cut: a torn tail
             found.problems += recovery_problems(store.recovery_report, store.log.segments)
     derived, queues, index_files = _verify_derived(directory)
     for p in [*found.problems, *derived]:
@@ -355,7 +356,7 @@ def topics_create(directory: str, name: str, queues: int | None, message_type: s
             pass                  # a damaged table: the writer's open repairs it, then checks
         else:
             table.check_same(name, queues, kind)
-    with MessageStore(directory) as store:
+    with strata.open(directory) as store:
         if store.recovery_report is not None and store.recovery_report.new_store:
             err.print(f"created a new store at {directory} (no store was there)",
                       markup=False, highlight=False, soft_wrap=True)
@@ -531,7 +532,7 @@ def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tag
     msg = Message(topic, data, keys=keys, tags=tags, properties=properties or None,
                   queue_id=queue_id, born_timestamp=time.time_ns() // 1_000_000)
     check_messages(directory, [msg], cfg)   # refused input never opens (or creates) the store
-    with MessageStore(directory, cfg) as store:
+    with strata.open(directory, cfg) as store:
         if store.recovery_report is not None and store.recovery_report.new_store:
             err.print(f"created a new store at {directory} (no store was there)",
                       markup=False, highlight=False, soft_wrap=True)

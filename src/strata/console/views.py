@@ -190,7 +190,7 @@ class ConsoleData:
 
     def overview(self) -> dict:
         s = self.store
-        segs = s.log.segments.segments
+        segs = s.log.segment_list()
         report = s.recovery_report
         rows = self._rows_for_pages()
         groups = self.groups.rows()

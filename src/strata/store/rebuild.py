@@ -92,7 +92,7 @@ class IndexRebuild:
             self.segments = [
                 SegmentSpan(str(s.path), f"{COMMITLOG_DIR}/{s.path.name}", s.base_offset,
                             max(0, min(s.committed, self.end_offset - s.base_offset)))
-                for s in clog.segments.segments if s.base_offset < self.end_offset]
+                for s in clog.segment_list() if s.base_offset < self.end_offset]
         finally:
             clog.close()
         table = TopicTable(self.path, readonly=True)
