@@ -34,40 +34,19 @@ STORE_MARKERS = (COMMITLOG_DIR, CHECKPOINT_NAME, CONFIG_DIR, LOCK_NAME)
 class StoreLayout:
     """The paths of one store directory."""
 
-    __slots__ = ("root",)
+    __slots__ = ("root", "commitlog", "consumequeue", "index", "config", "quarantine")
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-
-    @property
-    def commitlog(self) -> Path:
-        return self.root / COMMITLOG_DIR
-
-    @property
-    def consumequeue(self) -> Path:
-        return self.root / CONSUMEQUEUE_DIR
-
-    @property
-    def index(self) -> Path:
-        return self.root / INDEX_DIR
-
-    @property
-    def config(self) -> Path:
-        return self.root / CONFIG_DIR
-
-    @property
-    def quarantine(self) -> Path:
-        return self.root / QUARANTINE_DIR
+        self.root = root = Path(root)
+        self.commitlog = root / COMMITLOG_DIR
+        self.consumequeue = root / CONSUMEQUEUE_DIR
+        self.index = root / INDEX_DIR
+        self.config = root / CONFIG_DIR
+        self.quarantine = root / QUARANTINE_DIR
 
     def is_store(self) -> bool:
         """Whether the directory holds a strata store (its commit-log folder exists)."""
         return self.commitlog.is_dir()
-
-    def not_a_store(self) -> str:
-        """Why ``is_store`` said no, in a few words for an error message."""
-        if not self.root.exists():
-            return "no such directory"
-        return f"no {COMMITLOG_DIR}/ inside"
 
 
 def is_store(root: str | Path) -> bool:

@@ -176,22 +176,16 @@ def writer_started(store) -> bool:
 # ---------------------------------------------------------------------- closing
 
 def stop_services(store) -> None:
+    """Stop the writer's services, the tier and retention before the dispatcher and the
+    flush services they rely on (stopping a service never flushes)."""
     if store._index_rebuild is not None:
         store._index_rebuild.stop()
-    if store.tier is not None:
-        store.tier.stop()
-        store.tier = None
-    if store.retention is not None:
-        store.retention.stop()
-        store.retention = None
-    if store._reput is not None:
-        store._reput.stop()
-    if store._flusher is not None:
-        store._flusher.stop()
-        store._flusher = None
-    if store._group_commit is not None:
-        store._group_commit.stop()
-        store._group_commit = None
+    for name in ("tier", "retention", "_reput", "_flusher", "_group_commit"):
+        service = getattr(store, name)
+        if service is not None:
+            service.stop()
+            if name != "_reput":   # the dispatcher stays: close catches it up by hand
+                setattr(store, name, None)
 
 
 def close(store) -> None:
