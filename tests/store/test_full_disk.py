@@ -175,14 +175,14 @@ def test_a_full_disk_refuses_before_acknowledging_and_the_store_finds_its_way_ou
         assert_readable(ro, acked)
     disk.fill()                        # with no writer running, the disk is exactly full
     store = open_store(disk)
-    if not store._disk_full:
+    if not store.life.disk_full:
         # The open found room of its own: a key-index file made after the last checkpoint is
         # cut by recovery (its blocks freed) and rebuilt by replay from the reserved spare.
         # Full again, a retention pass must refuse puts as the open would have.
         assert store.recovery_report.redispatched_records > 0
         disk.fill()
         store.retention.run_once()
-    assert store._disk_full
+    assert store.life.disk_full
     with pytest.raises(DiskFullError, match="disk"):
         store.put(message(1, "t"))
     assert_readable(store, acked)
@@ -194,7 +194,7 @@ def test_a_full_disk_refuses_before_acknowledging_and_the_store_finds_its_way_ou
     # space comes back: the next retention pass finishes the open and takes puts again
     disk.free()
     store.retention.run_once()
-    assert not store._disk_full and store.abort_marker.exists()
+    assert not store.life.disk_full and store.abort_marker.exists()
     for i in range(5):
         r = store.put(message(seq + i, "new3"))
         acked[r.commitlog_offset] = ("new3", seq + i)

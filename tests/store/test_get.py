@@ -8,7 +8,7 @@ import pytest
 import strata
 import strata.format.consume_queue as cq_format
 import strata.index.dispatch_batch as dispatch_batch_mod
-import strata.store.read_path as ms_mod  # get's tag filter (tag_hash) lives here
+import strata.store.queue_source as ms_mod  # get's tag filter (tag_hash) lives here
 from strata.errors import InvalidInputError, TopicExistsError
 from strata.store.message import GetStatus
 

@@ -235,7 +235,7 @@ def test_above_75_percent_expired_files_go_at_any_hour_but_only_expired(tmp_path
         assert store.retention.run_once(now) == 2
         assert seg_bases(store) == bases[2:]
         assert store.retention.run_once(now) == 0        # the rest is young
-        assert not store._disk_full
+        assert not store.life.disk_full
         filled.put(store)
         settle(store)
         check_consistent(store, filled)
@@ -253,13 +253,13 @@ def test_by_default_unexpired_files_are_kept_however_full_the_disk(tmp_path, clo
             store.retention.disk_usage = lambda: usage
             assert store.retention.run_once(now) == 0
             assert seg_bases(store) == bases
-        assert store._disk_full
+        assert store.life.disk_full
         with pytest.raises(DiskFullError, match="disk"):
             store.put(strata.Message("t", b"no"))
         check_consistent(store, filled)
         assert store.clean_expired(now, force=True) == 2  # the operator decides
         assert seg_bases(store) == bases[2:]
-        assert store._disk_full                          # still 100 %: still refused
+        assert store.life.disk_full                          # still 100 %: still refused
         store.retention.disk_usage = lambda: 0.5
         store.retention.run_once(now)
         filled.put(store)
@@ -279,7 +279,7 @@ def test_above_85_percent_oldest_files_go_regardless_of_age_when_enabled(tmp_pat
         store.retention.disk_usage = lambda: 0.87
         assert store.retention.run_once(now) == 3        # at most 3 per pass
         assert seg_bases(store) == bases[3:]
-        assert not store._disk_full                      # puts still accepted
+        assert not store.life.disk_full                      # puts still accepted
         filled.put(store, "u")
         settle(store)
         check_consistent(store, filled)
@@ -300,7 +300,7 @@ def test_above_90_percent_puts_are_refused_until_space_is_back(tmp_path, clock):
         store.retention.disk_usage = lambda: usage["v"]
         assert store.retention.run_once(now) == 1        # cleans at once, regardless of age
         assert seg_bases(store) == bases[1:]
-        assert store._disk_full
+        assert store.life.disk_full
         end = store.max_commitlog_offset()
         for attempt in (lambda: store.put(strata.Message("t", b"no")),
                         lambda: store.put_batch([strata.Message("u", b"no")] * 3)):
@@ -318,7 +318,7 @@ def test_above_90_percent_puts_are_refused_until_space_is_back(tmp_path, clock):
         with pytest.raises(DiskFullError):
             store.put(strata.Message("t", b"no"))
         assert store.retention.run_once(now) == 0
-        assert not store._disk_full
+        assert not store.life.disk_full
         r = filled.put(store)
         settle(store)
         assert [m.commitlog_offset for m in store.query("t", f"k{len(filled.results) - 1}")] \
@@ -335,7 +335,7 @@ def test_above_90_percent_clears_in_the_same_pass_once_deletion_frees_space(tmp_
         store.retention.disk_usage = lambda: 0.95 if len(store.log.segments.segments) > 3 \
             else 0.70
         assert store.retention.run_once(now) >= 2
-        assert not store._disk_full
+        assert not store.life.disk_full
         filled.put(store)
         settle(store)
         check_consistent(store, filled)

@@ -22,19 +22,20 @@ from typing import Protocol
 
 import uvloop
 
+import strata
 from strata.broker.acl import DEFAULT_WINDOW_S, AccessList, load_acl
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.held import HeldMessages
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
 from strata.broker.send import SendBatcher
+from strata.files.layout import BROKER_DIR
 from strata.store.config import StoreConfig
 from strata.store.message_store import MessageStore
 from strata.words import count
 
 log = logging.getLogger(__name__)
 
-BROKER_DIR = "broker"
 SECRET_NAME = "receipt.key"
 JOURNAL_SYNC_S = 1.0
 
@@ -109,7 +110,7 @@ def _open(cfg: ServeConfig) -> Node:
         from strata.broker.tls import check_pair, server_context
         pems = check_pair(cfg.tls_cert, cfg.tls_key)
         context = server_context(cfg.tls_cert, cfg.tls_key)
-    store = MessageStore(cfg.directory, StoreConfig(flush=cfg.flush, **cfg.store_options))
+    store = strata.open(cfg.directory, StoreConfig(flush=cfg.flush, **cfg.store_options))
     try:
         broker_dir = store.path / BROKER_DIR
         signer = ReceiptSigner(load_or_create_secret(broker_dir / SECRET_NAME))

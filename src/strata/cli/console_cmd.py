@@ -33,8 +33,9 @@ def console_command(directory: str, http: str, acl: Path | None,
     """Serve the web console for the store in DIR: read-only beside a running writer
     (`strata serve`), else as the store's writer."""
     from strata.console.server import serve_console
+    from strata.files.layout import COMMITLOG_DIR, is_store
     host, port = parse_http(http)
     path = Path(directory)
-    if not path.is_dir() or not (path / "commitlog").is_dir():
-        raise click.ClickException(f"{directory} is not a strata store (no commitlog/ inside)")
+    if not path.is_dir() or not is_store(path):
+        raise click.ClickException(f"{directory} is not a strata store (no {COMMITLOG_DIR}/ inside)")
     asyncio.run(serve_console(path, host, port, acl, exit_with_parent))

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from strata.store.config import StoreConfig
 from strata.store.message import GetStatus, Message
-from strata.store.message_store import MessageStore
+import strata
 
 TOPICS = {"orders": ("created", "paid", "cancelled"),
           "payments": ("authorized", "captured", "refunded"),
@@ -52,7 +52,7 @@ def run_demo(directory: str, n: int, batch: int, console: Console, *, spark: boo
     run = int(time.time())
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console, transient=True)
-    with MessageStore(directory, config) as store:
+    with strata.open(directory, config) as store:
         if store.recovery_report is not None:
             console.print(f"[dim]{store.recovery_report.summary()}[/dim]")
         start = {(t, q): store.max_offset(t, q)

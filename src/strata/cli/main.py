@@ -15,6 +15,8 @@ from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn,
                            TimeRemainingColumn, TransferSpeedColumn)
 from rich.table import Table
 
+import strata
+from strata.files.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.cli.console_cmd import console_command
 from strata.cli.groups_cmd import groups_command
 from strata.cli.refstore_cmd import refstore_group
@@ -26,7 +28,7 @@ from strata.log.verify import recovery_problems, verify_log
 from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
 from strata.store.message import Message
-from strata.store.message_store import COMMITLOG_DIR, MessageStore, check_messages
+from strata.store.message_store import MessageStore, check_messages
 from strata.store.topics import TopicTable, TopicType, check_new_topic
 from strata.words import count
 
@@ -48,7 +50,7 @@ def open_readonly(directory: str) -> MessageStore:
     if not (path / COMMITLOG_DIR).is_dir():
         raise click.ClickException(f"{directory} is not a strata store (no {COMMITLOG_DIR}/ inside)")
     try:
-        return MessageStore(path, readonly=True)
+        return strata.open(path, readonly=True)
     except StrataError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -122,13 +124,13 @@ def info(directory: str, as_json: bool) -> None:
     """Segments, offsets and flush state of the commit log."""
     store = open_readonly(directory)
     with store:
-        segs = store.log.segments.segments
+        segs = store.log.segment_list()
         rows = [{"file": s.path.name, "base_offset": s.base_offset, "data_size": s.data_size,
                  "used": s.committed, "sealed": s.sealed,
                  "records": s.footer.record_count if s.footer else None}
                 for s in segs]
         cp = store.checkpoint.load()
-        running = store._live_writer
+        running = store.follows_writer
         data = {"directory": str(store.path), "segments": rows,
                 "min_offset": store.log.min_offset(), "confirmed_offset": store.confirmed_offset(),
                 # README "Tiered storage": where the history retention deleted is read from
@@ -253,12 +255,12 @@ def verify(directory: str) -> None:
     entry leads to its record; exit 1 and list file, offset and kind of each problem."""
     store = open_readonly(directory)
     with store:
-        segs = list(store.log.segments.segments)
+        segs = list(store.log.segment_list())
         with _progress() as prog:
             task = prog.add_task("verifying", total=sum(s.committed for s in segs))
             found = verify_log(store.log.segments, store.confirmed_offset(),
                                progress=lambda done: prog.update(task, completed=done))
-        if not store._live_writer:   # what a writer's open would cut: a torn tail
+        if not store.follows_writer:   # what a writer's open would cut: a torn tail
             found.problems += recovery_problems(store.recovery_report, store.log.segments)
     derived, queues, index_files = _verify_derived(directory)
     for p in [*found.problems, *derived]:
@@ -354,7 +356,7 @@ def topics_create(directory: str, name: str, queues: int | None, message_type: s
             pass                  # a damaged table: the writer's open repairs it, then checks
         else:
             table.check_same(name, queues, kind)
-    with MessageStore(directory) as store:
+    with strata.open(directory) as store:
         if store.recovery_report is not None and store.recovery_report.new_store:
             err.print(f"created a new store at {directory} (no store was there)",
                       markup=False, highlight=False, soft_wrap=True)
@@ -461,7 +463,7 @@ def stat(directory: str, as_json: bool) -> None:
                 queues.append({"topic": name, "queue": q, "min": store.min_offset(name, q),
                                "max": store.max_offset(name, q),
                                "earliest_ms": store.earliest_time(name, q)})
-        sizes = {d: _dir_bytes(store.path / d) for d in ("commitlog", "consumequeue", "index")}
+        sizes = {d: _dir_bytes(store.path / d) for d in (COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR)}
         data = {"queues": queues, "dispatch_lag_bytes": store.dispatch_behind_bytes(),
                 # allocated blocks (du); apparent: the files' sizes (ls -l), sparse ahead
                 "disk_bytes": {d: s[0] for d, s in sizes.items()},
@@ -531,7 +533,7 @@ def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tag
     msg = Message(topic, data, keys=keys, tags=tags, properties=properties or None,
                   queue_id=queue_id, born_timestamp=time.time_ns() // 1_000_000)
     check_messages(directory, [msg], cfg)   # refused input never opens (or creates) the store
-    with MessageStore(directory, cfg) as store:
+    with strata.open(directory, cfg) as store:
         if store.recovery_report is not None and store.recovery_report.new_store:
             err.print(f"created a new store at {directory} (no store was there)",
                       markup=False, highlight=False, soft_wrap=True)

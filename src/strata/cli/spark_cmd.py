@@ -15,8 +15,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from strata.files.layout import COMMITLOG_DIR
 from strata.errors import StrataError
-from strata.store.message_store import COMMITLOG_DIR, writer_alive
+from strata.store.message_store import writer_alive
 
 err = Console(stderr=True)
 

@@ -16,10 +16,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+import strata
 from strata.cli.spark_cmd import _require_store
 from strata.errors import StrataError
 from strata.store.geometry import stored_config
-from strata.store.message_store import MessageStore, writer_alive
+from strata.store.message_store import writer_alive
 from strata.store.tier_config import stored_tier
 from strata.tiered import TierService
 from strata.tiered.connect import open_backend
@@ -48,7 +49,7 @@ def _metadata(path: Path) -> TierMetadata:
 def _local_max(path: Path) -> dict[tuple[str, int], int]:
     """Every queue's max offset, read-only (empty if the store cannot be opened so)."""
     try:
-        with MessageStore(path, readonly=True) as store:
+        with strata.open(path, readonly=True) as store:
             return {(t, q): store.max_offset(t, q) for t in store.topics()
                     for q in range(store.queue_count(t))}
     except StrataError as exc:
@@ -124,7 +125,7 @@ def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
     endpoint = endpoint_url or (known.endpoint_url if known else None)
     cfg = dataclasses.replace(stored_config(path), tier_url=url, tier_endpoint_url=endpoint)
     cfg.validate()
-    with MessageStore(path, cfg) as store:
+    with strata.open(path, cfg) as store:
         tier: TierService = store.tier
         store.wait_dispatched()
         total = sum(tier.dispatcher.lag().values())

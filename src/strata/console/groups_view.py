@@ -12,8 +12,8 @@ from pathlib import Path
 from strata.broker import journal as jr
 from strata.broker.group_state import JOURNAL_NAME, ConsumerGroups, QueueState
 from strata.errors import CorruptStoreError
+from strata.files.layout import BROKER_DIR
 
-BROKER_DIR = "broker"
 
 # (group, topic, queue id) -> (commit offset, pop offset, in flight, redeliveries in flight)
 GroupRows = dict[tuple[str, str, int], tuple[int, int, int, int]]

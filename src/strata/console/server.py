@@ -12,6 +12,7 @@ from typing import Callable
 
 from aiohttp import web
 
+import strata
 from strata.console.actions import Actions
 from strata.console.app import make_app
 from strata.console.groups_view import BROKER_DIR, GroupSource
@@ -35,11 +36,11 @@ async def _watch_parent(stop: asyncio.Event) -> None:
 def open_for_console(directory: Path) -> MessageStore:
     """Read-only beside a running writer, else as the writer (as issue 25 fixes it)."""
     if writer_alive(directory):
-        return MessageStore(directory, readonly=True)
+        return strata.open(directory, readonly=True)
     try:
-        return MessageStore(directory, create=False)
+        return strata.open(directory, create=False)
     except StoreLockedError:        # a writer started meanwhile
-        return MessageStore(directory, readonly=True)
+        return strata.open(directory, readonly=True)
 
 
 async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:

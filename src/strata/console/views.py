@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from strata.files.layout import BROKER_DIR, COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.broker.dead_letter import DLQ_PREFIX, dlq_topic
 from strata.console.groups_view import GroupSource
 from strata.errors import InvalidInputError
@@ -180,7 +181,7 @@ class ConsoleData:
             if now - at < DISK_CACHE_S and cached:
                 return cached
         out = {}
-        for d in ("commitlog", "consumequeue", "index", "broker"):
+        for d in (COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR, BROKER_DIR):
             b, n = _dir_bytes(self.store.path / d)
             out[d] = {"bytes": b, "files": n}
         with self._lock:
@@ -189,7 +190,7 @@ class ConsoleData:
 
     def overview(self) -> dict:
         s = self.store
-        segs = s.log.segments.segments
+        segs = s.log.segment_list()
         report = s.recovery_report
         rows = self._rows_for_pages()
         groups = self.groups.rows()

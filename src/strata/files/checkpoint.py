@@ -10,14 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same, file_ops
+from strata.files.layout import ABORT_NAME, CHECKPOINT_NAME, STATE_NAME
 from strata.format.checkpoint import (STATE_POS_CONFIRMED, STATE_POS_DISPATCHED, STATE_POS_MIN,
                                       Checkpoint, decode_state, encode_state)
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_NAME = "checkpoint"
-ABORT_NAME = "abort"
-STATE_NAME = "state"
 STATE_SIZE = 4096
 _CONFIRMED, _DISPATCHED, _MIN = ((pos - STATE_POS_CONFIRMED) // 8 for pos in
                                  (STATE_POS_CONFIRMED, STATE_POS_DISPATCHED, STATE_POS_MIN))

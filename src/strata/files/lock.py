@@ -12,8 +12,7 @@ from typing import Iterator
 
 from strata.errors import StoreLockedError
 from strata.files.io import disk_full_or_same
-
-LOCK_NAME = "lock"
+from strata.files.layout import LOCK_NAME
 
 STORE_HINT = ("reads need no lock (strata.open(DIR, readonly=True) in Python; the "
               "commands info, stat, get, query, scan and verify), a write waits until that "

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.layout import DERIVED_NAME
 from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
 from strata.format.derived import DerivedSummary, IndexFileEnd, QueueEnd
@@ -28,7 +29,6 @@ from strata.index.queues import ConsumeQueueSet
 
 log = logging.getLogger(__name__)
 
-DERIVED_NAME = "derived"
 CHECK_CHUNK = 1 << 16   # units looked at per numpy step
 
 

@@ -12,12 +12,10 @@ import os
 from pathlib import Path
 
 from strata.files.io import fsync_dir
+from strata.files.layout import CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.index.dispatch_batch import DispatchBatch
 from strata.index.key_index import KeyIndex
 from strata.index.queues import ConsumeQueueSet, KeyIndexDispatcher, TopicGate
-
-CONSUMEQUEUE_DIR = "consumequeue"
-INDEX_DIR = "index"
 
 
 class TopicsSnapshot:

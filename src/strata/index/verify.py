@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from strata.files.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.errors import CorruptStoreError
 from strata.files.segment import MappedSegment
 from strata.format import key_index as kfmt
@@ -143,14 +144,14 @@ class _Indexes:
 
     def __init__(self, lim: Limits, sink: ProblemSink) -> None:
         self.lim, self.sink = lim, sink
-        self.queues = ConsumeQueueSet(Path(lim.root) / "consumequeue", lim.units_per_file,
+        self.queues = ConsumeQueueSet(Path(lim.root) / CONSUMEQUEUE_DIR, lim.units_per_file,
                                       readonly=True)
         self._ki: KeyIndex | None = None
         self._ki_failed = False
 
     def key_index(self) -> KeyIndex | None:
         if self._ki is None and not self._ki_failed:
-            index_dir = Path(self.lim.root) / "index"
+            index_dir = Path(self.lim.root) / INDEX_DIR
             try:
                 self._ki = KeyIndex(index_dir, slots=self.lim.index_slots,
                                     entries=self.lim.index_entries, readonly=True)
@@ -262,7 +263,7 @@ def _check_entries_of(batch: DispatchBatch, start: int, end: int, lim: Limits, k
         if uniq is not None:
             exp_p.append(p)
             exp_h.append(key_hash(prefix + uniq))
-    ki = key_index() if exp_p or (Path(lim.root) / "index").is_dir() else None
+    ki = key_index() if exp_p or (Path(lim.root) / INDEX_DIR).is_dir() else None
     found = ki.entries_between(start, min(end, lim.confirmed)) if ki is not None else []
     rec_phys, rec_ts = batch.offsets, batch.store_timestamps
     got_p, got_h, got_file, got_num = [], [], [], []
@@ -320,8 +321,8 @@ def _check_entries_of(batch: DispatchBatch, start: int, end: int, lim: Limits, k
 def check_queue(topic: str, queue_id: int, lim: Limits) -> tuple[list[Problem], TaskStats]:
     sink = ProblemSink()
     stats = TaskStats(f"consumequeue/{topic}/{queue_id}")
-    queues = ConsumeQueueSet(Path(lim.root) / "consumequeue", lim.units_per_file, readonly=True)
-    clog = CommitLog(Path(lim.root) / "commitlog", lim.segment_size, readonly=True,
+    queues = ConsumeQueueSet(Path(lim.root) / CONSUMEQUEUE_DIR, lim.units_per_file, readonly=True)
+    clog = CommitLog(Path(lim.root) / COMMITLOG_DIR, lim.segment_size, readonly=True,
                      preallocate=False, prefault=False)
     try:
         try:
@@ -402,7 +403,7 @@ def check_index_file(name: str, lim: Limits) -> tuple[list[Problem], TaskStats]:
     sink = ProblemSink()
     file = f"index/{name}"
     stats = TaskStats(file)
-    path = Path(lim.root) / "index" / name
+    path = Path(lim.root) / INDEX_DIR / name
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -490,7 +491,7 @@ def _check_index_structure(mm, header, file: str, sink: ProblemSink, stats: Task
 
 def queue_dirs(root: Path) -> list[tuple[str, int]]:
     """(topic, queue id) of every consume-queue directory of the store at ``root``."""
-    base = Path(root) / "consumequeue"
+    base = Path(root) / CONSUMEQUEUE_DIR
     if not base.is_dir():
         return []
     return sorted((t.name, int(q.name)) for t in base.iterdir() if t.is_dir()

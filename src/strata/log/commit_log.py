@@ -481,6 +481,15 @@ class CommitLog:
                     seg.release_pages()
                 self._to_seal.pop(0)
 
+    def segment_list(self) -> list:
+        """The log's segments, oldest first (a copy: retention may delete the first)."""
+        return list(self.segments.segments)
+
+    def delete_oldest(self) -> None:
+        """Retention: delete the oldest segment (never while a flush walks the segments)."""
+        with self._flush_lock:
+            self.segments.delete_first()
+
     def close(self) -> None:
         with self._flush_lock:
             self.segments.close()

@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from strata.files.io import FileOps
+from strata.files.layout import QUARANTINE_DIR
 from strata.format.quarantine import QuarantinedPiece, decode_quarantine, encode_quarantine
 from strata.format.segment import file_name
-
-QUARANTINE_DIR = "quarantine"
 
 
 def keep_aside(store_dir: Path, pieces: list[QuarantinedPiece], file_ops: FileOps) -> str:

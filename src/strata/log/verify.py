@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from strata.errors import CorruptRecordError
+from strata.files.layout import COMMITLOG_DIR
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format.segment import FOOTER_BYTES, HEADER_AREA
@@ -138,7 +139,7 @@ def recovery_problems(report, segments: SegmentQueue) -> list[Problem]:
         seg = segments.find(report.truncated_at)
         what = (f"; segment files {', '.join(report.dropped_segments)} would be dropped"
                 if report.dropped_segments else "")
-        out.append(Problem(f"commitlog/{seg.path.name}" if seg is not None else "commitlog",
+        out.append(Problem(f"{COMMITLOG_DIR}/{seg.path.name}" if seg is not None else COMMITLOG_DIR,
                            report.truncated_at, "log-end",
                            f"the log ends here ({report.problem}); the next writer's recovery "
                            f"keeps what follows in a quarantine file and cuts it{what}"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from strata.files.layout import is_store
 import strata
 from strata.errors import StoreNotFoundError
 from strata.store.geometry import stored_config
@@ -15,7 +16,7 @@ from strata.store.geometry import stored_config
 def store_config(path: str | Path, *, for_writing: bool = False) -> strata.StoreConfig:
     """A StoreConfig whose geometry matches the store at ``path`` (defaults where nothing says)."""
     root = Path(path)
-    if not (root / "commitlog").is_dir():
+    if not is_store(root):
         raise StoreNotFoundError(f"no strata store at {root} (no commitlog/ inside)")
     cfg = stored_config(root)
     if for_writing:  # a short-lived commit: do not pre-fault the next segment

@@ -166,7 +166,7 @@ def _ranges_batches(path: str, ranges, schema, batch_rows: int, fail_on_data_los
     queue_of_range = np.array([r.queue_id for r in ranges], np.int32)
     store = open_readonly(path)
     try:
-        segments = store.log.segments.segments
+        segments = store.log.segment_list()
         for phys, which in log_ordered_units(store, ranges, batch_rows, fail_on_data_loss,
                                              tag_hashes):
             yield build_batch(Records(segments, phys, verify_crc=verify_crc), topics,

@@ -27,6 +27,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Sho
 
 from strata.errors import InvalidInputError, StrataError
 from strata.files.io import file_ops
+from strata.files.layout import is_store
 from strata.spark.options import OptionError, WriteOptions
 
 STAGING_DIR = "spark-staging"
@@ -88,11 +89,11 @@ def prepare_store(root: Path, wait_s: float = 0.0) -> None:
     files go inside it)."""
     from strata.store.message_store import writer_alive
     deadline = time.monotonic() + wait_s
-    while (root / "commitlog").is_dir() and writer_alive(root):
+    while is_store(root) and writer_alive(root):
         if time.monotonic() >= deadline:
             raise StoreBusyError(root)
         time.sleep(0.05)
-    if not (root / "commitlog").is_dir():
+    if not is_store(root):
         import strata
         strata.open(root, strata.StoreConfig(prefault=False, preallocate=False)).close()
 

@@ -11,7 +11,6 @@ from strata.errors import DiskFullError, InvalidInputError
 from strata.files.flush import AsyncFlushService, GroupCommitService
 from strata.format.checkpoint import Checkpoint
 from strata.index.derived_check import snapshot
-from strata.store import tier_link
 from strata.store.retention import RetentionService
 
 log = logging.getLogger("strata.store.message_store")
@@ -20,11 +19,13 @@ log = logging.getLogger("strata.store.message_store")
 def start_services(store) -> None:
     cfg = store.config
     if cfg.tier_url is not None:  # made first: a bad tier metadata file starts nothing
-        factory = tier_link.service_factory()
-        if factory is None:
-            raise InvalidInputError("StoreConfig.tier_url needs strata.tiered: "
-                                    "import strata (or strata.tiered) first")
-        store.tier = factory(store)
+        support = store.history.tier_support
+        if support is None:
+            raise InvalidInputError(
+                f"store {store.path} has a tier ({cfg.tier_url}) but was opened without "
+                "tiered storage: open it with strata.open (or pass "
+                "tier=strata.tiered.SUPPORT to MessageStore)")
+        store.tier = support.link(store)
     if cfg.flush == "sync":
         store._group_commit = GroupCommitService(store.log.flush,
                                                 timeout_ms=cfg.sync_flush_timeout_ms,
@@ -46,9 +47,11 @@ def start_services(store) -> None:
 
 def background_flush(store, least_pages: int) -> int:
     flushed = store.log.flush(least_pages)
+    if store.repairs.pending():   # units reads found damaged: re-derived here, not by reads
+        store.repairs.run(store)
     now = time.monotonic()
     if now - store._last_checkpoint >= store.config.checkpoint_interval_ms / 1000.0 \
-            and not store._open_writes_pending:
+            and not store.life.open_writes_pending:
         store._last_checkpoint = now
         try:
             write_checkpoint(store, clean_end=-1)
@@ -86,3 +89,78 @@ def after_sync_flush(store) -> None:
     store.state.set_confirmed(store._group_commit.flushed)
     if store._reput is not None:
         store._reput.wakeup()
+
+
+def wait_dispatched(store, timeout: float = 30.0) -> bool:
+    """Block until queues and index cover everything confirmed so far."""
+    store._check_open()
+    if store.readonly or store._reput is None:
+        return True
+    target = store.confirmed_offset()
+    deadline = time.monotonic() + timeout
+    while store._reput.reput_offset < target:
+        store._reput.wakeup()
+        if store._reput.error is not None:
+            raise store._reput.error
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def wait_index_rebuilt(store, timeout: float | None = None) -> bool:
+    """Block until a background rebuild of the key index (an open that found a large
+    part of it lost) is done; True when there is none or it finished in time."""
+    store._check_open()
+    r = store._index_rebuild
+    if r is None:
+        return True
+    return r.done.wait(timeout) and not r.active
+
+
+def dispatch_behind_bytes(store) -> int:
+    if store.readonly:
+        _pid, confirmed, dispatched, _m = store.state.read() if store.follows_writer \
+            else (0, 0, 0, 0)
+        return max(0, confirmed - dispatched)
+    return store._reput.behind_bytes() if store._reput is not None else 0
+
+
+def flush(store) -> int:
+    """Make everything appended so far durable; returns the flushed offset."""
+    store._check_open()
+    if store.readonly:
+        return store.confirmed_offset()
+    flushed = store.log.flush(0)
+    if store._group_commit is not None:
+        store._group_commit.wait_for(store.log.max_offset())
+    return flushed
+
+
+def tier_sync(store, timeout_s: float = 60.0) -> None:
+    """Upload everything confirmed now to the tier; return when the tier holds it
+    (TierUnavailableError, naming the last failure, after ``timeout_s``)."""
+    store._check_writable()
+    if store.tier is None:
+        raise InvalidInputError(f"store {store.path} has no tier (StoreConfig.tier_url)")
+    store.tier.sync(timeout_s)
+
+
+def clean_expired(store, now_ms: int | None = None, *, force: bool = False) -> int:
+    """Run one retention pass now (as if at a deletion hour); returns files deleted.
+
+    ``force=True`` deletes the oldest commit-log files (at most
+    ``max_files_deleted_per_run``, never the active one) whether expired or not: an
+    operator's way out of a full disk, at the price of those messages."""
+    store._check_writable()
+    return store.retention.run_once(now_ms, manual=True, force=force)
+
+
+def dispatched_offset(store) -> int:
+    """The commit-log offset up to which records have reached their consume queues (and so
+    ``get`` finds them): ``confirmed_offset()`` less what dispatch still has to do."""
+    if store.readonly:
+        _pid, confirmed, dispatched, _m = store.state.read() if store._live_writer \
+            else (0, store._readonly_limit, store._readonly_limit, 0)
+        return min(confirmed, dispatched)
+    return store._reput.reput_offset if store._reput is not None else store.confirmed_offset()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from strata.errors import CorruptStoreError
 from strata.files.io import FileOps
+from strata.files.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, GEOMETRY_FILE, INDEX_DIR
 from strata.format import key_index as kfmt
 from strata.format import segment as sfmt
 from strata.index.key_index import FIRST_ENTRIES, FIRST_SLOTS
@@ -22,7 +23,6 @@ from strata.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
 
-GEOMETRY_FILE = Path("config") / "geometry.json"
 FIELDS = ("segment_size", "consume_queue_units", "index_slots", "index_entries")
 
 
@@ -121,13 +121,13 @@ def _header(path: Path | None, header_class, size: int):
 
 def _geometry_from_files(root: Path) -> dict[str, int]:
     out: dict[str, int] = {}
-    for directory, depth, name, per in (("commitlog", 1, "segment_size", 1),
-                                        ("consumequeue", 3, "consume_queue_units", 20)):
+    for directory, depth, name, per in ((COMMITLOG_DIR, 1, "segment_size", 1),
+                                        (CONSUMEQUEUE_DIR, 3, "consume_queue_units", 20)):
         seg = _header(_first_file(root / directory, depth), sfmt.SegmentHeader,
                       sfmt.HEADER_BYTES)
         if seg is not None:
             out[name] = seg.data_size // per
-    kx = _header(_first_file(root / "index", 1), kfmt.KeyIndexHeader, kfmt.HEADER_BYTES)
+    kx = _header(_first_file(root / INDEX_DIR, 1), kfmt.KeyIndexHeader, kfmt.HEADER_BYTES)
     # A first key-index file of the growing size (docs/format.md section 10) says only that the
     # configured geometry is at least that: the defaults then, not a store of small files.
     if kx is not None and (kx.slots, kx.entries) != (FIRST_SLOTS, FIRST_ENTRIES):

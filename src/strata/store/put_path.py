@@ -9,8 +9,8 @@ import logging
 import time
 from typing import Sequence
 
-from strata.errors import DiskFullError
-from strata.store.message import Message, PutResults, PutStatus
+from strata.errors import DiskFullError, InvalidInputError
+from strata.store.message import Message, PutResult, PutResults, PutStatus
 
 log = logging.getLogger("strata.store.message_store")
 
@@ -22,16 +22,84 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def put(store, msg: Message) -> PutResult:
+    """Append one message (the batch of one)."""
+    return put_batch(store, (msg,))[0]
+
+
+def check_batch(store, msgs: Sequence[Message]) -> None:
+    """Raise what ``put_batch(msgs)`` would raise for its input (InvalidInputError and
+    subclasses), writing nothing: a caller appending one large job in several batches
+    checks all of them first."""
+    batch = store._encoder.prepare(list(msgs))
+    if len(batch):
+        batch.choose_queues(store.topic_table.queues, store.config.default_queues, {}, {})
+
+
+def put_batch(store, msgs: Sequence[Message]) -> PutResults:
+    """Append messages in order; all get the same store timestamp. Returns one
+    ``PutResult`` per message (a ``PutResults`` sequence, made when first read).
+
+    Invalid input raises (InvalidInputError and subclasses) before anything is written.
+    """
+    store._check_writable()
+    if isinstance(msgs, Message):
+        msgs = (msgs,)
+    elif not isinstance(msgs, (list, tuple)):
+        try:
+            msgs = list(msgs)  # any iterable of messages (a generator, a deque, ...)
+        except TypeError:
+            raise InvalidInputError(f"put_batch takes an iterable of strata.Message, got "
+                                    f"{type(msgs).__name__}") from None
+    batch = store._encoder.prepare(msgs)
+    return put_prepared(store, batch, msgs)
+
+
+def put_columns(store, topic: str, queue_id: int | None, bodies, *, keys=None, tags=None,
+                properties=None, born_timestamps=None) -> PutResults:
+    """Append a batch given as columns, one item per message, all to ``topic`` and queue
+    ``queue_id`` (None: round-robin over the topic's queues, as ``put_batch``). The records
+    are the ones ``put_batch`` writes for ``Message(topic, body, keys=..., tags=...,
+    properties=..., born_timestamp=...)`` of the same values, encoded in one compiled pass;
+    results, durability (group commit under sync flush) and errors are ``put_batch``'s.
+
+    Columns (each of ``len(bodies)`` items; a ``strata.format.columns.BytesColumn`` — one
+    buffer and n + 1 offsets, e.g. an Arrow binary array's — or a Python sequence):
+
+    - ``bodies``: each message's body (bytes-like items).
+    - ``keys``: None (no keys), or a BytesColumn of one UTF-8 key per message (an empty item:
+      no key), or a sequence holding per message None, one key (str, or UTF-8 bytes) or a
+      list/tuple of keys. Each key is indexed for ``query`` (at most 65535 bytes).
+    - ``tags``: None, or one tag per message (BytesColumn of UTF-8 or str / None items;
+      empty: no tag).
+    - ``properties``: None, or per message the user properties: a BytesColumn of
+      pre-encoded property sections (entries back to back, each a little-endian u16 name
+      length, the UTF-8 name, a u16 value length, the UTF-8 value: docs/format.md's
+      properties encoding; empty: none; names KEYS and TAGS refused), or a sequence of
+      mappings of str to str (or None).
+    - ``born_timestamps``: None (0 for all), or ms since the epoch per message (a numpy
+      integer array or a sequence of int / None).
+
+    Invalid input raises (InvalidInputError and subclasses, naming the message) before
+    anything is written."""
+    store._check_writable()
+    batch = store._encoder.prepare_columns(topic, bodies, keys=keys, tags=tags,
+                                          properties=properties,
+                                          born_timestamps=born_timestamps,
+                                          queue_id=queue_id)
+    return put_prepared(store, batch, None)
+
+
 def put_prepared(store, batch, msgs: Sequence[Message] | None) -> PutResults:
     """Append a prepared batch (``put_batch``'s and ``put_columns``' common part)."""
     if not len(batch):
         return PutResults(PutStatus.OK, [], [], 0, [], [], [], store._msg_id_prefix)
     if store.config.max_dispatch_lag_bytes:
         wait_for_dispatch(store, store.config.max_dispatch_lag_bytes, helps=batch.columnar)
-    with store._put_lock:
+    with store.life.put_lock:
         store._check_open()
-        if store._disk_full:
-            why = ("it was opened on a full disk" if store._open_writes_pending else
+        if store.life.disk_full:
+            why = ("it was opened on a full disk" if store.life.open_writes_pending else
                    f"disk usage is above the warning ratio "
                    f"{store.config.disk_warning_ratio:.0%}")
             raise DiskFullError(

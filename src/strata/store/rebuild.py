@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from strata.files.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.errors import StoreNotFoundError
 from strata.files.checkpoint import AbortMarker, CheckpointFile
 from strata.files.io import file_ops
@@ -37,11 +38,10 @@ from strata.files.lock import DirectoryLock
 from strata.format.checkpoint import Checkpoint
 from strata.index.derived_check import DERIVED_NAME
 from strata.index.dispatch_batch import DispatchBatch
-from strata.index.rebuild import CONSUMEQUEUE_DIR, INDEX_DIR, IndexBuilder, TopicsSnapshot
+from strata.index.rebuild import IndexBuilder, TopicsSnapshot
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport, recover
 from strata.store.config import StoreConfig
-from strata.store.message_store import COMMITLOG_DIR
 from strata.store.topics import TopicTable
 
 NEW_DIR = "rebuild.tmp"
@@ -92,7 +92,7 @@ class IndexRebuild:
             self.segments = [
                 SegmentSpan(str(s.path), f"{COMMITLOG_DIR}/{s.path.name}", s.base_offset,
                             max(0, min(s.committed, self.end_offset - s.base_offset)))
-                for s in clog.segments.segments if s.base_offset < self.end_offset]
+                for s in clog.segment_list() if s.base_offset < self.end_offset]
         finally:
             clog.close()
         table = TopicTable(self.path, readonly=True)

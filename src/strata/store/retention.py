@@ -108,8 +108,9 @@ class RetentionService:
         usage = self.disk_usage()
         self.last_usage = usage
         full = usage > cfg.disk_warning_ratio
+        life = store.life
         if full:
-            if not store._disk_full:
+            if life.enter_disk_full():
                 log.warning(
                     "disk usage %.0f%% is above %.0f%%: refusing puts until space is freed "
                     "(expired files are deleted now; %s)", usage * 100,
@@ -117,8 +118,7 @@ class RetentionService:
                     "unexpired ones too, delete_unexpired_when_full is set"
                     if cfg.delete_unexpired_when_full else "unexpired messages are kept: "
                     "delete_topic, clean_expired(force=True) or more space make room")
-            store._disk_full = True
-        elif store._disk_full and store._leave_disk_full():
+        elif life.disk_full and life.leave_disk_full():
             log.info("disk usage %.0f%%: accepting puts again", usage * 100)
         force = forced or (cfg.delete_unexpired_when_full
                            and (full or usage > cfg.disk_clean_forcibly_ratio))
@@ -129,17 +129,17 @@ class RetentionService:
         expire_ms = int(cfg.retention_hours * 3600 * 1000)
         deleted = 0
         clog = store.log
-        reput = store._reput
+        dispatched = life.dispatched_offset()
         # with a tier: only what it durably holds goes, unless the disk is that full
         pending = first_not_uploaded(store) if store.tier is not None else None
         pressed = force or usage > cfg.disk_clean_forcibly_ratio
         was_kept, self.kept_for_tier = self.kept_for_tier, False
         while deleted < cfg.max_files_deleted_per_run:
-            segs = clog.segments.segments
+            segs = clog.segment_list()
             if len(segs) < 2:
                 break
             seg = segs[0]
-            if reput is not None and seg.end_offset > reput.reput_offset:
+            if dispatched is not None and seg.end_offset > life.dispatched_offset():
                 break  # not dispatched yet
             expired = seg.max_store_timestamp + expire_ms <= now_ms
             if not (expired or force):
@@ -152,8 +152,7 @@ class RetentionService:
                                 "not hold all of it yet (from commit-log offset %d)",
                                 seg.path.name, pending)
                 break
-            with clog._flush_lock:
-                clog.segments.delete_first()
+            clog.delete_oldest()
             deleted += 1
             if uploaded:
                 log.info("retention deleted commit-log segment %s (%s)", seg.path.name,
@@ -166,13 +165,13 @@ class RetentionService:
                           seg.path.name, usage * 100, ", forced" if force else "", pending)
         if deleted:
             min_phys = clog.min_offset()
-            with store._put_lock:
+            with life.put_lock:
                 store.queues.delete_files_below(min_phys)
             store.key_index.delete_files_below(min_phys)
             store.state.set_min(min_phys)
             self.deleted_total += deleted
-            if store._disk_full:
+            if life.disk_full:
                 usage = self.disk_usage()
-                if usage <= cfg.disk_warning_ratio and store._leave_disk_full():
+                if usage <= cfg.disk_warning_ratio and life.leave_disk_full():
                     log.info("disk usage %.0f%%: accepting puts again", usage * 100)
         return deleted

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from strata.errors import CorruptStoreError, InvalidConfigError
 from strata.files.io import FileOps
+from strata.files.layout import TIER_FILE
 from strata.store.config import StoreConfig
 from strata.store.tier_url import check_endpoint_url, parse_tier_url
-
-TIER_FILE = Path("config") / "tier.json"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """What the store knows of its tier: two small interfaces that ``strata.tiered`` (a layer
-above) implements and hands in through ``register_tier``, so the store's reads can fall back
+above) implements and hands in (``TierSupport``, passed to ``MessageStore`` by its opener), so the store's reads can fall back
 to the tier and its retention can wait for uploads without importing the tiered layer.
 
 ``TierHistory`` answers reads of a store's uploaded history (every record CRC-checked; bytes
@@ -10,6 +10,7 @@ queue is durably uploaded.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 if TYPE_CHECKING:
@@ -87,22 +88,12 @@ class TierLink(Protocol):
         local metadata and by its copy on the tier): local retention may delete below it."""
 
 
-# Set by strata.tiered: ``service(store)`` makes a writer's TierLink, ``history(store)`` a
-# read-only opener's TierHistory (from the tier the store remembers, config/tier.json).
-_service_factory: Callable[["MessageStore"], TierLink] | None = None
-_history_factory: Callable[["MessageStore"], TierHistory] | None = None
+@dataclass(frozen=True)
+class TierSupport:
+    """How a store with a ``tier_url`` gets its tier, handed to ``MessageStore`` by its
+    opener (``strata.open`` passes ``strata.tiered``'s): ``link(store)`` makes a writer's
+    running TierLink, ``history(store)`` a read-only opener's TierHistory (from the tier the
+    store remembers, config/tier.json)."""
 
-
-def register_tier(service: Callable[["MessageStore"], TierLink],
-                  history: Callable[["MessageStore"], TierHistory]) -> None:
-    """strata.tiered: how a store with a ``tier_url`` gets its tier."""
-    global _service_factory, _history_factory
-    _service_factory, _history_factory = service, history
-
-
-def service_factory() -> Callable[["MessageStore"], TierLink] | None:
-    return _service_factory
-
-
-def history_factory() -> Callable[["MessageStore"], TierHistory] | None:
-    return _history_factory
+    link: Callable[["MessageStore"], TierLink]
+    history: Callable[["MessageStore"], TierHistory]

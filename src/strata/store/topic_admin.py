@@ -22,7 +22,7 @@ def create_topic(store, topic: str, queues: int | None = None,
     """
     store._check_writable()
     kind = None if message_type is None else as_topic_type(message_type)
-    with store._put_lock:
+    with store.life.put_lock:
         created = store.topic_table.create(
             topic, store.config.default_queues if queues is None else queues,
             since=store.log.max_offset(), message_type=kind or TopicType.NORMAL)
@@ -43,7 +43,7 @@ def set_queue_count(store, topic: str, queues: int) -> int:
     if not isinstance(queues, int) or isinstance(queues, bool) or \
             not 1 <= queues <= MAX_QUEUES:
         raise InvalidInputError(f"queues must be an int in 1..{MAX_QUEUES}, got {queues!r}")
-    with store._put_lock:
+    with store.life.put_lock:
         now = store.topic_table.queues.get(topic)
         if now is None:
             raise InvalidInputError(f"no topic {topic!r} (create_topic makes one)")
@@ -58,7 +58,7 @@ def delete_topic(store, topic: str) -> bool:
     """Forget a topic: its queues go at once; its records age out with the log."""
     store._check_writable()
     rec.encode_topic(topic)
-    with store._put_lock:
+    with store.life.put_lock:
         if topic not in store.topic_table.queues:
             return False
         store.wait_dispatched()
@@ -74,3 +74,27 @@ def delete_topic(store, topic: str) -> bool:
             del store._queue_next[key]
         store._round_robin.pop(topic, None)
         return True
+
+
+def topic_type(store, topic: str) -> TopicType | None:
+    """The message type ``topic`` accepts (None if there is no such topic)."""
+    store._check_open()
+    if store.readonly:
+        store.topic_table.reload()
+    return store.topic_table.type_of(topic)
+
+
+def topics(store) -> list[str]:
+    """Names of all topics, sorted."""
+    store._check_open()
+    if store.readonly:
+        store.topic_table.reload()
+    return sorted(store.topic_table.queues)
+
+
+def queue_count(store, topic: str) -> int:
+    """Number of queues of ``topic`` (0 if there is no such topic)."""
+    store._check_open()
+    if store.readonly:
+        store.topic_table.reload()
+    return store.topic_table.queues.get(topic, 0)

@@ -13,12 +13,12 @@ from crc32c import crc32c
 
 from strata.errors import CorruptStoreError, InvalidInputError, TopicExistsError
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
+from strata.files.layout import TOPICS_FILE
 from strata.format.record import encode_topic, is_topic_name
 from strata.index.consume_queue import oldest_unit_offset
 
 log = logging.getLogger(__name__)
 
-TOPICS_FILE = Path("config") / "topics.json"
 MAX_QUEUES = 1024
 SCAN_UNITS = 4096  # units of a queue's first file looked at for its oldest one
 

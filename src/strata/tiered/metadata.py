@@ -28,6 +28,7 @@ from typing import Callable
 from strata.files import journal as framing
 from strata.files.io import DEFAULT_FILE_OPS, FileOps
 from strata.files.journal import JournalReader, JournalWriter
+from strata.files.layout import TIERED_DIR as LOCAL_DIR
 from strata.tiered.backend import TierBackend
 from strata.tiered.errors import CorruptTierError, TierConflictError
 from strata.tiered.layout import META_PATH
@@ -35,7 +36,6 @@ from strata.tiered.layout import META_PATH
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-LOCAL_DIR = "tiered"
 LOCAL_FILE = "metadata.log"
 OLD_LOCAL_FILE = "metadata.json"      # before the log: one document, replaced per commit
 

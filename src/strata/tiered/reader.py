@@ -27,6 +27,7 @@ from strata.format import record_table as rk
 from strata.format.consume_queue import UNIT_DTYPE
 from strata.format.record_batch import MessageBatch, join_batches
 from strata.log.record_walk import scratch
+from strata.store import time_search
 from strata.tiered.backend import TierBackend
 from strata.tiered.cache import BlockCache
 from strata.tiered.errors import CorruptTierError
@@ -386,28 +387,15 @@ class TieredQueueReader:
             i = next((i for i, c in enumerate(chunks) if c.max_ts >= timestamp_ms), None)
             if i is None:
                 return chunks[-1].end
-            c = chunks[i]
-            lo, hi = 0, c.count
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self._store_time(q, c, mid) < timestamp_ms:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return c.first + lo
-        i = next((i for i in range(len(chunks) - 1, -1, -1)
-                  if chunks[i].min_ts <= timestamp_ms), None)
-        if i is None:
-            return chunks[0].first
+        else:
+            i = next((i for i in range(len(chunks) - 1, -1, -1)
+                      if chunks[i].min_ts <= timestamp_ms), None)
+            if i is None:
+                return chunks[0].first
         c = chunks[i]
-        lo, hi = 0, c.count
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._store_time(q, c, mid) <= timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return c.first + lo - 1 if lo > 0 else c.first
+        return time_search.offset_for_time(c.first, c.first + c.count,
+                                           lambda o: self._store_time(q, c, o - c.first),
+                                           timestamp_ms, boundary)
 
     def query(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
               max_results: int = 64, below: int | None = None) -> list[rec.StoredMessage]:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+from strata.files.layout import CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.errors import CorruptStoreError
 from strata.files.io import file_ops
 from strata.spark.jobs.progress import NullProgress
@@ -199,11 +200,11 @@ def rebuild_index(spark, path: str | Path, *, verify_crc: bool = True, units_per
         rb.swap()
         summary.write_seconds = round(time.perf_counter() - t1, 3)
     root = Path(path)
-    summary.queues = sum(1 for t in (root / "consumequeue").iterdir() if t.is_dir()
+    summary.queues = sum(1 for t in (root / CONSUMEQUEUE_DIR).iterdir() if t.is_dir()
                          for q in t.iterdir() if q.is_dir()) \
-        if (root / "consumequeue").is_dir() else 0
-    summary.index_files = sum(1 for p in (root / "index").iterdir()
+        if (root / CONSUMEQUEUE_DIR).is_dir() else 0
+    summary.index_files = sum(1 for p in (root / INDEX_DIR).iterdir()
                               if parse_file_name(p.name) is not None) \
-        if (root / "index").is_dir() else 0
+        if (root / INDEX_DIR).is_dir() else 0
     summary.seconds = round(time.perf_counter() - t0, 3)
     return summary

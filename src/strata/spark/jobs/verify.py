@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from strata.errors import CorruptStoreError
+from strata.files.layout import COMMITLOG_DIR
 from strata.log.verify import Problem
 from strata.index.verify import Limits, queue_dirs, run_task
 from strata.spark.jobs.progress import NullProgress
@@ -92,7 +93,7 @@ def plan(path: str | Path, summary: VerifySummary) -> _Plan:
     problems: list[Problem] = []
     store = strata.open(path, cfg, readonly=True)
     try:
-        live = store._live_writer
+        live = store.follows_writer
         if live:
             confirmed = store.confirmed_offset()
             dispatched = store.state.read()[2]
@@ -106,14 +107,14 @@ def plan(path: str | Path, summary: VerifySummary) -> _Plan:
                 what = f"; segment files {', '.join(report.dropped_segments)} would be dropped" \
                     if report.dropped_segments else ""
                 problems.append(Problem(
-                    f"commitlog/{seg.path.name}" if seg is not None else "commitlog",
+                    f"{COMMITLOG_DIR}/{seg.path.name}" if seg is not None else COMMITLOG_DIR,
                     report.truncated_at, "log-end",
                     f"the log ends here ({report.problem}); the next writer's recovery discards "
                     f"what follows{what}"))
         dispatched = min(dispatched, confirmed)
         log_min = store.log.min_offset()
         tasks: list = []
-        for s in store.log.segments.segments:
+        for s in store.log.segment_list():
             if s.base_offset >= confirmed:
                 continue
             limit = max(0, min(s.committed, confirmed - s.base_offset))
