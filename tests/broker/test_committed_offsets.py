@@ -68,13 +68,76 @@ def test_a_bad_metadata_length_is_a_torn_record(tmp_path):
     assert [r.offset for r in records] == [1] and end == 16 + len(good)
 
 
-def test_version_2_journal_is_read_and_rewritten_as_version_3(tmp_path):
+@pytest.mark.parametrize("version", [jr.RENEW_VERSION, jr.COMMIT_VERSION])
+def test_older_journals_are_read_and_rewritten_as_version_4(tmp_path, version):
     path = tmp_path / JOURNAL_NAME
-    path.write_bytes(jr.encode_header(version=jr.RENEW_VERSION)
-                     + jr.encode_pop("G", "t", 0, 4, 1000, [(3, 1, 9)]))
+    older = jr.encode_pop("G", "t", 0, 4, 1000, [(3, 1, 9)])
+    if version == jr.COMMIT_VERSION:
+        older += jr.encode_commit("K", "t", 1, 17, -1, None, 5)
+    path.write_bytes(jr.encode_header(version=version) + older)
     g = ConsumerGroups(tmp_path)
     assert g.queue("G", "t", 0).pop_offset == 4
-    assert struct.unpack_from("<I", path.read_bytes(), 8)[0] == jr.GROUPS_VERSION == 3
+    assert g.committed_offsets("K") == ({("t", 1): Committed(17, -1, None, 5)}
+                                        if version == jr.COMMIT_VERSION else {})
+    assert g.memberships == {}
+    assert struct.unpack_from("<I", path.read_bytes(), 8)[0] == jr.GROUPS_VERSION == 4
+
+
+def test_memberships_replay_last_one_wins_empty_deletes_and_survive_compaction(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    g.journal.append(jr.encode_members("A", b"image-1") + jr.encode_members("B", b"b")
+                     + jr.encode_members("A", b"image-2") + jr.encode_members("B", b""))
+    g2 = ConsumerGroups(tmp_path)        # no close; the open compacts
+    assert g2.memberships == {"A": b"image-2"}
+    records, _ = jr.read_records((tmp_path / JOURNAL_NAME).read_bytes())
+    assert [(r.group, r.image) for r in records if r.kind is jr.Kind.MEMBERS] == \
+        [("A", b"image-2")]
+    g2.apply_membership("C", b"\x00" * 3)
+    g2.close()
+    assert ConsumerGroups(tmp_path).memberships == {"A": b"image-2", "C": b"\x00" * 3}
+
+
+def test_a_members_record_with_a_bad_image_length_is_a_torn_record():
+    good = jr.encode_members("g", b"abc")
+    payload = bytearray(good[8:])
+    struct.pack_into("<I", payload, 1 + 2 + 1, 99)          # longer than the record
+    bad = struct.pack("<II", len(payload), crc32c(bytes(payload))) + bytes(payload)
+    records, end = jr.read_records(jr.encode_header() + good + bad)
+    assert [r.image for r in records] == [b"abc"] and end == 16 + len(good)
+
+
+def test_a_refused_commit_leaves_the_offsets_as_they_were(tmp_path):
+    """OffsetFetch reads the state: a commit is there only once its write succeeded."""
+    g = ConsumerGroups(tmp_path)
+    seen_during_write = []
+    original = g.journal.append
+    fail = {"on": False}
+
+    def append(data):
+        seen_during_write.append(g.committed_offsets("G"))
+        if fail["on"]:
+            raise OSError(28, "No space left on device")
+        original(data)
+    g.journal.append = append
+
+    async def main():
+        w = CommitWriter(g, sync=False)
+        await w.commit("G", [("t", 0, Committed(3))])
+        fail["on"] = True
+        with pytest.raises(OSError):
+            await w.commit("G", [("t", 0, Committed(8)), ("t", 1, Committed(2))])
+        with pytest.raises(OSError):
+            await w.store_membership("G", b"img")
+        fail["on"] = False
+        await w.commit("G", [("t", 1, Committed(5))])
+        await w.close()
+        return w
+    w = asyncio.run(main())
+    assert seen_during_write[0] == {} and seen_during_write[1] == {("t", 0): Committed(3)}
+    assert w.failed == 2 and g.writing == 0
+    assert g.committed_offsets("G") == {("t", 0): Committed(3), ("t", 1): Committed(5)}
+    assert g.memberships == {}
+    assert ConsumerGroups(tmp_path).committed_offsets("G") == g.committed_offsets("G")
 
 
 def test_writer_appends_in_order_off_the_loop_and_groups_concurrent_commits(tmp_path):

@@ -281,3 +281,117 @@ def test_wrong_password_closes(tmp_path):
     finally:
         h.close()
     assert c.closing and c.principal is None
+
+
+def _static_join(v, instance, member=""):
+    req = _join_req(v, member)
+    req.group_instance_id = instance
+    return req
+
+
+def test_static_membership_on_the_wire_and_the_stored_image(tmp_path):
+    """JoinGroup v5+ with an instance id, its replacement without a rebalance (answered once
+    the image is stored), FENCED_INSTANCE_ID in Heartbeat v3 / SyncGroup v3 / OffsetCommit v7
+    for the old member id, LeaveGroup v3 by instance id; a new service (a restart) loads the
+    group Stable from the journal."""
+    h = Harness(tmp_path)
+    P = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+
+    def commit(gen, member, instance):
+        return OffsetCommitRequest(
+            group_id="G", generation_id_or_member_epoch=gen, member_id=member,
+            group_instance_id=instance, retention_time_ms=-1,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name="t", partitions=[
+                P(partition_index=0, committed_offset=3, committed_leader_epoch=-1,
+                  commit_timestamp=-1, committed_metadata="")])])
+
+    async def main():
+        r = await h.call(_static_join(5, "inst"), 5)
+        assert r.error_code == 0 and r.member_id.startswith("inst-")   # no MEMBER_ID_REQUIRED
+        first = r.member_id
+        A = SyncGroupRequest.SyncGroupRequestAssignment
+        s = await h.call(SyncGroupRequest(group_id="G", generation_id=1, member_id=first,
+                                          group_instance_id="inst",
+                                          assignments=[A(member_id=first, assignment=b"a")]), 3)
+        assert s.error_code == 0 and h.groups.memberships["G"]          # stored
+        r2 = await h.call(_static_join(7, "inst"), 7)                   # the instance restarts
+        second = r2.member_id
+        assert r2.error_code == 0 and second != first and r2.generation_id == 1
+        assert r2.leader == first and r2.members == []                  # told not to assign
+        assert second.encode() in h.groups.memberships["G"]             # stored before answer
+        beat = await h.call(HeartbeatRequest(group_id="G", generation_id=1, member_id=first,
+                                             group_instance_id="inst"), 3)
+        assert beat.error_code == 82                                    # FENCED_INSTANCE_ID
+        old_sync = await h.call(SyncGroupRequest(group_id="G", generation_id=1,
+                                                 member_id=first, group_instance_id="inst",
+                                                 assignments=[]), 3)
+        assert old_sync.error_code == 82
+        c = await h.call(commit(1, first, "inst"), 7)
+        assert c.topics[0].partitions[0].error_code == 82
+        c = await h.call(commit(1, second, "inst"), 7)
+        assert c.topics[0].partitions[0].error_code == 0
+        s2 = await h.call(SyncGroupRequest(group_id="G", generation_id=1, member_id=second,
+                                           group_instance_id="inst", assignments=[]), 3)
+        assert s2.assignment == b"a"                                    # the old one's
+        await h.svc.close()
+
+        # a restart: a new service over the same journal state loads the group
+        svc2 = gh.GroupService(h.store, ConsumerGroups(tmp_path / "b"), flush_sync=False,
+                               coordinator=Coordinator(min_session_timeout_ms=1))
+        h.broker.state["groups"] = svc2
+        h.groups = svc2.groups
+        assert svc2.loaded == 1
+        d = await h.call(DescribeGroupsRequest(groups=["G"]), 0)
+        assert d.groups[0].group_state == "Stable"
+        assert [(m.member_id, m.member_assignment) for m in d.groups[0].members] == \
+            [(second, b"a")]
+        beat = await h.call(HeartbeatRequest(group_id="G", generation_id=1, member_id=second,
+                                             group_instance_id="inst"), 3)
+        assert beat.error_code == 0
+        L = LeaveGroupRequest.MemberIdentity
+        left = await h.call(LeaveGroupRequest(group_id="G", members=[
+            L(member_id="", group_instance_id="other", reason=None),
+            L(member_id=first, group_instance_id="inst", reason=None),
+            L(member_id="", group_instance_id="inst", reason=None)]), 3)
+        assert [m.error_code for m in left.members] == [25, 82, 0]
+        d = await h.call(DescribeGroupsRequest(groups=["G"]), 0)
+        assert d.groups[0].group_state == "Empty"
+        await svc2.close()
+        assert ConsumerGroups(tmp_path / "b").memberships["G"]          # the Empty image
+    try:
+        run(main())
+    finally:
+        h.close()
+
+
+def test_a_refused_image_store_fails_the_sync_and_rebalances(tmp_path):
+    h = Harness(tmp_path)
+    fail = {"on": True}
+    original = h.groups.journal.append
+
+    def append(data):
+        if fail["on"]:
+            raise OSError(28, "No space left on device")
+        original(data)
+    h.groups.journal.append = append
+
+    async def main():
+        r = await h.call(_join_req(3), 3)
+        me = r.member_id
+        A = SyncGroupRequest.SyncGroupRequestAssignment
+        s = await h.call(SyncGroupRequest(group_id="G", generation_id=1, member_id=me,
+                                          assignments=[A(member_id=me, assignment=b"x")]), 3)
+        assert s.error_code == 15                   # COORDINATOR_NOT_AVAILABLE
+        assert h.groups.memberships == {}           # nothing half stored
+        assert h.svc.coord.describe("G").state.value == "PreparingRebalance"
+        fail["on"] = False                          # room again: the member rejoins
+        r = await h.call(_join_req(3, me), 3)
+        assert r.error_code == 0 and r.generation_id == 2
+        s = await h.call(SyncGroupRequest(group_id="G", generation_id=2, member_id=me,
+                                          assignments=[A(member_id=me, assignment=b"y")]), 3)
+        assert s.error_code == 0 and h.groups.memberships["G"]
+        await h.svc.close()
+    try:
+        run(main())
+    finally:
+        h.close()

@@ -230,7 +230,8 @@ def test_listing():
 
 # ---------------------------------------------------------------------- random runs
 
-OPS = st.lists(st.tuples(st.sampled_from(["join", "rejoin", "sync", "beat", "leave", "tick"]),
+OPS = st.lists(st.tuples(st.sampled_from(["join", "rejoin", "sync", "beat", "leave", "tick",
+                                                 "static"]),
                          st.integers(0, 3), st.integers(1, 40_000)), max_size=60)
 
 
@@ -251,6 +252,13 @@ def test_random_runs_keep_the_invariants(ops):
             p = join(c, now=now, client=f"c{who}", known=bool(who % 2))
             if p.done and p.result.error == g.MEMBER_ID_REQUIRED:
                 p = join(c, p.result.member_id, now=now)
+            waiting.append(p)
+            if p.done and p.result.error == g.NONE:
+                members.append(p.result.member_id)
+            else:
+                p.add_done_callback(lambda r: r.error == g.NONE and members.append(r.member_id))
+        elif op == "static":           # an instance (re)starting: empty member id
+            p = sjoin(c, f"i{who % 2}", now=now)
             waiting.append(p)
             if p.done and p.result.error == g.NONE:
                 members.append(p.result.member_id)
@@ -279,8 +287,14 @@ def test_random_runs_keep_the_invariants(ops):
         grp = c.groups.get("G")
         if grp is not None and grp.members:
             assert grp.leader_id in grp.members
+        if grp is not None:
+            assert all(grp.members[mid].group_instance_id == iid
+                       for iid, mid in grp.static.items())
         if view.state is State.STABLE:
-            assert all(m.assignment == m.member_id.encode() for m in view.members)
+            # (a static member replaced without a rebalance holds its instance's assignment)
+            assert all(m.assignment == m.member_id.encode() or (
+                m.group_instance_id and m.assignment.decode().startswith(
+                    m.group_instance_id + "-")) for m in view.members)
             assert all(m.join is None and m.sync is None for m in grp.members.values())
         if view.state is State.EMPTY:
             assert not view.members
@@ -289,4 +303,139 @@ def test_random_runs_keep_the_invariants(ops):
     for p in waiting:
         if p.done:
             assert p.result.error in (g.NONE, g.REBALANCE_IN_PROGRESS, g.UNKNOWN_MEMBER_ID,
-                                      g.ILLEGAL_GENERATION)
+                                      g.ILLEGAL_GENERATION, g.FENCED_INSTANCE_ID)
+
+
+# ---------------------------------------------------------------------- static membership
+
+
+def sjoin(c: Coordinator, instance: str, member: str = "", now: int = 0, *, protos=PROTOS,
+          client: str = "c"):
+    return c.join("G", member, client_id=client, client_host="/127.0.0.1",
+                  session_timeout_ms=SESSION, rebalance_timeout_ms=REBALANCE,
+                  protocol_type="consumer", protocols=protos, now_ms=now,
+                  require_known_member_id=True, group_instance_id=instance)
+
+
+def static_pair(c: Coordinator):
+    """Two static members (instances i1, i2), Stable at generation 2."""
+    a = sjoin(c, "i1")
+    assert a.result.error == g.NONE          # no MEMBER_ID_REQUIRED for a static member
+    ida = a.result.member_id
+    c.sync("G", 1, ida, {ida: b"all"}, 1)
+    b = sjoin(c, "i2", now=2)
+    a2 = sjoin(c, "i1", ida, now=3)
+    idb = b.result.member_id
+    assert a2.result.generation_id == b.result.generation_id == 2
+    sb = c.sync("G", 2, idb, {}, 4)
+    c.sync("G", 2, ida, {ida: b"p0", idb: b"p1"}, 5)
+    assert sb.result.assignment == b"p1"
+    c.take_dirty()
+    return ida, idb
+
+
+def test_static_member_rejoining_with_unchanged_metadata_replaces_without_rebalance():
+    c = coord()
+    ida, idb = static_pair(c)
+    before = c.rebalances
+    r = sjoin(c, "i2", now=100).result              # i2 restarted: a new incarnation
+    assert r.error == g.NONE and r.member_id not in (ida, idb) and r.replaced
+    assert r.generation_id == 2 and r.leader == ida and r.members == ()
+    assert c.rebalances == before and c.describe("G").state is State.STABLE
+    assert c.take_dirty() == ["G"]                  # its new member id is to be stored
+    # the new incarnation syncs and gets the old one's assignment; the old one is fenced
+    assert c.sync("G", 2, r.member_id, {}, 101, group_instance_id="i2").result.assignment \
+        == b"p1"
+    assert c.heartbeat("G", 2, idb, 102, group_instance_id="i2") == g.FENCED_INSTANCE_ID
+    assert c.heartbeat("G", 2, r.member_id, 102, group_instance_id="i2") == g.NONE
+    assert c.check_commit("G", 2, idb, 103, group_instance_id="i2") == g.FENCED_INSTANCE_ID
+    assert sjoin(c, "i2", idb, now=104).result.error == g.FENCED_INSTANCE_ID
+    assert c.heartbeat("G", 2, ida, 105) == g.NONE  # the others go on
+
+
+def test_static_leader_replaced_is_not_told_to_assign():
+    c = coord()
+    ida, idb = static_pair(c)
+    r = sjoin(c, "i1", now=100).result
+    assert r.error == g.NONE and r.leader == ida != r.member_id     # the old leader's id
+    assert c.groups["G"].leader_id == r.member_id                   # but it leads from now
+    assert c.describe("G").state is State.STABLE
+
+
+def test_static_member_with_changed_metadata_triggers_a_rebalance():
+    c = coord()
+    ida, idb = static_pair(c)
+    p = sjoin(c, "i2", now=100, protos=[("range", b"other-topics")])
+    assert not p.done and c.describe("G").state is State.PREPARING_REBALANCE
+    assert c.heartbeat("G", 2, ida, 101) == g.REBALANCE_IN_PROGRESS
+    a = sjoin(c, "i1", ida, now=102)
+    assert a.done and p.done and p.result.generation_id == 3
+
+
+def test_static_leave_by_instance_id_and_fencing():
+    c = coord()
+    ida, idb = static_pair(c)
+    assert c.leave("G", "", 10, group_instance_id="nobody") == g.UNKNOWN_MEMBER_ID
+    assert c.leave("G", ida, 10, group_instance_id="i2") == g.FENCED_INSTANCE_ID
+    assert c.leave("G", "", 11, group_instance_id="i2") == g.NONE
+    assert "i2" not in c.groups["G"].static and idb not in c.groups["G"].members
+    assert c.describe("G").state is State.PREPARING_REBALANCE
+
+
+def test_static_member_that_does_not_rejoin_stays_until_its_session_ends():
+    c = coord()
+    ida, idb = static_pair(c)
+    p = join(c, client="d", now=100)                # a dynamic newcomer: rebalance
+    a = sjoin(c, "i1", ida, now=101)
+    assert not a.done                               # i2 has not rejoined yet
+    for t in (9_000, 18_000, 27_000):               # ... but its session is alive
+        assert c.heartbeat("G", 2, idb, t) == g.REBALANCE_IN_PROGRESS
+    c.tick(100 + REBALANCE)                         # the rebalance timeout: i2 kept
+    assert a.done and p.done and a.result.generation_id == 3
+    assert idb in c.groups["G"].members and idb in {m[0] for m in a.result.members}
+    # i2's session (it neither heartbeats nor waits) ends it, and the group rebalances
+    c.sync("G", 3, ida, {}, 100 + REBALANCE)
+    c.tick(100 + REBALANCE + SESSION)
+    assert idb not in c.groups["G"].members and "i2" not in c.groups["G"].static
+
+
+def test_image_round_trip_and_load_resumes_stable_without_rebalance():
+    from strata.broker.kafka import group_image as gi
+    c = coord()
+    ida, idb = static_pair(c)
+    img = c.image("G")
+    data = gi.encode(img)
+    assert gi.decode(data) == img
+    c2 = coord()
+    c2.load("G", gi.decode(data), now_ms=1_000_000)
+    v = c2.describe("G")
+    assert v.state is State.STABLE and v.generation_id == 2 and v.protocol_name == "range"
+    assert [(m.member_id, m.group_instance_id, m.assignment) for m in v.members] == \
+        [(ida, "i1", b"p0"), (idb, "i2", b"p1")]
+    assert c2.heartbeat("G", 2, ida, 1_000_001) == g.NONE
+    assert c2.sync("G", 2, idb, {}, 1_000_002).result.assignment == b"p1"
+    assert c2.check_commit("G", 2, ida, 1_000_003) == g.NONE
+    # sessions restart at load: nobody expires before load time + session timeout
+    assert c2.next_deadline() >= 1_000_000 + SESSION - 1
+    c2.tick(1_000_001 + SESSION)                    # ida beat at +1: ...
+    assert idb in c2.groups["G"].members            # idb synced at +2
+    # a restarted static member (empty member id) replaces its loaded self, no rebalance
+    r = sjoin(c2, "i2", now=1_000_004).result
+    assert r.error == g.NONE and r.replaced and c2.rebalances == 0
+
+
+def test_image_of_an_empty_group_and_a_bad_image():
+    import pytest
+    from strata.broker.kafka import group_image as gi
+    from strata.errors import StrataError
+    c = coord()
+    ida = join(c, client="a").result.member_id
+    c.leave("G", ida, 1)
+    assert c.describe("G").state is State.EMPTY and c.take_dirty() == ["G"]
+    img = c.image("G")
+    assert img.members == () and img.generation_id == 2
+    c2 = coord()
+    c2.load("G", gi.decode(gi.encode(img)), 0)
+    assert c2.describe("G").state is State.EMPTY and c2.describe("G").generation_id == 2
+    with pytest.raises(StrataError, match="group 'G'"):
+        gi.decode(gi.encode(img) + b"x", "G")

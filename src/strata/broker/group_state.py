@@ -124,6 +124,12 @@ class ConsumerGroups:
         self.renewing: dict[str, dict[RenewKey, int]] = {}
         # group -> (topic, queue id) -> its committed offset
         self.committed: dict[str, dict[tuple[str, int], Committed]] = {}
+        # group -> its membership image (Kafka's classic groups: strata.broker.kafka.group_image)
+        self.memberships: dict[str, bytes] = {}
+        # journal writes under way off the loop whose records are not in the state yet (a
+        # compaction waits for them: it would write the state without them, over the file
+        # that holds them)
+        self.writing = 0
         for rec in self.journal.open():
             self._apply(rec)
         self.compact()
@@ -141,6 +147,9 @@ class ConsumerGroups:
         """Apply one record to the state: for a replay and for a live change alike."""
         if rec.kind is jr.Kind.COUNTER:
             self.next_handle_id = max(self.next_handle_id, rec.counter)
+            return
+        if rec.kind is jr.Kind.MEMBERS:
+            self._set_membership(rec.group, rec.image)
             return
         key = (rec.group, rec.topic, rec.queue_id)
         if rec.kind is jr.Kind.COMMIT:
@@ -196,6 +205,8 @@ class ConsumerGroups:
             for (t, qid), c in offsets.items():
                 yield jr.encode_commit(g, t, qid, c.offset, c.leader_epoch, c.metadata,
                                        c.commit_ms)
+        for g, image in self.memberships.items():
+            yield jr.encode_members(g, image)
 
     def compact(self) -> None:
         """Rewrite the journal as the current state (atomically)."""
@@ -371,15 +382,42 @@ class ConsumerGroups:
 
     def commit(self, group: str, offsets: list[tuple[str, int, Committed]]) -> bytes:
         """Take ``group``'s committed offsets — (topic, queue id, what) — into the state and
-        return their journal records, for the caller to append (off the event loop, in the
-        order of the calls: ``strata.broker.offset_commits.CommitWriter``). A compaction
-        before that append already holds them; the append then repeats them, harmlessly."""
-        records = [jr.JournalRecord(jr.Kind.COMMIT, group, topic, queue_id, c.offset,
-                                    leader_epoch=c.leader_epoch, metadata=c.metadata,
-                                    commit_ms=c.commit_ms) for topic, queue_id, c in offsets]
-        for r in records:
+        return their journal records, for the caller to append. (The broker's writer appends
+        first and takes them into the state after: ``encode_commits``, ``apply_commits``.)"""
+        self.apply_commits(group, offsets)
+        return self.encode_commits(group, offsets)
+
+    @staticmethod
+    def _commit_records(group: str, offsets: list[tuple[str, int, Committed]]
+                        ) -> list[jr.JournalRecord]:
+        return [jr.JournalRecord(jr.Kind.COMMIT, group, topic, queue_id, c.offset,
+                                 leader_epoch=c.leader_epoch, metadata=c.metadata,
+                                 commit_ms=c.commit_ms) for topic, queue_id, c in offsets]
+
+    @classmethod
+    def encode_commits(cls, group: str, offsets: list[tuple[str, int, Committed]]) -> bytes:
+        """The journal records of ``group``'s committed offsets (the state is unchanged)."""
+        return b"".join(jr.encode(r) for r in cls._commit_records(group, offsets))
+
+    def apply_commits(self, group: str, offsets: list[tuple[str, int, Committed]]) -> None:
+        """Take committed offsets into the state (once their records are in the journal),
+        through the code a replay runs."""
+        for r in self._commit_records(group, offsets):
             self._apply(r)
-        return b"".join(jr.encode(r) for r in records)
+
+    # ------------------------------------------------------------------ memberships
+
+    def _set_membership(self, group: str, image: bytes) -> None:
+        if image:
+            self.memberships[group] = bytes(image)
+        else:
+            self.memberships.pop(group, None)
+
+    def apply_membership(self, group: str, image: bytes) -> None:
+        """Take a group's membership image (empty: the group is gone) into the state, once
+        its MEMBERS record is in the journal (``jr.encode_members``), through the code a
+        replay runs."""
+        self._apply(jr.JournalRecord(jr.Kind.MEMBERS, group, image=bytes(image)))
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], Committed]:
         """Every (topic, queue id) -> committed offset of ``group``."""
@@ -389,7 +427,7 @@ class ConsumerGroups:
         return [g for g, offsets in self.committed.items() if offsets]
 
     def _maybe_compact(self) -> None:
-        if self.journal.size > COMPACT_BYTES:
+        if self.journal.size > COMPACT_BYTES and not self.writing:
             try:
                 self.compact()
             except DiskFullError as exc:    # the journal stays as it was and takes appends

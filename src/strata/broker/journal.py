@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 MAGIC = b"STRATAGJ"
 VERSION = 1               # the groups journal before RENEW records
 RENEW_VERSION = 2         # the groups journal since RENEW records
-GROUPS_VERSION = 3        # the groups journal since COMMIT records (it reads 1 and 2 too)
-GROUPS_READABLE = (VERSION, RENEW_VERSION, GROUPS_VERSION)
+COMMIT_VERSION = 3        # the groups journal since COMMIT records
+GROUPS_VERSION = 4        # the groups journal since MEMBERS records (it reads 1 to 3 too)
+GROUPS_READABLE = (VERSION, RENEW_VERSION, COMMIT_VERSION, GROUPS_VERSION)
 HEADER = struct.Struct("<8sII")           # magic, version, crc32c of the first 12 bytes
 RECORD_HEAD = framing.FRAME              # payload length, crc32c(payload)
 MAX_PAYLOAD = framing.MAX_PAYLOAD
@@ -50,6 +51,7 @@ _COUNTER = struct.Struct("<Q")
 _RENEW_HEAD = struct.Struct("<I")         # entry count (after the client id)
 _RENEW_ENTRY = struct.Struct("<qQqq")     # queue offset, handle id, deadline ms, renew until ms
 _COMMIT = struct.Struct("<qiqi")          # committed offset, leader epoch, commit ms, metadata len
+_IMAGE_LEN = struct.Struct("<I")          # length of a MEMBERS record's membership image
 
 
 class Kind(enum.IntEnum):
@@ -60,6 +62,7 @@ class Kind(enum.IntEnum):
     COUNTER = 5
     RENEW = 6
     COMMIT = 7
+    MEMBERS = 8
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,9 @@ class JournalRecord:
     ``entries`` the deliveries (POP, STATE, CHANGE, RENEW) or acked offsets (ACK, attempt 0);
     ``client`` the client a RENEW's deliveries are renewed for. A COMMIT (a committed
     offset, as Kafka consumers commit them) has the offset in ``offset``, and
-    ``leader_epoch``, ``metadata`` (None: null) and ``commit_ms``."""
+    ``leader_epoch``, ``metadata`` (None: null) and ``commit_ms``. A MEMBERS record has
+    only ``group`` and ``image``: the group's membership as its protocol's coordinator
+    encodes it (opaque here; empty: the group is gone)."""
 
     kind: Kind
     group: str = ""
@@ -95,6 +100,7 @@ class JournalRecord:
     leader_epoch: int = -1
     metadata: str | None = None
     commit_ms: int = 0
+    image: bytes = b""
 
 
 def _names(group: str, topic: str, queue_id: int) -> bytes:
@@ -156,6 +162,15 @@ def encode_commit(group: str, topic: str, queue_id: int, offset: int, leader_epo
                                  -1 if metadata is None else len(meta)) + meta)
 
 
+def encode_members(group: str, image: bytes) -> bytes:
+    """A MEMBERS record: ``group``'s membership image (members, generation, assignment: as
+    the coordinator of its protocol encodes it, ``strata.broker.kafka.group_image``); an
+    empty image says the group is gone. The last one of a group stands."""
+    g = group.encode()
+    return _frame(bytes((Kind.MEMBERS,)) + _STR_LEN.pack(len(g)) + g
+                  + _IMAGE_LEN.pack(len(image)) + image)
+
+
 def encode_counter(next_handle_id: int) -> bytes:
     return _frame(bytes((Kind.COUNTER,)) + _COUNTER.pack(next_handle_id))
 
@@ -186,6 +201,8 @@ def encode(rec: JournalRecord) -> bytes:
     if kind is Kind.COMMIT:
         return encode_commit(g, t, q, rec.offset, rec.leader_epoch, rec.metadata,
                              rec.commit_ms)
+    if kind is Kind.MEMBERS:
+        return encode_members(g, rec.image)
     return encode_counter(rec.counter)
 
 
@@ -201,6 +218,13 @@ def decode_payload(p: bytes) -> JournalRecord:
         if len(p) != 1 + _COUNTER.size:
             raise ValueError("COUNTER record of the wrong size")
         return JournalRecord(kind, counter=_COUNTER.unpack_from(p, 1)[0])
+    if kind is Kind.MEMBERS:
+        (gl,) = _STR_LEN.unpack_from(p, 1)
+        group = p[3:3 + gl].decode()
+        (n,) = _IMAGE_LEN.unpack_from(p, 3 + gl)
+        if 3 + gl + _IMAGE_LEN.size + n != len(p):
+            raise ValueError("MEMBERS record's image length does not fit")
+        return JournalRecord(kind, group, image=bytes(p[3 + gl + _IMAGE_LEN.size:]))
     pos = 1
     (gl,) = _STR_LEN.unpack_from(p, pos)
     group = p[pos + 2:pos + 2 + gl].decode()

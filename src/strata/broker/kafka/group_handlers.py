@@ -8,6 +8,11 @@ off the event loop by ``strata.broker.offset_commits``). This broker is one node
 every group's coordinator. A request that waits (JoinGroup, SyncGroup) awaits a future the
 coordinator resolves; the coordinator's deadlines (session and rebalance timeouts) are one
 ``loop.call_at`` timer, moved whenever the next deadline changes.
+
+Group membership is durable: the images the coordinator marks (``Coordinator.dirty``) go to
+the group journal through the same writer as committed offsets, and a SyncGroup (or a static
+member's JoinGroup answered without a rebalance) is answered once its group's image is
+stored; the service loads the stored images when it starts (``Coordinator.load``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from kafka.protocol.metadata.find_coordinator import (FindCoordinatorRequest,
 
 from strata.broker.acl import Kind, Perm
 from strata.broker.group_state import Committed, ConsumerGroups
+from strata.broker.kafka import group_image
 from strata.broker.kafka import groups as g
 from strata.broker.kafka.api import RequestContext, handles
 from strata.broker.kafka.errors import (COORDINATOR_NOT_AVAILABLE, GROUP_AUTHORIZATION_FAILED,
@@ -70,6 +76,47 @@ class GroupService:
         self.writer = CommitWriter(groups, sync=flush_sync)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
+        self._storing: dict[str, asyncio.Future] = {}     # group -> its latest image's store
+        now = _now_ms()
+        for gid, data in sorted(groups.memberships.items()):
+            self.coord.load(gid, group_image.decode(data, gid), now)
+        self.loaded = len(groups.memberships)
+
+    # ------------------------------------------------------------------ durable membership
+
+    def _store_dirty(self) -> None:
+        """Start storing the image of every group the coordinator marked (in order, through
+        the commit writer)."""
+        for gid in self.coord.take_dirty():
+            image = self.coord.image(gid)
+            data = group_image.encode(image) if image is not None else b""
+            fut = asyncio.ensure_future(self.writer.store_membership(gid, data))
+            self._storing[gid] = fut
+            fut.add_done_callback(lambda f, gid=gid: self._stored(gid, f))
+
+    def _stored(self, gid: str, fut: asyncio.Future) -> None:
+        if self._storing.get(gid) is fut:
+            del self._storing[gid]
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("membership of Kafka group %r not stored: %s", gid, exc)
+            self.coord.rebalance_unstored(gid, _now_ms())
+            self.touched()
+
+    async def stored(self, group_id: str) -> int:
+        """Wait until the group's latest image is stored; NONE, or the error to answer
+        (COORDINATOR_NOT_AVAILABLE: the journal refused it, and the group rebalances)."""
+        self._store_dirty()
+        fut = self._storing.get(group_id)
+        if fut is None:
+            return g.NONE
+        try:
+            await asyncio.shield(fut)
+        except OSError:
+            return COORDINATOR_NOT_AVAILABLE
+        return g.NONE
 
     # ------------------------------------------------------------------ time
 
@@ -81,6 +128,8 @@ class GroupService:
         if nd is not None and nd <= now:
             self.coord.tick(now)
             nd = self.coord.next_deadline()
+        if self.coord.dirty:
+            self._store_dirty()
         if nd == self._timer_at:
             return
         if self._timer is not None:
@@ -107,6 +156,12 @@ class GroupService:
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self._store_dirty()
+        for fut in list(self._storing.values()):
+            try:
+                await asyncio.shield(fut)
+            except OSError:
+                pass            # logged by _stored
         await self.writer.close()
 
 
@@ -174,6 +229,12 @@ async def join_group(ctx: RequestContext, req: JoinGroupRequest):
             group_instance_id=req.group_instance_id if v >= 5 else None)
         svc.touched()
         r = await svc.wait(pending)
+        if r.error == g.NONE and r.replaced:
+            # a static member replaced in a Stable group: answered once the group's image
+            # (with its new member id) is stored
+            err = await svc.stored(req.group_id)
+            if err:
+                r = g.JoinResult(err, member_id=r.member_id)
     return JoinGroupResponse(
         version=v, throttle_time_ms=0, error_code=r.error, generation_id=r.generation_id,
         protocol_type=r.protocol_type, protocol_name=r.protocol_name if v >= 7 else
@@ -193,9 +254,14 @@ async def sync_group(ctx: RequestContext, req: SyncGroupRequest):
             req.group_id, req.generation_id, req.member_id,
             {a.member_id: bytes(a.assignment) for a in req.assignments}, _now_ms(),
             protocol_type=req.protocol_type if v >= 5 else None,
-            protocol_name=req.protocol_name if v >= 5 else None)
+            protocol_name=req.protocol_name if v >= 5 else None,
+            group_instance_id=req.group_instance_id if v >= 3 else None)
         svc.touched()
         r = await svc.wait(pending)
+        if r.error == g.NONE:
+            err = await svc.stored(req.group_id)    # the generation's assignment is durable
+            if err:
+                r = g.SyncResult(err)
     return SyncGroupResponse(version=v, throttle_time_ms=0, error_code=r.error,
                              protocol_type=r.protocol_type, protocol_name=r.protocol_name,
                              assignment=r.assignment)
@@ -207,7 +273,8 @@ async def heartbeat(ctx: RequestContext, req: HeartbeatRequest):
     if not _group_allowed(ctx, req.group_id, Perm.SUB):
         err = GROUP_AUTHORIZATION_FAILED
     else:
-        err = svc.coord.heartbeat(req.group_id, req.generation_id, req.member_id, _now_ms())
+        err = svc.coord.heartbeat(req.group_id, req.generation_id, req.member_id, _now_ms(),
+                                  req.group_instance_id if ctx.api_version >= 3 else None)
         svc.touched()
     return HeartbeatResponse(version=ctx.api_version, throttle_time_ms=0, error_code=err)
 
@@ -216,12 +283,13 @@ async def heartbeat(ctx: RequestContext, req: HeartbeatRequest):
 async def leave_group(ctx: RequestContext, req: LeaveGroupRequest):
     v = ctx.api_version
     svc = service(ctx)
-    ids = [m.member_id for m in req.members] if v >= 3 else [req.member_id]
+    ids = ([(m.member_id, m.group_instance_id) for m in req.members] if v >= 3
+           else [(req.member_id, None)])
     if not _group_allowed(ctx, req.group_id, Perm.SUB):
         return LeaveGroupResponse(version=v, throttle_time_ms=0,
                                   error_code=GROUP_AUTHORIZATION_FAILED, members=[])
     now = _now_ms()
-    errors = [svc.coord.leave(req.group_id, mid, now) for mid in ids]
+    errors = [svc.coord.leave(req.group_id, mid, now, iid) for mid, iid in ids]
     svc.touched()
     if v < 3:
         return LeaveGroupResponse(version=v, throttle_time_ms=0, error_code=errors[0])
@@ -242,7 +310,7 @@ async def offset_commit(ctx: RequestContext, req: OffsetCommitRequest):
         err = GROUP_AUTHORIZATION_FAILED
     else:
         err = svc.coord.check_commit(group, req.generation_id_or_member_epoch, req.member_id,
-                                     _now_ms())
+                                     _now_ms(), req.group_instance_id if v >= 7 else None)
         svc.touched()
     results: list[tuple[str, list[tuple[int, int]]]] = []
     todo: list[tuple[str, int, Committed]] = []

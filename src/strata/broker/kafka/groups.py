@@ -26,10 +26,24 @@ Rules, following Kafka's classic coordinator:
 - Requests of an old generation get ILLEGAL_GENERATION, of an unknown member id
   UNKNOWN_MEMBER_ID.
 
+Static membership (KIP-345, ``group.instance.id``): a member with an instance id joins
+without MEMBER_ID_REQUIRED; one that joins with an empty member id while the group has a
+member of its instance id *replaces* it (a new member id, the old one's assignment): in a
+Stable group whose chosen protocol and the member's metadata for it are unchanged this is no
+rebalance at all (the group's image is stored again, and the answer names the current leader,
+so the member does not assign); otherwise the group rebalances. A request naming an instance
+id with another member id than the group has for it gets FENCED_INSTANCE_ID; LeaveGroup v3+
+may name a member by its instance id alone. Static members that do not rejoin a rebalance in
+time are kept (they are expected back under their instance id) until their session expires.
+
+Durable membership: ``dirty`` collects the groups whose image (``strata.broker.kafka.
+group_image``) must be stored — when the leader's assignment makes a group Stable, when a
+group empties, and when a static member is replaced without a rebalance; the I/O layer stores
+them and answers those requests once stored. ``load`` brings a stored image back after a
+restart: the group is Stable (Empty without members) and its members' sessions start then.
+
 Waiting (JoinGroup, SyncGroup) is a ``Pending`` the coordinator resolves later; the I/O layer
 calls ``tick(now_ms)`` at ``next_deadline()`` and after each request.
-Static membership (group.instance.id) is not implemented: such members are treated as
-dynamic ones.
 """
 
 from __future__ import annotations
@@ -39,10 +53,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Generic, TypeVar
 
-from strata.broker.kafka.errors import (ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
-                                       INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT,
-                                       MEMBER_ID_REQUIRED, NONE, REBALANCE_IN_PROGRESS,
-                                       UNKNOWN_MEMBER_ID)
+from strata.broker.kafka.errors import (FENCED_INSTANCE_ID, ILLEGAL_GENERATION,
+                                       INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
+                                       INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE,
+                                       REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID)
+from strata.broker.kafka.group_image import GroupImage, MemberImage
 
 MIN_SESSION_TIMEOUT_MS = 6_000        # Kafka's group.min.session.timeout.ms
 MAX_SESSION_TIMEOUT_MS = 1_800_000    # Kafka's group.max.session.timeout.ms
@@ -112,6 +127,7 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    replaced: bool = False      # a static member replaced without a rebalance (to be stored)
 
 
 @dataclass(frozen=True)
@@ -137,7 +153,11 @@ class Member:
     sync: Pending[SyncResult] | None = None
 
     def metadata(self, protocol: str | None) -> bytes:
-        for name, meta in self.protocols:
+        return self.metadata_of(self.protocols, protocol)
+
+    @staticmethod
+    def metadata_of(protocols: list[tuple[str, bytes]], protocol: str | None) -> bytes:
+        for name, meta in protocols:
             if name == protocol:
                 return meta
         return b""
@@ -182,6 +202,15 @@ class Group:
     pending: dict[str, int] = field(default_factory=dict)   # member id -> must join by (ms)
     rebalance_deadline_ms: int = 0
     sync_deadline_ms: int = 0
+    static: dict[str, str] = field(default_factory=dict)    # group instance id -> member id
+
+    def fenced(self, group_instance_id: str | None, member_id: str) -> bool:
+        """A request naming ``group_instance_id`` with another member id than the group has
+        for that instance (an older incarnation of a static member)."""
+        if group_instance_id is None:
+            return False
+        known = self.static.get(group_instance_id)
+        return known is not None and known != member_id
 
     def candidate_protocols(self) -> set[str]:
         names: set[str] | None = None
@@ -226,6 +255,7 @@ class Coordinator:
         self.max_session_timeout_ms = max_session_timeout_ms
         self._new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
         self.rebalances = 0     # completed joins (for metrics and tests)
+        self.dirty: set[str] = set()    # groups whose image is to be stored (``image``)
 
     # ------------------------------------------------------------------ JoinGroup
 
@@ -247,6 +277,16 @@ class Coordinator:
         if not group.supports(protocol_type, protocols):
             return Pending.resolved(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
         protocols = list(protocols)
+        if group_instance_id is not None:
+            if not member_id:
+                return self._static_join(group, group_instance_id, client_id=client_id,
+                                         client_host=client_host,
+                                         session_timeout_ms=session_timeout_ms,
+                                         rebalance_timeout_ms=rebalance_timeout_ms,
+                                         protocol_type=protocol_type, protocols=protocols,
+                                         now_ms=now_ms)
+            if group.fenced(group_instance_id, member_id):
+                return Pending.resolved(JoinResult(FENCED_INSTANCE_ID, member_id=member_id))
         if not member_id or member_id in group.pending:
             if not member_id:
                 member_id = self._new_member_id(client_id)
@@ -257,16 +297,7 @@ class Coordinator:
             m = Member(member_id, client_id, client_host, session_timeout_ms,
                        rebalance_timeout_ms, protocols, group_instance_id,
                        expires_ms=now_ms + session_timeout_ms)
-            if not group.members:
-                group.protocol_type = protocol_type
-            if group.leader_id is None:
-                group.leader_id = member_id
-            group.members[member_id] = m
-            m.join = waiter = Pending()
-            if group.state is not State.PREPARING_REBALANCE:
-                self._prepare_rebalance(group, now_ms)
-            self._maybe_complete_join(group, now_ms)
-            return waiter
+            return self._add_member(group, m, protocol_type, now_ms)
         m = group.members.get(member_id)
         if m is None:
             return Pending.resolved(JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id))
@@ -287,6 +318,65 @@ class Coordinator:
         m.protocols = protocols
         m.join = waiter = Pending()
         self._prepare_rebalance(group, now_ms)
+        self._maybe_complete_join(group, now_ms)
+        return waiter
+
+    def _add_member(self, group: Group, m: Member, protocol_type: str,
+                    now_ms: int) -> Pending[JoinResult]:
+        if not group.members:
+            group.protocol_type = protocol_type
+        if group.leader_id is None:
+            group.leader_id = m.member_id
+        group.members[m.member_id] = m
+        if m.group_instance_id is not None:
+            group.static[m.group_instance_id] = m.member_id
+        m.join = waiter = Pending()
+        if group.state is not State.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now_ms)
+        self._maybe_complete_join(group, now_ms)
+        return waiter
+
+    def _static_join(self, group: Group, instance_id: str, *, client_id: str,
+                     client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+                     protocol_type: str, protocols: list[tuple[str, bytes]],
+                     now_ms: int) -> Pending[JoinResult]:
+        """A JoinGroup with an instance id and no member id: a new static member, or the
+        instance's new incarnation replacing the old one (see the module's docstring)."""
+        new_id = self._new_member_id(instance_id)
+        old_id = group.static.get(instance_id)
+        old = group.members.get(old_id) if old_id is not None else None
+        if old is None:
+            m = Member(new_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                       protocols, instance_id, expires_ms=now_ms + session_timeout_ms)
+            return self._add_member(group, m, protocol_type, now_ms)
+        leader_before = group.leader_id or ""
+        for w in (old.join, old.sync):          # the old incarnation is fenced
+            if w is not None:
+                w._resolve(JoinResult(FENCED_INSTANCE_ID, member_id=old_id)
+                           if w is old.join else SyncResult(FENCED_INSTANCE_ID))
+        same_metadata = (group.protocol_name is not None
+                         and old.metadata(group.protocol_name)
+                         == Member.metadata_of(protocols, group.protocol_name))
+        m = Member(new_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                   protocols, instance_id, expires_ms=now_ms + session_timeout_ms,
+                   assignment=old.assignment)
+        group.members = {(new_id if k == old_id else k): (m if k == old_id else v)
+                         for k, v in group.members.items()}
+        group.static[instance_id] = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        if group.state is State.STABLE:
+            if same_metadata and group.select_protocol() == group.protocol_name:
+                self.dirty.add(group.group_id)
+                return Pending.resolved(JoinResult(
+                    NONE, group.generation_id, group.protocol_type, group.protocol_name,
+                    leader_before, new_id, replaced=True))
+            m.join = waiter = Pending()
+            self._prepare_rebalance(group, now_ms)
+        else:
+            m.join = waiter = Pending()
+            if group.state is State.COMPLETING_REBALANCE:
+                self._prepare_rebalance(group, now_ms)
         self._maybe_complete_join(group, now_ms)
         return waiter
 
@@ -316,33 +406,47 @@ class Coordinator:
             self._complete_join(group, now_ms)
 
     def _complete_join(self, group: Group, now_ms: int) -> None:
-        for m in [m for m in group.members.values() if m.join is None]:
+        for m in [m for m in group.members.values()
+                  if m.join is None and m.group_instance_id is None]:
             self._remove(group, m, now_ms, rebalance=False)      # did not rejoin in time
+        if group.members and all(m.join is None for m in group.members.values()):
+            # only static members that did not rejoin: wait another rebalance timeout (their
+            # sessions remove them if they never come back)
+            group.rebalance_deadline_ms = now_ms + group.rebalance_timeout_ms()
+            return
         group.generation_id += 1
         self.rebalances += 1
         for m in group.members.values():
             m.assignment = b""
         if not group.members:
             group.state, group.protocol_name, group.leader_id = State.EMPTY, None, None
+            self.dirty.add(group.group_id)
             return
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.protocol_name = group.select_protocol()
         group.state = State.COMPLETING_REBALANCE
         group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
+        if group.leader_id not in group.members or group.members[group.leader_id].join is None:
+            # the leader must be a member that is told it leads (a static member kept without
+            # rejoining is not)
+            group.leader_id = next(mid for mid, m in group.members.items() if m.join is not None)
         for m in group.members.values():
             waiter, m.join = m.join, None
             m.expires_ms = now_ms + m.session_timeout_ms
-            assert waiter is not None
-            waiter._resolve(self._join_result(group, m))
+            if waiter is not None:
+                waiter._resolve(self._join_result(group, m))
 
     # ------------------------------------------------------------------ SyncGroup
 
     def sync(self, group_id: str, generation_id: int, member_id: str,
              assignments: dict[str, bytes], now_ms: int, *, protocol_type: str | None = None,
-             protocol_name: str | None = None) -> Pending[SyncResult]:
+             protocol_name: str | None = None,
+             group_instance_id: str | None = None) -> Pending[SyncResult]:
         """A SyncGroup; ``assignments`` (member id -> opaque assignment) from the leader."""
         group = self.groups.get(group_id)
+        if group is not None and group.fenced(group_instance_id, member_id):
+            return Pending.resolved(SyncResult(FENCED_INSTANCE_ID))
         m = group.members.get(member_id) if group is not None else None
         if group is None or m is None:
             return Pending.resolved(SyncResult(UNKNOWN_MEMBER_ID))
@@ -364,6 +468,7 @@ class Coordinator:
             for o in group.members.values():
                 o.assignment = bytes(assignments.get(o.member_id, b""))
             group.state = State.STABLE
+            self.dirty.add(group.group_id)
             for o in group.members.values():
                 if o.sync is not None:
                     w, o.sync = o.sync, None
@@ -376,9 +481,12 @@ class Coordinator:
 
     # ------------------------------------------------------------------ Heartbeat, leave
 
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> int:
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int,
+                  group_instance_id: str | None = None) -> int:
         """The error code of a Heartbeat (NONE, REBALANCE_IN_PROGRESS, ...)."""
         group = self.groups.get(group_id)
+        if group is not None and group.fenced(group_instance_id, member_id):
+            return FENCED_INSTANCE_ID
         m = group.members.get(member_id) if group is not None else None
         if group is None or m is None:
             return UNKNOWN_MEMBER_ID
@@ -387,11 +495,22 @@ class Coordinator:
         m.expires_ms = now_ms + m.session_timeout_ms
         return REBALANCE_IN_PROGRESS if group.state is State.PREPARING_REBALANCE else NONE
 
-    def leave(self, group_id: str, member_id: str, now_ms: int) -> int:
-        """A member leaves (LeaveGroup); the group rebalances without it."""
+    def leave(self, group_id: str, member_id: str, now_ms: int,
+              group_instance_id: str | None = None) -> int:
+        """A member leaves (LeaveGroup); the group rebalances without it. With an instance
+        id (v3+), the static member of that instance leaves; ``member_id`` may be empty then,
+        and another one than the instance's is FENCED_INSTANCE_ID."""
         group = self.groups.get(group_id)
         if group is None:
             return UNKNOWN_MEMBER_ID
+        if group_instance_id is not None:
+            known = group.static.get(group_instance_id)
+            if known is None or known not in group.members:
+                return UNKNOWN_MEMBER_ID
+            if member_id and member_id != known:
+                return FENCED_INSTANCE_ID
+            self._remove(group, group.members[known], now_ms)
+            return NONE
         if group.pending.pop(member_id, None) is not None:
             self._maybe_complete_join(group, now_ms)
             return NONE
@@ -403,6 +522,9 @@ class Coordinator:
 
     def _remove(self, group: Group, m: Member, now_ms: int, rebalance: bool = True) -> None:
         del group.members[m.member_id]
+        if m.group_instance_id is not None and \
+                group.static.get(m.group_instance_id) == m.member_id:
+            del group.static[m.group_instance_id]
         for w in (m.join, m.sync):
             if w is not None:
                 w._resolve(JoinResult(UNKNOWN_MEMBER_ID, member_id=m.member_id)
@@ -419,7 +541,7 @@ class Coordinator:
     # ------------------------------------------------------------------ OffsetCommit checks
 
     def check_commit(self, group_id: str, generation_id: int, member_id: str,
-                     now_ms: int) -> int:
+                     now_ms: int, group_instance_id: str | None = None) -> int:
         """May this OffsetCommit store offsets? Generation -1 (no member) is a standalone
         commit (a consumer that assign()s partitions), allowed while the group has no
         members; a member's commit needs its current generation, and not while the group
@@ -429,6 +551,8 @@ class Coordinator:
             if group is None or group.state is State.EMPTY:
                 return NONE
             return UNKNOWN_MEMBER_ID
+        if group is not None and group.fenced(group_instance_id, member_id):
+            return FENCED_INSTANCE_ID
         m = group.members.get(member_id) if group is not None else None
         if group is None:
             return ILLEGAL_GENERATION if generation_id >= 0 else UNKNOWN_MEMBER_ID
@@ -494,3 +618,51 @@ class Coordinator:
     def listing(self) -> list[tuple[str, str, State]]:
         """(group id, protocol type, state) of every group with a member or a past one."""
         return [(g.group_id, g.protocol_type or "", g.state) for g in self.groups.values()]
+
+    # ------------------------------------------------------------------ durable images
+
+    def image(self, group_id: str) -> GroupImage | None:
+        """What to store of a group (None: it is gone). Members' metadata is the one of the
+        chosen protocol, as Kafka stores it."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        return GroupImage(group.generation_id, group.protocol_type, group.protocol_name,
+                          group.leader_id, tuple(
+                              MemberImage(m.member_id, m.group_instance_id, m.client_id,
+                                          m.client_host, m.session_timeout_ms,
+                                          m.rebalance_timeout_ms,
+                                          m.metadata(group.protocol_name), m.assignment)
+                              for m in group.members.values()))
+
+    def take_dirty(self) -> list[str]:
+        """The groups whose image changed since the last call (to be stored)."""
+        out, self.dirty = sorted(self.dirty), set()
+        return out
+
+    def load(self, group_id: str, image: GroupImage, now_ms: int) -> None:
+        """Bring back a stored group (after a restart): Stable with its members and their
+        assignments (Empty without members); sessions start at ``now_ms``."""
+        group = self.groups[group_id] = Group(group_id, generation_id=image.generation_id,
+                                              protocol_type=image.protocol_type)
+        for mi in image.members:
+            protocols = ([(image.protocol_name, mi.metadata)]
+                         if image.protocol_name is not None else [])
+            group.members[mi.member_id] = Member(
+                mi.member_id, mi.client_id, mi.client_host, mi.session_timeout_ms,
+                mi.rebalance_timeout_ms, protocols, mi.group_instance_id,
+                expires_ms=now_ms + mi.session_timeout_ms, assignment=mi.assignment)
+            if mi.group_instance_id is not None:
+                group.static[mi.group_instance_id] = mi.member_id
+        if group.members:
+            group.state = State.STABLE
+            group.protocol_name = image.protocol_name
+            group.leader_id = (image.leader_id if image.leader_id in group.members
+                               else next(iter(group.members)))
+
+    def rebalance_unstored(self, group_id: str, now_ms: int) -> None:
+        """The group's image could not be stored (a full disk): a Stable group rebalances,
+        so that the next generation's assignment is stored again."""
+        group = self.groups.get(group_id)
+        if group is not None and group.state is State.STABLE:
+            self._prepare_rebalance(group, now_ms)
