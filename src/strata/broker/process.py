@@ -196,6 +196,26 @@ async def _start_console(cfg: ServeConfig, node: Node, listeners: list[Listener]
     return runner, port
 
 
+def kafka_group_states(listeners: list) -> dict[str, tuple[str, str]]:
+    """Kafka groups with live membership: group id -> (protocol type, state name); empty
+    without a Kafka listener or before its first group request."""
+    kafka = next((lst for lst in listeners if lst.name == "kafka"), None)
+    svc = kafka.broker.state.get("groups") if kafka is not None else None
+    if svc is None:
+        return {}
+    return {gid: (ptype, state.value) for gid, ptype, state in svc.coord.listing()}
+
+
+async def _start_admin(node: Node, listeners: list[Listener]):
+    """The admin API (strata.broker.admin) that `strata topics create` and friends use while
+    this process holds the store; its endpoint goes to ``<store>/broker.admin``."""
+    from strata.broker.admin import AdminServer, AdminTarget
+    admin = AdminServer(AdminTarget(node.store, node.groups,
+                                    lambda: kafka_group_states(listeners)), acl=node.acl)
+    await admin.start()
+    return admin
+
+
 def _label(lst: Listener) -> str:
     return {"grpc": "RocketMQ gRPC", "kafka": "Kafka"}.get(lst.name, lst.name)
 
@@ -223,11 +243,13 @@ async def serve(cfg: ServeConfig) -> None:
     node.batcher.start()
     for lst in listeners:
         await lst.start()
+    admin = await _start_admin(node, listeners)
     console = http_port = None
     if cfg.http is not None:
         try:
             console, http_port = await _start_console(cfg, node, listeners, metrics_port)
         except BaseException:
+            await admin.close()
             for lst in listeners:
                 lst.begin_stop()
             for lst in listeners:
@@ -275,6 +297,7 @@ async def serve(cfg: ServeConfig) -> None:
         await stop.wait()
     finally:
         _say("stopping: finishing in-flight calls")
+        await admin.close()         # first: an admin command now finds no stale endpoint
         for lst in listeners:
             lst.begin_stop()
         for lst in listeners:
