@@ -58,12 +58,12 @@ def _say(line: str) -> None:
 @dataclass
 class AdminTarget:
     """What the admin API acts on: the broker's store and groups, and the Kafka groups'
-    live membership (``kafka_groups()``: group id -> (protocol type, state name)) so a reset
-    of a Kafka group with members is refused, as Kafka refuses it."""
+    live membership (``kafka_groups()``: group id -> {"state": name, ...}) so a reset of a
+    Kafka group with members is refused, as Kafka refuses it."""
 
     store: Any
     groups: ConsumerGroups
-    kafka_groups: Callable[[], dict[str, tuple[str, str]]] = lambda: {}
+    kafka_groups: Callable[[], dict[str, dict]] = lambda: {}
 
 
 def _int(body: dict, name: str, required: bool = True) -> int | None:
@@ -123,6 +123,11 @@ class AdminOps:
         name = _topic(body)
         return {"topic": name, "deleted": await self._off(self.t.store.delete_topic, name)}
 
+    async def kafka_groups(self, body: dict) -> dict:
+        """The Kafka groups' live state: group id -> {state, protocol_type, protocol,
+        members} (what `strata groups DIR` shows beside the journal's committed offsets)."""
+        return self.t.kafka_groups()
+
     async def reset_offsets(self, body: dict) -> dict:
         """Every queue of ``topic`` that ``group`` reads (RocketMQ) or committed (Kafka)
         starts over at ``offset`` (clamped to the queue's bounds) or at the first message
@@ -141,9 +146,9 @@ class AdminOps:
             raise InvalidInputError(f"group {group!r} has not read topic {topic!r}")
         if kafka:
             live = self.t.kafka_groups().get(group)
-            if live is not None and live[1] not in ("Empty", "Dead"):
+            if live is not None and live["state"] not in ("Empty", "Dead"):
                 raise InvalidInputError(
-                    f"Kafka group {group!r} is {live[1]} (it has members): stop its "
+                    f"Kafka group {group!r} is {live['state']} (it has members): stop its "
                     "consumers first, as Kafka's own offset reset requires")
         s = self.t.store
 
@@ -189,6 +194,7 @@ class AdminServer:
             "/topics/queues": self.ops.set_queues,
             "/topics/delete": self.ops.delete_topic,
             "/groups/reset": self.ops.reset_offsets,
+            "/groups/kafka": self.ops.kafka_groups,
         }
 
     async def start(self) -> None:
@@ -276,7 +282,8 @@ class AdminServer:
         except StrataError as exc:
             _say(f"admin {path} failed: {type(exc).__name__}: {exc}")
             return 400, {"error": f"{type(exc).__name__}: {exc}"}
-        _say(f"admin {path}: {json.dumps(answer)}")
+        if path != "/groups/kafka":     # a read: not logged
+            _say(f"admin {path}: {json.dumps(answer)}")
         return 200, answer
 
 

@@ -84,9 +84,10 @@ def groups_list(directory: str, as_json: bool) -> None:
     from strata.cli.main import open_readonly
     from strata.console.groups_view import GroupSource
     from strata.console.views import ConsoleData
+    live = _kafka_live(directory)
     store = open_readonly(directory)
     with store:
-        data = ConsoleData(store, GroupSource(store.path))
+        data = ConsoleData(store, GroupSource(store.path, kafka_live=lambda: live))
         try:
             groups = data.groups_list()
         finally:
@@ -98,17 +99,31 @@ def groups_list(directory: str, as_json: bool) -> None:
         click.echo(f"no consumer group has read from {directory}")
         return
     t = Table(title=f"consumer groups of {directory}")
-    for c in ("group", "topic", "queue", "committed", "max offset", "lag", "in flight",
-              "retrying"):
-        t.add_column(c, justify="left" if c in ("group", "topic") else "right")
+    for c in ("group", "protocol", "topic", "queue", "committed", "max offset", "lag",
+              "in flight", "retrying"):
+        t.add_column(c, justify="left" if c in ("group", "protocol", "topic") else "right")
     for g in groups:
+        proto = g["protocol"]
+        if proto == "kafka":
+            proto += f" ({g['state']}, {len(g['members'])} members)"
         for q in g["queues"]:
-            t.add_row(g["group"], g["topic"], str(q["queue"]), str(q["committed"]),
+            t.add_row(g["group"], proto, g["topic"], str(q["queue"]), str(q["committed"]),
                       str(q["max_offset"]), str(q["lag"]), str(q["in_flight"]),
                       str(q["retrying"]))
-        t.add_row(g["group"], g["topic"], "all", "", "", str(g["lag"]), str(g["in_flight"]),
-                  str(g["retrying"]), style="bold", end_section=True)
+        t.add_row(g["group"], proto, g["topic"], "all", "", "", str(g["lag"]),
+                  str(g["in_flight"]), str(g["retrying"]), style="bold", end_section=True)
     Console().print(t)
     dead = [g for g in groups if g["dead_letters"]]
     for g in dead:
         click.echo(f"{g['group']}: {g['dead_letters']} dead letter(s) in {g['dlq_topic']}")
+
+
+def _kafka_live(directory: str) -> dict:
+    """The Kafka groups' live state (members) from the running broker's admin API; empty
+    when no broker runs or it does not answer (the journal's committed offsets still show,
+    as Empty groups)."""
+    try:
+        got = through_broker(directory, "/groups/kafka", {}, None, None)
+    except click.ClickException:
+        return {}
+    return got or {}

@@ -135,6 +135,10 @@ class ConsoleData:
         group_lag: dict[str, int] = {}
         for (g, _t, _q), behind in lag.items():
             group_lag[g] = group_lag.get(g, 0) + behind
+        bounds = {(t, q): (lo, hi) for t, q, lo, hi in rows}
+        for (g, t, q), commit in self.groups.kafka_rows().items():     # Kafka groups
+            lo, hi = bounds.get((t, q), (0, 0))
+            group_lag[g] = group_lag.get(g, 0) + max(0, hi - max(lo, commit))
         smp = Sample(_now_ms(), self.store.confirmed_offset(), sum(per_topic.values()),
                      sum(c for c, _p, _f, _r in groups.values()), per_topic, group_lag)
         self.history.append(smp)
@@ -287,6 +291,43 @@ class ConsoleData:
                 dlq_counts[g] = self._topic_messages(dlq_topic(g))
             d["dead_letters"] = dlq_counts[g]
             d["dlq_topic"] = dlq_topic(g)
+            d["state"], d["members"] = None, []
+        return list(by.values()) + self._kafka_groups(topic)
+
+    def _kafka_groups(self, topic: str | None) -> list[dict]:
+        """Kafka classic groups: per (group, topic) the committed offset and lag of each
+        partition, the group's state and members (inside ``strata serve --kafka``; a group
+        known only by its committed offsets is Empty, as Kafka lists it)."""
+        s = self.store
+        committed = self.groups.kafka_rows()
+        if topic is not None:
+            committed = {k: v for k, v in committed.items() if k[1] == topic}
+        live = self.groups.kafka_live()
+        by: dict[tuple[str, str], dict] = {}
+        for (g, t, q), commit in sorted(committed.items()):
+            d = by.get((g, t))
+            if d is None:
+                info = live.get(g, {})
+                d = by[(g, t)] = {
+                    "group": g, "topic": t, "protocol": "kafka",
+                    "state": info.get("state", "Empty"),
+                    "assignor": info.get("protocol", ""), "members": info.get("members", []),
+                    "lag": 0, "in_flight": 0, "retrying": 0, "dead_letters": 0,
+                    "dlq_topic": None, "queues": []}
+            lo, hi = s.min_offset(t, q), s.max_offset(t, q)
+            lag = max(0, hi - max(lo, commit))
+            d["queues"].append({"queue": q, "committed": commit, "pop_offset": None,
+                                "max_offset": hi, "lag": lag, "in_flight": 0, "retrying": 0})
+            d["lag"] += lag
+        # groups with members that committed nothing yet
+        for g, info in sorted(live.items()):
+            if topic is None and not any(k[0] == g for k in by):
+                by[(g, "")] = {"group": g, "topic": "", "protocol": "kafka",
+                               "state": info.get("state", ""),
+                               "assignor": info.get("protocol", ""),
+                               "members": info.get("members", []), "lag": 0, "in_flight": 0,
+                               "retrying": 0, "dead_letters": 0, "dlq_topic": None,
+                               "queues": []}
         return list(by.values())
 
     def _topic_messages(self, topic: str) -> int:
