@@ -101,7 +101,9 @@ def groups_list(directory: str, as_json: bool) -> None:
     t = Table(title=f"consumer groups of {directory}")
     for c in ("group", "protocol", "topic", "queue", "committed", "max offset", "lag",
               "in flight", "retrying"):
-        t.add_column(c, justify="left" if c in ("group", "protocol", "topic") else "right")
+        text = c in ("group", "protocol", "topic")
+        # names whole (numbers may wrap first): a piped output is 80 columns wide
+        t.add_column(c, justify="left" if text else "right", no_wrap=text)
     for g in groups:
         proto = g["protocol"]
         if proto == "kafka":
