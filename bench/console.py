@@ -1,29 +1,38 @@
 """The web console's speed on a big store; JSON lines.
 
     python bench/console.py [--topics 1000] [--queues 8] [--groups 100] [--messages 200000]
-                            [--rounds 10] [--browser-rounds 5] [--ab-seconds 3] [--dir DIR]
+                            [--fast-build] [--rounds 10] [--browser-rounds 5]
+                            [--ab-seconds 3] [--ab-rounds 5] [--baseline-src DIR] [--dir DIR]
 
 Builds a store of ``--topics`` topics of ``--queues`` queues holding ``--messages`` messages
-(1 KiB apart in bodies of 100 B) and ``--groups`` consumer groups (group i reads topic i, all
-its queues, half-way through), then:
+(bodies of 100 B) and ``--groups`` consumer groups (group i reads topic i, all its queues,
+half-way through). ``--fast-build`` appends them with ``put_columns`` (one call per topic and
+chunk of 8,192 plain bodies, round-robin over the queues) instead of ``put_batch`` of
+``Message`` objects: what makes the issue's 10 M messages a matter of minutes. Then:
 
 * ``page``: per page and API answer, the server's own time (its ``Server-Timing`` header:
   from the request's arrival to the answer, store reads included) and the client's round
   trip, median and p90 over ``--rounds`` (after one warm-up), for the console opened as the
   writer and read-only beside a writer (this process holds the store open for writing);
-  target: server time <= 100 ms.
+  target: server time <= 100 ms. With ``--baseline-src DIR`` (another checkout's ``src``,
+  e.g. the commit before a change) the writer's pages are measured for both, alternately,
+  in the same run (``code``: baseline / current).
 * ``browser``: Debian's chromium (Playwright) loading each page: the navigation's
   ``loadEventEnd`` (HTML, CSS, scripts and the first chart data), median; target <= 1 s.
+  With ``--baseline-src`` both again, alternately.
 * ``ab``: what the console costs a writer: ``put_batch`` of 100 B messages in batches of 256
-  for ``--ab-seconds`` without a console and with a read-only console whose overview page is
-  polled as the browser polls it (every 2 s) besides its own sampler, started and settled
-  before its window; interleaved rounds, the ratio with ÷ without (target >= 0.98).
+  for ``--ab-seconds`` without a console (A) and with a read-only console whose overview
+  page is polled as the browser polls it (every 2 s) besides its own sampler, started and
+  settled before its window (B); ``--ab-rounds`` rounds, each A then B or B then A
+  (alternating, so a drift of the machine's load favours neither), one ratio B / A per
+  round, and their median (target >= 0.98).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -52,30 +61,52 @@ def config() -> StoreConfig:
                        index_entries=800_000, prefault=False)
 
 
-def build(d: Path, topics: int, queues: int, groups: int, messages: int) -> None:
+def build(d: Path, topics: int, queues: int, groups: int, messages: int,
+          fast: bool = False) -> dict:
+    """Make the store; the seconds its parts took."""
+    took = {}
     with strata.open(d, config()) as s:
         names = [f"topic-{i:04d}" for i in range(topics)]
+        t0 = time.perf_counter()
         for n in names:
             s.create_topic(n, queues=queues)
+        took["topics_s"] = time.perf_counter() - t0
         body = b"x" * 100
-        batch = 1024
-        for start in range(0, messages, batch):
-            s.put_batch([strata.Message(names[(start + i) % topics], body)
-                         for i in range(min(batch, messages - start))])
-        s.wait_dispatched()
+        t0 = time.perf_counter()
+        if fast:        # plain bodies as columns: one compiled encoding pass per call
+            per = [messages // topics + (1 if i < messages % topics else 0)
+                   for i in range(topics)]
+            chunk = 8192
+            for name, n in zip(names, per):
+                for start in range(0, n, chunk):
+                    s.put_columns(name, None, [body] * min(chunk, n - start))
+        else:
+            batch = 1024
+            for start in range(0, messages, batch):
+                s.put_batch([strata.Message(names[(start + i) % topics], body)
+                             for i in range(min(batch, messages - start))])
+        s.wait_dispatched(timeout=3600)
+        took["put_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         g = ConsumerGroups(d / "broker")
         for i in range(groups):
             t = names[i % topics]
             for q in range(queues):
                 g.reset_offset(f"group-{i:03d}", t, q, s.max_offset(t, q) // 2)
         g.close()
+        took["groups_s"] = time.perf_counter() - t0
+    return {k: round(v, 1) for k, v in took.items()}
 
 
 class Console:
-    def __init__(self, d: Path) -> None:
+    def __init__(self, d: Path, src: str | None = None, code: str = "current") -> None:
+        env = None
+        if src is not None:         # another checkout's code (--baseline-src)
+            env = {**os.environ, "PYTHONPATH": src}
+        self.code = code
         self.proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "console", str(d),
                                       "--http", "127.0.0.1:0"], stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, env=env)
         while True:
             line = self.proc.stderr.readline()
             if not line:
@@ -110,7 +141,7 @@ def measure_pages(c: Console, paths: list[str], rounds: int) -> None:
         c.get(p)                                  # warm-up
         server, trip = zip(*(c.get(p) for _ in range(rounds)))
         med = statistics.median(server)
-        emit(case="page", console=c.mode, path=p, server_ms_p50=round(med, 2),
+        emit(case="page", console=c.mode, code=c.code, path=p, server_ms_p50=round(med, 2),
              server_ms_p90=round(sorted(server)[int(0.9 * (len(server) - 1))], 2),
              round_trip_ms_p50=round(statistics.median(trip), 2), target_ms=100,
              met=med <= 100)
@@ -128,7 +159,7 @@ def measure_browser(c: Console, paths: list[str], rounds: int) -> None:
                 loads.append(page.evaluate(
                     "() => performance.getEntriesByType('navigation')[0].loadEventEnd"))
             med = statistics.median(loads[1:])
-            emit(case="browser", console=c.mode, path=path, load_ms_p50=round(med, 1),
+            emit(case="browser", console=c.mode, code=c.code, path=path, load_ms_p50=round(med, 1),
                  target_ms=1000, met=med <= 1000)
         b.close()
 
@@ -143,63 +174,99 @@ def put_rate(store, seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def with_console(store, d: Path, seconds: float) -> float:
+    """The writer's rate with a read-only console beside it, polled as the overview page
+    polls (the console is started and settled outside the window: its first sample ran)."""
+    c = Console(d)
+    try:
+        c.get("/api/overview")
+        time.sleep(1.0)
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.is_set():
+                c.get("/api/overview")
+                stop.wait(2.0)
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            return put_rate(store, seconds)
+        finally:
+            stop.set()
+            poller.join()
+    finally:
+        c.stop()
+
+
+def measure_ab(store, d: Path, seconds: float, rounds: int) -> None:
+    ratios, without, with_ = [], [], []
+    for r in range(rounds):
+        if r % 2 == 0:              # A B, then B A: a drift of the load favours neither
+            a = put_rate(store, seconds)
+            b = with_console(store, d, seconds)
+        else:
+            b = with_console(store, d, seconds)
+            a = put_rate(store, seconds)
+        without.append(a)
+        with_.append(b)
+        ratios.append(b / a)
+        emit(case="ab_round", round=r, order="AB" if r % 2 == 0 else "BA",
+             without_msgs_s=round(a), with_console_msgs_s=round(b), ratio=round(b / a, 3))
+    ratio = statistics.median(ratios)
+    emit(case="ab", rounds=rounds, without_msgs_s=round(statistics.median(without)),
+         with_console_msgs_s=round(statistics.median(with_)), median_ratio=round(ratio, 3),
+         ratios=[round(x, 3) for x in ratios], target_ratio=0.98, met=ratio >= 0.98)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--topics", type=int, default=1000)
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--fast-build", action="store_true",
+                    help="append with put_columns of plain bodies (for 10 M messages)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--browser-rounds", type=int, default=5)
     ap.add_argument("--ab-seconds", type=float, default=3.0)
-    ap.add_argument("--ab-rounds", type=int, default=3)
+    ap.add_argument("--ab-rounds", type=int, default=5)
+    ap.add_argument("--baseline-src", default=None, metavar="DIR",
+                    help="also measure the writer's pages with the code in DIR (a src/), "
+                         "alternately with this checkout's")
+    ap.add_argument("--skip-readonly", action="store_true",
+                    help="skip the read-only console's pages")
     ap.add_argument("--dir", default=None)
     a = ap.parse_args()
     scratch, cleanup = scratch_dir("console", a.dir)
     try:
         d = scratch / "store"
         t0 = time.perf_counter()
-        build(d, a.topics, a.queues, a.groups, a.messages)
+        parts = build(d, a.topics, a.queues, a.groups, a.messages, a.fast_build)
         emit(case="build", topics=a.topics, queues=a.queues, groups=a.groups,
-             messages=a.messages, seconds=round(time.perf_counter() - t0, 1))
+             messages=a.messages, fast=a.fast_build, seconds=round(time.perf_counter() - t0, 1),
+             **parts)
         paths = pages(a.topics)
-        c = Console(d)                            # no writer: it opens the store as writer
-        try:
-            measure_pages(c, paths, a.rounds)
-            measure_browser(c, paths, a.browser_rounds)
-        finally:
-            c.stop()
-        with strata.open(d, config()) as store:   # this process writes; the console reads
-            store.create_topic("ab-topic", queues=8)
-            c = Console(d)
+        codes = [("current", None)]
+        if a.baseline_src:
+            codes = [("baseline", a.baseline_src), ("current", None),
+                     ("current", None), ("baseline", a.baseline_src)]
+        for code, src in codes:     # no writer: each opens the store as its writer
+            c = Console(d, src, code)
             try:
                 measure_pages(c, paths, a.rounds)
+                measure_browser(c, paths, a.browser_rounds)
             finally:
                 c.stop()
-            without, with_ = [], []
-            for _ in range(a.ab_rounds):
-                without.append(put_rate(store, a.ab_seconds))
-                c = Console(d)                    # started and settled outside the window:
-                c.get("/api/overview")            # its first sample has run (one thread)
-                time.sleep(1.0)
-                stop = threading.Event()
-
-                def poll() -> None:
-                    while not stop.is_set():      # what the overview page does
-                        c.get("/api/overview")
-                        stop.wait(2.0)
-                poller = threading.Thread(target=poll)
-                poller.start()
+        with strata.open(d, config()) as store:   # this process writes; the console reads
+            store.create_topic("ab-topic", queues=8)
+            if not a.skip_readonly:
+                c = Console(d)
                 try:
-                    with_.append(put_rate(store, a.ab_seconds))
+                    measure_pages(c, paths, a.rounds)
                 finally:
-                    stop.set()
-                    poller.join()
                     c.stop()
-            ratio = statistics.median(with_) / statistics.median(without)
-            emit(case="ab", without_msgs_s=round(statistics.median(without)),
-                 with_console_msgs_s=round(statistics.median(with_)), ratio=round(ratio, 3),
-                 target_ratio=0.98, met=ratio >= 0.98)
+            if a.ab_rounds:
+                measure_ab(store, d, a.ab_seconds, a.ab_rounds)
     finally:
         cleanup()
 

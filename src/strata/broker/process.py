@@ -189,12 +189,51 @@ async def _start_console(cfg: ServeConfig, node: Node, listeners: list[Listener]
 
     try:
         runner, port = await start_embedded(node.store, node.groups, *cfg.http, info,
-                                            acl=node.acl)
+                                            acl=node.acl,
+                                            kafka_live=lambda: kafka_group_states(listeners))
     except OSError as exc:
         raise OSError(f"cannot listen on {_shown(*cfg.http)} (--http): "
                       f"{exc.strerror or exc}") from None
     port_box.append(port)
     return runner, port
+
+
+def kafka_group_states(listeners: list) -> dict[str, dict]:
+    """Kafka groups the coordinator knows (members now or before): group id -> {state,
+    protocol_type, protocol (the assignor), members: [{member_id, instance_id, client_id,
+    client_host}]}; empty without a Kafka listener or before its first group request."""
+    kafka = next((lst for lst in listeners if lst.name == "kafka"), None)
+    svc = kafka.broker.state.get("groups") if kafka is not None else None
+    if svc is None:
+        return {}
+    for _attempt in range(3):      # read from the console's thread: the loop may change it
+        try:
+            return _kafka_groups(svc.coord)
+        except RuntimeError:        # a dict changed size while it was read: read again
+            continue
+    return {}
+
+
+def _kafka_groups(coord) -> dict[str, dict]:
+    out = {}
+    for gid, ptype, state in coord.listing():
+        view = coord.describe(gid)
+        out[gid] = {"state": state.value, "protocol_type": ptype,
+                    "protocol": view.protocol_name,
+                    "members": [{"member_id": m.member_id, "instance_id": m.group_instance_id,
+                                 "client_id": m.client_id, "client_host": m.client_host}
+                                for m in view.members]}
+    return out
+
+
+async def _start_admin(node: Node, listeners: list[Listener]):
+    """The admin API (strata.broker.admin) that `strata topics create` and friends use while
+    this process holds the store; its endpoint goes to ``<store>/broker.admin``."""
+    from strata.broker.admin import AdminServer, AdminTarget
+    admin = AdminServer(AdminTarget(node.store, node.groups,
+                                    lambda: kafka_group_states(listeners)), acl=node.acl)
+    await admin.start()
+    return admin
 
 
 def _label(lst: Listener) -> str:
@@ -224,11 +263,13 @@ async def serve(cfg: ServeConfig) -> None:
     node.batcher.start()
     for lst in listeners:
         await lst.start()
+    admin = await _start_admin(node, listeners)
     console = http_port = None
     if cfg.http is not None:
         try:
             console, http_port = await _start_console(cfg, node, listeners, metrics_port)
         except BaseException:
+            await admin.close()
             for lst in listeners:
                 lst.begin_stop()
             for lst in listeners:
@@ -276,6 +317,7 @@ async def serve(cfg: ServeConfig) -> None:
         await stop.wait()
     finally:
         _say("stopping: finishing in-flight calls")
+        await admin.close()         # first: an admin command now finds no stale endpoint
         for lst in listeners:
             lst.begin_stop()
         for lst in listeners:

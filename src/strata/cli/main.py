@@ -17,6 +17,7 @@ from rich.table import Table
 
 import strata
 from strata.files.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
+from strata.cli.admin_cmd import acl_options, through_broker
 from strata.cli.console_cmd import console_command
 from strata.cli.groups_cmd import groups_command
 from strata.cli.refstore_cmd import refstore_group
@@ -27,6 +28,7 @@ from strata.errors import StrataError, StoreNotFoundError
 from strata.log.verify import recovery_problems, verify_log
 from strata.store.config import StoreConfig
 from strata.store.geometry import stored_geometry
+from strata.format.record import encode_topic
 from strata.store.message import Message
 from strata.store.message_store import MessageStore, check_messages
 from strata.store.topics import TopicTable, TopicType, check_new_topic
@@ -342,12 +344,22 @@ def topics_list(directory: str, as_json: bool) -> None:
               type=click.Choice([t.value for t in TopicType], case_sensitive=False),
               help="The one message type the topic accepts: `strata serve` refuses a send of "
                    "another type, and its routes list only this one.")
-def topics_create(directory: str, name: str, queues: int | None, message_type: str) -> None:
+@acl_options
+def topics_create(directory: str, name: str, queues: int | None, message_type: str,
+                  access_key: str | None, secret_key: str | None) -> None:
     """Create topic NAME in the store at DIR (made if missing). A topic that exists with the
     same queue count and type is left as it is; with another count or type it is an error.
-    The store must not be open for writing elsewhere (stop `strata serve` first)."""
+    On a store `strata serve` holds, the running broker does it (its admin API)."""
     # refused input never opens (or creates) the store: the name, count and type come first
     kind = check_new_topic(name, 1 if queues is None else queues, message_type)
+    got = through_broker(directory, "/topics/create", {"topic": name, "queues": queues,
+                                                       "type": message_type},
+                         access_key, secret_key)
+    if got is not None:
+        click.echo(f"{'created' if got['created'] else 'exists:'} topic {name} "
+                   f"({count(got['queues'], 'queue')}, {got['type']} messages; through the "
+                   "running broker)")
+        return
     if (Path(directory) / COMMITLOG_DIR).is_dir():   # an existing topic of another count/type
         table = TopicTable(Path(directory), readonly=True)
         try:
@@ -364,6 +376,53 @@ def topics_create(directory: str, name: str, queues: int | None, message_type: s
         n, kind = store.queue_count(name), store.topic_type(name).value
     click.echo(f"{'created' if created else 'exists:'} topic {name} ({count(n, 'queue')}, "
                f"{kind} messages)")
+
+
+@topics.command("add-queues")
+@click.argument("directory", metavar="DIR")
+@click.argument("name")
+@click.option("--queues", type=click.IntRange(1, 1 << 16), required=True,
+              help="The topic's new queue count (queues are only ever added).")
+@acl_options
+def topics_add_queues(directory: str, name: str, queues: int, access_key: str | None,
+                      secret_key: str | None) -> None:
+    """Give topic NAME in the store at DIR more queues (through the running broker when
+    `strata serve` holds the store)."""
+    encode_topic(name)
+    got = through_broker(directory, "/topics/queues", {"topic": name, "queues": queues},
+                         access_key, secret_key)
+    if got is None:
+        with _open_writer(directory) as store:
+            _require_queue(store, directory, name)
+            store.set_queue_count(name, queues)
+            got = {"queues": store.queue_count(name)}
+    click.echo(f"topic {name} has {count(got['queues'], 'queue')}")
+
+
+@topics.command("delete")
+@click.argument("directory", metavar="DIR")
+@click.argument("name")
+@click.option("--yes", is_flag=True, required=True,
+              help="Confirm: the topic's queues go at once (its records age out with the log).")
+@acl_options
+def topics_delete(directory: str, name: str, yes: bool, access_key: str | None,
+                  secret_key: str | None) -> None:
+    """Delete topic NAME from the store at DIR (through the running broker when `strata
+    serve` holds the store)."""
+    encode_topic(name)
+    got = through_broker(directory, "/topics/delete", {"topic": name}, access_key, secret_key)
+    if got is None:
+        with _open_writer(directory) as store:
+            got = {"deleted": store.delete_topic(name)}
+    click.echo(f"deleted topic {name}" if got["deleted"] else f"no topic {name} in {directory}")
+
+
+def _open_writer(directory: str) -> MessageStore:
+    """The existing store at DIR opened as its writer (never created by an admin command)."""
+    if not (Path(directory) / COMMITLOG_DIR).is_dir():
+        raise click.ClickException(f"{directory} is not a strata store (no {COMMITLOG_DIR}/ "
+                                   "inside)")
+    return MessageStore(directory, create=False)
 
 
 def _require_queue(store: MessageStore, directory: str, topic: str,

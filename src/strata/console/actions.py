@@ -112,34 +112,20 @@ class Actions:
                                         born_timestamp=time.time_ns() // 1_000_000))
         return f"resent to {origin} as {r.msg_id}"
 
-    def _reset_targets(self, group: str, topic: str, offset: int | None,
-                       time_ms: int | None) -> dict[int, int]:
-        """Per queue the offset the group starts over at (store reads: the console thread)."""
-        rows = self.data.groups.rows()
-        s = self.data.store
-        queues = sorted(q for g, t, q in rows if g == group and t == topic)
-        if not queues:
-            raise InvalidInputError(f"group {group!r} has not read topic {topic!r}")
-        out = {}
-        for q in queues:
-            lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
-            if time_ms is not None:
-                out[q] = s.offset_for_time(topic, q, time_ms, "lower") if hi > lo else hi
-            else:
-                out[q] = min(max(offset, lo), hi)
-        return out
-
     async def _reset(self, group: str, topic: str, offset: int | None,
                      time_ms: int | None) -> str:
+        """The broker's admin operation (strata.broker.admin): RocketMQ groups' queues and
+        Kafka groups' committed offsets start over (a Kafka group with members is refused)."""
+        from strata.broker.admin import AdminOps, AdminTarget
         loop = asyncio.get_running_loop()
-        targets = await loop.run_in_executor(
-            self.data.executor, self._reset_targets, group, topic, offset, time_ms)
         groups = self.data.groups.live
         if groups is None:      # strata console as the writer: no broker holds the journal
             groups = self.data.groups.live = await loop.run_in_executor(None, self.open_groups)
-        for q, off in targets.items():
-            groups.reset_offset(group, topic, q, off)
-        return "queues start over at " + ", ".join(f"{q}: {o}" for q, o in targets.items())
+        ops = AdminOps(AdminTarget(self.data.store, groups, self.data.groups.kafka_live))
+        got = await ops.reset_offsets({"group": group, "topic": topic, "offset": offset,
+                                       "time_ms": time_ms})
+        return "queues start over at " + ", ".join(f"{q}: {o}" for q, o in
+                                                   got["queues"].items())
 
 
 def _int(form, name: str, required: bool = True) -> int | None:

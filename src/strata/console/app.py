@@ -50,6 +50,11 @@ def _fmt_bytes(n: int | float) -> str:
     return str(n)
 
 
+def qs(**kw) -> str:
+    """A query string of the arguments that are not None."""
+    return urlencode({k: v for k, v in kw.items() if v is not None})
+
+
 def make_env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("strata.console", "templates"),
@@ -57,7 +62,7 @@ def make_env() -> jinja2.Environment:
         lstrip_blocks=True)
     env.filters["ms"] = _fmt_ms
     env.filters["bytes"] = _fmt_bytes
-    env.globals["qs"] = lambda **kw: urlencode({k: v for k, v in kw.items() if v is not None})
+    env.globals["qs"] = qs
     return env
 
 
@@ -162,14 +167,54 @@ async def page_overview(request: web.Request) -> web.Response:
     return _page(request, "overview.html", title="Overview", ov=ov)
 
 
+TOPIC_PAGE = 200      # topic rows a page renders: 1,000 rows cost ~50 ms to render, ~1 s to load
+GROUP_PAGE = 20       # (group, topic) sections a page renders, each a table of its queues
+TOPIC_SORTS = {"topic", "type", "queues", "messages", "min_offset", "max_offset", "rate_in"}
+
+
+def _page_of(rows: list, size: int, query) -> tuple[list, dict]:
+    """One page of ``rows`` (``page`` in the query, from 0) and the pager's numbers."""
+    total = len(rows)
+    pages = max(1, -(-total // size))
+    try:
+        at = min(max(0, int(query.get("page", 0))), pages - 1)
+    except ValueError:
+        at = 0
+    return rows[at * size:(at + 1) * size], {"page": at, "pages": pages, "total": total,
+                                             "first": at * size + 1 if total else 0,
+                                             "last": min(total, (at + 1) * size)}
+
+
 async def page_topics(request: web.Request) -> web.Response:
+    """Every topic, filtered (``q``: part of the name) and sorted (``sort``, ``order``) on
+    the server over all of them, TOPIC_PAGE rows a page; when they fit on one page, the
+    page's script sorts and filters them in place as well."""
     d = request.app[DATA_KEY]
     topics = await _off_loop(request, d.topics)
     show_internal = request.query.get("internal") == "1"
     if not show_internal:
         topics = [t for t in topics if not is_internal(t["topic"])]
-    return _page(request, "topics.html", title="Topics", topics=topics,
-                 show_internal=show_internal)
+    q = request.query.get("q", "").strip()
+    if q:
+        needle = q.lower()
+        topics = [t for t in topics if needle in t["topic"].lower()]
+    sort = request.query.get("sort", "topic")
+    sort = sort if sort in TOPIC_SORTS else "topic"
+    desc = request.query.get("order") == "desc"
+    if sort != "topic" or desc:
+        topics = sorted(topics, key=lambda t: (t[sort], t["topic"]), reverse=desc)
+    shown, pager = _page_of(topics, TOPIC_PAGE, request.query)
+    keep = {"q": q or None, "internal": "1" if show_internal else None}
+    links = {col: qs(**keep, sort=col,
+                     order="asc" if sort == col and desc else "desc" if sort == col else
+                     ("asc" if col == "topic" else "desc"))
+             for col in TOPIC_SORTS}
+    here = {**keep, "sort": sort if sort != "topic" else None, "order": "desc" if desc else None}
+    return _page(request, "topics.html", title="Topics", topics=shown, show_internal=show_internal,
+                 q=q, sort=sort, desc=desc, pager=pager, sort_links=links,
+                 prev=qs(**here, page=pager["page"] - 1) if pager["page"] > 0 else None,
+                 next=qs(**here, page=pager["page"] + 1)
+                 if pager["page"] + 1 < pager["pages"] else None)
 
 
 async def page_topic(request: web.Request) -> web.Response:
@@ -204,9 +249,22 @@ def _pager(b: dict, limit: int) -> dict[str, str]:
 
 
 async def page_groups(request: web.Request) -> web.Response:
+    """Groups (both protocols), filtered by ``q`` (part of the group's or topic's name),
+    GROUP_PAGE (group, topic) sections a page; the lag chart covers every group."""
     d = request.app[DATA_KEY]
     groups = await _off_loop(request, d.groups_list)
-    return _page(request, "groups.html", title="Consumer groups", groups=groups)
+    q = request.query.get("q", "").strip()
+    if q:
+        needle = q.lower()
+        groups = [g for g in groups
+                  if needle in g["group"].lower() or needle in g["topic"].lower()]
+    shown, pager = _page_of(groups, GROUP_PAGE, request.query)
+    keep = {"q": q or None}
+    return _page(request, "groups.html", title="Consumer groups", groups=shown, q=q,
+                 pager=pager,
+                 prev=qs(**keep, page=pager["page"] - 1) if pager["page"] > 0 else None,
+                 next=qs(**keep, page=pager["page"] + 1)
+                 if pager["page"] + 1 < pager["pages"] else None)
 
 
 async def page_messages(request: web.Request) -> web.Response:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Callable
 
 from strata.broker import journal as jr
 from strata.broker.group_state import JOURNAL_NAME, ConsumerGroups, QueueState
@@ -17,6 +18,15 @@ from strata.files.layout import BROKER_DIR
 
 # (group, topic, queue id) -> (commit offset, pop offset, in flight, redeliveries in flight)
 GroupRows = dict[tuple[str, str, int], tuple[int, int, int, int]]
+# Kafka groups: (group, topic, partition) -> committed offset
+KafkaRows = dict[tuple[str, str, int], int]
+# Kafka groups' live membership: group -> {state, protocol_type, protocol, members: [...]}
+KafkaLive = dict[str, dict]
+
+
+def _kafka_rows(committed: dict) -> KafkaRows:
+    return {(g, t, q): c.offset for g, offsets in committed.items()
+            for (t, q), c in list(offsets.items())}
 
 
 def _rows(queues: list[tuple[tuple[str, str, int], QueueState]]) -> GroupRows:
@@ -31,11 +41,14 @@ def _rows(queues: list[tuple[tuple[str, str, int], QueueState]]) -> GroupRows:
 class GroupSource:
     """Where the console reads group state from; ``rows()`` is safe from any thread."""
 
-    def __init__(self, store_dir: Path, live: ConsumerGroups | None = None) -> None:
+    def __init__(self, store_dir: Path, live: ConsumerGroups | None = None,
+                 kafka_live: Callable[[], KafkaLive] | None = None) -> None:
         self.path = Path(store_dir) / BROKER_DIR / JOURNAL_NAME
         self.live = live
+        # inside `strata serve --kafka`: the Kafka coordinator's groups (state, members)
+        self.kafka_live = kafka_live or (lambda: {})
         self._stamp: tuple | None = None
-        self._cached: GroupRows = {}
+        self._cached: tuple[GroupRows, KafkaRows] = ({}, {})
         self._lock = threading.Lock()
 
     def rows(self) -> GroupRows:
@@ -43,19 +56,29 @@ class GroupSource:
         if self.live is not None:
             # one step copies the dict: the event loop may change it meanwhile
             return _rows(list(self.live.queues.items()))
+        return self._journal()[0]
+
+    def kafka_rows(self) -> KafkaRows:
+        """Kafka groups' committed offsets per (group, topic, partition)."""
+        if self.live is not None:
+            return _kafka_rows(dict(self.live.committed))
+        return self._journal()[1]
+
+    def _journal(self) -> tuple[GroupRows, KafkaRows]:
         with self._lock:
             try:
                 st = os.stat(self.path)
             except FileNotFoundError:
-                return {}
+                return {}, {}
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
             if stamp != self._stamp:
-                self._cached = _rows(list(_replay(self.path.read_bytes()).items()))
+                g = _replay(self.path.read_bytes())
+                self._cached = (_rows(list(g.queues.items())), _kafka_rows(g.committed))
                 self._stamp = stamp
             return self._cached
 
 
-def _replay(data: bytes) -> dict:
+def _replay(data: bytes) -> ConsumerGroups:
     """The journal's records applied to an in-memory group state (nothing is written)."""
     try:
         records, _end = jr.read_records(data)
@@ -63,6 +86,7 @@ def _replay(data: bytes) -> dict:
         raise CorruptStoreError(f"consumer-group journal: {exc}") from None
     groups = ConsumerGroups.__new__(ConsumerGroups)   # no journal: replay only
     groups.queues, groups.next_handle_id, groups.renewing = {}, 1, {}
+    groups.committed = {}
     for rec in records:
         groups._apply(rec)
-    return groups.queues
+    return groups

@@ -77,7 +77,9 @@ class ConsoleData:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="strata-console")
         self.history: deque[Sample] = deque(maxlen=HISTORY_POINTS)
         self._disk: tuple[float, dict] = (0.0, {})
-        self._rows: tuple[float, list | None] = (0.0, None)
+        self._rows: tuple[float, list | None, tuple | None] = (0.0, None, None)
+        self._topics: tuple[object, list[dict]] = (None, [])
+        self._bounds_of: tuple[list | None, dict] = (None, {})
         self.rows_cost_s = 0.0
         self._lock = threading.Lock()
 
@@ -85,16 +87,29 @@ class ConsoleData:
 
     def _queue_rows(self, max_age: float = 0.0) -> list[tuple[str, int, int, int]]:
         """Every (topic, queue, min offset, max offset); a reading at most ``max_age``
-        seconds old may be reused."""
+        seconds old may be reused, and a writer's last reading as long as nothing it shows
+        changed since (see ``_rows_key``)."""
         now = time.monotonic()
-        at, rows = self._rows
-        if rows is not None and now - at <= max_age:
+        key = self._rows_key()
+        at, rows, was = self._rows
+        if rows is not None and (now - at <= max_age or (key is not None and key == was)):
             return rows
         t0 = time.perf_counter()
         rows = self._read_rows()
         self.rows_cost_s = time.perf_counter() - t0
-        self._rows = (now, rows)
+        self._rows = (now, rows, key)
         return rows
+
+    def _rows_key(self) -> tuple | None:
+        """What a writer's queue bounds depend on: how far its consume queues are dispatched,
+        the log's first offset (retention) and the topics' queue counts. Equal keys: the
+        last reading is still exact, so a page reuses it instead of reading 8,000 queues
+        again (None: no such key, for a reader or a tiered store, which read afresh)."""
+        s = self.store
+        reput = getattr(s, "_reput", None)
+        if s.readonly or s.config.tier_url is not None or reput is None:
+            return None
+        return (reput.reput_offset, s.log.min_offset(), tuple(s.topic_table.queues.items()))
 
     def _read_rows(self) -> list[tuple[str, int, int, int]]:
         s = self.store
@@ -136,6 +151,10 @@ class ConsoleData:
         group_lag: dict[str, int] = {}
         for (g, _t, _q), behind in lag.items():
             group_lag[g] = group_lag.get(g, 0) + behind
+        bounds = {(t, q): (lo, hi) for t, q, lo, hi in rows}
+        for (g, t, q), commit in self.groups.kafka_rows().items():     # Kafka groups
+            lo, hi = bounds.get((t, q), (0, 0))
+            group_lag[g] = group_lag.get(g, 0) + max(0, hi - max(lo, commit))
         smp = Sample(_now_ms(), self.store.confirmed_offset(), sum(per_topic.values()),
                      sum(c for c, _p, _f, _r in groups.values()), per_topic, group_lag)
         self.history.append(smp)
@@ -221,20 +240,38 @@ class ConsoleData:
     # ------------------------------------------------------------------ topics
 
     def topics(self) -> list[dict]:
+        """Every topic's row (offsets summed over its queues), built once per queue reading
+        and rate sample."""
         s = self.store
+        rows = self._rows_for_pages()
+        h = self.history
+        stamp = (id(rows), h[-1].t_ms if h else None, len(s.topic_table.queues))
+        if self._topics[0] == stamp:
+            return self._topics[1]
+        rate = self._rates_by_topic()
         out: dict[str, dict] = {}
-        for t, _q, lo, hi in self._rows_for_pages():
+        for t, _q, lo, hi in rows:
             d = out.get(t)
             if d is None:
                 kind = s.topic_type(t)
                 d = out[t] = {"topic": t, "type": kind.value if kind else "normal",
                               "queues": 0, "messages": 0, "min_offset": 0, "max_offset": 0,
-                              "rate_in": self._topic_rate(t)}
+                              "rate_in": rate.get(t, 0.0)}
             d["queues"] += 1
             d["messages"] += hi - lo
             d["min_offset"] += lo
             d["max_offset"] += hi
-        return list(out.values())
+        got = list(out.values())
+        self._topics = (stamp, got)
+        return got
+
+    def _rates_by_topic(self) -> dict[str, float]:
+        if len(self.history) < 2:
+            return {}
+        a, b = self.history[-2], self.history[-1]
+        dt = max(1, b.t_ms - a.t_ms) / 1000
+        return {t: round(max(0, n - a.per_topic.get(t, 0)) / dt, 1)
+                for t, n in b.per_topic.items()}
 
     def topic(self, topic: str) -> dict | None:
         s = self.store
@@ -262,11 +299,8 @@ class ConsoleData:
             rows = {k: v for k, v in rows.items() if k[1] == topic}
             bounds = {(topic, q): (s.min_offset(topic, q), s.max_offset(topic, q))
                       for q in range(s.queue_count(topic))}
-        elif s.readonly:        # a reader's store calls cost ~0.2 ms: the sampler's reading
-            bounds = {(t, q): (lo, hi) for t, q, lo, hi in self._rows_for_pages()}
-        else:                   # a writer's: a few us, for only the queues groups read
-            bounds = {(t, q): (s.min_offset(t, q), s.max_offset(t, q))
-                      for t, q in {(t, q) for _g, t, q in rows}}
+        else:       # the pages' reading of every queue (exact for a writer, see _rows_key)
+            bounds = self._bounds()
         by: dict[tuple[str, str], dict] = {}
         for (g, t, q), (commit, pop, flying, retry) in sorted(rows.items()):
             lo, hi = bounds.get((t, q), (0, 0))
@@ -288,7 +322,53 @@ class ConsoleData:
                 dlq_counts[g] = self._topic_messages(dlq_topic(g))
             d["dead_letters"] = dlq_counts[g]
             d["dlq_topic"] = dlq_topic(g)
+            d["state"], d["members"] = None, []
+        return list(by.values()) + self._kafka_groups(topic)
+
+    def _kafka_groups(self, topic: str | None) -> list[dict]:
+        """Kafka classic groups: per (group, topic) the committed offset and lag of each
+        partition, the group's state and members (inside ``strata serve --kafka``; a group
+        known only by its committed offsets is Empty, as Kafka lists it)."""
+        s = self.store
+        committed = self.groups.kafka_rows()
+        if topic is not None:
+            committed = {k: v for k, v in committed.items() if k[1] == topic}
+        live = self.groups.kafka_live()
+        bounds = self._bounds() if topic is None else {
+            (topic, q): (s.min_offset(topic, q), s.max_offset(topic, q))
+            for q in range(s.queue_count(topic))}
+        by: dict[tuple[str, str], dict] = {}
+        for (g, t, q), commit in sorted(committed.items()):
+            d = by.get((g, t))
+            if d is None:
+                info = live.get(g, {})
+                d = by[(g, t)] = {
+                    "group": g, "topic": t, "protocol": "kafka",
+                    "state": info.get("state", "Empty"),
+                    "assignor": info.get("protocol", ""), "members": info.get("members", []),
+                    "lag": 0, "in_flight": 0, "retrying": 0, "dead_letters": 0,
+                    "dlq_topic": None, "queues": []}
+            lo, hi = bounds.get((t, q), (0, 0))
+            lag = max(0, hi - max(lo, commit))
+            d["queues"].append({"queue": q, "committed": commit, "pop_offset": None,
+                                "max_offset": hi, "lag": lag, "in_flight": 0, "retrying": 0})
+            d["lag"] += lag
+        # groups with members that committed nothing yet
+        for g, info in sorted(live.items()):
+            if topic is None and not any(k[0] == g for k in by):
+                by[(g, "")] = {"group": g, "topic": "", "protocol": "kafka",
+                               "state": info.get("state", ""),
+                               "assignor": info.get("protocol", ""),
+                               "members": info.get("members", []), "lag": 0, "in_flight": 0,
+                               "retrying": 0, "dead_letters": 0, "dlq_topic": None,
+                               "queues": []}
         return list(by.values())
+
+    def _bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        rows = self._rows_for_pages()
+        if self._bounds_of[0] is not rows:
+            self._bounds_of = (rows, {(t, q): (lo, hi) for t, q, lo, hi in rows})
+        return self._bounds_of[1]
 
     def _topic_messages(self, topic: str) -> int:
         s = self.store

@@ -69,7 +69,13 @@ function sortable(table) {
 }
 
 function filterable(input, table, counter) {
+  let timer = null;
   input.addEventListener("input", () => {
+    if (table.dataset.paged === "1") {    // rows of other pages too: the server filters
+      clearTimeout(timer);
+      timer = setTimeout(() => input.form.submit(), 400);
+      return;
+    }
     const needle = input.value.toLowerCase();
     let shown = 0;
     for (const r of table.tBodies[0].rows) {
