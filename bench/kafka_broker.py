@@ -1,7 +1,7 @@
 """Kafka listener benchmark: `strata serve --kafka` driven by confluent-kafka producers
 (acks=all) and a consumer, each in its own process; JSON lines.
 
-    python bench/kafka.py [--messages N] [--sizes 100,1024] [--producers 1,4]
+    python bench/kafka_broker.py [--messages N] [--sizes 100,1024] [--producers 1,4]
                           [--flush async,sync] [--partitions P] [--profile SECONDS]
                           [--peers nats]
 
