@@ -29,7 +29,7 @@ from strata.index.queues import ConsumeQueueSet
 from strata.index.derived_check import DerivedSummaryFile
 from strata.index.key_index_rebuild import KeyIndexRebuild
 from strata.store import arrow_read
-from strata.store.message import GetResult, Message, PutResult, PutResults
+from strata.store.message import ColumnBatch, GetResult, Message, PutResult, PutResults
 from strata.store import tier_link
 from strata.store.tier_config import save_tier, with_stored_tier
 from strata.store.prepared import Encoder
@@ -372,6 +372,34 @@ class MessageStore:
                                               born_timestamps=born_timestamps,
                                               queue_id=queue_id)
         return self._put_prepared(batch, None)
+
+    def put_many(self, items: Sequence) -> list:
+        """Store several batches at once, each a list of ``Message`` (as ``put_batch``) or a
+        ``ColumnBatch`` (``put_columns``' arguments): appended in order under one hold of the
+        put lock, and under sync flush answered after ONE fsync that covers them all (the
+        send batcher's group commit across requests and connections).
+
+        One entry per item, in order: its ``PutResults``, or the ``InvalidInputError`` that
+        refused it (nothing of that item is written; the other items are). Store-level
+        failures (closed, read-only, disk full) raise before anything is written."""
+        self._check_writable()
+        prepared: list = []
+        refused: dict[int, InvalidInputError] = {}
+        for i, item in enumerate(items):
+            try:
+                if isinstance(item, ColumnBatch):
+                    batch = self._encoder.prepare_columns(
+                        item.topic, item.bodies, keys=item.keys, tags=item.tags,
+                        properties=item.properties, born_timestamps=item.born_timestamps,
+                        queue_id=item.queue_id)
+                    prepared.append((batch, None))
+                else:
+                    msgs = list(item) if not isinstance(item, (list, tuple)) else item
+                    prepared.append((self._encoder.prepare(msgs), msgs))
+            except InvalidInputError as exc:
+                refused[i] = exc
+        done = iter(put_path.put_prepared_many(self, prepared) if prepared else ())
+        return [refused[i] if i in refused else next(done) for i in range(len(items))]
 
     def _put_prepared(self, batch, msgs: Sequence[Message] | None) -> PutResults:
         """Append a prepared batch (``put_batch``'s and ``put_columns``' common part)."""
