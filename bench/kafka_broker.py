@@ -44,9 +44,12 @@ p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5,
               "enable.idempotence": False})
 body = b"x" * size
 errs = [0]
+lat = []
 def cb(e, m):
     if e is not None:
         errs[0] += 1
+    else:
+        lat.append(m.latency())
 print("READY", flush=True)
 sys.stdin.readline()
 t0 = time.time()
@@ -60,7 +63,11 @@ for i in range(n):
     if i % 1000 == 0:
         p.poll(0)
 left = p.flush(300)
-print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "errors": errs[0], "left": left}), flush=True)
+t1 = time.time()
+lat.sort()
+pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else -1
+print("RESULT " + json.dumps({"t0": t0, "t1": t1, "errors": errs[0], "left": left,
+                              "p50": pick(0.5), "p99": pick(0.99)}), flush=True)
 '''
 
 CONSUMER = r'''
@@ -89,24 +96,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def top_frames(folded: Path, n: int = 12) -> list:
-    """The functions the broker spent its samples in (self time), from py-spy's folded
-    stacks: [[function (file:line), percent of samples], ...], most first."""
-    counts: dict[str, int] = {}
+def top_frames(folded: Path, n: int = 12) -> tuple[list, list]:
+    """The functions the broker spent its samples in, from py-spy's folded stacks: (self
+    time, inclusive time), each [[function (file:line), percent of samples], ...], most
+    first."""
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
     total = 0
     try:
         lines = folded.read_text().splitlines()
     except OSError:
-        return []
+        return [], []
     for line in lines:
         stack, _, k = line.rpartition(" ")
         if not k.isdigit():
             continue
-        leaf = stack.rsplit(";", 1)[-1]
-        counts[leaf] = counts.get(leaf, 0) + int(k)
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + int(k)
+        for f in set(frames[1:]):          # frames[0]: the thread
+            incl[f] = incl.get(f, 0) + int(k)
         total += int(k)
-    return [[f, round(100 * c / total, 1)]
-            for f, c in sorted(counts.items(), key=lambda x: -x[1])[:n]] if total else []
+    if not total:
+        return [], []
+    pick = lambda d: [[f, round(100 * c / total, 1)]            # noqa: E731
+                      for f, c in sorted(d.items(), key=lambda x: -x[1])[:n]]
+    return pick(own), pick(incl)
 
 
 def emit(row: dict) -> None:
@@ -122,21 +136,30 @@ def result(proc: subprocess.Popen) -> dict:
 
 
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
-         profile: float) -> None:
+         profile: float, extra_env: dict | None = None) -> list[dict]:
+    """One strata case: produce then consume; returns (and prints) its rows."""
+    extra_env = extra_env or {}
+    rows: list[dict] = []
     store = root / f"store-{flush}-{size}-{producers}"
-    cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(store), "--kafka",
+    prof = extra_env.pop("STRATA_CPROFILE", None)
+    head = [sys.executable] + (["-m", "cProfile", "-o", prof] if prof else [])
+    cmd = head + ["-m", "strata.cli.main", "serve", str(store), "--kafka",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
     for o in SMALL:
         cmd += ["--store-option", o]
-    server = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                              text=True)
+    log_path = root / f"serve-{flush}-{size}-{producers}.log"
+    log_file = open(log_path, "w")
+    server = subprocess.Popen(cmd, stderr=log_file, stdout=subprocess.DEVNULL, text=True,
+                              env=dict(os.environ, **extra_env))
     boot = None
+    deadline = time.time() + 120
     while boot is None:
-        line = server.stderr.readline()
-        if not line:
-            raise RuntimeError("strata serve did not start")
-        m = re.search(r"([\d.]+:\d+) \(kafka\)", line)
+        m = re.search(r"([\d.]+:\d+) \(kafka\)", log_path.read_text())
         boot = m.group(1) if m else None
+        if boot is None:
+            if server.poll() is not None or time.time() > deadline:
+                raise RuntimeError("strata serve did not start: " + log_path.read_text())
+            time.sleep(0.05)
     topic = "bench"
     subprocess.run([sys.executable, "-c", f'''
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -153,10 +176,12 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     spy = None
     if profile:
         folded = root / f"profile-{flush}-{size}-{producers}.txt"
-        spy = subprocess.Popen(["py-spy", "record", "-p", str(server.pid), "-d", str(profile),
+        exe = Path(sys.executable).with_name("py-spy")     # the venv's, when not on PATH
+        spy = subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "-p", str(server.pid), "-d", str(max(1, round(profile))),
                                 "-o", str(folded), "--format", "raw", "--nonblocking",
                                 "--threads"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL,
+                               stderr=open(root / f"py-spy-{flush}-{size}-{producers}.log", "w"))
     cpu0 = cpu_seconds(server.pid)
     for p in procs:
         p.stdin.write("go\n")
@@ -166,27 +191,45 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     sent = each * producers
     el = max(r["t1"] for r in res) - min(r["t0"] for r in res)
     tag = dict(system="strata", flush=flush, size=size, producers=producers, partitions=parts)
-    emit(dict(tag, op="produce", messages=sent, seconds=round(el, 3),
-              msgs_per_s=round(sent / el), mib_per_s=round(sent * size / el / 2**20, 1),
-              broker_cpu_us_per_msg=round((cpu1 - cpu0) / sent * 1e6, 2),
-              errors=sum(r["errors"] + r["left"] for r in res)))
+    produce_row = dict(tag, op="produce", messages=sent, seconds=round(el, 3),
+                       msgs_per_s=round(sent / el), mib_per_s=round(sent * size / el / 2**20, 1),
+                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / sent * 1e6, 2),
+                       errors=sum(r["errors"] + r["left"] for r in res),
+                       p50_ms=round(1e3 * max(r["p50"] for r in res), 2),
+                       p99_ms=round(1e3 * max(r["p99"] for r in res), 2))
     if spy is not None:
         spy.wait(timeout=profile + 60)
-        top = top_frames(folded)
-        emit(dict(tag, op="profile", top=top) if top else
-             dict(tag, op="profile", error="py-spy took no samples (in a container it may "
-                  "lack ptrace rights or fail to read the interpreter's version)"))
+        top, inclusive = top_frames(folded, 20)
+        emit(dict(tag, op="profile", top=top, inclusive=inclusive) if top else
+             dict(tag, op="profile", error="py-spy took no samples: " + (
+                 root / f"py-spy-{flush}-{size}-{producers}.log").read_text()[-300:]))
     cpu0 = cpu_seconds(server.pid)
     c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     r = result(c)
     cpu1 = cpu_seconds(server.pid)
     el = r["t1"] - r["t0"]
-    emit(dict(tag, op="consume", messages=r["n"], seconds=round(el, 3),
-              msgs_per_s=round(r["n"] / el), mib_per_s=round(r["n"] * size / el / 2**20, 1),
-              broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2)))
+    consume_row = dict(tag, op="consume", messages=r["n"], seconds=round(el, 3),
+                       msgs_per_s=round(r["n"] / el),
+                       mib_per_s=round(r["n"] * size / el / 2**20, 1),
+                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2))
     server.terminate()
     server.wait(timeout=60)
+    log_file.close()
+    text = log_path.read_text()
+    m = re.search(r"([\d,]+) messages? stored in ([\d,]+) batch", text)
+    f = re.search(r"([\d,]+) fsyncs", text)
+    if flush == "sync" and m and f:
+        # the sync produce went through the send batcher: its puts and the store's fsyncs
+        stored, fsyncs = (int(g.replace(",", "")) for g in (m.group(1), f.group(1)))
+        produce_row.update(fsyncs=fsyncs, msgs_per_fsync=round(stored / max(1, fsyncs), 1))
+    for row in (produce_row, consume_row):
+        emit(row)
+        rows.append(row)
+    return rows
+
+
+GOALS = {"rabbitmq-stream": 2.0, "nats-jetstream": 2.0, "rabbitmq-classic": 10.0}
 
 
 def main() -> None:
@@ -197,31 +240,108 @@ def main() -> None:
     ap.add_argument("--flush", default="async,sync")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--profile", type=float, default=0.0)
-    ap.add_argument("--peers", default="")
+    ap.add_argument("--cprofile", action="store_true",
+                    help="run the broker under cProfile (its event-loop thread) and print "
+                         "its top functions (own time) per case")
+    ap.add_argument("--peers", default="", help="nats,rabbitmq")
     a = ap.parse_args()
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
         for flush in a.flush.split(","):
             for size in map(int, a.sizes.split(",")):
                 for producers in map(int, a.producers.split(",")):
-                    case(Path(tmp), flush, size, producers, a.messages, a.partitions,
-                         a.profile)
-        if "nats" in a.peers.split(","):
-            nats_peer(Path(tmp), a.sizes)
+                    env = {}
+                    if a.cprofile:
+                        env["STRATA_CPROFILE"] = str(
+                            Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
+                    rows += case(Path(tmp), flush, size, producers, a.messages,
+                                 a.partitions, a.profile, env)
+                    if a.cprofile:
+                        emit(dict(system="strata", flush=flush, size=size,
+                                  producers=producers, op="cprofile",
+                                  top=cprofile_top(Path(env["STRATA_CPROFILE"]))))
+        peers = a.peers.split(",") if a.peers else []
+        if "rabbitmq" in peers:
+            rows += rabbitmq_peer(a.messages, a.sizes)
+        if "nats" in peers:
+            rows += nats_peer(Path(tmp), a.sizes)
+    ratios(rows)
 
 
-def nats_peer(root: Path, sizes: str) -> None:
-    script = Path("/work/shared/peers/bench_nats_jetstream.py")
-    work = "both" if "," in sizes else sizes
-    p = subprocess.run([sys.executable, str(script), "--workload", work, "--dir",
-                        str(root / "nats")], capture_output=True, text=True, timeout=900)
+def cprofile_top(path: Path, n: int = 25) -> list:
+    """[function, own seconds, cumulative seconds] of the broker's profile, most own first."""
+    import pstats
+    try:
+        st = pstats.Stats(str(path))
+    except (OSError, TypeError, EOFError):
+        return []
+    items = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:n]
+    return [[f"{Path(f).name}:{line}:{fn}", round(tt, 3), round(ct, 3)]
+            for (f, line, fn), (_cc, _nc, tt, ct, _callers) in items]
+
+
+def ratios(rows: list[dict]) -> None:
+    """strata's best async rate (over producer counts) ÷ each peer's, per size and op."""
+    for size in sorted({r["size"] for r in rows if r.get("system") == "strata"}):
+        for op in ("produce", "consume"):
+            ours = [r["msgs_per_s"] for r in rows if r.get("system") == "strata" and
+                    r.get("flush") == "async" and r["size"] == size and r["op"] == op]
+            if not ours:
+                continue
+            for peer, goal in GOALS.items():
+                theirs = [r["msgs_per_s"] for r in rows if r.get("system") == peer and
+                          r.get("size") == size and r.get("op") == op]
+                if theirs:
+                    ratio = max(ours) / max(theirs)
+                    emit(dict(op="ratio", what=op, size=size, strata=max(ours), peer=peer,
+                              peer_msgs_per_s=max(theirs), ratio=round(ratio, 2),
+                              goal=goal, met=ratio >= goal))
+
+
+def rabbitmq_peer(messages: int, sizes: str) -> list[dict]:
+    """RabbitMQ classic (pika, persistent, confirms) and streams (rstream) through
+    bench/rabbitmq_peer.py, which starts and stops its own node."""
+    p = subprocess.run([sys.executable, str(Path(__file__).with_name("rabbitmq_peer.py")),
+                        "--messages", str(messages), "--sizes", sizes],
+                       capture_output=True, text=True, timeout=1800)
+    rows = []
     for line in p.stdout.splitlines():
         try:
             row = json.loads(line)
         except ValueError:
             continue
-        emit({**row, "system": "nats-jetstream", "peer": row.get("system")})
+        emit(row)
+        rows.append(row)
+    if p.returncode:
+        emit(dict(system="rabbitmq", error=p.stderr[-500:]))
+    return rows
+
+
+def nats_peer(root: Path, sizes: str) -> list[dict]:
+    """NATS JetStream through the shared peer script (its own nats-server), as rows of the
+    same shape as strata's (op produce / consume, msgs_per_s)."""
+    script = Path("/work/shared/peers/bench_nats_jetstream.py")
+    work = "both" if "," in sizes else sizes
+    p = subprocess.run([sys.executable, str(script), "--workload", work, "--dir",
+                        str(root / "nats")], capture_output=True, text=True, timeout=900)
+    rows = []
+    for line in p.stdout.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if "publish_msgs_s" not in row:
+            continue
+        base = dict(system="nats-jetstream", peer=row.get("system"), size=row["size"],
+                    messages=row["msgs"])
+        for op, key in (("produce", "publish_msgs_s"), ("consume", "consume_ack_msgs_s")):
+            if key in row:
+                r = dict(base, op=op, msgs_per_s=row[key])
+                emit(r)
+                rows.append(r)
     if p.returncode:
         emit(dict(system="nats-jetstream", error=p.stderr[-500:]))
+    return rows
 
 
 if __name__ == "__main__":

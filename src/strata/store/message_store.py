@@ -278,6 +278,13 @@ class MessageStore:
         if self.readonly:
             raise ReadOnlyStoreError(f"store {self.path} was opened read-only")
 
+    @property
+    def fsyncs(self) -> int:
+        """fsyncs the sync-flush group commit did since open (0 under async flush): with
+        the puts counted by the caller, how many puts each fsync covered."""
+        gc = self._group_commit
+        return gc.fsyncs if gc is not None else 0
+
     def confirmed_offset(self) -> int:
         """What consumers may see: the log end (async flush) or the flushed offset (sync)."""
         if self.readonly:
