@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-# bench/kafka.py would shadow kafka-python's ``kafka`` package: drop this script's folder
+# bench/kafka.py (now bench/kafka_broker.py) used to shadow kafka-python's ``kafka`` package: drop this script's folder
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import cramjam

@@ -12,8 +12,8 @@ import os
 from strata import errors
 from strata.format.record import StoredMessage
 from strata.store.config import StoreConfig
-from strata.store.message import (GetResult, GetStatus, Message, PutResult, PutResults,
-                                  PutStatus)
+from strata.store.message import (ColumnBatch, GetResult, GetStatus, Message, PutResult,
+                                  PutResults, PutStatus)
 from strata.store.message_store import MessageStore
 from strata.store.topics import TopicType
 from strata.files.io import FileOps
@@ -21,7 +21,7 @@ from strata import tiered
 
 __version__ = "0.1.0"
 __all__ = ["open", "StoreConfig", "Message", "PutResult", "PutResults", "PutStatus", "GetResult",
-           "GetStatus", "StoredMessage", "MessageStore", "TopicType", "errors"]
+           "GetStatus", "StoredMessage", "MessageStore", "TopicType", "ColumnBatch", "errors"]
 
 
 def open(path: str | os.PathLike, config: StoreConfig | None = None, *,  # noqa: A001

@@ -218,3 +218,23 @@ def test_write_records_refuses_a_blob_that_disagrees_with_the_headers():
     with pytest.raises(ValueError, match="add up to 200 bytes"):
         write_records(buf, 10, headers, bytes(150))
     assert buf == bytearray(b"\x55" * 400)  # nothing written
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 200])
+def test_write_records_crcs_are_each_records_own_on_both_paths(n):
+    """Below COMPILED_CRC_FROM records the CRCs come from one Python call each, from it on
+    from one compiled call: either way each record's CRC32C covers CRC_START..its end."""
+    from crc32c import crc32c
+    from strata.format.record_batch import HEADER_DTYPE, write_records
+    rng = np.random.default_rng(n)
+    totals = rng.integers(rec.CRC_START + 8, 300, n)
+    headers = np.zeros(n, HEADER_DTYPE)
+    headers["total"] = totals
+    blob = rng.integers(0, 256, int(totals.sum()), np.uint8).tobytes()
+    buf = bytearray(7 + len(blob))
+    write_records(buf, 7, headers, blob)
+    pos = 7
+    for t in totals.tolist():
+        crc = int.from_bytes(buf[pos + rec.POS_CRC:pos + rec.POS_CRC + 4], "little")
+        assert crc == crc32c(bytes(buf[pos + rec.CRC_START:pos + t]))
+        pos += t

@@ -149,3 +149,45 @@ def test_bad_bodies_queue_and_offsets(tmp_path):
         assert s.max_commitlog_offset() == 0
         r = s.put_columns("t", 1, BytesColumn(np.frombuffer(b"xxhello", np.uint8), [2, 7]))
         assert r.ok and s.read_at(r[0].commitlog_offset).body == b"hello"
+
+
+def test_put_many_writes_what_separate_puts_write_and_refuses_items_alone(tmp_path, clock):
+    """put_many: column batches and message lists in order, each answered as its own
+    put would be; a bad item is refused alone (nothing of it written), the others stored."""
+    with strata.open(tmp_path / "many", config()) as a, \
+            strata.open(tmp_path / "one", config()) as b:
+        for s in (a, b):
+            s.create_topic("t", queues=2)
+        items = [strata.ColumnBatch("t", 0, [b"a", b"b"], keys=["k1", None]),
+                 [strata.Message("t", b"c", queue_id=1), strata.Message("u", b"d")],
+                 strata.ColumnBatch("t", 5, [b"never"]),           # no queue 5
+                 strata.ColumnBatch("t", 1, [b"e"], born_timestamps=[7]),
+                 strata.ColumnBatch("t", 0, [b"x"], tags=[b"\xff"]),   # not UTF-8
+                 []]
+        got = a.put_many(items)
+        assert isinstance(got[2], InvalidInputError) and "queue_id 5" in str(got[2])
+        assert isinstance(got[4], InvalidInputError) and "tag 0" in str(got[4])
+        assert list(got[5]) == []
+        one = [b.put_columns("t", 0, [b"a", b"b"], keys=["k1", None]),
+               b.put_batch([strata.Message("t", b"c", queue_id=1), strata.Message("u", b"d")]),
+               b.put_columns("t", 1, [b"e"], born_timestamps=[7])]
+        assert [list(got[i]) for i in (0, 1, 3)] == [list(r) for r in one]
+        settle(a)
+        assert [m.body for m in a.get("t", 1, 0, 10).messages] == [b"c", b"e"]
+        assert [m.body for m in a.query("t", "k1")] == [b"a"]
+        a.flush()
+        b.flush()
+    for sub in ("commitlog", "consumequeue"):
+        assert files_of(tmp_path / "many" / sub) == files_of(tmp_path / "one" / sub)
+
+
+def test_put_many_under_sync_flush_is_one_fsync(tmp_path):
+    with strata.open(tmp_path / "s", config(flush="sync")) as s:
+        s.create_topic("t", queues=4)
+        s.put_columns("t", 0, [b"warm"])
+        before = s._group_commit.fsyncs
+        got = s.put_many([strata.ColumnBatch("t", q, [b"m%d" % i for i in range(50)])
+                          for q in range(4)] + [[strata.Message("t", b"z", queue_id=3)]])
+        assert s._group_commit.fsyncs - before == 1
+        assert [r[0].queue_offset for r in got] == [1, 0, 0, 0, 50]
+        assert all(r.ok for r in got)

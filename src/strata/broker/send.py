@@ -14,31 +14,38 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 from strata.errors import InvalidInputError
-from strata.store.message import Message, PutResult
+from strata.store.message import ColumnBatch, Message, PutResult
 from strata.store.message_store import MessageStore
 
 
 GATHER_S = 0.002
 
+Item = Union[list[Message], ColumnBatch]
+
 
 class SendBatcher:
-    """Runs on the server's event loop; puts run on one writer thread."""
+    """Runs on the server's event loop; puts run on one writer thread.
+
+    A submission is a list of items, each a list of ``Message`` (``submit``) or a
+    ``ColumnBatch`` (``submit_many``: a Kafka produce's partitions as columns, no Message
+    object per record). Everything gathered goes to the store in ONE ``put_many``, so under
+    sync flush one fsync covers every request and connection that arrived together."""
 
     def __init__(self, store: MessageStore, gather_s: float = GATHER_S) -> None:
         self.store = store
         self.gather_s = gather_s
         self._last_put = float("-inf")     # loop time the last put started
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="strata-put")
-        self._pending: list[tuple[list[Message], asyncio.Future]] = []
+        self._pending: list[tuple[list[Item], asyncio.Future]] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._busy = False
-        self.batches = 0       # put_batch calls
+        self.batches = 0       # put_many calls (under sync flush: at most one fsync each)
         self.messages = 0      # messages stored through them
-        # called after each put_batch with (messages, seconds it took): the metrics
+        # called after each put with (messages, seconds it took): the metrics
         self.on_stored: Callable[[int, float], None] | None = None
 
     def start(self) -> None:
@@ -47,22 +54,32 @@ class SendBatcher:
 
     async def submit(self, msgs: list[Message]) -> Sequence[PutResult]:
         """Store ``msgs``; their results once stored (raises what put_batch raises)."""
+        (out,) = await self.submit_many([msgs])
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    async def submit_many(self, items: list[Item]) -> list:
+        """Store ``items`` (lists of messages or ``ColumnBatch``es) with the next gathered
+        put; per item its ``PutResults`` or the ``InvalidInputError`` that refused it (the
+        other items are stored). A store-level failure (closed, disk full) raises."""
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append((msgs, fut))
+        self._pending.append((items, fut))
         self._wake.set()
         return await fut
 
-    async def _put(self, msgs: list[Message]):
+    async def _put(self, items: list[Item]) -> list:
         began = time.perf_counter()
         if self.store.config.flush == "sync":     # waits for its fsync: off the event loop
             loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(self._executor, self.store.put_batch, msgs)
+            results = await loop.run_in_executor(self._executor, self.store.put_many, items)
         else:       # returns once in the page cache: a thread hand-off would cost more
-            results = self.store.put_batch(msgs)
+            results = self.store.put_many(items)
+        n = sum(len(r) for r in results if not isinstance(r, BaseException))
         self.batches += 1
-        self.messages += len(msgs)
+        self.messages += n
         if self.on_stored is not None:
-            self.on_stored(len(msgs), time.perf_counter() - began)
+            self.on_stored(n, time.perf_counter() - began)
         return results
 
     async def _run(self) -> None:
@@ -76,37 +93,68 @@ class SendBatcher:
                 await asyncio.sleep(max(0.0, self._last_put + self.gather_s - loop.time()))
                 self._last_put = loop.time()
                 batch, self._pending = self._pending, []
-                if len(batch) == 1:
-                    await self._answer_alone(*batch[0])
-                    continue
                 try:
-                    results = await self._put([m for msgs, _f in batch for m in msgs])
-                except InvalidInputError:
-                    # a bad message fails its own send only: each request is put alone
-                    for msgs, fut in batch:
-                        await self._answer_alone(msgs, fut)
-                    continue
+                    answers = await self._store([items for items, _f in batch])
                 except Exception as exc:  # noqa: BLE001 - handed to every waiting send
-                    for _msgs, fut in batch:
+                    for _items, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
-                i = 0
-                for msgs, fut in batch:
+                for (_items, fut), answer in zip(batch, answers):
                     if not fut.done():
-                        fut.set_result(results[i:i + len(msgs)])
-                    i += len(msgs)
+                        fut.set_result(answer)
             self._busy = False
 
-    async def _answer_alone(self, msgs: list[Message], fut: asyncio.Future) -> None:
-        try:
-            results = await self._put(msgs)
-        except Exception as exc:  # noqa: BLE001
-            if not fut.done():
-                fut.set_exception(exc)
-        else:
-            if not fut.done():
-                fut.set_result(results)
+    async def _store(self, subs: list[list[Item]]) -> list[list]:
+        """Put every item of the gathered submissions with one ``put_many``; per submission
+        the answers of its items. Neighbouring message lists go to the store as ONE list
+        (one prepared batch: what the per-message RocketMQ sends need to stay cheap); if
+        the store refuses such a merged list as bad input, each of its parts is put alone,
+        so a bad message fails its own send only."""
+        flat: list[Item] = []
+        where: list[list[tuple[int, int, int]]] = []    # per item: (flat index, start, n)
+        merged: list[Message] | None = None
+        parts: dict[int, list[list[Message]]] = {}
+        for items in subs:
+            w = []
+            for it in items:
+                if isinstance(it, ColumnBatch):
+                    flat.append(it)
+                    merged = None
+                    w.append((len(flat) - 1, -1, 0))
+                else:
+                    if merged is None:
+                        merged = []
+                        flat.append(merged)
+                    k = len(flat) - 1
+                    parts.setdefault(k, []).append(it)
+                    w.append((k, len(merged), len(it)))
+                    merged.extend(it)
+            where.append(w)
+        results = await self._put(flat)
+        alone: dict[tuple[int, int], object] = {}
+        for k, lists in parts.items():
+            if isinstance(results[k], InvalidInputError) and len(lists) > 1:
+                own = await self._put(lists)
+                start = 0
+                for lst, r in zip(lists, own):
+                    alone[(k, start)] = r
+                    start += len(lst)
+        answers = []
+        for w in where:
+            a = []
+            for k, start, n in w:
+                r = results[k]
+                if start < 0:                   # a ColumnBatch: its own answer
+                    a.append(r)
+                elif (k, start) in alone:       # part of a refused merge, put alone
+                    a.append(alone[(k, start)])
+                elif isinstance(r, BaseException):
+                    a.append(r)
+                else:
+                    a.append(r[start:start + n])
+            answers.append(a)
+        return answers
 
     async def close(self) -> None:
         """Finish every submitted send, then stop."""

@@ -22,7 +22,8 @@ assert HEADER_DTYPE.itemsize == rec.HEADER_SIZE
 _new_message = partial(tuple.__new__, rec.StoredMessage)  # StoredMessage(values), minus a call
 
 
-HEADER_BYTES = np.dtype((np.void, rec.HEADER_SIZE))  # a fixed header as one opaque item
+HEADER_BYTES = np.dtype((np.void, rec.HEADER_SIZE))
+COMPILED_CRC_FROM = 32    # records per write from which write_records' CRCs are compiled  # a fixed header as one opaque item
 
 
 def header_windows(buf, limit: int) -> np.ndarray:
@@ -66,9 +67,15 @@ def write_records(buf, pos: int, headers: np.ndarray, blob) -> None:
     with memoryview(buf) as mv:
         header_windows(mv, end)[starts] = headers.view(HEADER_BYTES)
         u32_windows(mv, end)[stops - rec.TRAILER_SIZE] = totals
-        # a comprehension slices inline: about twice as fast as map(slice, ...) here
-        crcs = [crc32c(mv[a:b]) for a, b in zip((starts + rec.CRC_START).tolist(),
-                                                 stops.tolist())]
+        if n >= COMPILED_CRC_FROM:
+            # one compiled call for every record's CRC (a Python call each cost ~0.3 µs)
+            crcs = np.empty(n, np.uint32)
+            rk.kernels().crc32c_ranges(np.frombuffer(mv, np.uint8), starts + rec.CRC_START,
+                                       stops, crcs)
+        else:
+            # a comprehension slices inline: about twice as fast as map(slice, ...) here
+            crcs = [crc32c(mv[a:b]) for a, b in zip((starts + rec.CRC_START).tolist(),
+                                                     stops.tolist())]
         u32_windows(mv, end)[starts + rec.POS_CRC] = crcs
 
 

@@ -145,6 +145,15 @@ def crc32c_of(data, start, end):
     return crc32c_at(data.ctypes.data + start, end - start)
 
 
+@njit(cache=True, nogil=True)
+def crc32c_ranges(data, starts, stops, out):
+    """``out[i]`` = CRC32C of ``data[starts[i]:stops[i]]`` (``data`` a uint8 array): the
+    records' CRCs of a batch in one call instead of one Python call each."""
+    base = data.ctypes.data
+    for i in range(len(starts)):
+        out[i] = crc32c_at(base + starts[i], stops[i] - starts[i])
+
+
 # --------------------------------------------------------------------------- the record checks
 
 # The field table's rows and the verdicts: strata.format.record_table.

@@ -140,6 +140,20 @@ class Message:
         return f"Message({', '.join(parts)})"
 
 
+class ColumnBatch(NamedTuple):
+    """One ``put_columns`` call as a value (its arguments), so that several of them, and
+    lists of messages, can be stored by one ``MessageStore.put_many`` under one group
+    commit."""
+
+    topic: str
+    queue_id: int | None
+    bodies: object
+    keys: object = None
+    tags: object = None
+    properties: object = None
+    born_timestamps: object = None
+
+
 class PutResult(tuple):
     """Outcome of one put (immutable). ``msg_id`` is 32 hex chars: store host + commit-log
     offset; it is formatted when first asked for."""

@@ -178,6 +178,13 @@ class MessageStore:
             raise ReadOnlyStoreError(f"store {self.path} was opened read-only")
 
     @property
+    def fsyncs(self) -> int:
+        """fsyncs the sync-flush group commit did since open (0 under async flush): with
+        the puts counted by the caller, how many puts each fsync covered."""
+        gc = self._group_commit
+        return gc.fsyncs if gc is not None else 0
+
+    @property
     def follows_writer(self) -> bool:
         """Read-only openers: whether a live writer holds the store (this view follows it)."""
         return self._live_writer
@@ -210,6 +217,7 @@ class MessageStore:
     check_batch = put_path.check_batch
     put_batch = put_path.put_batch
     put_columns = put_path.put_columns
+    put_many = put_path.put_many
     _put_prepared = put_path.put_prepared
     _wait_for_dispatch = put_path.wait_for_dispatch
 

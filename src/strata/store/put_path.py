@@ -10,7 +10,7 @@ import time
 from typing import Sequence
 
 from strata.errors import DiskFullError, InvalidInputError
-from strata.store.message import Message, PutResult, PutResults, PutStatus
+from strata.store.message import ColumnBatch, Message, PutResult, PutResults, PutStatus
 
 log = logging.getLogger("strata.store.message_store")
 
@@ -90,12 +90,60 @@ def put_columns(store, topic: str, queue_id: int | None, bodies, *, keys=None, t
     return put_prepared(store, batch, None)
 
 
+def put_many(store, items: Sequence) -> list:
+    """Store several batches at once, each a list of ``Message`` (as ``put_batch``) or a
+    ``ColumnBatch`` (``put_columns``' arguments): appended in order under one hold of the
+    put lock, and under sync flush answered after ONE fsync that covers them all (the
+    send batcher's group commit across requests and connections).
+
+    One entry per item, in order: its ``PutResults``, or the ``InvalidInputError`` that
+    refused it (nothing of that item is written; the other items are). Store-level
+    failures (closed, read-only, disk full) raise before anything is written."""
+    store._check_writable()
+    prepared: list = []
+    refused: dict[int, InvalidInputError] = {}
+    for i, item in enumerate(items):
+        try:
+            if isinstance(item, ColumnBatch):
+                batch = store._encoder.prepare_columns(
+                    item.topic, item.bodies, keys=item.keys, tags=item.tags,
+                    properties=item.properties, born_timestamps=item.born_timestamps,
+                    queue_id=item.queue_id)
+                prepared.append((batch, None))
+            else:
+                msgs = list(item) if not isinstance(item, (list, tuple)) else item
+                prepared.append((store._encoder.prepare(msgs), msgs))
+        except InvalidInputError as exc:
+            refused[i] = exc
+    done = iter(put_prepared_many(store, prepared) if prepared else ())
+    return [refused[i] if i in refused else next(done) for i in range(len(items))]
+
+
 def put_prepared(store, batch, msgs: Sequence[Message] | None) -> PutResults:
     """Append a prepared batch (``put_batch``'s and ``put_columns``' common part)."""
-    if not len(batch):
-        return PutResults(PutStatus.OK, [], [], 0, [], [], [], store._msg_id_prefix)
+    out = put_prepared_many(store, [(batch, msgs)])[0]
+    if isinstance(out, BaseException):
+        raise out
+    return out
+
+
+def put_prepared_many(store, items: Sequence[tuple]) -> list:
+    """Append prepared batches ``[(batch, msgs or None), ...]`` one after the other under one
+    hold of the put lock, then wait for ONE group commit covering them all (``put_many``).
+    One entry per item: its PutResults, or the InvalidInputError that refused it (e.g. a
+    queue id the topic does not have; nothing of that item is written, the others are).
+    Store-level failures (closed, disk full) raise before anything is written."""
+    out: list = [None] * len(items)
+    work = [(i, b, m) for i, (b, m) in enumerate(items) if len(b)]
+    for i, (b, _m) in enumerate(items):
+        if not len(b):
+            out[i] = PutResults(PutStatus.OK, [], [], 0, [], [], [], store._msg_id_prefix)
+    if not work:
+        return out
     if store.config.max_dispatch_lag_bytes:
-        wait_for_dispatch(store, store.config.max_dispatch_lag_bytes, helps=batch.columnar)
+        wait_for_dispatch(store, store.config.max_dispatch_lag_bytes,
+                          helps=any(b.columnar for _i, b, _m in work))
+    appended: list = []
     with store.life.put_lock:
         store._check_open()
         if store.life.disk_full:
@@ -106,38 +154,46 @@ def put_prepared(store, batch, msgs: Sequence[Message] | None) -> PutResults:
                 errno.ENOSPC, f"store {store.path}: the disk is full ({why}); puts are "
                 "refused until space is freed (stored data is safe; delete_topic and "
                 "clean_expired make room)")
-        # Nothing shared changes before the append, so a refused message leaves no trace.
-        updates, rr_local, new_topics = batch.choose_queues(
-            store.topic_table.queues, store.config.default_queues, store._queue_next,
-            store._round_robin)
-        for topic, n_q in new_topics.items():
-            store.topic_table.ensure(topic, n_q, since=store.log.max_offset())
-        # What dispatch will need exists before the put is acknowledged (a full disk
-        # refuses the put here, not the consume queue after it was acknowledged).
-        for (topic, qid), nxt in updates.items():
-            store.queues.reserve(topic, qid, store._queue_next.get((topic, qid), 0), nxt)
-        store.key_index.ensure_spare()
-        store_ts = max(now_ms(), store.log.last_store_timestamp)
-        if batch.columnar:
-            offsets = store.log.append_headers(batch.headers(), batch.record_bytes(),
-                                              store_ts)
-        else:
-            offsets = store.log.append_batch(batch.records(), store_ts)
-        store._queue_next.update(updates)
-        store._round_robin.update(rr_local)
+        for i, batch, msgs in work:
+            # Nothing shared changes before the append, so a refused message leaves no trace.
+            try:
+                updates, rr_local, new_topics = batch.choose_queues(
+                    store.topic_table.queues, store.config.default_queues, store._queue_next,
+                    store._round_robin)
+            except InvalidInputError as exc:
+                out[i] = exc
+                continue
+            for topic, n_q in new_topics.items():
+                store.topic_table.ensure(topic, n_q, since=store.log.max_offset())
+            # What dispatch will need exists before the put is acknowledged (a full disk
+            # refuses the put here, not the consume queue after it was acknowledged).
+            for (topic, qid), nxt in updates.items():
+                store.queues.reserve(topic, qid, store._queue_next.get((topic, qid), 0), nxt)
+            store.key_index.ensure_spare()
+            store_ts = max(now_ms(), store.log.last_store_timestamp)
+            if batch.columnar:
+                offsets = store.log.append_headers(batch.headers(), batch.record_bytes(),
+                                                  store_ts)
+            else:
+                offsets = store.log.append_batch(batch.records(), store_ts)
+            store._queue_next.update(updates)
+            store._round_robin.update(rr_local)
+            appended.append((i, batch, msgs, offsets, store_ts))
         end = store.log.max_offset()
         store._appended_end = end
         if store._group_commit is None:
             store.state.set_confirmed(end)
             store._reput.wakeup()
     status = PutStatus.OK
-    if store._group_commit is not None:
+    if appended and store._group_commit is not None:
         if not store._group_commit.wait_for(end):
             status = PutStatus.FLUSH_DISK_TIMEOUT
-    topics = batch.single_topic if batch.single_topic is not None else \
-        [m.topic for m in msgs]
-    return PutResults(status, offsets, batch.totals, store_ts, topics, batch.queue_ids,
-                      batch.queue_offsets, store._msg_id_prefix)
+    for i, batch, msgs, offsets, store_ts in appended:
+        topics = batch.single_topic if batch.single_topic is not None else \
+            [m.topic for m in msgs]
+        out[i] = PutResults(status, offsets, batch.totals, store_ts, topics, batch.queue_ids,
+                            batch.queue_offsets, store._msg_id_prefix)
+    return out
 
 
 def wait_for_dispatch(store, limit: int, *, helps: bool = True) -> None:

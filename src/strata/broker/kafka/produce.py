@@ -1,11 +1,11 @@
 """Produce (key 0): each partition's record set is decoded (``record_batch``, compiled) into
 columns of strata message fields (``mapping``), then stored:
 
-* async flush: one ``store.put_columns`` per partition (the column encoder; no Message
-  object per record), at once on the event loop;
-* ``--flush sync``: the whole request as one submission to the shared send batcher, so the
-  requests arriving together (any connection, either protocol) share one ``put_batch`` and
-  one fsync, which every acks=1/all answer waits for.
+* async flush: one ``store.put_many`` of column batches, one per partition (the column
+  encoder; no Message object per record), at once on the event loop;
+* ``--flush sync``: the same column batches as one submission to the shared send batcher,
+  so the requests arriving together (any connection, either protocol) share one
+  ``put_many`` and one fsync, which every acks=1/all answer waits for.
 
 A produce is answered once its messages are dispatched (a following fetch sees them);
 acks=0 sends nothing back. Idempotent batches are checked against the producer's last
@@ -26,8 +26,8 @@ from strata.broker.kafka.idempotence import PROP, sequences
 from strata.broker.kafka.mapping import to_fields
 from strata.broker.kafka.record_batch import RecordBatchError, decode_record_set
 from strata.broker.kafka.topics import partitions
-from strata.errors import InvalidInputError, StrataError
-from strata.store.message import Message, PutStatus
+from strata.errors import StrataError
+from strata.store.message import ColumnBatch, PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +56,10 @@ class _Part:
         self.props: list | None = None
         self.born = None
 
-    def messages(self) -> list[Message]:
-        """The records as Message objects (the send batcher's form)."""
-        n = self.count
-        keys = self.keys or [()] * n
-        props = self.props or [None] * n
-        born = self.born.tolist() if isinstance(self.born, np.ndarray) else self.born
-        return [Message(self.topic, b, keys=() if k is None else k, properties=p,
-                        queue_id=self.index, born_timestamp=t or None)
-                for b, k, p, t in zip(self.bodies, keys, props, born)]
+    def columns(self) -> ColumnBatch:
+        """The records as one ``put_columns`` batch to this partition's queue."""
+        return ColumnBatch(self.topic, self.index, self.bodies, keys=self.keys,
+                           properties=self.props, born_timestamps=self.born)
 
 
 def _columns(part: _Part, cols, marks: dict[int, str]) -> None:
@@ -150,52 +145,38 @@ def _prepare(broker, topic: str, pd, part: _Part) -> None:
 
 
 def _put_direct(broker, parts: list[_Part]) -> None:
-    """Async flush: each partition's records with one ``put_columns`` (the column encoder,
-    no Message object each), on the event loop as the send batcher's async puts are (a put
-    returns once the records are in the page cache)."""
-    store = broker.store
-    for p in parts:
-        if not p.count or p.code != ke.NONE:
-            continue
-        began = time.perf_counter()
-        try:
-            results = store.put_columns(p.topic, p.index, p.bodies, keys=p.keys,
-                                        properties=p.props, born_timestamps=p.born)
-        except StrataError as exc:
-            p.code, p.message = ke.code_for(exc), str(exc)
-            continue
-        broker.puts += 1
-        broker.put_messages += p.count
-        if broker.batcher.on_stored is not None:
-            broker.batcher.on_stored(p.count, time.perf_counter() - began)
-        _settle(p, results[0])
+    """Async flush: every partition's records with one ``store.put_many`` of column batches
+    (the column encoder, no Message object each; one hold of the put lock, one dispatch
+    wake-up), on the event loop as the send batcher's async puts are (a put returns once
+    the records are in the page cache)."""
+    stored = [p for p in parts if p.count and p.code == ke.NONE]
+    began = time.perf_counter()
+    results = broker.store.put_many([p.columns() for p in stored])
+    n = sum(p.count for p in stored)
+    broker.puts += 1
+    broker.put_messages += n
+    if broker.batcher.on_stored is not None:
+        broker.batcher.on_stored(n, time.perf_counter() - began)
+    _answers(stored, results)
 
 
 async def _store_all(broker, parts: list[_Part]) -> None:
-    """Sync flush: the whole request as one submission to the send batcher (group commit
-    with everything else arriving: one fsync covers them all); if it is refused as bad
-    input, each partition alone, so one partition's bad message fails that partition only."""
+    """Sync flush: the partitions as column batches in one submission to the send batcher
+    (group commit with everything else arriving, any connection or protocol: one fsync
+    covers them all, no Message object per record); a partition refused as bad input fails
+    alone."""
     stored = [p for p in parts if p.count and p.code == ke.NONE]
-    msgs: list[Message] = []
-    for p in stored:
-        p.start = len(msgs)
-        msgs += p.messages()
-    try:
-        results = await broker.batcher.submit(msgs)
-    except InvalidInputError as exc:
-        if len(stored) == 1:
-            stored[0].code, stored[0].message = ke.code_for(exc), str(exc)
-            return
-        for p in stored:
-            try:
-                own = await broker.batcher.submit(msgs[p.start:p.start + p.count])
-            except InvalidInputError as exc1:
-                p.code, p.message = ke.code_for(exc1), str(exc1)
-            else:
-                _settle(p, own[0])
-        return
-    for p in stored:
-        _settle(p, results[p.start])
+    _answers(stored, await broker.batcher.submit_many([p.columns() for p in stored]))
+
+
+def _answers(stored: list[_Part], results: list) -> None:
+    for p, r in zip(stored, results):
+        if isinstance(r, StrataError):
+            p.code, p.message = ke.code_for(r), str(r)
+        elif isinstance(r, BaseException):
+            raise r
+        else:
+            _settle(p, r[0])
 
 
 def _settle(p: _Part, first) -> None:

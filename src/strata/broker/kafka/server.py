@@ -149,6 +149,7 @@ class KafkaListener:
         self._sock: socket.socket | None = None
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task] = set()
+        self.fsyncs = 0              # the store's sync-flush fsyncs, counted at stop
         api.load_handlers()
 
     def bind(self) -> int:
@@ -199,12 +200,14 @@ class KafkaListener:
         seqs = self.broker.state.get("sequences")
         if seqs is not None:
             seqs.snapshot()          # a clean stop: the next start replays nothing
+        self.fsyncs = self.broker.store.fsyncs     # for summary(), after the store closed
         self.broker.close()
 
     def summary(self) -> str:
         b = self.broker
         return (f"kafka: {b.requests} requests on {b.connections} connections, "
-                f"{b.put_messages} messages in {b.puts} direct puts")
+                f"{b.put_messages} messages in {b.puts} direct puts, "
+                f"{self.fsyncs} fsyncs")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         task = asyncio.current_task()

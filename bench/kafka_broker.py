@@ -1,0 +1,348 @@
+"""Kafka listener benchmark: `strata serve --kafka` driven by confluent-kafka producers
+(acks=all) and a consumer, each in its own process; JSON lines.
+
+    python bench/kafka_broker.py [--messages N] [--sizes 100,1024] [--producers 1,4]
+                          [--flush async,sync] [--partitions P] [--profile SECONDS]
+                          [--peers nats]
+
+For each flush mode, size and producer count a fresh store is served on 127.0.0.1; the
+producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
+compression: the broker's own work is measured), then one consumer reads them all with
+assign() from the beginning. Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from
+the first producer's start to the last one's flush, or of the consumer's reading),
+``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
+/proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
+py-spy for S seconds of the produce phase and prints a row ``op: profile`` with the
+functions its samples were in (self time, percent), to see what limits it.
+
+``--peers nats`` also runs NATS JetStream (file storage, nats-py's async publish with a
+window of 1000 PubAcks, pull consumer) in the same run through the shared peer script
+/work/shared/peers/bench_nats_jetstream.py (Debian's nats-server; ``pip install nats-py``),
+and relays its rows tagged ``"system": "nats-jetstream"``; read the two side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PRODUCER = r'''
+import sys, time, json
+from confluent_kafka import Producer
+boot, topic, n, size, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5,
+              "batch.size": 1000000, "queue.buffering.max.messages": 1000000,
+              "enable.idempotence": False})
+body = b"x" * size
+errs = [0]
+lat = []
+def cb(e, m):
+    if e is not None:
+        errs[0] += 1
+    else:
+        lat.append(m.latency())
+print("READY", flush=True)
+sys.stdin.readline()
+t0 = time.time()
+for i in range(n):
+    while True:
+        try:
+            p.produce(topic, body, partition=i % parts, on_delivery=cb)
+            break
+        except BufferError:
+            p.poll(0.01)
+    if i % 1000 == 0:
+        p.poll(0)
+left = p.flush(300)
+t1 = time.time()
+lat.sort()
+pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else -1
+print("RESULT " + json.dumps({"t0": t0, "t1": t1, "errors": errs[0], "left": left,
+                              "p50": pick(0.5), "p99": pick(0.99)}), flush=True)
+'''
+
+CONSUMER = r'''
+import sys, time, json
+from confluent_kafka import Consumer, TopicPartition
+boot, topic, n, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+c = Consumer({"bootstrap.servers": boot, "group.id": "bench", "enable.auto.commit": False,
+              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+              "queued.max.messages.kbytes": 1048576})
+c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+got = 0
+t0 = time.time()
+while got < n and time.time() - t0 < 300:
+    for m in c.consume(10000, 1.0):
+        if not m.error():
+            got += 1
+print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got}), flush=True)
+c.close()
+'''
+
+SMALL = ("index_slots=65536", "index_entries=262144", "prefault=false")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def top_frames(folded: Path, n: int = 12) -> tuple[list, list]:
+    """The functions the broker spent its samples in, from py-spy's folded stacks: (self
+    time, inclusive time), each [[function (file:line), percent of samples], ...], most
+    first."""
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    try:
+        lines = folded.read_text().splitlines()
+    except OSError:
+        return [], []
+    for line in lines:
+        stack, _, k = line.rpartition(" ")
+        if not k.isdigit():
+            continue
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + int(k)
+        for f in set(frames[1:]):          # frames[0]: the thread
+            incl[f] = incl.get(f, 0) + int(k)
+        total += int(k)
+    if not total:
+        return [], []
+    pick = lambda d: [[f, round(100 * c / total, 1)]            # noqa: E731
+                      for f, c in sorted(d.items(), key=lambda x: -x[1])[:n]]
+    return pick(own), pick(incl)
+
+
+def emit(row: dict) -> None:
+    print(json.dumps(row), flush=True)
+
+
+def result(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=600)
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"client failed: {out[-2000:]} {err[-3000:]}")
+
+
+def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
+         profile: float, extra_env: dict | None = None) -> list[dict]:
+    """One strata case: produce then consume; returns (and prints) its rows."""
+    extra_env = extra_env or {}
+    rows: list[dict] = []
+    store = root / f"store-{flush}-{size}-{producers}"
+    prof = extra_env.pop("STRATA_CPROFILE", None)
+    head = [sys.executable] + (["-m", "cProfile", "-o", prof] if prof else [])
+    cmd = head + ["-m", "strata.cli.main", "serve", str(store), "--kafka",
+           "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
+    for o in SMALL:
+        cmd += ["--store-option", o]
+    log_path = root / f"serve-{flush}-{size}-{producers}.log"
+    log_file = open(log_path, "w")
+    server = subprocess.Popen(cmd, stderr=log_file, stdout=subprocess.DEVNULL, text=True,
+                              env=dict(os.environ, **extra_env))
+    boot = None
+    deadline = time.time() + 120
+    while boot is None:
+        m = re.search(r"([\d.]+:\d+) \(kafka\)", log_path.read_text())
+        boot = m.group(1) if m else None
+        if boot is None:
+            if server.poll() is not None or time.time() > deadline:
+                raise RuntimeError("strata serve did not start: " + log_path.read_text())
+            time.sleep(0.05)
+    topic = "bench"
+    subprocess.run([sys.executable, "-c", f'''
+from confluent_kafka.admin import AdminClient, NewTopic
+a = AdminClient({{"bootstrap.servers": "{boot}"}})
+[f.result(30) for f in a.create_topics([NewTopic("{topic}", {parts}, 1)]).values()]
+'''], check=True, timeout=60)
+    each = messages // producers
+    procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
+                               str(size), str(parts)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(producers)]
+    for p in procs:
+        assert p.stdout.readline().startswith("READY")
+    spy = None
+    if profile:
+        folded = root / f"profile-{flush}-{size}-{producers}.txt"
+        exe = Path(sys.executable).with_name("py-spy")     # the venv's, when not on PATH
+        spy = subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "-p", str(server.pid), "-d", str(max(1, round(profile))),
+                                "-o", str(folded), "--format", "raw", "--nonblocking",
+                                "--threads"],
+                               stdout=subprocess.DEVNULL,
+                               stderr=open(root / f"py-spy-{flush}-{size}-{producers}.log", "w"))
+    cpu0 = cpu_seconds(server.pid)
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    res = [result(p) for p in procs]
+    cpu1 = cpu_seconds(server.pid)
+    sent = each * producers
+    el = max(r["t1"] for r in res) - min(r["t0"] for r in res)
+    tag = dict(system="strata", flush=flush, size=size, producers=producers, partitions=parts)
+    produce_row = dict(tag, op="produce", messages=sent, seconds=round(el, 3),
+                       msgs_per_s=round(sent / el), mib_per_s=round(sent * size / el / 2**20, 1),
+                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / sent * 1e6, 2),
+                       errors=sum(r["errors"] + r["left"] for r in res),
+                       p50_ms=round(1e3 * max(r["p50"] for r in res), 2),
+                       p99_ms=round(1e3 * max(r["p99"] for r in res), 2))
+    if spy is not None:
+        spy.wait(timeout=profile + 60)
+        top, inclusive = top_frames(folded, 20)
+        emit(dict(tag, op="profile", top=top, inclusive=inclusive) if top else
+             dict(tag, op="profile", error="py-spy took no samples: " + (
+                 root / f"py-spy-{flush}-{size}-{producers}.log").read_text()[-300:]))
+    cpu0 = cpu_seconds(server.pid)
+    c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = result(c)
+    cpu1 = cpu_seconds(server.pid)
+    el = r["t1"] - r["t0"]
+    consume_row = dict(tag, op="consume", messages=r["n"], seconds=round(el, 3),
+                       msgs_per_s=round(r["n"] / el),
+                       mib_per_s=round(r["n"] * size / el / 2**20, 1),
+                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2))
+    server.terminate()
+    server.wait(timeout=60)
+    log_file.close()
+    text = log_path.read_text()
+    m = re.search(r"([\d,]+) messages? stored in ([\d,]+) batch", text)
+    f = re.search(r"([\d,]+) fsyncs", text)
+    if flush == "sync" and m and f:
+        # the sync produce went through the send batcher: its puts and the store's fsyncs
+        stored, fsyncs = (int(g.replace(",", "")) for g in (m.group(1), f.group(1)))
+        produce_row.update(fsyncs=fsyncs, msgs_per_fsync=round(stored / max(1, fsyncs), 1))
+    for row in (produce_row, consume_row):
+        emit(row)
+        rows.append(row)
+    return rows
+
+
+GOALS = {"rabbitmq-stream": 2.0, "nats-jetstream": 2.0, "rabbitmq-classic": 10.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--sizes", default="100,1024")
+    ap.add_argument("--producers", default="1,4")
+    ap.add_argument("--flush", default="async,sync")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--profile", type=float, default=0.0)
+    ap.add_argument("--cprofile", action="store_true",
+                    help="run the broker under cProfile (its event-loop thread) and print "
+                         "its top functions (own time) per case")
+    ap.add_argument("--peers", default="", help="nats,rabbitmq")
+    a = ap.parse_args()
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
+        for flush in a.flush.split(","):
+            for size in map(int, a.sizes.split(",")):
+                for producers in map(int, a.producers.split(",")):
+                    env = {}
+                    if a.cprofile:
+                        env["STRATA_CPROFILE"] = str(
+                            Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
+                    rows += case(Path(tmp), flush, size, producers, a.messages,
+                                 a.partitions, a.profile, env)
+                    if a.cprofile:
+                        emit(dict(system="strata", flush=flush, size=size,
+                                  producers=producers, op="cprofile",
+                                  top=cprofile_top(Path(env["STRATA_CPROFILE"]))))
+        peers = a.peers.split(",") if a.peers else []
+        if "rabbitmq" in peers:
+            rows += rabbitmq_peer(a.messages, a.sizes)
+        if "nats" in peers:
+            rows += nats_peer(Path(tmp), a.sizes)
+    ratios(rows)
+
+
+def cprofile_top(path: Path, n: int = 25) -> list:
+    """[function, own seconds, cumulative seconds] of the broker's profile, most own first."""
+    import pstats
+    try:
+        st = pstats.Stats(str(path))
+    except (OSError, TypeError, EOFError):
+        return []
+    items = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:n]
+    return [[f"{Path(f).name}:{line}:{fn}", round(tt, 3), round(ct, 3)]
+            for (f, line, fn), (_cc, _nc, tt, ct, _callers) in items]
+
+
+def ratios(rows: list[dict]) -> None:
+    """strata's best async rate (over producer counts) ÷ each peer's, per size and op."""
+    for size in sorted({r["size"] for r in rows if r.get("system") == "strata"}):
+        for op in ("produce", "consume"):
+            ours = [r["msgs_per_s"] for r in rows if r.get("system") == "strata" and
+                    r.get("flush") == "async" and r["size"] == size and r["op"] == op]
+            if not ours:
+                continue
+            for peer, goal in GOALS.items():
+                theirs = [r["msgs_per_s"] for r in rows if r.get("system") == peer and
+                          r.get("size") == size and r.get("op") == op]
+                if theirs:
+                    ratio = max(ours) / max(theirs)
+                    emit(dict(op="ratio", what=op, size=size, strata=max(ours), peer=peer,
+                              peer_msgs_per_s=max(theirs), ratio=round(ratio, 2),
+                              goal=goal, met=ratio >= goal))
+
+
+def rabbitmq_peer(messages: int, sizes: str) -> list[dict]:
+    """RabbitMQ classic (pika, persistent, confirms) and streams (rstream) through
+    bench/rabbitmq_peer.py, which starts and stops its own node."""
+    p = subprocess.run([sys.executable, str(Path(__file__).with_name("rabbitmq_peer.py")),
+                        "--messages", str(messages), "--sizes", sizes],
+                       capture_output=True, text=True, timeout=1800)
+    rows = []
+    for line in p.stdout.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        emit(row)
+        rows.append(row)
+    if p.returncode:
+        emit(dict(system="rabbitmq", error=p.stderr[-500:]))
+    return rows
+
+
+def nats_peer(root: Path, sizes: str) -> list[dict]:
+    """NATS JetStream through the shared peer script (its own nats-server), as rows of the
+    same shape as strata's (op produce / consume, msgs_per_s)."""
+    script = Path("/work/shared/peers/bench_nats_jetstream.py")
+    work = "both" if "," in sizes else sizes
+    p = subprocess.run([sys.executable, str(script), "--workload", work, "--dir",
+                        str(root / "nats")], capture_output=True, text=True, timeout=900)
+    rows = []
+    for line in p.stdout.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if "publish_msgs_s" not in row:
+            continue
+        base = dict(system="nats-jetstream", peer=row.get("system"), size=row["size"],
+                    messages=row["msgs"])
+        for op, key in (("produce", "publish_msgs_s"), ("consume", "consume_ack_msgs_s")):
+            if key in row:
+                r = dict(base, op=op, msgs_per_s=row[key])
+                emit(r)
+                rows.append(r)
+    if p.returncode:
+        emit(dict(system="nats-jetstream", error=p.stderr[-500:]))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

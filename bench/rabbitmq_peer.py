@@ -1,0 +1,292 @@
+"""RabbitMQ as a same-run peer of bench/kafka_broker.py: one node started here on 127.0.0.1
+(every port free-chosen: AMQP, stream, Erlang distribution, epmd; its own mnesia and log
+directories in a temp dir, the stream plugin enabled through its own enabled-plugins file),
+then, per size,
+
+* ``classic``: a durable classic queue, pika's asynchronous connection publishing persistent
+  messages (delivery_mode 2) with publisher confirms, at most ``--window`` unconfirmed; then a
+  consumer (prefetch 2000, manual ack of every 1000th message with ``multiple``);
+* ``stream``: a stream over RabbitMQ's native stream protocol (the ``rstream`` client):
+  ``send_batch`` of 500 messages with at most ``--window`` unconfirmed, then a consumer from
+  the first offset;
+
+and the node is stopped (SIGTERM to its processes, by pid) and its directory removed. Prints
+JSON lines ``{"system": "rabbitmq-classic"|"rabbitmq-stream", "op": "produce"|"consume",
+"size", "messages", "msgs_per_s", "broker_cpu_us_per_msg"}``.
+
+    python bench/rabbitmq_peer.py --messages 200000 --sizes 100 [--kinds classic,stream]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def node_pids(marker: bytes) -> list[int]:
+    """The processes of our node: those whose environment holds ``marker`` (our unique
+    RABBITMQ_NODENAME), which also finds the epmd that daemonized itself away from the
+    wrapper's process tree, and nothing of anyone else's RabbitMQ."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if marker in (d / "environ").read_bytes().split(b"\0"):
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+class Node:
+    """One RabbitMQ node in ``root``, on free ports."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.amqp, self.stream = free_port(), free_port()
+        self.dist, self.epmd = free_port(), free_port()
+        for sub in ("home", "mnesia", "log"):
+            (root / sub).mkdir(parents=True)
+        (root / "enabled_plugins").write_text("[rabbitmq_stream].\n")
+        (root / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.amqp}\n"
+            f"stream.listeners.tcp.1 = 127.0.0.1:{self.stream}\n"
+            "stream.advertised_host = 127.0.0.1\n"
+            f"stream.advertised_port = {self.stream}\n")
+        self.name = f"strata-bench-{os.getpid()}-{self.amqp}@localhost"
+        env = dict(os.environ, HOME=str(root / "home"), RABBITMQ_NODENAME=self.name,
+                   RABBITMQ_NODE_IP_ADDRESS="127.0.0.1", RABBITMQ_NODE_PORT=str(self.amqp),
+                   RABBITMQ_DIST_PORT=str(self.dist), ERL_EPMD_PORT=str(self.epmd),
+                   ERL_EPMD_ADDRESS="127.0.0.1",
+                   RABBITMQ_MNESIA_BASE=str(root / "mnesia"),
+                   RABBITMQ_LOG_BASE=str(root / "log"),
+                   RABBITMQ_CONFIG_FILE=str(root / "rabbitmq.conf"),
+                   RABBITMQ_ENABLED_PLUGINS_FILE=str(root / "enabled_plugins"),
+                   RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=
+                   "-kernel inet_dist_use_interface {127,0,0,1}")
+        self.log = open(root / "startup.log", "w")
+        self.proc = subprocess.Popen([SERVER], env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, cwd=root,
+                                     start_new_session=True)
+        deadline = time.time() + 120
+        for port in (self.amqp, self.stream):
+            while True:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("rabbitmq-server did not start: " +
+                                       (root / "startup.log").read_text()[-2000:])
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.2)
+
+    def cpu(self) -> float:
+        """CPU seconds of the node (beam.smp and the rest of its process tree)."""
+        return sum(cpu_seconds(p) for p in self.pids())
+
+    def pids(self) -> list[int]:
+        return node_pids(f"RABBITMQ_NODENAME={self.name}".encode())
+
+    def stop(self) -> None:
+        pids = self.pids()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.wait(10)
+        self.log.close()
+
+
+def classic_produce(node: Node, queue: str, n: int, body: bytes, window: int) -> float:
+    import pika
+    props = pika.BasicProperties(delivery_mode=2)
+    state = dict(sent=0, acked=0, t0=0.0, t1=0.0, ch=None)
+
+    def pump():
+        ch = state["ch"]
+        while state["sent"] < n and state["sent"] - state["acked"] < window:
+            ch.basic_publish("", queue, body, props)
+            state["sent"] += 1
+
+    def on_confirm(frame):
+        m = frame.method
+        if m.multiple:
+            state["acked"] = max(state["acked"], m.delivery_tag)
+        else:
+            state["acked"] += 1
+        if state["acked"] >= n:
+            state["t1"] = time.perf_counter()
+            conn.close()
+        else:
+            pump()
+
+    def on_declared(_f):
+        ch = state["ch"]
+        ch.confirm_delivery(on_confirm)
+        state["t0"] = time.perf_counter()
+        pump()
+
+    def on_channel(ch):
+        state["ch"] = ch
+        ch.queue_declare(queue, durable=True, callback=on_declared)
+
+    conn = pika.SelectConnection(pika.ConnectionParameters("127.0.0.1", node.amqp),
+                                 on_open_callback=lambda c: c.channel(
+                                     on_open_callback=on_channel),
+                                 on_close_callback=lambda c, _e: c.ioloop.stop())
+    conn.ioloop.start()
+    return state["t1"] - state["t0"]
+
+
+def classic_consume(node: Node, queue: str, n: int) -> float:
+    import pika
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", node.amqp))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=2000)
+    got = [0]
+
+    def on_msg(ch_, method, _props, _body):
+        got[0] += 1
+        if got[0] % 1000 == 0 or got[0] == n:
+            ch_.basic_ack(method.delivery_tag, multiple=True)
+        if got[0] >= n:
+            ch_.stop_consuming()
+    t0 = time.perf_counter()
+    ch.basic_consume(queue, on_msg)
+    ch.start_consuming()
+    el = time.perf_counter() - t0
+    ch.queue_delete(queue)
+    conn.close()
+    return el
+
+
+async def stream_produce(node: Node, stream: str, n: int, body: bytes, window: int) -> float:
+    from rstream import Producer
+    confirmed = [0]
+    room = asyncio.Event()
+
+    def on_confirm(status):
+        if status.is_confirmed:
+            confirmed[0] += 1
+        room.set()
+
+    async with Producer("127.0.0.1", node.stream, username="guest", password="guest") as p:
+        await p.create_stream(stream, exists_ok=True)
+        chunk = [body] * 500
+        sent = 0
+        t0 = time.perf_counter()
+        while sent < n:
+            while sent - confirmed[0] >= window:
+                room.clear()
+                await room.wait()
+            k = min(500, n - sent)
+            await p.send_batch(stream, chunk[:k], on_publish_confirm=on_confirm)
+            sent += k
+        while confirmed[0] < n:
+            room.clear()
+            await room.wait()
+        return time.perf_counter() - t0
+
+
+async def stream_consume(node: Node, stream: str, n: int) -> float:
+    from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
+    got = [0]
+    done = asyncio.Event()
+
+    async def on_msg(_msg, _ctx):
+        got[0] += 1
+        if got[0] >= n:
+            done.set()
+
+    async with Consumer("127.0.0.1", node.stream, username="guest", password="guest") as c:
+        t0 = time.perf_counter()
+        await c.subscribe(stream, on_msg, initial_credit=20,
+                          offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
+        await asyncio.wait_for(done.wait(), 600)
+        return time.perf_counter() - t0
+
+
+def emit(row: dict) -> None:
+    print(json.dumps(row), flush=True)
+
+
+def _stopped(_sig, _frame):
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--sizes", default="100")
+    ap.add_argument("--kinds", default="classic,stream")
+    ap.add_argument("--window", type=int, default=1000)
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, _stopped)   # a SIGTERM still stops the node (finally:)
+    root = Path(tempfile.mkdtemp(prefix="strata-rabbit-peer-"))
+    node = None
+    try:
+        node = Node(root / "node")
+        for size in map(int, a.sizes.split(",")):
+            body = os.urandom(size)
+            for kind in a.kinds.split(","):
+                name = f"bench-{kind}-{size}"
+                tag = dict(system=f"rabbitmq-{kind}", size=size, window=a.window)
+                for op in ("produce", "consume"):
+                    cpu0 = node.cpu()
+                    if kind == "classic":
+                        el = (classic_produce(node, name, a.messages, body, a.window)
+                              if op == "produce" else classic_consume(node, name, a.messages))
+                    else:
+                        el = asyncio.run(stream_produce(node, name, a.messages, body,
+                                                        a.window * 10)
+                                         if op == "produce" else
+                                         stream_consume(node, name, a.messages))
+                    cpu = node.cpu() - cpu0
+                    emit(dict(tag, op=op, messages=a.messages, seconds=round(el, 3),
+                              msgs_per_s=round(a.messages / el),
+                              broker_cpu_us_per_msg=round(cpu / a.messages * 1e6, 2)))
+    except Exception as exc:  # noqa: BLE001 - reported as a row, the node still stopped
+        emit(dict(system="rabbitmq", error=f"{type(exc).__name__}: {exc}"[-1500:]))
+    finally:
+        if node is not None:
+            node.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
