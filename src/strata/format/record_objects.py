@@ -67,7 +67,28 @@ def _c_api(name: str, ret: str, *args: str):
 
 _alloc = _c_api("PyType_GenericAlloc", "obj", "obj", "int")      # new reference
 _untrack = _c_api("PyObject_GC_UnTrack", "void", "obj")
-_tuple_set = _c_api("PyTuple_SetItem", "int32", "obj", "int", "obj")   # steals the item
+# A new tuple's items are set the way CPython's own PyTuple_SET_ITEM macro sets them: a store
+# into the item array, which starts right after the fixed part of the object (no call, no checks
+# the kernel needs: the tuple is new, its slots NULL, the indices fixed).
+_ITEMS_AT = tuple.__basicsize__
+assert tuple.__itemsize__ == 8 and rec.StoredMessage.__basicsize__ == _ITEMS_AT
+
+
+@intrinsic
+def _store_i64(typingctx, addr, value):
+    """``*(int64 *)addr = value``."""
+    def codegen(context, builder, signature, args):
+        builder.store(args[1], builder.inttoptr(args[0], _I64.as_pointer()))
+        return context.get_dummy_value()
+    return types.none(types.int64, types.int64), codegen
+
+
+@njit(cache=True, inline="always")
+def _tuple_set(t, i, o):
+    """PyTuple_SET_ITEM: tuple ``t``'s slot ``i`` (NULL until now) takes ``o``'s reference."""
+    _store_i64(t + _ITEMS_AT + 8 * i, o)
+
+
 _list_set = _c_api("PyList_SetItem", "int32", "obj", "int", "obj")     # steals the item
 _int = _c_api("PyLong_FromLongLong", "obj", "int")               # new reference
 _bytes = _c_api("PyBytes_FromStringAndSize", "obj", "int", "int")    # new reference
