@@ -18,6 +18,8 @@ passed by address (``id``). Pure over buffers: no file I/O, no threads.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -235,3 +237,25 @@ def make_messages(base, fields, first, count, cls, topic, topics, out):
         _err_clear()
         return -1
     return count
+
+
+# A bytes object to fill: PyBytes_FromStringAndSize(NULL, n) leaves its n bytes unset, so a
+# compiled copy can write a batch's records straight into the object a MessageBatch keeps
+# (one copy out of the segment's map, not two through a numpy array and ``tobytes``). The bytes
+# start right after the fixed part of the object; checked once here.
+_new_bytes_c = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes_c.restype = ctypes.py_object
+_new_bytes_c.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+_BYTES_DATA_AT = bytes.__basicsize__ - 1
+_probe = _new_bytes_c(b"strata", 6)
+assert ctypes.string_at(id(_probe) + _BYTES_DATA_AT, 6) == b"strata"
+del _probe
+
+
+def new_bytes(n: int) -> tuple[bytes, int]:
+    """A new bytes object of ``n`` unset bytes and the address of its first byte, for the
+    caller to fill before anyone else sees the object (its hash is not taken yet)."""
+    if n <= 0:
+        return b"", 0
+    b = _new_bytes_c(None, n)
+    return b, id(b) + _BYTES_DATA_AT
