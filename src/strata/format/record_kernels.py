@@ -135,57 +135,8 @@ if CRC_INSTRUCTION is not None:
             c = _crc8(c, np.uint64(load_u8(address + i)))
             i += 1
         return np.uint32(c ^ np.uint64(0xFFFFFFFF))
-    @njit(cache=True, nogil=True)
-    def crc32c_3(a0, n0, a1, n1, a2, n2):
-        """CRC32C of three ranges at once: (crc of ``n0`` bytes at ``a0``, ...). The CPU's
-        ``crc32`` takes ~3 cycles to give its result but starts a new one every cycle, so
-        one range at a time leaves it two thirds idle; three independent chains keep it busy
-        (~3x the bytes per cycle of ``crc32c_at`` while the ranges last together)."""
-        c0 = np.uint64(0xFFFFFFFF)
-        c1 = np.uint64(0xFFFFFFFF)
-        c2 = np.uint64(0xFFFFFFFF)
-        common = min(n0, n1, n2) & ~np.int64(7)
-        i = 0
-        while i < common:
-            c0 = _crc64(c0, load_u64(a0 + i))
-            c1 = _crc64(c1, load_u64(a1 + i))
-            c2 = _crc64(c2, load_u64(a2 + i))
-            i += 8
-        return (_crc_rest(c0, a0, i, n0), _crc_rest(c1, a1, i, n1),
-                _crc_rest(c2, a2, i, n2))
-
-    @njit(cache=True, nogil=True, inline="always")
-    def _crc_rest(c, address, i, n):
-        """``crc32c_at``'s loop from byte ``i`` with the running value ``c``."""
-        while i + 8 <= n:
-            c = _crc64(c, load_u64(address + i))
-            i += 8
-        while i < n:
-            c = _crc8(c, np.uint64(load_u8(address + i)))
-            i += 1
-        return np.uint32(c ^ np.uint64(0xFFFFFFFF))
 else:   # pragma: no cover - only on CPUs without a CRC32C instruction
     crc32c_at = crc32c_table
-
-    @njit(cache=True, nogil=True)
-    def crc32c_3(a0, n0, a1, n1, a2, n2):
-        """CRC32C of three ranges (one after another on the table)."""
-        return crc32c_table(a0, n0), crc32c_table(a1, n1), crc32c_table(a2, n2)
-
-
-@njit(cache=True, nogil=True)
-def crc32c_many(addresses, lengths, count, out):
-    """``out[i]`` = CRC32C of ``lengths[i]`` bytes at ``addresses[i]`` for ``i < count``,
-    three ranges at a time (``crc32c_3``)."""
-    i = 0
-    while i + 3 <= count:
-        out[i], out[i + 1], out[i + 2] = crc32c_3(
-            addresses[i], lengths[i], addresses[i + 1], lengths[i + 1], addresses[i + 2],
-            lengths[i + 2])
-        i += 3
-    while i < count:
-        out[i] = crc32c_at(addresses[i], lengths[i])
-        i += 1
 
 
 @njit(cache=True, nogil=True)
@@ -215,54 +166,28 @@ _CRC_START = rec.CRC_START
 
 
 @njit(cache=True, nogil=True)
-def _frame(base, p, phys, limit):
-    """The framing of the record at byte ``p`` (address ``base + p``) below ``limit`` — magic,
-    lengths at both ends, own offset, field lengths adding up: its total length, or 0 if it
-    is no message record there."""
+def _check(base, p, phys, limit, crc):
+    """The record at byte ``p`` (address ``base + p``) below ``limit``: (status, total)."""
     if p < 0 or p + _MIN_RECORD > limit:
-        return 0
+        return NO_RECORD, 0
     a = base + p
     total = np.int64(load_u32(a))
     if load_u32(a + _P_MAGIC) != _MAGIC or total < _MIN_RECORD or p + total > limit or \
             load_i64(a + _P_PHYS) != phys or np.int64(load_u32(a + total - _TRAILER)) != total:
-        return 0
+        return NO_RECORD, 0
     flags = load_i32(a + _P_SYS)
     hosts = (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
     if _HEADER + hosts + np.int64(load_u16(a + _P_TOPIC_LEN)) + \
             np.int64(load_u16(a + _P_PROPS_LEN)) + np.int64(load_u32(a + _P_BODY_LEN)) + \
             _TRAILER != total:
-        return 0
-    return total
-
-
-@njit(cache=True, nogil=True)
-def _topic_ascii(base, p):
-    """Whether the (framed) record at byte ``p`` has an ASCII topic (record.decode_topic)."""
-    a = base + p
-    flags = load_i32(a + _P_SYS)
-    t = a + _HEADER + (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
-    for j in range(np.int64(load_u16(a + _P_TOPIC_LEN))):
-        if load_u8(t + j) >= 0x80:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _check(base, p, phys, limit, crc):
-    """The record at byte ``p`` (address ``base + p``) below ``limit``: (status, total)."""
-    total = _frame(base, p, phys, limit)
-    if total == 0:
         return NO_RECORD, 0
-    a = base + p
     if crc and crc32c_at(a + _CRC_START, total - _CRC_START) != load_u32(a + _P_CRC):
         return CRC_MISMATCH, total
-    if not _topic_ascii(base, p):
-        return NO_RECORD, 0
+    t = a + _HEADER + hosts   # a topic name is ASCII (record.decode_topic)
+    for j in range(np.int64(load_u16(a + _P_TOPIC_LEN))):
+        if load_u8(t + j) >= 0x80:
+            return NO_RECORD, 0
     return GOOD, total
-
-
-# Records framed, then CRC-checked three at a time (crc32c_many), this many per round.
-_CHUNK = 48
 
 
 @njit(cache=True, nogil=True)
@@ -304,55 +229,28 @@ def check_at(data, pos, phys, limit, crc, topic, queue_id, queue_offsets, fields
     tl = len(topic)
     good = 0
     nbytes = 0
-    n = len(pos)
-    totals = np.empty(_CHUNK, np.int64)
-    addrs = np.empty(_CHUNK, np.int64)
-    lens = np.empty(_CHUNK, np.int64)
-    crcs = np.empty(_CHUNK, np.uint32)
-    for lo in range(0, n, _CHUNK):
-        hi = min(n, lo + _CHUNK)
-        k = 0   # the framed records of this round, their CRC ranges
-        for i in range(lo, hi):
-            total = _frame(base, pos[i], phys[i], limit)
-            totals[i - lo] = total
-            if total != 0:
-                addrs[k] = base + pos[i] + _CRC_START
-                lens[k] = total - _CRC_START
-                k += 1
-        if crc:
-            crc32c_many(addrs, lens, k, crcs)
-        j = 0
-        for i in range(lo, hi):
-            total = totals[i - lo]
-            if total == 0:
-                status[i] = NO_RECORD
+    for i in range(len(pos)):
+        p = pos[i]
+        st, total = _check(base, p, phys[i], limit, crc)
+        status[i] = st
+        if st != GOOD:
+            continue
+        _fill(base, p, total, fields, i)
+        if queue_id >= 0:
+            same = fields[F_QUEUE_ID, i] == queue_id and \
+                fields[F_QUEUE_OFFSET, i] == queue_offsets[i] and \
+                fields[F_PROPS_AT, i] - fields[F_TOPIC_AT, i] == tl
+            if same:
+                t = fields[F_TOPIC_AT, i]
+                for j in range(tl):
+                    if data[t + j] != topic[j]:
+                        same = False
+                        break
+            if not same:
+                status[i] = OTHER
                 continue
-            p = pos[i]
-            if crc and crcs[j] != load_u32(base + p + _P_CRC):
-                j += 1
-                status[i] = CRC_MISMATCH
-                continue
-            j += 1
-            if not _topic_ascii(base, p):
-                status[i] = NO_RECORD
-                continue
-            status[i] = GOOD
-            _fill(base, p, total, fields, i)
-            if queue_id >= 0:
-                same = fields[F_QUEUE_ID, i] == queue_id and \
-                    fields[F_QUEUE_OFFSET, i] == queue_offsets[i] and \
-                    fields[F_PROPS_AT, i] - fields[F_TOPIC_AT, i] == tl
-                if same:
-                    t = fields[F_TOPIC_AT, i]
-                    for m in range(tl):
-                        if data[t + m] != topic[m]:
-                            same = False
-                            break
-                if not same:
-                    status[i] = OTHER
-                    continue
-            good += 1
-            nbytes += fields[F_BODY_END, i] - fields[F_HOSTS_AT, i]
+        good += 1
+        nbytes += fields[F_BODY_END, i] - fields[F_HOSTS_AT, i]
     return good, nbytes
 
 
@@ -400,42 +298,19 @@ def walk(data, start, end, base_offset, crc_from, fields, first, rows):
     end = min(end, len(data))
     p = start
     n = 0
-    at = np.empty(_CHUNK, np.int64)
-    addrs = np.empty(_CHUNK, np.int64)
-    lens = np.empty(_CHUNK, np.int64)
-    which = np.empty(_CHUNK, np.int64)
-    crcs = np.empty(_CHUNK, np.uint32)
-    while True:
-        # frame up to _CHUNK records, then check the CRCs of those that need it together
-        k = c = 0
-        q = p
-        why = WALK_END
-        while k < _CHUNK and n + k < rows and q < end:
-            if q + 8 <= end and load_u32(addr + q + _P_MAGIC) == _BLANK:
-                why = WALK_BLANK
-                break
-            total = _frame(addr, q, base_offset + q, end)
-            if total == 0 or not _topic_ascii(addr, q):
-                why = WALK_BAD
-                break
-            at[k] = q
-            if q + total > crc_from:
-                addrs[c] = addr + q + _CRC_START
-                lens[c] = total - _CRC_START
-                which[c] = k
-                c += 1
-            k += 1
-            q += total
-        crc32c_many(addrs, lens, c, crcs)
-        for j in range(c):
-            if crcs[j] != load_u32(addrs[j] - _CRC_START + _P_CRC):
-                k = which[j]   # the first bad one: the walk stops there
-                q = at[k]
-                why = WALK_BAD
-                break
-        for j in range(k):
-            _fill(addr, at[j], np.int64(load_u32(addr + at[j])), fields, first + n + j)
-        n += k
-        p = q
-        if why != WALK_END or n == rows or p >= end:
-            return n, p, why
+    while p < end:
+        if n == rows:
+            return n, p, WALK_END
+        if p + 8 <= end and load_u32(addr + p + _P_MAGIC) == _BLANK:
+            return n, p, WALK_BLANK
+        st, total = _check(addr, p, base_offset + p, end, False)
+        if st != GOOD:
+            return n, p, WALK_BAD
+        if p + total > crc_from and \
+                crc32c_at(addr + p + _CRC_START, total - _CRC_START) != \
+                load_u32(addr + p + _P_CRC):
+            return n, p, WALK_BAD
+        _fill(addr, p, total, fields, first + n)
+        n += 1
+        p += total
+    return n, p, WALK_END
