@@ -33,6 +33,12 @@ import ipaddress
 import struct
 from functools import lru_cache
 from operator import itemgetter
+
+try:   # the C descriptor namedtuple's fields use: ~20 ns a read less than property(itemgetter)
+    from _collections import _tuplegetter
+except ImportError:   # pragma: no cover - another Python implementation
+    def _tuplegetter(index: int, doc: str | None):
+        return property(itemgetter(index), doc=doc)
 from typing import Iterable, Mapping
 
 from crc32c import crc32c
@@ -359,20 +365,20 @@ class StoredMessage(tuple):
     def __getnewargs__(self):
         return (tuple(self),)
 
-    topic = property(itemgetter(0))
-    queue_id = property(itemgetter(1))
-    queue_offset = property(itemgetter(2))
-    commitlog_offset = property(itemgetter(3))
-    body = property(itemgetter(4))
-    born_timestamp = property(itemgetter(5))
-    store_timestamp = property(itemgetter(6))
-    reconsume_times = property(itemgetter(7))
-    flag = property(itemgetter(8))
-    sys_flag = property(itemgetter(9))
-    prepared_transaction_offset = property(itemgetter(10))
-    size = property(itemgetter(11))
-    properties_raw = property(itemgetter(12), doc="the encoded properties section")
-    hosts_raw = property(itemgetter(13), doc="the encoded born and store hosts")
+    topic = _tuplegetter(0, None)
+    queue_id = _tuplegetter(1, None)
+    queue_offset = _tuplegetter(2, None)
+    commitlog_offset = _tuplegetter(3, None)
+    body = _tuplegetter(4, None)
+    born_timestamp = _tuplegetter(5, None)
+    store_timestamp = _tuplegetter(6, None)
+    reconsume_times = _tuplegetter(7, None)
+    flag = _tuplegetter(8, None)
+    sys_flag = _tuplegetter(9, None)
+    prepared_transaction_offset = _tuplegetter(10, None)
+    size = _tuplegetter(11, None)
+    properties_raw = _tuplegetter(12, "the encoded properties section")
+    hosts_raw = _tuplegetter(13, "the encoded born and store hosts")
 
     @property
     def keys(self) -> tuple[str, ...]:

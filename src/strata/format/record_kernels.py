@@ -269,8 +269,14 @@ def pack(data, fields, status, out):
     where ``status`` is GOOD, positions in ``data``) one after another into ``out``, and move
     their columns to the front of ``fields`` with positions relative to ``out``. Returns how
     many were packed. The caller checked every range against ``data`` and sized ``out``."""
+    return pack_to(data, fields, status, out.ctypes.data)
+
+
+@njit(cache=True, nogil=True)
+def pack_to(data, fields, status, o0):
+    """``pack`` into the memory at address ``o0`` (a new bytes object's, say: see
+    ``record_objects.new_bytes``), which the caller sized."""
     s0 = data.ctypes.data
-    o0 = out.ctypes.data
     at = 0
     r = 0
     for i in range(len(status)):
@@ -279,8 +285,9 @@ def pack(data, fields, status, out):
         start = fields[F_HOSTS_AT, i]
         n = fields[F_BODY_END, i] - start
         memcpy(o0 + at, s0 + start, n)
-        for k in range(FIELDS):
-            fields[k, r] = fields[k, i]
+        if r != i:
+            for k in range(FIELDS):
+                fields[k, r] = fields[k, i]
         for k in range(F_HOSTS_AT, F_BODY_END + 1):
             fields[k, r] += at - start
         at += n

@@ -18,6 +18,8 @@ passed by address (``id``). Pure over buffers: no file I/O, no threads.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -67,7 +69,28 @@ def _c_api(name: str, ret: str, *args: str):
 
 _alloc = _c_api("PyType_GenericAlloc", "obj", "obj", "int")      # new reference
 _untrack = _c_api("PyObject_GC_UnTrack", "void", "obj")
-_tuple_set = _c_api("PyTuple_SetItem", "int32", "obj", "int", "obj")   # steals the item
+# A new tuple's items are set the way CPython's own PyTuple_SET_ITEM macro sets them: a store
+# into the item array, which starts right after the fixed part of the object (no call, no checks
+# the kernel needs: the tuple is new, its slots NULL, the indices fixed).
+_ITEMS_AT = tuple.__basicsize__
+assert tuple.__itemsize__ == 8 and rec.StoredMessage.__basicsize__ == _ITEMS_AT
+
+
+@intrinsic
+def _store_i64(typingctx, addr, value):
+    """``*(int64 *)addr = value``."""
+    def codegen(context, builder, signature, args):
+        builder.store(args[1], builder.inttoptr(args[0], _I64.as_pointer()))
+        return context.get_dummy_value()
+    return types.none(types.int64, types.int64), codegen
+
+
+@njit(cache=True, inline="always")
+def _tuple_set(t, i, o):
+    """PyTuple_SET_ITEM: tuple ``t``'s slot ``i`` (NULL until now) takes ``o``'s reference."""
+    _store_i64(t + _ITEMS_AT + 8 * i, o)
+
+
 _list_set = _c_api("PyList_SetItem", "int32", "obj", "int", "obj")     # steals the item
 _int = _c_api("PyLong_FromLongLong", "obj", "int")               # new reference
 _bytes = _c_api("PyBytes_FromStringAndSize", "obj", "int", "int")    # new reference
@@ -214,3 +237,25 @@ def make_messages(base, fields, first, count, cls, topic, topics, out):
         _err_clear()
         return -1
     return count
+
+
+# A bytes object to fill: PyBytes_FromStringAndSize(NULL, n) leaves its n bytes unset, so a
+# compiled copy can write a batch's records straight into the object a MessageBatch keeps
+# (one copy out of the segment's map, not two through a numpy array and ``tobytes``). The bytes
+# start right after the fixed part of the object; checked once here.
+_new_bytes_c = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes_c.restype = ctypes.py_object
+_new_bytes_c.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+_BYTES_DATA_AT = bytes.__basicsize__ - 1
+_probe = _new_bytes_c(b"strata", 6)
+assert ctypes.string_at(id(_probe) + _BYTES_DATA_AT, 6) == b"strata"
+del _probe
+
+
+def new_bytes(n: int) -> tuple[bytes, int]:
+    """A new bytes object of ``n`` unset bytes and the address of its first byte, for the
+    caller to fill before anyone else sees the object (its hash is not taken yet)."""
+    if n <= 0:
+        return b"", 0
+    b = _new_bytes_c(None, n)
+    return b, id(b) + _BYTES_DATA_AT

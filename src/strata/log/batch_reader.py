@@ -21,7 +21,7 @@ from strata.format import record as rec
 from strata.format import record_table as rk
 from strata.format.record_batch import MessageBatch, join_parts
 from strata.format.segment import HEADER_AREA
-from strata.log.record_walk import scratch, segment_map
+from strata.log.record_walk import segment_map
 
 _EMPTY_TOPIC = np.zeros(0, np.uint8)
 _NO_QUEUE_OFFSETS = np.zeros(0, np.int64)
@@ -54,11 +54,12 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     ``queue_offsets[i]`` of that queue (else OTHER: the unit leads to another record).
     ``damaged`` names each offset where that offset's record is, but damaged."""
     kernels = rk.kernels()
+    new_bytes = rk.objects().new_bytes
     offsets = np.asarray(offsets, np.int64)
     n = len(offsets)
     status = np.full(n, rk.NO_RECORD, np.uint8)
-    fields = scratch("fields", (rk.FIELDS, n), np.int64)
-    name = _EMPTY_TOPIC if topic is None else np.frombuffer(topic.encode("ascii"), np.uint8)
+    fields = np.empty((rk.FIELDS, n), np.int64)   # kept by the batch (no copy) when all good
+    name = _EMPTY_TOPIC if topic is None else _topic_array(topic)
     qid = -1 if topic is None else queue_id
     qoffs = _NO_QUEUE_OFFSETS if topic is None else np.asarray(queue_offsets, np.int64)
     parts: list[tuple[bytes, np.ndarray]] = []   # (variable parts, fields of GOOD rows)
@@ -74,9 +75,9 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
             good, nbytes = kernels.check_at(data, pos, offsets[lo:hi], end, verify_crc, name,
                                             qid, qoffs[lo:hi] if qid >= 0 else qoffs, f,
                                             status[lo:hi])
-            out = scratch("bytes", (nbytes,), np.uint8)
-            kernels.pack(data, f, status[lo:hi], out)
-            parts.append((out.tobytes(), f[:, :good].copy()))
+            buf, address = new_bytes(nbytes)   # the records copied once, into the batch's bytes
+            kernels.pack_to(data, f, status[lo:hi], address)
+            parts.append((buf, f if good == n else f[:, :good].copy()))
             if good < hi - lo:
                 for i in np.flatnonzero(status[lo:hi] >= rk.NO_RECORD).tolist():
                     why = rec.record_damage(seg.mm, int(pos[i]), end, int(offsets[lo + i]))
