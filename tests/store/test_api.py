@@ -453,17 +453,30 @@ def test_put_batch_takes_any_iterable_of_messages(tmp_store_dir):
 
 
 class SlowSyncFileOps(FaultInjectingFileOps):
-    """Commit-log msyncs take ``delay`` seconds (a slow or overloaded disk)."""
+    """Commit-log msyncs take ``delay`` seconds (a slow or overloaded disk), or wait while
+    ``stalled`` is set (a disk that answers only when the test says so)."""
 
     def __init__(self, delay: float = 0.0) -> None:
         super().__init__()
         self.delay = delay
         self.log_syncs = 0
+        self.stalled = threading.Event()
+        self._released = threading.Event()
+
+    def stall(self) -> None:
+        self._released.clear()
+        self.stalled.set()
+
+    def release(self) -> None:
+        self.stalled.clear()
+        self._released.set()
 
     def msync(self, path, mm, start, length, fd=None):
         if "commitlog" in Path(path).parts:
             with self._lock:
                 self.log_syncs += 1
+            if self.stalled.is_set():
+                self._released.wait(60)
             if self.delay:
                 time.sleep(self.delay)
         super().msync(path, mm, start, length, fd)
@@ -474,7 +487,9 @@ def test_sync_put_past_timeout_reports_flush_disk_timeout(tmp_store_dir):
     cfg = small_store_config(flush="sync", sync_flush_timeout_ms=1)
     store = MessageStore(tmp_store_dir, cfg, file_ops=fops)
     try:
-        fops.delay = 0.3  # far beyond the 1 ms the put may wait
+        # the disk answers no fsync until released: however slowly this thread runs, the
+        # put's 1 ms wait ends before its data is durable
+        fops.stall()
         r = store.put(make_message(0))
         assert r.status is strata.PutStatus.FLUSH_DISK_TIMEOUT and not r.ok
         rs = store.put_batch([make_message(1), make_message(2)])
@@ -482,14 +497,14 @@ def test_sync_put_past_timeout_reports_flush_disk_timeout(tmp_store_dir):
         # the data was stored all the same, and becomes durable when the disk catches up
         assert store.read_at(r.commitlog_offset) is None or \
             store.read_at(r.commitlog_offset).body == body_for(0)
-        fops.delay = 0
+        fops.release()
         store.flush()
         assert store.flushed_offset() == store.max_commitlog_offset()
         assert [m.body for m in store.scan()] == [body_for(i) for i in range(3)]
         store._group_commit.timeout = 5.0  # 1 ms is too tight for a loaded machine's fsync
         assert store.put(make_message(3)).ok
     finally:
-        fops.delay = 0
+        fops.release()
         store.close()
     with strata.open(tmp_store_dir, small_store_config()) as store:
         assert [m.body for m in store.scan()] == [body_for(i) for i in range(4)]
