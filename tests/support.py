@@ -147,3 +147,25 @@ class StrataProcess:
     @property
     def log(self) -> str:
         return "".join(self.lines)
+
+
+def run_strata(args: list[str], *, timeout: float = 120, env: dict | None = None,
+               ) -> subprocess.CompletedProcess:
+    """``strata ARGS...`` as its own process (text output captured). If it outlives
+    ``timeout`` (a hang: the bound is generous and decides nothing else), its threads' stacks
+    are dumped (faulthandler, on SIGABRT) into the AssertionError, so the hang can be found."""
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "strata.cli.main", *map(str, args)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        raise AssertionError(f"strata {' '.join(map(str, args))} still ran after {timeout:g} s; "
+                             f"its stacks and output:\n{err[-12000:]}\n{out[-2000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

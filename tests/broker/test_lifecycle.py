@@ -5,18 +5,39 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from broker_support import PRELUDE, SMALL_STORE, run_client
+from broker_support import PRELUDE, SMALL_STORE, Broker, run_client
 
 pytestmark = pytest.mark.broker
 
 
-def test_sigterm_answers_a_waiting_long_poll_and_closes_the_store_cleanly(
-        broker_factory, tmp_path):
-    b = broker_factory()
+class TracedBroker(Broker):
+    """Says on stderr when a receive starts to wait (tests/broker/traced_serve.py)."""
+    command = (sys.executable, str(Path(__file__).with_name("traced_serve.py")))
+
+    def wait_for_line(self, text: str, timeout: float = 120) -> None:
+        """Read the server's stderr (kept in ``lines``) until a line holds ``text``; the
+        bound is generous and decides nothing but a hang."""
+        found = threading.Event()
+
+        def read() -> None:
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                if text in line:
+                    found.set()
+                    return
+        threading.Thread(target=read, daemon=True).start()
+        assert found.wait(timeout), f"no {text!r} from the server: {self.log[-3000:]}"
+
+
+def test_sigterm_answers_a_waiting_long_poll_and_closes_the_store_cleanly(tmp_path):
+    from traced_serve import WAITING
+    b = TracedBroker(tmp_path / "store").start()
     home = tmp_path / "h"
     home.mkdir()
     poller = subprocess.Popen([sys.executable, "-c", PRELUDE + '''
@@ -31,11 +52,12 @@ except Exception as exc:
 ''', b.endpoint], env=dict(os.environ, HOME=str(home)), stdout=subprocess.PIPE, text=True)
     try:
         assert poller.stdout.readline().strip() == "POLLING"
-        time.sleep(1.0)                           # the receive is now waiting at the broker
+        b.wait_for_line(WAITING)                  # the receive is waiting at the broker
         assert b.stop(signal.SIGTERM) == 0
         out, _ = poller.communicate(timeout=30)
     finally:
         poller.kill()
+        b.stop(signal.SIGKILL)                    # (a no-op once it has stopped)
     result = out.strip().splitlines()[-1]
     assert result.startswith("RESULT ") and '"n": 0' in result    # answered, not cut off
     assert b.log.count("listening on") == 1

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import strata
 from strata.tiered.layout import chunk_path
 from tier_helpers import fill, new_bucket, tier_config
-from support import small_store_config
+from support import run_strata, small_store_config
 
 
 def strata_cmd(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "strata.cli.main", *map(str, args)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=120)
+    return run_strata(list(args))
 
 
 def test_sync_stat_verify(tier, tmp_store_dir):
@@ -87,10 +84,8 @@ def test_sync_fails_fast_for_what_waiting_cannot_fix(s3_endpoint, tmp_path, tmp_
     assert r.returncode == 1 and "TierRefusedError" in r.stderr, r.stderr
     assert "no bucket 'no-such-bucket-here'" in r.stderr and "Traceback" not in r.stderr
     bucket = new_bucket(s3_endpoint)
-    r = subprocess.run([sys.executable, "-m", "strata.cli.main", "tier", "sync", "--tier-url",
-                        f"s3://{bucket}/p", "--endpoint-url", s3_endpoint, str(tmp_store_dir)],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
-                       env=_no_credentials_env(tmp_path))
+    r = run_strata(["tier", "sync", "--tier-url", f"s3://{bucket}/p", "--endpoint-url",
+                    s3_endpoint, tmp_store_dir], env=_no_credentials_env(tmp_path))
     assert r.returncode == 1 and "no S3 credentials" in r.stderr, r.stderr
     r = strata_cmd("tier", "sync", "--tier-url", f"s3://{bucket}/p", "--endpoint-url",
                    s3_endpoint, tmp_store_dir)                 # with them: it uploads

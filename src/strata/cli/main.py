@@ -543,7 +543,7 @@ def stat(directory: str, as_json: bool) -> None:
     console.print("Files are sparse: made at full size, they take disk as they fill. Disk "
                   "use runs ahead of the data by what a writer reserves (posix_fallocate) "
                   "ahead of itself: in its segment about a quarter second of its writes (1 MiB to "
-                  "256 MiB, by its rate) or a quarter of the segment's data if more, "
+                  "256 MiB, by its rate), or a sixteenth of its data when it outran that, "
                   "and the key index's next file (index/next.spare), so a full disk refuses a "
                   "put before it is acknowledged.", style="dim", markup=False)
 

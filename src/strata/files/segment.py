@@ -26,13 +26,13 @@ from strata.format.segment import (FOOTER_AREA, HEADER_AREA, KIND_COMMIT_LOG, KI
 # the writer by the background pre-allocator, as far as the writer's rate asks for (see
 # SegmentQueue.keep_ahead), and, when a write would pass the reserved end, synchronously
 # before it (a full disk is DiskFullError then, never SIGBUS from a write into a hole), in
-# steps of RESERVE_MIN growing to a quarter of what is reserved (at most RESERVE_MAX): the
-# reservation runs at most about a quarter ahead of the data, not double it. SPARSE = False
-# restores the old behaviour, the whole file reserved at creation (bench/append.py compares).
+# steps of RESERVE_MIN growing to a sixteenth of what is reserved (at most RESERVE_MAX): the
+# reservation runs a little ahead of the data, not double it. SPARSE = False restores the old
+# behaviour, the whole file reserved at creation (bench/append.py compares the two).
 SPARSE = True
 RESERVE_MIN = 1 << 20
 RESERVE_MAX = 256 << 20
-RESERVE_GROWTH = 4            # a step is at most 1/RESERVE_GROWTH of what is reserved
+RESERVE_GROWTH = 16           # a writer's own step: at most 1/RESERVE_GROWTH of what is reserved
 
 
 def _page_up(n: int) -> int:
@@ -234,12 +234,13 @@ class MappedSegment:
         if end > start:
             self.file_ops.prefault(self.mm, HEADER_AREA + start, HEADER_AREA + end)
 
-    def reserve(self, end: int) -> None:
+    def reserve(self, end: int, *, exact: bool = False) -> None:
         """Make sure data bytes [0, ``end``) have their blocks allocated before they are
         written through the mapping: allocates up to ``end``, and at least a step past the
-        reserved end (``reserve_min``, growing to a quarter of what is reserved, at most
-        RESERVE_MAX). DiskFullError (nothing written) when the disk has no room. Cheap when
-        ``end`` is reserved already."""
+        reserved end (``reserve_min``, growing to a sixteenth of what is reserved, at most
+        RESERVE_MAX; ``exact``: just ``reserve_min``, for a caller that sized ``end`` itself).
+        DiskFullError (nothing written) when the disk has no room. Cheap when ``end`` is
+        reserved already."""
         if end <= self.reserved and self.footer_reserved:
             return
         with self._reserve_lock:
@@ -251,7 +252,8 @@ class MappedSegment:
                 self.footer_reserved = True
             if end <= self.reserved:
                 return
-            step = min(RESERVE_MAX, max(self.reserve_min, self.reserved // RESERVE_GROWTH))
+            step = self.reserve_min if exact else \
+                min(RESERVE_MAX, max(self.reserve_min, self.reserved // RESERVE_GROWTH))
             new = min(self.data_size, _page_up(max(end, self.reserved + step)))
             self.file_ops.allocate_range(self.fd, HEADER_AREA + self.reserved,
                                          new - self.reserved, self.path)

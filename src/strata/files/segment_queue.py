@@ -150,7 +150,7 @@ class SegmentAllocator:
                     return
                 target = seg.ahead_requested
             try:
-                seg.reserve(target)
+                seg.reserve(target, exact=True)      # sized to the writer's rate already
                 start = seg.prefaulted
                 if self.prefault:
                     seg.prefault(start, seg.reserved)
