@@ -378,12 +378,13 @@ class ConsumerGroups:
         return their journal records, for the caller to append (off the event loop, in the
         order of the calls: ``strata.broker.offset_commits.CommitWriter``). A compaction
         before that append already holds them; the append then repeats them, harmlessly."""
-        records = [jr.JournalRecord(jr.Kind.COMMIT, group, topic, queue_id, c.offset,
-                                    leader_epoch=c.leader_epoch, metadata=c.metadata,
-                                    commit_ms=c.commit_ms) for topic, queue_id, c in offsets]
-        for r in records:
-            self._apply(r)
-        return b"".join(jr.encode(r) for r in records)
+        out = []
+        mine = self.committed.setdefault(group, {})
+        for topic, queue_id, c in offsets:
+            mine[(topic, queue_id)] = c
+            out.append(jr.encode_commit(group, topic, queue_id, c.offset, c.leader_epoch,
+                                        c.metadata, c.commit_ms))
+        return b"".join(out)
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], Committed]:
         """Every (topic, queue id) -> committed offset of ``group``."""

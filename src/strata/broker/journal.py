@@ -192,7 +192,9 @@ def encode(rec: JournalRecord) -> bytes:
     if kind is Kind.COMMIT:
         return encode_commit(g, t, q, rec.offset, rec.leader_epoch, rec.metadata,
                              rec.commit_ms)
-    return encode_counter(rec.counter)
+    if kind is Kind.COUNTER:
+        return encode_counter(rec.counter)
+    raise ValueError(f"no encoding for a {kind.name} record")
 
 
 def encode_header(magic: bytes = MAGIC, version: int = GROUPS_VERSION) -> bytes:
