@@ -168,15 +168,18 @@ class ConsumerGroups:
             if q is None:
                 q = self.queues[key] = QueueState(rec.offset)
             q.pop_offset = max(q.pop_offset, rec.offset)
-            for e in rec.entries:
-                q.put(e.offset, HELD if e.attempt == 0 else
-                      Delivery(rec.deadline_ms, e.attempt, e.handle_id))
-                self.next_handle_id = max(self.next_handle_id, e.handle_id + 1)
+            deadline, put, top = rec.deadline_ms, q.put, 0
+            for o, attempt, handle, _d, _u in rec.entries:
+                put(o, HELD if attempt == 0 else Delivery(deadline, attempt, handle))
+                if handle > top:
+                    top = handle
+            self.next_handle_id = max(self.next_handle_id, top + 1)
         elif q is None:
             return
         elif rec.kind is jr.Kind.ACK:
+            drop = q.in_flight.pop
             for e in rec.entries:
-                q.in_flight.pop(e.offset, None)
+                drop(e[0], None)
         elif rec.kind is jr.Kind.CHANGE:
             d = q.in_flight.get(rec.offset)
             if d is not None:
@@ -236,13 +239,14 @@ class ConsumerGroups:
         (``renew``)."""
         q = self.queues.get((group, topic, queue_id))
         first = self.next_handle_id
-        entries = tuple(jr.Entry(o, a + 1, first + i, deadline_ms)
-                        for i, (o, a) in enumerate(picked))
+        new, entry = tuple.__new__, jr.Entry      # Entry(...) without its call overhead
+        entries = tuple([new(entry, (o, a + 1, h, deadline_ms, 0))
+                         for h, (o, a) in enumerate(picked, first)])
         base = start_offset if q is None else q.pop_offset
         records = [jr.JournalRecord(jr.Kind.POP, group, topic, queue_id,
                                     max(base, pop_offset), deadline_ms,
-                                    entries + tuple(jr.Entry(o, 0, 0, deadline_ms)
-                                                    for o in held))]
+                                    entries + tuple([new(entry, (o, 0, 0, deadline_ms, 0))
+                                                     for o in held]))]
         if renew is not None and entries:
             records.append(jr.JournalRecord(
                 jr.Kind.RENEW, group, topic, queue_id, client=renew[0],
@@ -441,7 +445,9 @@ class ConsumerGroups:
 
 def _ack(key: QueueKey, offsets) -> jr.JournalRecord:
     """The ACK record of ``offsets`` of one queue."""
-    return jr.JournalRecord(jr.Kind.ACK, *key, entries=tuple(jr.Entry(o, 0, 0) for o in offsets))
+    new, entry = tuple.__new__, jr.Entry      # Entry(...) without its call overhead
+    return jr.JournalRecord(jr.Kind.ACK, *key,
+                            entries=tuple([new(entry, (o, 0, 0, 0, 0)) for o in offsets]))
 
 
 def _change(key: QueueKey, offset: int, deadline_ms: int, handle_id: int) -> jr.JournalRecord:

@@ -18,7 +18,7 @@ import logging
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from crc32c import crc32c
 
@@ -65,11 +65,10 @@ class Kind(enum.IntEnum):
     MEMBERS = 8
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One in-flight delivery: a queue offset, its attempt (1 = first), its handle id and,
     where the record has one per entry, its deadline (and in a RENEW, until when it may be
-    renewed)."""
+    renewed). A named tuple: live changes make one per message (``group_state``)."""
 
     offset: int
     attempt: int
@@ -115,9 +114,15 @@ def encode_pop(group: str, topic: str, queue_id: int, pop_offset: int, deadline_
                entries: list[tuple[int, int, int]]) -> bytes:
     """A POP record: ``entries`` are (queue offset, attempt, handle id); (offset, 0, 0) is a
     message of a FIFO topic passed over and held back, not delivered."""
-    body = b"".join(_POP_ENTRY.pack(*e) for e in entries)
+    pack = _POP_ENTRY.pack
+    return _pop_frame(group, topic, queue_id, pop_offset, deadline_ms, len(entries),
+                      b"".join([pack(*e) for e in entries]))
+
+
+def _pop_frame(group: str, topic: str, queue_id: int, pop_offset: int, deadline_ms: int,
+               n: int, body: bytes) -> bytes:
     return _frame(bytes((Kind.POP,)) + _names(group, topic, queue_id)
-                  + _POP_HEAD.pack(pop_offset, deadline_ms, len(entries)) + body)
+                  + _POP_HEAD.pack(pop_offset, deadline_ms, n) + body)
 
 
 def encode_ack(group: str, topic: str, queue_id: int, offsets: list[int]) -> bytes:
@@ -186,10 +191,11 @@ def encode(rec: JournalRecord) -> bytes:
     g, t, q = rec.group, rec.topic, rec.queue_id
     kind = rec.kind
     if kind is Kind.POP:
-        return encode_pop(g, t, q, rec.offset, rec.deadline_ms,
-                          [(e.offset, e.attempt, e.handle_id) for e in rec.entries])
+        pack = _POP_ENTRY.pack
+        return _pop_frame(g, t, q, rec.offset, rec.deadline_ms, len(rec.entries),
+                          b"".join([pack(o, a, h) for o, a, h, _d, _u in rec.entries]))
     if kind is Kind.ACK:
-        return encode_ack(g, t, q, [e.offset for e in rec.entries])
+        return encode_ack(g, t, q, [e[0] for e in rec.entries])
     if kind is Kind.CHANGE:
         return encode_change(g, t, q, rec.offset, rec.deadline_ms, rec.entries[0].handle_id)
     if kind is Kind.STATE:
@@ -203,7 +209,9 @@ def encode(rec: JournalRecord) -> bytes:
                              rec.commit_ms)
     if kind is Kind.MEMBERS:
         return encode_members(g, rec.image)
-    return encode_counter(rec.counter)
+    if kind is Kind.COUNTER:
+        return encode_counter(rec.counter)
+    raise ValueError(f"no encoding for a {kind.name} record")
 
 
 def encode_header(magic: bytes = MAGIC, version: int = GROUPS_VERSION) -> bytes:
