@@ -156,6 +156,8 @@ def measure_pages(c: Console, paths: list[str], rounds: int) -> None:
 
 
 def measure_browser(c: Console, paths: list[str], rounds: int) -> None:
+    if rounds <= 0:
+        return
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
