@@ -25,7 +25,10 @@ chunk of 8,192 plain bodies, round-robin over the queues) instead of ``put_batch
   page is polled as the browser polls it (every 2 s) besides its own sampler, started and
   settled before its window (B); ``--ab-rounds`` rounds, each A then B or B then A
   (alternating, so a drift of the machine's load favours neither), one ratio B / A per
-  round, and their median (target >= 0.98).
+  round, and their median (target >= 0.98). On a shared machine the writer's own rate swings
+  more than that between windows, so the row also gives the console process's CPU time over
+  each B window as a share of one core (``console_cpu_share``, target <= 0.02): what it takes
+  from the writer at most.
 """
 
 from __future__ import annotations
@@ -125,6 +128,11 @@ class Console:
             server = float(r.headers["Server-Timing"].split("dur=")[1])
         return server, (time.perf_counter() - t0) * 1000
 
+    def cpu_s(self) -> float:
+        """The console process's CPU time so far (user + system, from /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
@@ -148,6 +156,8 @@ def measure_pages(c: Console, paths: list[str], rounds: int) -> None:
 
 
 def measure_browser(c: Console, paths: list[str], rounds: int) -> None:
+    if rounds <= 0:
+        return
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -174,9 +184,10 @@ def put_rate(store, seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def with_console(store, d: Path, seconds: float) -> float:
+def with_console(store, d: Path, seconds: float, cpu: list[float]) -> float:
     """The writer's rate with a read-only console beside it, polled as the overview page
-    polls (the console is started and settled outside the window: its first sample ran)."""
+    polls (the console is started and settled outside the window: its first sample ran);
+    the console's CPU time over the window / the window goes to ``cpu`` (a core's share)."""
     c = Console(d)
     try:
         c.get("/api/overview")
@@ -188,34 +199,39 @@ def with_console(store, d: Path, seconds: float) -> float:
                 c.get("/api/overview")
                 stop.wait(2.0)
         poller = threading.Thread(target=poll)
+        cpu0, t0 = c.cpu_s(), time.perf_counter()
         poller.start()
         try:
             return put_rate(store, seconds)
         finally:
             stop.set()
             poller.join()
+            cpu.append((c.cpu_s() - cpu0) / (time.perf_counter() - t0))
     finally:
         c.stop()
 
 
 def measure_ab(store, d: Path, seconds: float, rounds: int) -> None:
-    ratios, without, with_ = [], [], []
+    ratios, without, with_, cpu = [], [], [], []
     for r in range(rounds):
         if r % 2 == 0:              # A B, then B A: a drift of the load favours neither
             a = put_rate(store, seconds)
-            b = with_console(store, d, seconds)
+            b = with_console(store, d, seconds, cpu)
         else:
-            b = with_console(store, d, seconds)
+            b = with_console(store, d, seconds, cpu)
             a = put_rate(store, seconds)
         without.append(a)
         with_.append(b)
         ratios.append(b / a)
         emit(case="ab_round", round=r, order="AB" if r % 2 == 0 else "BA",
-             without_msgs_s=round(a), with_console_msgs_s=round(b), ratio=round(b / a, 3))
+             without_msgs_s=round(a), with_console_msgs_s=round(b), ratio=round(b / a, 3),
+             console_cpu_share=round(cpu[-1], 4))
     ratio = statistics.median(ratios)
     emit(case="ab", rounds=rounds, without_msgs_s=round(statistics.median(without)),
          with_console_msgs_s=round(statistics.median(with_)), median_ratio=round(ratio, 3),
-         ratios=[round(x, 3) for x in ratios], target_ratio=0.98, met=ratio >= 0.98)
+         ratios=[round(x, 3) for x in ratios], target_ratio=0.98, met=ratio >= 0.98,
+         console_cpu_share_p50=round(statistics.median(cpu), 4),
+         cpu_target=0.02, cpu_met=statistics.median(cpu) <= 0.02)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import strata
 from strata.store.message_store import MessageStore
 
 from broker_support import run_client
-from console_support import SMALL_STORE, Served, small_config
+from console_support import SMALL_STORE, Served, console_cmd, small_config
 
 SHOTS = Path(os.environ.get("STRATA_CONSOLE_SHOTS")
              or Path(tempfile.gettempdir()) / "strata-console-shots")
@@ -126,6 +126,11 @@ def test_kafka_group_on_the_groups_page(tmp_path: Path, served, page) -> None:
                                                                   "Stable", 6)
         assert [m["client_id"] for m in k["members"]] == ["analytics-worker"]
         assert k["assignor"] in ("range", "roundrobin", "cooperative-sticky")
+        # `strata console` beside the broker (read-only) asks its admin API for the members
+        alone = served(console_cmd(d))
+        (k2,) = [g for g in alone.api("/api/groups")["groups"] if g["protocol"] == "kafka"]
+        assert (k2["state"], k2["lag"]) == ("Stable", 6)
+        assert [m["client_id"] for m in k2["members"]] == ["analytics-worker"]
     finally:
         stop.touch()
         member.wait(60)

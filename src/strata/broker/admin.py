@@ -235,8 +235,8 @@ class AdminServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             status, answer = await asyncio.wait_for(self._one(reader), TIMEOUT_S)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError,
-                ValueError) as exc:
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ConnectionError, ValueError) as exc:
             status, answer = 400, {"error": f"bad request: {type(exc).__name__}"}
         data = json.dumps(answer).encode()
         reason = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found"}[status]

@@ -263,22 +263,23 @@ async def serve(cfg: ServeConfig) -> None:
     node.batcher.start()
     for lst in listeners:
         await lst.start()
-    admin = await _start_admin(node, listeners)
-    console = http_port = None
-    if cfg.http is not None:
-        try:
+    admin = console = http_port = None
+    try:
+        admin = await _start_admin(node, listeners)
+        if cfg.http is not None:
             console, http_port = await _start_console(cfg, node, listeners, metrics_port)
-        except BaseException:
+    except BaseException:
+        if admin is not None:
             await admin.close()
-            for lst in listeners:
-                lst.begin_stop()
-            for lst in listeners:
-                await lst.stop()
-            await node.batcher.close()
-            if node.metrics is not None:
-                node.metrics.close()
-            _close(node)
-            raise
+        for lst in listeners:         # they run: stop them as a clean stop does
+            lst.begin_stop()
+        for lst in listeners:
+            await lst.stop()
+        await node.batcher.close()
+        if node.metrics is not None:
+            node.metrics.close()
+        _close(node)
+        raise
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

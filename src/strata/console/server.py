@@ -43,6 +43,27 @@ def open_for_console(directory: Path) -> MessageStore:
         return strata.open(directory, readonly=True)
 
 
+class BrokerKafkaGroups:
+    """Beside a running broker: its Kafka groups' live state (members), asked of its admin
+    API (strata.broker.admin) on the console's thread; empty when no broker answers, and no
+    longer asked once it refused (under --acl this console holds no administrator's keys)."""
+
+    def __init__(self, store_dir: Path) -> None:
+        self.store_dir = store_dir
+        self.refused = False
+
+    def __call__(self) -> dict:
+        from strata.broker.admin import AdminApiError, call, find_admin
+        endpoint = None if self.refused else find_admin(self.store_dir)
+        if endpoint is None:
+            return {}
+        try:
+            return call(endpoint, "/groups/kafka", {})
+        except AdminApiError as exc:
+            self.refused = "refused" in str(exc)
+            return {}
+
+
 async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve ``app`` on host:port (0: a free port); returns the runner and the bound port."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -84,7 +105,8 @@ async def serve_console(directory: Path, host: str, port: int,
         from strata.broker.acl import load_acl
         acl = load_acl(acl_file)
     store = await loop.run_in_executor(None, open_for_console, directory)
-    data = ConsoleData(store, GroupSource(store.path))
+    kafka_live = BrokerKafkaGroups(store.path) if store.readonly else None
+    data = ConsoleData(store, GroupSource(store.path, kafka_live=kafka_live))
     opened: list = []
 
     def open_groups():
