@@ -27,6 +27,7 @@ from strata.broker.kafka.mapping import to_fields
 from strata.broker.kafka.record_batch import RecordBatchError, decode_record_set
 from strata.broker.kafka.topics import partitions
 from strata.errors import StrataError
+from strata.format.columns import BytesColumn
 from strata.store.message import ColumnBatch, PutStatus
 
 log = logging.getLogger(__name__)
@@ -69,15 +70,22 @@ def _columns(part: _Part, cols, marks: dict[int, str]) -> None:
     data = cols.data
     ts_col = recs[bk.R_TIMESTAMP]
     key_len = recs[bk.R_KEY_LEN]
-    val_at, val_len = recs[bk.R_VALUE_AT].tolist(), recs[bk.R_VALUE_LEN].tolist()
-    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    lens = recs[bk.R_VALUE_LEN]
     part.count = n
     if not (key_len >= 0).any() and not recs[bk.R_HEADER_COUNT].any() and \
-            ts_col.min() > 0 and min(val_len) >= 0:
-        # the plain case: value and timestamp only
-        part.bodies = [raw[a:a + m] for a, m in zip(val_at, val_len)]
+            ts_col.min() > 0 and lens.min() >= 0:
+        # the plain case: value and timestamp only; the values gathered into one buffer
+        # (compiled) and handed to the store as a BytesColumn, no bytes object each
+        off = np.zeros(n + 1, np.int64)
+        np.cumsum(lens, out=off[1:])
+        out = np.empty(int(off[-1]), np.uint8)
+        src = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+        bk.gather_values(src, recs, out)
+        part.bodies = BytesColumn(out, off)
         part.born = ts_col.copy()
     else:
+        val_at, val_len = recs[bk.R_VALUE_AT].tolist(), lens.tolist()
+        raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
         ts = ts_col.tolist()
         key_at, key_len = recs[bk.R_KEY_AT].tolist(), key_len.tolist()
         hcount = recs[bk.R_HEADER_COUNT].tolist()
