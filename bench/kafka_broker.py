@@ -53,6 +53,7 @@ def cb(e, m):
 print("READY", flush=True)
 sys.stdin.readline()
 t0 = time.time()
+c0 = time.process_time()
 for i in range(n):
     while True:
         try:
@@ -67,7 +68,8 @@ t1 = time.time()
 lat.sort()
 pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else -1
 print("RESULT " + json.dumps({"t0": t0, "t1": t1, "errors": errs[0], "left": left,
-                              "p50": pick(0.5), "p99": pick(0.99)}), flush=True)
+                              "p50": pick(0.5), "p99": pick(0.99),
+                              "cpu": time.process_time() - c0}), flush=True)
 '''
 
 CONSUMER = r'''
@@ -80,14 +82,18 @@ c = Consumer({"bootstrap.servers": boot, "group.id": "bench", "enable.auto.commi
 c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
 got = 0
 t0 = time.time()
+c0 = time.process_time()
 while got < n and time.time() - t0 < 300:
     for m in c.consume(10000, 1.0):
         if not m.error():
             got += 1
-print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got}), flush=True)
+print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got,
+                              "cpu": time.process_time() - c0}), flush=True)
 c.close()
 '''
 
+# prefault off: on a fresh store the prefault thread would touch a whole window of the 1 GiB
+# segment ahead of the writer, which in a short run costs more CPU than the faults it saves
 SMALL = ("index_slots=65536", "index_entries=262144", "prefault=false")
 
 
@@ -121,6 +127,14 @@ def top_frames(folded: Path, n: int = 12) -> tuple[list, list]:
     pick = lambda d: [[f, round(100 * c / total, 1)]            # noqa: E731
                       for f, c in sorted(d.items(), key=lambda x: -x[1])[:n]]
     return pick(own), pick(incl)
+
+
+def ceiling(row: dict) -> None:
+    """What the machine's cores would allow if the broker and its clients had them all:
+    cores ÷ (broker + client CPU per message); the wall rate falls short of it by what
+    other processes on the machine take."""
+    per = row["broker_cpu_us_per_msg"] + row["client_cpu_us_per_msg"]
+    row["cpu_ceiling_msgs_per_s"] = round(os.cpu_count() / per * 1e6) if per > 0 else None
 
 
 def emit(row: dict) -> None:
@@ -196,7 +210,9 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / sent * 1e6, 2),
                        errors=sum(r["errors"] + r["left"] for r in res),
                        p50_ms=round(1e3 * max(r["p50"] for r in res), 2),
-                       p99_ms=round(1e3 * max(r["p99"] for r in res), 2))
+                       p99_ms=round(1e3 * max(r["p99"] for r in res), 2),
+                       client_cpu_us_per_msg=round(sum(r["cpu"] for r in res) / sent * 1e6, 2))
+    ceiling(produce_row)
     if spy is not None:
         spy.wait(timeout=profile + 60)
         top, inclusive = top_frames(folded, 20)
@@ -212,7 +228,9 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     consume_row = dict(tag, op="consume", messages=r["n"], seconds=round(el, 3),
                        msgs_per_s=round(r["n"] / el),
                        mib_per_s=round(r["n"] * size / el / 2**20, 1),
-                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2))
+                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
+                       client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2))
+    ceiling(consume_row)
     server.terminate()
     server.wait(timeout=60)
     log_file.close()
