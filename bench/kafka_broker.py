@@ -12,7 +12,8 @@ assign() from the beginning. Rows: ``op`` produce/consume, ``msgs_per_s`` (wall 
 the first producer's start to the last one's flush, or of the consumer's reading),
 ``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
-py-spy for S seconds of the produce phase and prints a row ``op: profile`` with the
+py-spy for S seconds of the produce and of the consume phase and prints rows ``op: profile``
+(``phase``) with the
 functions its samples were in (self time, percent), to see what limits it.
 
 ``--peers nats`` also runs NATS JetStream (file storage, nats-py's async publish with a
@@ -102,31 +103,33 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def top_frames(folded: Path, n: int = 12) -> tuple[list, list]:
+def top_frames(folded: Path, n: int = 12) -> tuple[list, list, list]:
     """The functions the broker spent its samples in, from py-spy's folded stacks: (self
-    time, inclusive time), each [[function (file:line), percent of samples], ...], most
-    first."""
+    time, inclusive time, per thread), each [[function (file:line) or thread, percent of
+    samples], ...], most first."""
     own: dict[str, int] = {}
     incl: dict[str, int] = {}
+    threads: dict[str, int] = {}
     total = 0
     try:
         lines = folded.read_text().splitlines()
     except OSError:
-        return [], []
+        return [], [], []
     for line in lines:
         stack, _, k = line.rpartition(" ")
         if not k.isdigit():
             continue
         frames = stack.split(";")
         own[frames[-1]] = own.get(frames[-1], 0) + int(k)
+        threads[frames[0]] = threads.get(frames[0], 0) + int(k)
         for f in set(frames[1:]):          # frames[0]: the thread
             incl[f] = incl.get(f, 0) + int(k)
         total += int(k)
     if not total:
-        return [], []
+        return [], [], []
     pick = lambda d: [[f, round(100 * c / total, 1)]            # noqa: E731
                       for f, c in sorted(d.items(), key=lambda x: -x[1])[:n]]
-    return pick(own), pick(incl)
+    return pick(own), pick(incl), pick(threads)
 
 
 def ceiling(row: dict) -> None:
@@ -135,6 +138,30 @@ def ceiling(row: dict) -> None:
     other processes on the machine take."""
     per = row["broker_cpu_us_per_msg"] + row["client_cpu_us_per_msg"]
     row["cpu_ceiling_msgs_per_s"] = round(os.cpu_count() / per * 1e6) if per > 0 else None
+
+
+def spy_on(root: Path, pid: int, seconds: float, name: str):
+    """py-spy recording ``pid`` for ``seconds`` (None when not profiling)."""
+    if not seconds:
+        return None
+    exe = Path(sys.executable).with_name("py-spy")     # the venv's, when not on PATH
+    folded, log = root / f"profile-{name}.txt", root / f"py-spy-{name}.log"
+    proc = subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "-p", str(pid),
+                             "-d", str(max(1, round(seconds))), "-o", str(folded),
+                             "--format", "raw", "--nonblocking", "--threads"],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    return proc, folded, log, seconds
+
+
+def spy_report(spy, tag: dict, phase: str) -> None:
+    if spy is None:
+        return
+    proc, folded, log, seconds = spy
+    proc.wait(timeout=seconds + 60)
+    top, inclusive, threads = top_frames(folded, 20)
+    emit(dict(tag, op="profile", phase=phase, top=top, inclusive=inclusive, threads=threads)
+         if top else dict(tag, op="profile", phase=phase,
+                          error="py-spy took no samples: " + log.read_text()[-300:]))
 
 
 def emit(row: dict) -> None:
@@ -187,15 +214,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
              for _ in range(producers)]
     for p in procs:
         assert p.stdout.readline().startswith("READY")
-    spy = None
-    if profile:
-        folded = root / f"profile-{flush}-{size}-{producers}.txt"
-        exe = Path(sys.executable).with_name("py-spy")     # the venv's, when not on PATH
-        spy = subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "-p", str(server.pid), "-d", str(max(1, round(profile))),
-                                "-o", str(folded), "--format", "raw", "--nonblocking",
-                                "--threads"],
-                               stdout=subprocess.DEVNULL,
-                               stderr=open(root / f"py-spy-{flush}-{size}-{producers}.log", "w"))
+    spy = spy_on(root, server.pid, profile, f"produce-{flush}-{size}-{producers}")
     cpu0 = cpu_seconds(server.pid)
     for p in procs:
         p.stdin.write("go\n")
@@ -213,17 +232,14 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                        p99_ms=round(1e3 * max(r["p99"] for r in res), 2),
                        client_cpu_us_per_msg=round(sum(r["cpu"] for r in res) / sent * 1e6, 2))
     ceiling(produce_row)
-    if spy is not None:
-        spy.wait(timeout=profile + 60)
-        top, inclusive = top_frames(folded, 20)
-        emit(dict(tag, op="profile", top=top, inclusive=inclusive) if top else
-             dict(tag, op="profile", error="py-spy took no samples: " + (
-                 root / f"py-spy-{flush}-{size}-{producers}.log").read_text()[-300:]))
+    spy_report(spy, tag, "produce")
     cpu0 = cpu_seconds(server.pid)
     c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    spy = spy_on(root, server.pid, profile, f"consume-{flush}-{size}-{producers}")
     r = result(c)
     cpu1 = cpu_seconds(server.pid)
+    spy_report(spy, tag, "consume")
     el = r["t1"] - r["t0"]
     consume_row = dict(tag, op="consume", messages=r["n"], seconds=round(el, 3),
                        msgs_per_s=round(r["n"] / el),
