@@ -40,6 +40,7 @@ PRODUCER = r'''
 import sys, time, json
 from confluent_kafka import Producer
 boot, topic, n, size, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+pace = float(sys.argv[6])      # messages per second (0: as fast as produce() takes them)
 p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5,
               "batch.size": 1000000, "queue.buffering.max.messages": 1000000,
               "enable.idempotence": False})
@@ -62,7 +63,11 @@ for i in range(n):
             break
         except BufferError:
             p.poll(0.01)
-    if i % 1000 == 0:
+    if pace:
+        ahead = t0 + (i + 1) / pace - time.time()
+        if ahead > 0:
+            p.poll(ahead)          # serves delivery callbacks while it waits
+    elif i % 1000 == 0:
         p.poll(0)
 left = p.flush(300)
 t1 = time.time()
@@ -177,18 +182,19 @@ def result(proc: subprocess.Popen) -> dict:
 
 
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
-         profile: float, extra_env: dict | None = None) -> list[dict]:
-    """One strata case: produce then consume; returns (and prints) its rows."""
+         profile: float, extra_env: dict | None = None, pace: float = 0) -> list[dict]:
+    """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
+    then consume; returns (and prints) its rows."""
     extra_env = extra_env or {}
     rows: list[dict] = []
-    store = root / f"store-{flush}-{size}-{producers}"
+    store = root / f"store-{flush}-{size}-{producers}-{pace:g}"
     prof = extra_env.pop("STRATA_CPROFILE", None)
     head = [sys.executable] + (["-m", "cProfile", "-o", prof] if prof else [])
     cmd = head + ["-m", "strata.cli.main", "serve", str(store), "--kafka",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{flush}-{size}-{producers}.log"
+    log_path = root / f"serve-{flush}-{size}-{producers}-{pace:g}.log"
     log_file = open(log_path, "w")
     server = subprocess.Popen(cmd, stderr=log_file, stdout=subprocess.DEVNULL, text=True,
                               env=dict(os.environ, **extra_env))
@@ -209,7 +215,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
 '''], check=True, timeout=60)
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
-                               str(size), str(parts)], stdin=subprocess.PIPE,
+                               str(size), str(parts), str(pace / producers)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(producers)]
     for p in procs:
@@ -223,7 +229,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     cpu1 = cpu_seconds(server.pid)
     sent = each * producers
     el = max(r["t1"] for r in res) - min(r["t0"] for r in res)
-    tag = dict(system="strata", flush=flush, size=size, producers=producers, partitions=parts)
+    tag = dict(system="strata", flush=flush, size=size, producers=producers, partitions=parts,
+               pace=pace)
     produce_row = dict(tag, op="produce", messages=sent, seconds=round(el, 3),
                        msgs_per_s=round(sent / el), mib_per_s=round(sent * size / el / 2**20, 1),
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / sent * 1e6, 2),
@@ -278,6 +285,9 @@ def main() -> None:
                     help="run the broker under cProfile (its event-loop thread) and print "
                          "its top functions (own time) per case")
     ap.add_argument("--peers", default="", help="nats,rabbitmq")
+    ap.add_argument("--pace", type=float, default=0,
+                    help="producers send this many msgs/s in all (0: as fast as they can); "
+                         "for latency: unpaced, p50/p99 are mostly the client's own queue")
     a = ap.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
@@ -289,7 +299,7 @@ def main() -> None:
                         env["STRATA_CPROFILE"] = str(
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
-                                 a.partitions, a.profile, env)
+                                 a.partitions, a.profile, env, a.pace)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",
@@ -319,7 +329,8 @@ def ratios(rows: list[dict]) -> None:
     for size in sorted({r["size"] for r in rows if r.get("system") == "strata"}):
         for op in ("produce", "consume"):
             ours = [r["msgs_per_s"] for r in rows if r.get("system") == "strata" and
-                    r.get("flush") == "async" and r["size"] == size and r["op"] == op]
+                    r.get("flush") == "async" and r["size"] == size and r["op"] == op and
+                    not r.get("pace")]
             if not ours:
                 continue
             for peer, goal in GOALS.items():
