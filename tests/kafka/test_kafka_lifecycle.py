@@ -125,7 +125,7 @@ out(got=got)
 '''
 
 
-def test_sync_flush_produce_goes_through_the_send_batcher_as_columns(kafka_factory, tmp_path):
+def test_sync_flush_produce_goes_through_the_send_batcher(kafka_factory, tmp_path):
     """--flush sync: every partition of a produce (plain records and records with keys and
     headers) is stored through the shared send batcher, whose puts are one fsync at most
     each, and reads back as sent."""
