@@ -12,7 +12,8 @@ assign() from the beginning. Rows: ``op`` produce/consume, ``msgs_per_s`` (wall 
 the first producer's start to the last one's flush, or of the consumer's reading),
 ``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
-py-spy for S seconds of the produce phase and prints a row ``op: profile`` with the
+py-spy for S seconds of the produce and of the consume phase and prints rows ``op: profile``
+(``phase``) with the
 functions its samples were in (self time, percent), to see what limits it.
 
 ``--peers nats`` also runs NATS JetStream (file storage, nats-py's async publish with a
@@ -39,6 +40,7 @@ PRODUCER = r'''
 import sys, time, json
 from confluent_kafka import Producer
 boot, topic, n, size, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+pace = float(sys.argv[6])      # messages per second (0: as fast as produce() takes them)
 p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5,
               "batch.size": 1000000, "queue.buffering.max.messages": 1000000,
               "enable.idempotence": False})
@@ -53,6 +55,7 @@ def cb(e, m):
 print("READY", flush=True)
 sys.stdin.readline()
 t0 = time.time()
+c0 = time.process_time()
 for i in range(n):
     while True:
         try:
@@ -60,14 +63,19 @@ for i in range(n):
             break
         except BufferError:
             p.poll(0.01)
-    if i % 1000 == 0:
+    if pace:
+        ahead = t0 + (i + 1) / pace - time.time()
+        if ahead > 0:
+            p.poll(ahead)          # serves delivery callbacks while it waits
+    elif i % 1000 == 0:
         p.poll(0)
 left = p.flush(300)
 t1 = time.time()
 lat.sort()
 pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else -1
 print("RESULT " + json.dumps({"t0": t0, "t1": t1, "errors": errs[0], "left": left,
-                              "p50": pick(0.5), "p99": pick(0.99)}), flush=True)
+                              "p50": pick(0.5), "p99": pick(0.99),
+                              "cpu": time.process_time() - c0}), flush=True)
 '''
 
 CONSUMER = r'''
@@ -80,14 +88,18 @@ c = Consumer({"bootstrap.servers": boot, "group.id": "bench", "enable.auto.commi
 c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
 got = 0
 t0 = time.time()
+c0 = time.process_time()
 while got < n and time.time() - t0 < 300:
     for m in c.consume(10000, 1.0):
         if not m.error():
             got += 1
-print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got}), flush=True)
+print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got,
+                              "cpu": time.process_time() - c0}), flush=True)
 c.close()
 '''
 
+# prefault off: on a fresh store the prefault thread would touch a whole window of the 1 GiB
+# segment ahead of the writer, which in a short run costs more CPU than the faults it saves
 SMALL = ("index_slots=65536", "index_entries=262144", "prefault=false")
 
 
@@ -96,31 +108,65 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def top_frames(folded: Path, n: int = 12) -> tuple[list, list]:
+def top_frames(folded: Path, n: int = 12) -> tuple[list, list, list]:
     """The functions the broker spent its samples in, from py-spy's folded stacks: (self
-    time, inclusive time), each [[function (file:line), percent of samples], ...], most
-    first."""
+    time, inclusive time, per thread), each [[function (file:line) or thread, percent of
+    samples], ...], most first."""
     own: dict[str, int] = {}
     incl: dict[str, int] = {}
+    threads: dict[str, int] = {}
     total = 0
     try:
         lines = folded.read_text().splitlines()
     except OSError:
-        return [], []
+        return [], [], []
     for line in lines:
         stack, _, k = line.rpartition(" ")
         if not k.isdigit():
             continue
         frames = stack.split(";")
         own[frames[-1]] = own.get(frames[-1], 0) + int(k)
+        threads[frames[0]] = threads.get(frames[0], 0) + int(k)
         for f in set(frames[1:]):          # frames[0]: the thread
             incl[f] = incl.get(f, 0) + int(k)
         total += int(k)
     if not total:
-        return [], []
+        return [], [], []
     pick = lambda d: [[f, round(100 * c / total, 1)]            # noqa: E731
                       for f, c in sorted(d.items(), key=lambda x: -x[1])[:n]]
-    return pick(own), pick(incl)
+    return pick(own), pick(incl), pick(threads)
+
+
+def ceiling(row: dict) -> None:
+    """What the machine's cores would allow if the broker and its clients had them all:
+    cores ÷ (broker + client CPU per message); the wall rate falls short of it by what
+    other processes on the machine take."""
+    per = row["broker_cpu_us_per_msg"] + row["client_cpu_us_per_msg"]
+    row["cpu_ceiling_msgs_per_s"] = round(os.cpu_count() / per * 1e6) if per > 0 else None
+
+
+def spy_on(root: Path, pid: int, seconds: float, name: str):
+    """py-spy recording ``pid`` for ``seconds`` (None when not profiling)."""
+    if not seconds:
+        return None
+    exe = Path(sys.executable).with_name("py-spy")     # the venv's, when not on PATH
+    folded, log = root / f"profile-{name}.txt", root / f"py-spy-{name}.log"
+    proc = subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "-p", str(pid),
+                             "-d", str(max(1, round(seconds))), "-o", str(folded),
+                             "--format", "raw", "--nonblocking", "--threads"],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    return proc, folded, log, seconds
+
+
+def spy_report(spy, tag: dict, phase: str) -> None:
+    if spy is None:
+        return
+    proc, folded, log, seconds = spy
+    proc.wait(timeout=seconds + 60)
+    top, inclusive, threads = top_frames(folded, 20)
+    emit(dict(tag, op="profile", phase=phase, top=top, inclusive=inclusive, threads=threads)
+         if top else dict(tag, op="profile", phase=phase,
+                          error="py-spy took no samples: " + log.read_text()[-300:]))
 
 
 def emit(row: dict) -> None:
@@ -136,18 +182,19 @@ def result(proc: subprocess.Popen) -> dict:
 
 
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
-         profile: float, extra_env: dict | None = None) -> list[dict]:
-    """One strata case: produce then consume; returns (and prints) its rows."""
+         profile: float, extra_env: dict | None = None, pace: float = 0) -> list[dict]:
+    """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
+    then consume; returns (and prints) its rows."""
     extra_env = extra_env or {}
     rows: list[dict] = []
-    store = root / f"store-{flush}-{size}-{producers}"
+    store = root / f"store-{flush}-{size}-{producers}-{pace:g}"
     prof = extra_env.pop("STRATA_CPROFILE", None)
     head = [sys.executable] + (["-m", "cProfile", "-o", prof] if prof else [])
     cmd = head + ["-m", "strata.cli.main", "serve", str(store), "--kafka",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{flush}-{size}-{producers}.log"
+    log_path = root / f"serve-{flush}-{size}-{producers}-{pace:g}.log"
     log_file = open(log_path, "w")
     server = subprocess.Popen(cmd, stderr=log_file, stdout=subprocess.DEVNULL, text=True,
                               env=dict(os.environ, **extra_env))
@@ -168,20 +215,12 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
 '''], check=True, timeout=60)
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
-                               str(size), str(parts)], stdin=subprocess.PIPE,
+                               str(size), str(parts), str(pace / producers)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(producers)]
     for p in procs:
         assert p.stdout.readline().startswith("READY")
-    spy = None
-    if profile:
-        folded = root / f"profile-{flush}-{size}-{producers}.txt"
-        exe = Path(sys.executable).with_name("py-spy")     # the venv's, when not on PATH
-        spy = subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "-p", str(server.pid), "-d", str(max(1, round(profile))),
-                                "-o", str(folded), "--format", "raw", "--nonblocking",
-                                "--threads"],
-                               stdout=subprocess.DEVNULL,
-                               stderr=open(root / f"py-spy-{flush}-{size}-{producers}.log", "w"))
+    spy = spy_on(root, server.pid, profile, f"produce-{flush}-{size}-{producers}")
     cpu0 = cpu_seconds(server.pid)
     for p in procs:
         p.stdin.write("go\n")
@@ -190,29 +229,31 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     cpu1 = cpu_seconds(server.pid)
     sent = each * producers
     el = max(r["t1"] for r in res) - min(r["t0"] for r in res)
-    tag = dict(system="strata", flush=flush, size=size, producers=producers, partitions=parts)
+    tag = dict(system="strata", flush=flush, size=size, producers=producers, partitions=parts,
+               pace=pace)
     produce_row = dict(tag, op="produce", messages=sent, seconds=round(el, 3),
                        msgs_per_s=round(sent / el), mib_per_s=round(sent * size / el / 2**20, 1),
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / sent * 1e6, 2),
                        errors=sum(r["errors"] + r["left"] for r in res),
                        p50_ms=round(1e3 * max(r["p50"] for r in res), 2),
-                       p99_ms=round(1e3 * max(r["p99"] for r in res), 2))
-    if spy is not None:
-        spy.wait(timeout=profile + 60)
-        top, inclusive = top_frames(folded, 20)
-        emit(dict(tag, op="profile", top=top, inclusive=inclusive) if top else
-             dict(tag, op="profile", error="py-spy took no samples: " + (
-                 root / f"py-spy-{flush}-{size}-{producers}.log").read_text()[-300:]))
+                       p99_ms=round(1e3 * max(r["p99"] for r in res), 2),
+                       client_cpu_us_per_msg=round(sum(r["cpu"] for r in res) / sent * 1e6, 2))
+    ceiling(produce_row)
+    spy_report(spy, tag, "produce")
     cpu0 = cpu_seconds(server.pid)
     c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    spy = spy_on(root, server.pid, profile, f"consume-{flush}-{size}-{producers}")
     r = result(c)
     cpu1 = cpu_seconds(server.pid)
+    spy_report(spy, tag, "consume")
     el = r["t1"] - r["t0"]
     consume_row = dict(tag, op="consume", messages=r["n"], seconds=round(el, 3),
                        msgs_per_s=round(r["n"] / el),
                        mib_per_s=round(r["n"] * size / el / 2**20, 1),
-                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2))
+                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
+                       client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2))
+    ceiling(consume_row)
     server.terminate()
     server.wait(timeout=60)
     log_file.close()
@@ -244,6 +285,9 @@ def main() -> None:
                     help="run the broker under cProfile (its event-loop thread) and print "
                          "its top functions (own time) per case")
     ap.add_argument("--peers", default="", help="nats,rabbitmq")
+    ap.add_argument("--pace", type=float, default=0,
+                    help="producers send this many msgs/s in all (0: as fast as they can); "
+                         "for latency: unpaced, p50/p99 are mostly the client's own queue")
     a = ap.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
@@ -255,7 +299,7 @@ def main() -> None:
                         env["STRATA_CPROFILE"] = str(
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
-                                 a.partitions, a.profile, env)
+                                 a.partitions, a.profile, env, a.pace)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",
@@ -285,7 +329,8 @@ def ratios(rows: list[dict]) -> None:
     for size in sorted({r["size"] for r in rows if r.get("system") == "strata"}):
         for op in ("produce", "consume"):
             ours = [r["msgs_per_s"] for r in rows if r.get("system") == "strata" and
-                    r.get("flush") == "async" and r["size"] == size and r["op"] == op]
+                    r.get("flush") == "async" and r["size"] == size and r["op"] == op and
+                    not r.get("pace")]
             if not ours:
                 continue
             for peer, goal in GOALS.items():

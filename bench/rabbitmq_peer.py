@@ -12,7 +12,8 @@ then, per size,
 
 and the node is stopped (SIGTERM to its processes, by pid) and its directory removed. Prints
 JSON lines ``{"system": "rabbitmq-classic"|"rabbitmq-stream", "op": "produce"|"consume",
-"size", "messages", "msgs_per_s", "broker_cpu_us_per_msg"}``.
+"size", "messages", "msgs_per_s", "broker_cpu_us_per_msg", "client_cpu_us_per_msg"}`` (the
+client's: this process's CPU over the phase).
 
     python bench/rabbitmq_peer.py --messages 200000 --sizes 100 [--kinds classic,stream]
 """
@@ -267,7 +268,7 @@ def main() -> None:
                 name = f"bench-{kind}-{size}"
                 tag = dict(system=f"rabbitmq-{kind}", size=size, window=a.window)
                 for op in ("produce", "consume"):
-                    cpu0 = node.cpu()
+                    cpu0, mine0 = node.cpu(), time.process_time()
                     if kind == "classic":
                         el = (classic_produce(node, name, a.messages, body, a.window)
                               if op == "produce" else classic_consume(node, name, a.messages))
@@ -276,10 +277,11 @@ def main() -> None:
                                                         a.window * 10)
                                          if op == "produce" else
                                          stream_consume(node, name, a.messages))
-                    cpu = node.cpu() - cpu0
+                    cpu, mine = node.cpu() - cpu0, time.process_time() - mine0
                     emit(dict(tag, op=op, messages=a.messages, seconds=round(el, 3),
                               msgs_per_s=round(a.messages / el),
-                              broker_cpu_us_per_msg=round(cpu / a.messages * 1e6, 2)))
+                              broker_cpu_us_per_msg=round(cpu / a.messages * 1e6, 2),
+                              client_cpu_us_per_msg=round(mine / a.messages * 1e6, 2)))
     except Exception as exc:  # noqa: BLE001 - reported as a row, the node still stopped
         emit(dict(system="rabbitmq", error=f"{type(exc).__name__}: {exc}"[-1500:]))
     finally:

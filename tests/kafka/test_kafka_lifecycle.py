@@ -4,6 +4,7 @@ use is refused naming it; SIGTERM stops cleanly."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -92,3 +93,52 @@ def test_a_port_in_use_is_refused_naming_it(kafka_server, tmp_path):
     assert p.returncode != 0
     assert f"cannot listen on {kafka_server.bootstrap} (--kafka)" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
+
+
+PRODUCE_MIXED = '''
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": BOOTSTRAP, "acks": "all", "linger.ms": 20})
+acked = []
+for i in range(ARGS["n"]):
+    kw = dict(key=b"k%d" % i, headers=[("h", b"%d" % i)]) if i % 3 == 0 else {}
+    p.produce("syncmix", value=b"v%05d" % i, partition=i % 4,
+              on_delivery=lambda e, m: acked.append(m.partition()) if e is None else None,
+              **kw)
+left = p.flush(30)
+out(left=left, acked=len(acked))
+'''
+
+CONSUME_MIXED = '''
+from confluent_kafka import Consumer, TopicPartition
+c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "g", "enable.auto.commit": False})
+c.assign([TopicPartition("syncmix", p, 0) for p in range(4)])
+got = []
+deadline = time.time() + 30
+while len(got) < ARGS["n"] and time.time() < deadline:
+    for m in c.consume(1000, 0.5):
+        if m.error() is None:
+            got.append([m.partition(), m.offset(), m.value().decode(),
+                        None if m.key() is None else m.key().decode(),
+                        [[k, v.decode()] for k, v in (m.headers() or [])]])
+c.close()
+out(got=got)
+'''
+
+
+def test_sync_flush_produce_goes_through_the_send_batcher(kafka_factory, tmp_path):
+    """--flush sync: every partition of a produce (plain records and records with keys and
+    headers) is stored through the shared send batcher, whose puts are one fsync at most
+    each, and reads back as sent."""
+    s = kafka_factory("--flush", "sync", directory=tmp_path / "store")
+    n = 1200
+    assert run_client(PRODUCE_MIXED, s.bootstrap, dict(n=n)) == dict(left=0, acked=n)
+    got = run_client(CONSUME_MIXED, s.bootstrap, dict(n=n))["got"]
+    assert s.stop() == 0
+    want = sorted([i % 4, i // 4, f"v{i:05d}", f"k{i}" if i % 3 == 0 else None,
+                   [["h", str(i)]] if i % 3 == 0 else []] for i in range(n))
+    assert sorted(got) == want
+    stored, batches = (int(g.replace(",", "")) for g in re.search(
+        r"([\d,]+) messages? stored in ([\d,]+) batch", s.log).groups())
+    fsyncs = int(re.search(r"([\d,]+) fsyncs", s.log).group(1).replace(",", ""))
+    assert stored == n                      # all of them through the batcher
+    assert 1 <= fsyncs <= batches < n // 4  # partitions of a request share a put and fsync

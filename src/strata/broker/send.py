@@ -111,50 +111,32 @@ class SendBatcher:
         (one prepared batch: what the per-message RocketMQ sends need to stay cheap); if
         the store refuses such a merged list as bad input, each of its parts is put alone,
         so a bad message fails its own send only."""
-        flat: list[Item] = []
-        where: list[list[tuple[int, int, int]]] = []    # per item: (flat index, start, n)
-        merged: list[Message] | None = None
-        parts: dict[int, list[list[Message]]] = {}
-        for items in subs:
-            w = []
-            for it in items:
-                if isinstance(it, ColumnBatch):
-                    flat.append(it)
-                    merged = None
-                    w.append((len(flat) - 1, -1, 0))
-                else:
-                    if merged is None:
-                        merged = []
-                        flat.append(merged)
-                    k = len(flat) - 1
-                    parts.setdefault(k, []).append(it)
-                    w.append((k, len(merged), len(it)))
-                    merged.extend(it)
-            where.append(w)
+        flat, where, parts = _merge(subs)
         results = await self._put(flat)
         alone: dict[tuple[int, int], object] = {}
         for k, lists in parts.items():
             if isinstance(results[k], InvalidInputError) and len(lists) > 1:
-                own = await self._put(lists)
-                start = 0
-                for lst, r in zip(lists, own):
-                    alone[(k, start)] = r
-                    start += len(lst)
-        answers = []
-        for w in where:
-            a = []
-            for k, start, n in w:
-                r = results[k]
-                if start < 0:                   # a ColumnBatch: its own answer
-                    a.append(r)
-                elif (k, start) in alone:       # part of a refused merge, put alone
-                    a.append(alone[(k, start)])
-                elif isinstance(r, BaseException):
-                    a.append(r)
-                else:
-                    a.append(r[start:start + n])
-            answers.append(a)
-        return answers
+                _alone(alone, k, lists, await self._put(lists))
+        return _split(where, results, alone)
+
+    def put_now(self, items: list[Item]) -> list:
+        """Async flush only: store ``items`` at once, on the calling thread (the event loop:
+        an async put returns once in the page cache), merged as gathered puts are; per item
+        its ``PutResults`` or the ``InvalidInputError`` that refused it."""
+        began = time.perf_counter()
+        flat, where, parts = _merge([items])
+        results = self.store.put_many(flat)
+        alone: dict[tuple[int, int], object] = {}
+        for k, lists in parts.items():
+            if isinstance(results[k], InvalidInputError) and len(lists) > 1:
+                _alone(alone, k, lists, self.store.put_many(lists))
+        (answer,) = _split(where, results, alone)
+        n = sum(len(r) for r in answer if not isinstance(r, BaseException))
+        self.batches += 1
+        self.messages += n
+        if self.on_stored is not None:
+            self.on_stored(n, time.perf_counter() - began)
+        return answer
 
     async def close(self) -> None:
         """Finish every submitted send, then stop."""
@@ -167,3 +149,57 @@ class SendBatcher:
             except asyncio.CancelledError:
                 pass
         self._executor.shutdown(wait=True)
+
+
+def _merge(subs: list[list[Item]]):
+    """The store items for submissions ``subs``: neighbouring message lists joined into one.
+    Returns (items, per submission per item (item index, start, count; start -1 for a
+    ColumnBatch), {item index: the message lists joined in it})."""
+    flat: list[Item] = []
+    where: list[list[tuple[int, int, int]]] = []
+    merged: list[Message] | None = None
+    parts: dict[int, list[list[Message]]] = {}
+    for items in subs:
+        w = []
+        for it in items:
+            if isinstance(it, ColumnBatch):
+                flat.append(it)
+                merged = None
+                w.append((len(flat) - 1, -1, 0))
+            else:
+                if merged is None:
+                    merged = []
+                    flat.append(merged)
+                k = len(flat) - 1
+                parts.setdefault(k, []).append(it)
+                w.append((k, len(merged), len(it)))
+                merged.extend(it)
+        where.append(w)
+    return flat, where, parts
+
+
+def _alone(alone: dict, k: int, lists: list[list[Message]], own: list) -> None:
+    """Record the answers of the parts of refused merged item ``k``, each put alone."""
+    start = 0
+    for lst, r in zip(lists, own):
+        alone[(k, start)] = r
+        start += len(lst)
+
+
+def _split(where, results: list, alone: dict) -> list[list]:
+    """Per submission, the answer of each of its items."""
+    answers = []
+    for w in where:
+        a = []
+        for k, start, n in w:
+            r = results[k]
+            if start < 0:                   # a ColumnBatch: its own answer
+                a.append(r)
+            elif (k, start) in alone:       # part of a refused merge, put alone
+                a.append(alone[(k, start)])
+            elif isinstance(r, BaseException):
+                a.append(r)
+            else:
+                a.append(r[start:start + n])
+        answers.append(a)
+    return answers

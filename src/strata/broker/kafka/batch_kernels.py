@@ -601,3 +601,19 @@ def write_batches(out, at, data, records, headers, firsts, counts, base_offsets,
             _put_be(out, start + P_CRC,
                     crc32c_at(dst + start + P_ATTRIBUTES, p - start - P_ATTRIBUTES), 4)
     return p
+
+
+@njit(cache=True, nogil=True)
+def gather_values(data, records, out):
+    """Every record's value (``R_VALUE_AT`` / ``R_VALUE_LEN`` in ``data``; none may be
+    null) back to back into ``out``: the bodies of a produce as one BytesColumn buffer,
+    without a bytes object per record."""
+    src = data.ctypes.data
+    dst = out.ctypes.data
+    p = 0
+    for r in range(records.shape[1]):
+        n = records[R_VALUE_LEN, r]
+        if n > 0:
+            memcpy(dst + p, src + records[R_VALUE_AT, r], n)
+            p += n
+    return p

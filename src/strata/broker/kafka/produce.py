@@ -15,7 +15,6 @@ sequences first (``idempotence``).
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 
@@ -27,9 +26,12 @@ from strata.broker.kafka.mapping import to_fields
 from strata.broker.kafka.record_batch import RecordBatchError, decode_record_set
 from strata.broker.kafka.topics import partitions
 from strata.errors import StrataError
-from strata.store.message import ColumnBatch, PutStatus
+from strata.format.columns import BytesColumn
+from strata.store.message import ColumnBatch, Message, PutStatus
 
 log = logging.getLogger(__name__)
+
+COLUMNS_FROM = 64      # records of a partition from which it is stored as columns
 
 ProduceResponse = api.response_class(0)
 TopicResponse = ProduceResponse.TopicProduceResponse
@@ -56,10 +58,25 @@ class _Part:
         self.props: list | None = None
         self.born = None
 
-    def columns(self) -> ColumnBatch:
-        """The records as one ``put_columns`` batch to this partition's queue."""
-        return ColumnBatch(self.topic, self.index, self.bodies, keys=self.keys,
-                           properties=self.props, born_timestamps=self.born)
+    def item(self) -> ColumnBatch | list[Message]:
+        """The records as the store takes them best: from COLUMNS_FROM records one
+        ``put_columns`` batch to this partition's queue (no object per record); fewer as
+        ``Message`` objects, which the send batcher joins with the request's other small
+        partitions into one batch (a column batch has a fixed cost of ~75 µs, a message
+        list ~2-3 µs a message: bench/README.md)."""
+        if self.count >= COLUMNS_FROM:
+            return ColumnBatch(self.topic, self.index, self.bodies, keys=self.keys,
+                               properties=self.props, born_timestamps=self.born)
+        n = self.count
+        bodies = self.bodies
+        if isinstance(bodies, BytesColumn):
+            bodies = bodies.to_list()
+        keys = self.keys or [None] * n
+        props = self.props or [None] * n
+        born = self.born.tolist() if isinstance(self.born, np.ndarray) else self.born
+        return [Message(self.topic, b, keys=() if k is None else k, properties=p,
+                        queue_id=self.index, born_timestamp=t or None)
+                for b, k, p, t in zip(bodies, keys, props, born)]
 
 
 def _columns(part: _Part, cols, marks: dict[int, str]) -> None:
@@ -69,15 +86,27 @@ def _columns(part: _Part, cols, marks: dict[int, str]) -> None:
     data = cols.data
     ts_col = recs[bk.R_TIMESTAMP]
     key_len = recs[bk.R_KEY_LEN]
-    val_at, val_len = recs[bk.R_VALUE_AT].tolist(), recs[bk.R_VALUE_LEN].tolist()
-    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    lens = recs[bk.R_VALUE_LEN]
     part.count = n
     if not (key_len >= 0).any() and not recs[bk.R_HEADER_COUNT].any() and \
-            ts_col.min() > 0 and min(val_len) >= 0:
-        # the plain case: value and timestamp only
-        part.bodies = [raw[a:a + m] for a, m in zip(val_at, val_len)]
+            ts_col.min() > 0 and lens.min() >= 0:
+        # the plain case: value and timestamp only; the values gathered into one buffer
+        # (compiled) and handed to the store as a BytesColumn, no bytes object each
         part.born = ts_col.copy()
+        if n < COLUMNS_FROM:          # stored as messages (item()): a bytes object each
+            raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+            part.bodies = [raw[a:a + m] for a, m in zip(recs[bk.R_VALUE_AT].tolist(),
+                                                         lens.tolist())]
+            return _mark(part, marks)
+        off = np.zeros(n + 1, np.int64)
+        np.cumsum(lens, out=off[1:])
+        out = np.empty(int(off[-1]), np.uint8)
+        src = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+        bk.gather_values(src, recs, out)
+        part.bodies = BytesColumn(out, off)
     else:
+        val_at, val_len = recs[bk.R_VALUE_AT].tolist(), lens.tolist()
+        raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
         ts = ts_col.tolist()
         key_at, key_len = recs[bk.R_KEY_AT].tolist(), key_len.tolist()
         hcount = recs[bk.R_HEADER_COUNT].tolist()
@@ -97,9 +126,14 @@ def _columns(part: _Part, cols, marks: dict[int, str]) -> None:
         part.bodies, part.born = bodies, born
         part.keys = keys if any(k is not None for k in keys) else None
         part.props = props if any(p is not None for p in props) else None
+    _mark(part, marks)
+
+
+def _mark(part: _Part, marks: dict[int, str]) -> None:
+    """The idempotent producer's sequence mark on each batch's first record."""
     if marks:
         if part.props is None:
-            part.props = [None] * n
+            part.props = [None] * part.count
         for first, mark in marks.items():
             p = dict(part.props[first] or {})
             p[PROP] = mark
@@ -145,18 +179,15 @@ def _prepare(broker, topic: str, pd, part: _Part) -> None:
 
 
 def _put_direct(broker, parts: list[_Part]) -> None:
-    """Async flush: every partition's records with one ``store.put_many`` of column batches
-    (the column encoder, no Message object each; one hold of the put lock, one dispatch
-    wake-up), on the event loop as the send batcher's async puts are (a put returns once
-    the records are in the page cache)."""
+    """Async flush: every partition's records with one ``store.put_many`` (large partitions
+    as column batches, no Message object each; the small ones joined into one message
+    batch; one hold of the put lock, one dispatch wake-up), at once on the event loop, as
+    the send batcher's async puts are (a put returns once the records are in the page
+    cache)."""
     stored = [p for p in parts if p.count and p.code == ke.NONE]
-    began = time.perf_counter()
-    results = broker.store.put_many([p.columns() for p in stored])
-    n = sum(p.count for p in stored)
+    results = broker.batcher.put_now([p.item() for p in stored])
     broker.puts += 1
-    broker.put_messages += n
-    if broker.batcher.on_stored is not None:
-        broker.batcher.on_stored(n, time.perf_counter() - began)
+    broker.put_messages += sum(p.count for p in stored)
     _answers(stored, results)
 
 
@@ -166,7 +197,7 @@ async def _store_all(broker, parts: list[_Part]) -> None:
     covers them all, no Message object per record); a partition refused as bad input fails
     alone."""
     stored = [p for p in parts if p.count and p.code == ke.NONE]
-    _answers(stored, await broker.batcher.submit_many([p.columns() for p in stored]))
+    _answers(stored, await broker.batcher.submit_many([p.item() for p in stored]))
 
 
 def _answers(stored: list[_Part], results: list) -> None:
