@@ -243,6 +243,21 @@ def make_messages(base, fields, first, count, cls, topic, topics, out):
     return count
 
 
+
+@njit("int64(int64, int64[:, :], int64, int64, int64)", cache=True)
+def make_bodies(base, fields, first, count, out):
+    """The bodies alone of the field-table columns ``[first, first + count)``: a bytes object
+    each (straight from the buffer at ``base``) into ``out[0:count]`` (a list of that length,
+    passed by address), for a reader that wants only the bodies — no message tuple, no int
+    objects. Returns ``count``, or -1 if one could not be made (the Python error cleared)."""
+    for k in range(count):
+        c = first + k
+        body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
+        if body == 0 or _list_set(out, k, body) != 0:
+            _err_clear()
+            return -1
+    return count
+
 # A bytes object to fill: PyBytes_FromStringAndSize(NULL, n) leaves its n bytes unset, so a
 # compiled copy can write a batch's records straight into the object a MessageBatch keeps
 # (one copy out of the segment's map, not two through a numpy array and ``tobytes``). The bytes
