@@ -8,7 +8,8 @@ many runnable processes the wall clock mostly measures the wait for a core, so t
 counts ``time.thread_time()`` of the thread doing the reads (the store's background threads
 are idle then: everything was dispatched before). One table / one queue of N messages of
 100 B and of N / 5 of 1 KiB, 1000 messages per call, every case once a round (best round
-kept); ``vs_sqlite`` is the case's messages per CPU second over SQLite's. Targets (issue 27):
+kept); ``get_bodies`` reads the bodies alone (``GetResult.bodies()``: a bytes object each, no
+message objects), for consumers that want only those (no goal of its own); ``vs_sqlite`` is the case's messages per CPU second over SQLite's. Targets (issue 27):
 ``get`` reading every body ≥ 2.5×, ``scan`` reading every body ≥ 3×, ``get_columns`` ≥ 10×.
 """
 
@@ -72,6 +73,14 @@ def cases(c, s, n: int) -> dict:
             return got
         return run
 
+    def bodies():   # the bodies alone (GetResult.bodies): no message objects
+        off = got = 0
+        while off < n:
+            r = s.get("t", 0, off, 1000)
+            got += len(r.bodies())
+            off = r.next_offset
+        return got
+
     def scan_bodies():
         return sum(1 for m in s.scan(0) if m.body is not None)
 
@@ -84,7 +93,7 @@ def cases(c, s, n: int) -> dict:
         return got
 
     return {"sqlite": sqlite_read, "get_count": get(False), "get_body_read": get(True),
-            "scan_body_read": scan_bodies, "get_columns": columns}
+            "get_bodies": bodies, "scan_body_read": scan_bodies, "get_columns": columns}
 
 
 def main() -> None:

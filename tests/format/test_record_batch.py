@@ -50,6 +50,11 @@ def decode_at(buf: bytes, positions: np.ndarray, phys: np.ndarray, limit: int, *
     out = np.zeros(nbytes, np.uint8)
     assert rk.pack(data, fields, status, out) == good
     made = iter(MessageBatch(out.tobytes(), fields[:, :good].copy(), None, {}))
+    # the bodies alone (MessageBatch.bodies) are the made messages' bodies, lazy or made
+    lazy = MessageBatch(out.tobytes(), fields[:, :good].copy(), None, {})
+    bodies = lazy.bodies()
+    assert bodies == [m.body for m in lazy] == lazy.bodies()
+    assert all(type(b) is bytes for b in bodies)
     got = [next(made) if st == rt.GOOD else None for st in status.tolist()]
     for i in np.flatnonzero(status >= rt.NO_RECORD).tolist():
         why = rec.record_damage(buf, int(positions[i]), limit, int(phys[i]))

@@ -19,7 +19,8 @@ import numpy as np
 from numba import njit
 
 from strata.format import record as rec
-from strata.format.record_kernels import crc32c_at, memcpy
+from strata.format.record_kernels import check_at, crc32c_at, memcpy
+from strata.format.record_table import F_BODY_AT as _F_BODY_AT, F_BODY_END as _F_BODY_END
 
 _KEYS = np.frombuffer(rec.PROP_KEYS.encode(), np.uint8)
 _TAGS = np.frombuffer(rec.PROP_TAGS.encode(), np.uint8)
@@ -315,3 +316,23 @@ def gather_sections(data, fields, first, count, first_row, end_row, body_off, pr
         memcpy(bodies.ctypes.data + body_off[i], src + a, fields[end_row, i] - a)
         p = fields[first_row - 1, i]
         memcpy(props.ctypes.data + prop_off[i], src + p, a - p)
+
+
+@njit(cache=True, nogil=True)
+def columns_at(data, pos, phys, limit, crc, topic, queue_id, queue_offsets, fields, status,
+               body_off, prop_off):
+    """``record_kernels.check_at`` of the records at ``pos`` and, when every one is GOOD,
+    ``section_offsets`` and ``gather_sections`` of them, in one compiled call (a ``get_columns``
+    of one segment). Returns (how many are GOOD, the bodies buffer, the properties buffer); the
+    buffers are empty unless all are."""
+    good, _nbytes = check_at(data, pos, phys, limit, crc, topic, queue_id, queue_offsets,
+                             fields, status)
+    n = len(pos)
+    if good < n:
+        return good, np.empty(0, np.uint8), np.empty(0, np.uint8)
+    section_offsets(fields, _F_BODY_AT, _F_BODY_END, body_off, prop_off)
+    bodies = np.empty(body_off[n], np.uint8)
+    props = np.empty(prop_off[n], np.uint8)
+    gather_sections(data, fields, 0, n, _F_BODY_AT, _F_BODY_END, body_off, prop_off, bodies,
+                    props)
+    return good, bodies, props

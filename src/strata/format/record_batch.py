@@ -194,6 +194,25 @@ class MessageBatch(Sequence):
         rows = np.frombuffer(self._buf, np.uint8)[starts[:, None] + np.arange(width)]
         return self._buf[a[0]:b[0]] if (rows == rows[0]).all() else None
 
+    def bodies(self) -> list[bytes]:
+        """Every message's body, in order, without making the messages (when they are not
+        made yet): one bytes object each, made in compiled code — for a reader that wants the
+        bodies only, at about half the cost of a ``StoredMessage`` each."""
+        if self._items is not None:
+            return [m[4] for m in self._items]
+        f = self._fields
+        count = f.shape[1]
+        if count == 0:
+            return []
+        buf = self._buf
+        if f[rk.F_BODY_AT].min() < 0 or f[rk.F_BODY_END].max() > len(buf):   # (never: checked)
+            raise ValueError("a message's bytes lie outside its batch's buffer")
+        out = [None] * count
+        data = np.frombuffer(buf, np.uint8)   # pins buf while the bodies are made
+        if rk.objects().make_bodies(data.ctypes.data, f, 0, count, id(out)) == count:
+            return out
+        return [buf[a:b] for a, b in zip(f[rk.F_BODY_AT].tolist(), f[rk.F_BODY_END].tolist())]
+
     def table(self) -> tuple[bytes, np.ndarray] | None:
         """(buffer, field table) of the messages not made yet — ``record_table.F_*`` rows,
         section positions relative to the buffer — for a reader that turns them into

@@ -5,12 +5,16 @@ Made in Python, a message costs ~0.6 µs (a tuple subclass built through ``type.
 ints, three slices); ``make_messages`` builds the same tuples with CPython's C API — the calls
 ``StoredMessage((...))`` would end in — at ~0.14 µs: ``PyType_GenericAlloc`` for the tuple,
 ``PyLong_FromLongLong`` for the fixed fields, ``PyBytes_FromStringAndSize`` for the body straight
-from the buffer. A value equal to the previous message's (a timestamp of one batch, the topic,
+from the buffer, and the tuple's items stored the way ``PyTuple_SET_ITEM`` stores them (no call
+per item: ~17 % less than ``PyTuple_SetItem`` side by side). A value equal to the previous message's (a timestamp of one batch, the topic,
 the hosts of one producer, the properties of plain messages) is shared, not made again, as the
 Python reader shares them too. The tuples hold only str, int and bytes, which can never be part
 of a reference cycle, so they are taken off the garbage collector's lists at birth (CPython does
 the same for plain tuples of such values when it first meets them); the collector's passes over
 a million messages of a scan would otherwise cost a third as much as making them.
+
+``new_bytes`` hands out a bytes object whose bytes the caller fills (the batch reader packs a
+batch's records straight into the bytes its ``MessageBatch`` keeps).
 
 The kernel runs holding the GIL (no ``nogil``), on objects the caller keeps alive for the call,
 passed by address (``id``). Pure over buffers: no file I/O, no threads.
@@ -238,6 +242,21 @@ def make_messages(base, fields, first, count, cls, topic, topics, out):
         return -1
     return count
 
+
+
+@njit("int64(int64, int64[:, :], int64, int64, int64)", cache=True)
+def make_bodies(base, fields, first, count, out):
+    """The bodies alone of the field-table columns ``[first, first + count)``: a bytes object
+    each (straight from the buffer at ``base``) into ``out[0:count]`` (a list of that length,
+    passed by address), for a reader that wants only the bodies — no message tuple, no int
+    objects. Returns ``count``, or -1 if one could not be made (the Python error cleared)."""
+    for k in range(count):
+        c = first + k
+        body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
+        if body == 0 or _list_set(out, k, body) != 0:
+            _err_clear()
+            return -1
+    return count
 
 # A bytes object to fill: PyBytes_FromStringAndSize(NULL, n) leaves its n bytes unset, so a
 # compiled copy can write a batch's records straight into the object a MessageBatch keeps

@@ -129,8 +129,26 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     status = np.empty(n, np.uint8)
     fields = np.empty((rk.FIELDS, n), np.int64)
     name = _topic_array(topic)
-    runs = []
-    for lo, hi, seg in offset_runs(segments, offsets):
+    runs = offset_runs(segments, offsets)
+    if len(runs) == 1:   # the usual read, within one segment: one compiled call
+        _lo, _hi, seg = runs[0]
+        if seg is None or seg.closed:
+            return None
+        end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
+        try:
+            data = segment_map(seg)
+        except ValueError:   # closed by retention just now
+            return None
+        body_off = np.empty(n + 1, np.int64)
+        prop_off = np.empty(n + 1, np.int64)
+        good, bodies, props = ck.columns_at(
+            data, offsets - (seg.base_offset - HEADER_AREA), offsets, end, verify_crc, name,
+            queue_id, queue_offsets, fields, status, body_off, prop_off)
+        if good < n:
+            return None
+        return ColumnsRead(fields, bodies, body_off, props, prop_off)
+    parts = []
+    for lo, hi, seg in runs:
         if seg is None or seg.closed:
             return None
         end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
@@ -143,13 +161,13 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
                                          queue_offsets[lo:hi], fields[:, lo:hi], status[lo:hi])
         if good < hi - lo:
             return None
-        runs.append((lo, hi, data))
+        parts.append((lo, hi, data))
     body_off = np.empty(n + 1, np.int64)
     prop_off = np.empty(n + 1, np.int64)
     ck.section_offsets(fields, rk.F_BODY_AT, rk.F_BODY_END, body_off, prop_off)
     bodies = np.empty(int(body_off[-1]), np.uint8)
     props = np.empty(int(prop_off[-1]), np.uint8)
-    for lo, hi, data in runs:
+    for lo, hi, data in parts:
         ck.gather_sections(data, fields, lo, hi - lo, rk.F_BODY_AT, rk.F_BODY_END, body_off,
                            prop_off, bodies, props)
     return ColumnsRead(fields, bodies, body_off, props, prop_off)

@@ -12,6 +12,7 @@ import numpy as np
 
 from strata.errors import CorruptRecordError, InvalidInputError
 from strata.format.record import Host, StoredMessage, damaged_record_error  # noqa: F401
+from strata.format.record_batch import MessageBatch
 
 
 class PutStatus(enum.Enum):
@@ -315,3 +316,10 @@ class GetResult:
     @property
     def found(self) -> bool:
         return self.status is GetStatus.FOUND
+
+    def bodies(self) -> list[bytes]:
+        """The messages' bodies, in order — ``[m.body for m in messages]`` without making a
+        ``StoredMessage`` each when the messages are a batch not read yet (bytes objects
+        made in compiled code: ``MessageBatch.bodies``)."""
+        m = self.messages
+        return m.bodies() if isinstance(m, MessageBatch) else [x.body for x in m]
