@@ -197,6 +197,9 @@ class KafkaListener:
             _done, pending = await asyncio.wait(set(self._conns), timeout=STOP_GRACE_S)
             for t in pending:
                 t.cancel()
+        groups = self.broker.state.get("groups")
+        if groups is not None:       # memberships and commits still being written land first
+            await groups.close()
         seqs = self.broker.state.get("sequences")
         if seqs is not None:
             seqs.snapshot()          # a clean stop: the next start replays nothing
