@@ -48,6 +48,7 @@ INDEX_DIR = "index"
 
 # How often a read-only opener that found no writer looks again for one (a lock probe).
 WRITER_PROBE_S = 0.1
+FLUSH_WAIT_S = 60.0     # flush(): at most this long for the group commit to count the fsync
 
 
 def check_messages(path: str | os.PathLike, msgs: Sequence[Message],
@@ -622,7 +623,9 @@ class MessageStore:
             return self.confirmed_offset()
         flushed = self.log.flush(0)
         if self._group_commit is not None:
-            self._group_commit.wait_for(self.log.max_offset())
+            # until the group commit counts it too (readers see up to its offset): not the
+            # puts' sync_flush_timeout_ms, which a flush in progress can outlast under load
+            self._group_commit.wait_for(self.log.max_offset(), timeout=FLUSH_WAIT_S)
         return flushed
 
     def tier_sync(self, timeout_s: float = 60.0) -> None:
