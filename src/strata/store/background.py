@@ -15,6 +15,8 @@ from strata.store.retention import RetentionService
 
 log = logging.getLogger("strata.store.message_store")
 
+FLUSH_WAIT_S = 60.0     # flush(): at most this long for the group commit to count the fsync
+
 
 def start_services(store) -> None:
     cfg = store.config
@@ -137,7 +139,9 @@ def flush(store) -> int:
         return store.confirmed_offset()
     flushed = store.log.flush(0)
     if store._group_commit is not None:
-        store._group_commit.wait_for(store.log.max_offset())
+        # until the group commit counts it too (readers see up to its offset): not the
+        # puts' sync_flush_timeout_ms, which a flush in progress can outlast under load
+        store._group_commit.wait_for(store.log.max_offset(), timeout=FLUSH_WAIT_S)
     return flushed
 
 
