@@ -47,6 +47,10 @@ def test_acks_refuse_replaced_expired_and_repeated_handles(tmp_path):
     assert g.ack([_receipt(g, 0, new, 5000)], now_ms=4000) == [None]
     (again,) = g.ack([_receipt(g, 0, new, 5000)], now_ms=4000)
     assert "already acknowledged" in str(again)
+    (h2,) = g.pop("g", "t", 0, 0, [(1, 0)], 2, deadline_ms=9000)
+    twice = g.ack([_receipt(g, 1, h2, 9000)] * 2, now_ms=4000)     # the same one, one call
+    assert twice[0] is None and "already acknowledged" in str(twice[1])
+    assert 1 not in g.queue("g", "t", 0).in_flight
 
 
 def test_a_torn_tail_is_cut_off_and_the_records_before_it_kept(tmp_path):

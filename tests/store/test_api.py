@@ -519,15 +519,18 @@ def test_flush_makes_everything_visible_however_slow_the_disk(tmp_store_dir):
                                                            sync_flush_timeout_ms=1),
                          file_ops=fops)
     try:
-        fops.delay = 0.2
+        fops.stall()                                  # no fsync answers until released
         r = store.put(make_message(0))                # its fsync is under way ...
         rs = store.put_batch([make_message(i) for i in (1, 2)])    # ... when these come
         assert {x.status for x in [r, *rs]} == {strata.PutStatus.FLUSH_DISK_TIMEOUT}
+        fops.delay = 0.2
+        fops.release()
         store.flush()                                 # the disk is still slow
         assert store.confirmed_offset() == store.max_commitlog_offset()
         assert [m.body for m in store.scan()] == [body_for(i) for i in range(3)]
     finally:
         fops.delay = 0
+        fops.release()
         store.close()
 
 

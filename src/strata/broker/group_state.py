@@ -289,14 +289,17 @@ class ConsumerGroups:
         done: dict[QueueKey, dict[int, None]] = {}
         for r in receipts:
             key = (r.group, r.topic, r.queue_id)
+            offsets = done.get(key)
             try:
-                if r.queue_offset in done.get(key, ()):   # acked earlier in this call
+                if offsets is not None and r.queue_offset in offsets:   # acked in this call
                     raise self._not_in_flight(r)
                 self._live_delivery(r, now_ms)
             except InvalidReceiptHandleError as exc:
                 results.append(exc)
                 continue
-            done.setdefault(key, {})[r.queue_offset] = None
+            if offsets is None:
+                offsets = done[key] = {}
+            offsets[r.queue_offset] = None
             results.append(None)
         self._log_and_apply([_ack(key, offs) for key, offs in done.items()])
         return results

@@ -3,8 +3,8 @@ records strata keeps beside its data (the broker's consumer-group and held-messa
 the tier's metadata log), in the manner of LevelDB's ``log_writer`` / ``log_reader``.
 
 A journal is a header its owner chooses, then frames ``[u32 length][u32 crc32c][payload]``
-(little-endian; the CRC covers the payload; docs/format.md, "Broker state" and "Tier
-metadata"). A crash mid-append leaves at most one torn frame at the end: the reader stops at
+(little-endian; the CRC covers the payload; docs/format.md, sections 13 "Broker state"
+and 14 "Tier"). A crash mid-append leaves at most one torn frame at the end: the reader stops at
 the first frame whose length or CRC does not hold, tells a *reporter* where and why, and the
 writer cuts the file there before it appends again. What a payload means is the owner's
 business; an owner that finds a whole frame it cannot decode calls ``reject`` and the journal

@@ -17,13 +17,13 @@ import time
 import uuid
 from typing import Iterable
 
-from crc32c import crc32c
-
 from strata.errors import InvalidConfigError, StoreClosedError, StrataError
 from strata.files.io import fsync_dir
 from strata.format import refstore_record as rec
 
 from . import opening, snapshot
+from .apply import (OP_CONTAINS, OP_DELETE, OP_DYING, OP_REMOVE, OP_SYNC, OP_TERMINATE,
+                    OP_WRITE, apply_contains, apply_removes, apply_writes)
 from .cache import WriteBackCache
 from .client import OnDisk, StoreClient
 from .files import CurrentFile, FileReaders, lock_directory
@@ -38,10 +38,9 @@ from .summary import FileInfo, FileSummary
 
 log = logging.getLogger(__name__)
 
-_ALL_TRUE = object()   # marker: no write of the batch was cancelled
-
-# op codes on the server queue
-_W, _R, _C, _T, _DYING, _DEL, _SYNC = range(7)
+# op codes on the server queue (strata.refstore.apply)
+_W, _R, _C, _T, _DYING, _DEL, _SYNC = (OP_WRITE, OP_REMOVE, OP_CONTAINS, OP_TERMINATE, OP_DYING,
+                                       OP_DELETE, OP_SYNC)
 
 
 class RefStore:
@@ -332,13 +331,13 @@ class RefStore:
     def _apply(self, op, after: list) -> None:
         code = op[0]
         if code == _W:
-            self._apply_writes(op[1], op[2], op[3])
+            apply_writes(self, op[1], op[2], op[3])
             self._in_flight -= op[4]
             self._changed.notify_all()
         elif code == _R:
-            self._apply_removes(op[1], op[2])
+            apply_removes(self, op[1], op[2])
         elif code == _C:
-            self._apply_contains(op[1], op[2], op[3])
+            apply_contains(self, op[1], op[2], op[3])
         elif code == _T:
             self._sync_waiters.append(op[2])
         elif code == _SYNC:
@@ -362,128 +361,6 @@ class RefStore:
         if self._confirm_due is None:
             self._confirm_due = time.monotonic() + self.sync_interval
         return s
-
-    def _apply_writes(self, client: StoreClient, ids: list, bodies: list) -> None:
-        applies = self._flying.server_write_many(client.ref, ids)
-        index = self._index
-        index.prefetch(ids)
-        mark = client.dying_mark
-        confirms = self._want_confirm(client)
-        if applies is None:
-            applies = _ALL_TRUE
-        cache = self._cache._d
-        cache_bytes = 0
-        files = self._summary.files
-        summary = self._summary
-        limit = self.file_size_limit
-        cur = self._cur
-        cur_info = files[cur.number]
-        number = cur.number
-        buf = cur.buffer
-        d = index._d
-        get = index.get if index._base_left else d.get
-        pack_head = rec.HEADER.pack
-        pack_trailer = rec.TRAILER.pack
-        added = 0
-        k = -1
-        for m, b in zip(ids, bodies):
-            k += 1
-            if applies is not _ALL_TRUE and not applies[k]:
-                self.writes_eliminated += 1
-            else:
-                e = get(m)
-                if mark is not None and (e is None or (e[FILE], e[OFFSET]) >= mark):
-                    self.writes_ignored += 1
-                elif e is not None and e[REF] > 0:
-                    e[REF] += 1
-                else:
-                    if e is not None:            # kept at ref 0 for a late fan-out write
-                        info = files.get(e[FILE])
-                        if info is not None and not info.locked:
-                            e[REF] = 1
-                            info.valid += e[SIZE]
-                            summary.sum_valid += e[SIZE]
-                            e = True
-                        else:
-                            index.delete(m)      # its copy is being collected: write again
-                            e = None
-                    if e is None:
-                        n = len(b)
-                        total = n + 25
-                        off = cur.size
-                        if off + total > limit and off > 0:
-                            cur_info.valid += added
-                            cur_info.size += added
-                            summary.sum_valid += added
-                            summary.sum_size += added
-                            added = 0
-                            self._roll()
-                            cur = self._cur
-                            cur_info = files[cur.number]
-                            number = cur.number
-                            buf = cur.buffer
-                            off = 0
-                        head = pack_head(n + 16, m)
-                        buf += head
-                        buf += b
-                        buf += pack_trailer(crc32c(b, crc32c(head)), 0xFF)
-                        cur.size = off + total
-                        d[m] = [1, number, off, total]
-                        added += total
-                        if len(buf) >= cur.buffer_limit:
-                            cur.flush()
-                            buf = cur.buffer
-            ce = cache[m]
-            if ce[1] == 1:
-                del cache[m]
-                cache_bytes += len(ce[0])
-            else:
-                ce[1] -= 1
-            if confirms is not None:
-                confirms.add(m)
-        cur_info.valid += added
-        cur_info.size += added
-        summary.sum_valid += added
-        summary.sum_size += added
-        self._cache.bytes -= cache_bytes
-
-    def _apply_removes(self, client: StoreClient, ids: list) -> None:
-        get = self._index.get
-        files = self._summary.files
-        summary = self._summary
-        mark = client.dying_mark
-        cur_number = self._cur.number
-        emptied = False
-        for m in ids:
-            e = get(m)
-            if e is None or e[REF] == 0:
-                if mark is None:
-                    self.removes_ignored += 1
-                continue
-            if mark is not None and (e[FILE], e[OFFSET]) >= mark:
-                continue
-            info = files[e[FILE]]
-            if info.locked:
-                self._parked.append((info.number, (_R, client, [m])))
-                continue
-            e[REF] -= 1
-            if e[REF] == 0:
-                info.valid -= e[SIZE]
-                summary.sum_valid -= e[SIZE]
-                if info.valid == 0 and info.number != cur_number:
-                    emptied = True
-        self._maybe_gc(emptied)
-
-    def _apply_contains(self, client: StoreClient, msg_id: bytes, reply: _Reply) -> None:
-        e = self._index.get(msg_id)
-        if e is None or e[REF] == 0:
-            reply.set(False)
-            return
-        info = self._summary.files[e[FILE]]
-        if info.locked:       # a remove parked behind the GC must not be overtaken
-            self._parked.append((info.number, (_C, client, msg_id, reply)))
-            return
-        reply.set(True)
 
     def _roll(self) -> None:
         """Close the current file and start the next one (lock held, server thread)."""
