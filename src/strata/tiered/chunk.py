@@ -76,7 +76,7 @@ def build_chunk(log: CommitLog, topic: str, queue_id: int, first: int,
     key_off = np.empty(cap, np.int64)
     nkeys = 0
     touched: list = []
-    for lo, hi, seg in segment_runs(list(log.segments.segments), phys):
+    for lo, hi, seg in segment_runs(log.segment_list(), phys):
         if seg is None or seg.closed:
             raise ValueError(f"commit-log offset {int(phys[lo])} is no longer stored")
         pos = phys[lo:hi] - seg.base_offset
