@@ -1,6 +1,5 @@
 """Many topics and groups: /topics and /groups render one page at a time, filtered and
-sorted on the server over all of them, and the numbers stay exact after new messages (a
-writer's reused queue reading is read again once the store changed)."""
+sorted on the server over all of them; the API answers stay whole."""
 
 from __future__ import annotations
 
