@@ -12,6 +12,8 @@ import stat
 import subprocess
 import sys
 import textwrap
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import strata
@@ -80,6 +82,24 @@ def test_topics_and_reset_through_the_running_broker(tmp_path: Path, served) -> 
     doc = json.loads(admin.read_text())
     assert doc["pid"] == b.proc.pid and doc["url"].startswith("http://127.0.0.1:")
     assert stat.S_IMODE(admin.stat().st_mode) == 0o600
+
+    # the API itself: a wrong token, an unknown operation, a body that is not JSON, bad input
+    def post(path: str, body: bytes, token: str = doc["token"]) -> tuple[int, dict]:
+        req = urllib.request.Request(doc["url"] + path, data=body, method="POST",
+                                     headers={"X-Strata-Admin-Token": token})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+    assert post("/topics/create", b'{"topic": "x"}', token="0" * 64)[0] == 403
+    assert post("/nothing", b"{}")[0] == 404
+    status, got = post("/topics/create", b"{not json")
+    assert status == 400 and "not JSON" in got["error"]
+    status, got = post("/topics/create", b'{"topic": "bad name"}')
+    assert status == 400 and "InvalidTopicError" in got["error"]
+    status, got = post("/groups/reset", b'{"group": "g", "topic": "seed"}')
+    assert status == 400 and "offset or a time" in got["error"]
 
     made = strata_cli("topics", "create", d, "payments", "--queues", "2")
     assert made.returncode == 0, made.stderr
