@@ -5,7 +5,9 @@
                           [--flush async,sync] [--partitions P] [--profile SECONDS]
                           [--peers nats]
 
-For each flush mode, size and producer count a fresh store is served on 127.0.0.1; the
+For each flush mode, size and producer count a fresh store is served on 127.0.0.1; after
+an untimed warm-up (20,000 messages produced and consumed on another topic: numba's cached
+kernels load on first use, 0.1-0.3 s each, a one-time cost that is not a message's) the
 producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
 compression: the broker's own work is measured), then one consumer reads them all with
 assign() from the beginning. Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from
@@ -103,6 +105,9 @@ c.close()
 SMALL = ("index_slots=65536", "index_entries=262144", "prefault=false")
 
 
+WARMUP = 20_000      # messages produced and consumed on another topic before the timed phases
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -185,7 +190,7 @@ def case(root: Path, flush: str, size: int, producers: int, messages: int, parts
          profile: float, extra_env: dict | None = None, pace: float = 0) -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
     then consume; returns (and prints) its rows."""
-    extra_env = extra_env or {}
+    extra_env = dict(extra_env or {})
     rows: list[dict] = []
     store = root / f"store-{flush}-{size}-{producers}-{pace:g}"
     prof = extra_env.pop("STRATA_CPROFILE", None)
@@ -211,8 +216,21 @@ def case(root: Path, flush: str, size: int, producers: int, messages: int, parts
     subprocess.run([sys.executable, "-c", f'''
 from confluent_kafka.admin import AdminClient, NewTopic
 a = AdminClient({{"bootstrap.servers": "{boot}"}})
-[f.result(30) for f in a.create_topics([NewTopic("{topic}", {parts}, 1)]).values()]
+[f.result(30) for f in a.create_topics([NewTopic("{topic}", {parts}, 1),
+                                        NewTopic("warmup", {parts}, 1)]).values()]
 '''], check=True, timeout=60)
+    # untimed warm-up: the one-time costs (numba's cached kernels load on first use, the
+    # response encoder's buffer grows) are not what a message costs
+    warm = subprocess.Popen([sys.executable, "-c", PRODUCER, boot, "warmup", str(WARMUP),
+                             str(size), str(parts), "0"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert warm.stdout.readline().startswith("READY")
+    warm.stdin.write("go\n")
+    warm.stdin.flush()
+    result(warm)
+    result(subprocess.Popen([sys.executable, "-c", CONSUMER, boot, "warmup", str(WARMUP),
+                             str(parts)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True))
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
                                str(size), str(parts), str(pace / producers)], stdin=subprocess.PIPE,
@@ -312,14 +330,15 @@ def main() -> None:
     ratios(rows)
 
 
-def cprofile_top(path: Path, n: int = 25) -> list:
+def cprofile_top(path: Path, n: int = 40) -> list:
     """[function, own seconds, cumulative seconds] of the broker's profile, most own first."""
     import pstats
     try:
         st = pstats.Stats(str(path))
     except (OSError, TypeError, EOFError):
         return []
-    items = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:n]
+    key = 3 if os.environ.get("CPROFILE_SORT") == "cumulative" else 2
+    items = sorted(st.stats.items(), key=lambda kv: -kv[1][key])[:n]
     return [[f"{Path(f).name}:{line}:{fn}", round(tt, 3), round(ct, 3)]
             for (f, line, fn), (_cc, _nc, tt, ct, _callers) in items]
 

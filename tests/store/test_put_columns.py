@@ -191,3 +191,32 @@ def test_put_many_under_sync_flush_is_one_fsync(tmp_path):
         assert s._group_commit.fsyncs - before == 1
         assert [r[0].queue_offset for r in got] == [1, 0, 0, 0, 50]
         assert all(r.ok for r in got)
+
+
+def test_put_many_a_failure_after_an_appended_item_answers_the_rest_only(tmp_path, monkeypatch):
+    """A store failure (here the commit log's append, e.g. an I/O error) while appending the
+    second item: the first item is written and answered as stored, the failed one and those
+    after it get the error — so nothing answered as failed was written."""
+    with strata.open(tmp_path / "s", config()) as s:
+        s.create_topic("t", queues=2)
+        real = s.log.append_headers
+        calls = []
+
+        def flaky(*a, **kw):
+            calls.append(1)
+            if len(calls) == 2:
+                raise OSError(5, "injected I/O error")
+            return real(*a, **kw)
+        monkeypatch.setattr(s.log, "append_headers", flaky)
+        got = s.put_many([strata.ColumnBatch("t", q, [b"m%d" % i for i in range(40)])
+                          for q in (0, 1, 0)])
+        assert got[0].ok and [r.queue_offset for r in got[0]][:2] == [0, 1]
+        assert isinstance(got[1], OSError) and got[2] is got[1]
+        settle(s)
+        assert len(s.get("t", 0, 0, 100).messages) == 40
+        assert s.get("t", 1, 0, 100).messages == []
+        monkeypatch.setattr(s.log, "append_headers", real)
+        with pytest.raises(OSError):        # the first item failing: the put fails whole
+            monkeypatch.setattr(s.log, "append_headers", lambda *a, **k: (_ for _ in ()).throw(
+                OSError(5, "injected")))
+            s.put_many([strata.ColumnBatch("t", 0, [b"x"] * 40)])

@@ -154,7 +154,7 @@ def put_prepared_many(store, items: Sequence[tuple]) -> list:
                 errno.ENOSPC, f"store {store.path}: the disk is full ({why}); puts are "
                 "refused until space is freed (stored data is safe; delete_topic and "
                 "clean_expired make room)")
-        for i, batch, msgs in work:
+        for w, (i, batch, msgs) in enumerate(work):
             # Nothing shared changes before the append, so a refused message leaves no trace.
             try:
                 updates, rr_local, new_topics = batch.choose_queues(
@@ -163,19 +163,29 @@ def put_prepared_many(store, items: Sequence[tuple]) -> list:
             except InvalidInputError as exc:
                 out[i] = exc
                 continue
-            for topic, n_q in new_topics.items():
-                store.topic_table.ensure(topic, n_q, since=store.log.max_offset())
-            # What dispatch will need exists before the put is acknowledged (a full disk
-            # refuses the put here, not the consume queue after it was acknowledged).
-            for (topic, qid), nxt in updates.items():
-                store.queues.reserve(topic, qid, store._queue_next.get((topic, qid), 0), nxt)
-            store.key_index.ensure_spare()
-            store_ts = max(now_ms(), store.log.last_store_timestamp)
-            if batch.columnar:
-                offsets = store.log.append_headers(batch.headers(), batch.record_bytes(),
-                                                  store_ts)
-            else:
-                offsets = store.log.append_batch(batch.records(), store_ts)
+            try:
+                for topic, n_q in new_topics.items():
+                    store.topic_table.ensure(topic, n_q, since=store.log.max_offset())
+                # What dispatch will need exists before the put is acknowledged (a full disk
+                # refuses the put here, not the consume queue after it was acknowledged).
+                for (topic, qid), nxt in updates.items():
+                    store.queues.reserve(topic, qid, store._queue_next.get((topic, qid), 0),
+                                         nxt)
+                store.key_index.ensure_spare()
+                store_ts = max(now_ms(), store.log.last_store_timestamp)
+                if batch.columnar:
+                    offsets = store.log.append_headers(batch.headers(), batch.record_bytes(),
+                                                      store_ts)
+                else:
+                    offsets = store.log.append_batch(batch.records(), store_ts)
+            except Exception as exc:
+                if not appended:
+                    raise               # nothing written: the caller's put failed whole
+                # the items already appended are answered below (after their group
+                # commit); this one and the rest get the failure
+                for j, _b, _m in work[w:]:
+                    out[j] = exc
+                break
             store._queue_next.update(updates)
             store._round_robin.update(rr_local)
             appended.append((i, batch, msgs, offsets, store_ts))

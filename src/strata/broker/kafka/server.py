@@ -179,6 +179,10 @@ class KafkaListener:
         from strata.broker.kafka.idempotence import sequences
         sequences(self.broker)       # producer state loaded (and replayed) before serving
         self.broker.start()
+        # the compiled record-batch codec loads off the loop meanwhile (a request that
+        # arrives first waits for it inside numba, as it would have loaded it itself)
+        from strata.broker.kafka.record_batch import warm
+        self._warm = asyncio.get_running_loop().run_in_executor(None, _warm_quietly, warm)
         self._server = await asyncio.start_server(self._accept, sock=self._sock,
                                                   ssl=self.ssl, limit=1 << 20)
 
@@ -275,6 +279,14 @@ async def _read_frames(broker: KafkaBroker, conn: KafkaConnection,
         # authorize.call: the handler, as --acl allows (the gate before SASL, topic rights)
         task = asyncio.ensure_future(authorize.call(ctx, reg, request))
         await queue.put((ctx, task))
+
+
+def _warm_quietly(warm) -> None:
+    try:
+        warm()
+    except Exception:  # noqa: BLE001 - only a head start: the requests load it anyway
+        log.warning("kafka: loading the compiled record-batch codec ahead failed",
+                    exc_info=True)
 
 
 def _unsupported_versions(header: api.RequestHeader) -> bytes:
