@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable
 
 from strata.broker.group_state import Committed, ConsumerGroups
 from strata.errors import InvalidInputError, StrataError
+from strata.files.io import file_ops
 from strata.format.record import encode_topic
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ class AdminServer:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f)
-        os.replace(tmp, self.path)
+        file_ops().replace(tmp, self.path)   # readers see the whole file or none
 
     async def close(self) -> None:
         try:
