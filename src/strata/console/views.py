@@ -106,10 +106,10 @@ class ConsoleData:
         last reading is still exact, so a page reuses it instead of reading 8,000 queues
         again (None: no such key, for a reader or a tiered store, which read afresh)."""
         s = self.store
-        reput = getattr(s, "_reput", None)
-        if s.readonly or s.config.tier_url is not None or reput is None:
+        if s.readonly or s.config.tier_url is not None:
             return None
-        return (reput.reput_offset, s.log.min_offset(), tuple(s.topic_table.queues.items()))
+        return (s.dispatched_offset(), s.min_commitlog_offset(),
+                tuple(s.topic_table.queues.items()))
 
     def _read_rows(self) -> list[tuple[str, int, int, int]]:
         s = self.store
