@@ -3,7 +3,7 @@
 
     python bench/kafka_broker.py [--messages N] [--sizes 100,1024] [--producers 1,4]
                           [--flush async,sync] [--partitions P] [--profile SECONDS]
-                          [--peers nats]
+                          [--cprofile] [--pace MSGS_PER_S] [--peers rabbitmq,nats]
 
 For each flush mode, size and producer count a fresh store is served on 127.0.0.1; after
 an untimed warm-up (20,000 messages produced and consumed on another topic: numba's cached
@@ -18,10 +18,18 @@ py-spy for S seconds of the produce and of the consume phase and prints rows ``o
 (``phase``) with the
 functions its samples were in (self time, percent), to see what limits it.
 
-``--peers nats`` also runs NATS JetStream (file storage, nats-py's async publish with a
-window of 1000 PubAcks, pull consumer) in the same run through the shared peer script
-/work/shared/peers/bench_nats_jetstream.py (Debian's nats-server; ``pip install nats-py``),
-and relays its rows tagged ``"system": "nats-jetstream"``; read the two side by side.
+Rows also carry the clients' CPU per message, ``cpu_ceiling_msgs_per_s`` (cores ÷ broker +
+client CPU per message) and, under ``--flush sync``, the store's ``fsyncs`` and
+``msgs_per_fsync``; p50/p99 produce latency only with ``--pace`` (unpaced, each producer
+enqueues its whole share at once and asks librdkafka for error-only delivery reports).
+
+``--peers rabbitmq,nats`` runs, in the same run after strata's cases, RabbitMQ classic and
+streams (``bench/rabbitmq_peer.py``: its own node, pika with persistent messages and
+confirms; ``rstream``) and NATS JetStream (the shared peer script
+/work/shared/peers/bench_nats_jetstream.py: Debian's nats-server, nats-py, 1,000,000
+messages), relays their rows (``system`` rabbitmq-classic / rabbitmq-stream /
+nats-jetstream) and ends with ``op: ratio`` rows: strata's best async rate ÷ each peer's, with
+the issue's goal (×2 stream, ×2 NATS, ×10 classic).
 """
 
 from __future__ import annotations
@@ -43,9 +51,12 @@ import sys, time, json
 from confluent_kafka import Producer
 boot, topic, n, size, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 pace = float(sys.argv[6])      # messages per second (0: as fast as produce() takes them)
+# unpaced: librdkafka reports failed deliveries only (every message is still acked by the
+# broker, flush() waits for all; a Python callback per message would double the client's
+# CPU); paced: a report per message, for its latency
 p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5,
               "batch.size": 1000000, "queue.buffering.max.messages": 1000000,
-              "enable.idempotence": False})
+              "enable.idempotence": False, "delivery.report.only.error": not pace})
 body = b"x" * size
 errs = [0]
 lat = []
@@ -253,8 +264,9 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                        msgs_per_s=round(sent / el), mib_per_s=round(sent * size / el / 2**20, 1),
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / sent * 1e6, 2),
                        errors=sum(r["errors"] + r["left"] for r in res),
-                       p50_ms=round(1e3 * max(r["p50"] for r in res), 2),
-                       p99_ms=round(1e3 * max(r["p99"] for r in res), 2),
+                       **(dict(p50_ms=round(1e3 * max(r["p50"] for r in res), 2),
+                               p99_ms=round(1e3 * max(r["p99"] for r in res), 2))
+                          if pace else {}),
                        client_cpu_us_per_msg=round(sum(r["cpu"] for r in res) / sent * 1e6, 2))
     ceiling(produce_row)
     spy_report(spy, tag, "produce")
