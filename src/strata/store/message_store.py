@@ -240,6 +240,7 @@ class MessageStore:
 
     wait_dispatched = background.wait_dispatched
     wait_index_rebuilt = background.wait_index_rebuilt
+    wait_repaired = background.wait_repaired
     dispatch_behind_bytes = background.dispatch_behind_bytes
     flush = background.flush
     tier_sync = background.tier_sync
