@@ -70,17 +70,16 @@ def child_store(directory: Path, messages: int) -> dict:
 
 def child_spark(directory: Path, rows: int) -> dict:
     import strata
-    from pyspark.sql import SparkSession
+    from strata.spark.jobs import spark_session
     with strata.open(directory, strata.StoreConfig(default_queues=8)) as store:
         store.create_topic("sp", 8)
         body = os.urandom(100)
         for i in range(0, rows, 1000):
             store.put_batch([strata.Message("sp", body) for _ in range(1000)])
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = spark_session("local[2]", "strata-ab")
     try:
-        read = lambda: spark.read.format("strata").option("topic", "sp") \
-            .load(str(directory)).write.format("noop").mode("overwrite").save()
+        read = lambda: spark.read.format("strata").option("path", str(directory)) \
+            .option("subscribe", "sp").load().write.format("noop").mode("overwrite").save()
         read()   # warm-up: the JVM and the Python workers
         t = time.perf_counter()
         read()
@@ -94,7 +93,7 @@ def run_child(tree: Path, part: str, size: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="ab-store-") as d:
         out = subprocess.run([sys.executable, __file__, "--child", part, "--size", str(size),
                               "--dir", str(Path(d) / "s")], env=env, check=True,
-                             capture_output=True, text=True).stdout
+                             stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

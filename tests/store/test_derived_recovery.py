@@ -129,9 +129,8 @@ def test_power_loss_of_units_after_the_checkpoint(tmp_store_dir):
 def test_writer_get_reports_a_damaged_unit_and_the_writer_rederives_it(tmp_store_dir):
     """A unit damaged under a running writer (its offset lost, its size kept) leads to the
     record at commit-log offset 0, pay's message 0. Reads never write: get passes over the
-    unit and reports it; the writer re-derives it from the log off the read path (at the
-    latest when it closes), so after a reopen get serves the right message and the unit's
-    bytes are the good ones again."""
+    unit and reports it; the writer's background service re-derives it from the log, and
+    then get serves the right message and the unit's bytes are the good ones again."""
     with strata.open(tmp_store_dir, config()) as store:
         for t in TOPICS:
             store.create_topic(t, 1)
@@ -144,23 +143,25 @@ def test_writer_get_reports_a_damaged_unit_and_the_writer_rederives_it(tmp_store
         assert [m.queue_offset for m in r.messages] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
         assert [(c.queue_offset, c.commitlog_offset) for c in r.corrupt] == [(3, 0)]
         assert "another record" in r.corrupt[0].reason
-    assert qfile.read_bytes()[unit_at(3):unit_at(4)] == good
-    with strata.open(tmp_store_dir, config()) as store:
+        assert store.wait_repaired()
+        assert qfile.read_bytes()[unit_at(3):unit_at(4)] == good
         r = store.get("pay", 0, 0, 10)
         assert [m.body for m in r.messages] == [body_for(s) for s in acked["pay"][:10]]
         assert [m.queue_offset for m in r.messages] == list(range(10)) and not r.corrupt
 
 
-def test_a_read_never_writes_a_queue_file(tmp_store_dir, monkeypatch):
-    """get over a damaged unit leaves every file as it was: the repair waits for the
-    writer's background service (here kept from running) or its close."""
+def test_a_read_never_writes_and_close_repairs_what_reads_found(tmp_store_dir, monkeypatch):
+    """get over a damaged unit leaves every file as it was (the writer's background repair
+    is kept from running here); the writer's close re-derives the unit before its
+    checkpoint, so the next open serves every message."""
     with strata.open(tmp_store_dir, config()) as store:
         for t in TOPICS:
             store.create_topic(t, 1)
-        put(store, range(20))
+        acked = put(store, range(20))
         assert store.wait_dispatched()
         monkeypatch.setattr(store.repairs, "run", lambda s: 0)   # no background repair
         qfile = queue_file(tmp_store_dir, "pay")
+        good = qfile.read_bytes()[unit_at(3):unit_at(4)]
         zero_range(qfile, unit_at(3), unit_at(3) + 8)
         damaged = qfile.read_bytes()
         for _ in range(3):
@@ -169,6 +170,11 @@ def test_a_read_never_writes_a_queue_file(tmp_store_dir, monkeypatch):
         assert store.repairs.pending() == 1
         assert qfile.read_bytes() == damaged
         monkeypatch.undo()
+    assert qfile.read_bytes()[unit_at(3):unit_at(4)] == good
+    with strata.open(tmp_store_dir, config()) as store:
+        r = store.get("pay", 0, 0, 10)
+        assert [m.body for m in r.messages] == [body_for(s) for s in acked["pay"][:10]]
+        assert not r.corrupt
 
 
 def test_writer_get_never_serves_another_units_record(tmp_store_dir):

@@ -37,6 +37,7 @@ def start_services(store) -> None:
                                       interval_ms=cfg.flush_interval_ms,
                                       least_pages=cfg.flush_least_pages,
                                       thorough_ms=cfg.flush_thorough_interval_ms)
+    store.repairs.wake = store._flusher.wakeup   # units reads found damaged: soon
     store._flusher.start()
     store._reput.start()
     if store._index_rebuild is not None:
@@ -112,6 +113,18 @@ def wait_dispatched(store, timeout: float = 30.0) -> bool:
             return False
         time.sleep(0.001)
     return True
+
+
+def wait_repaired(store, timeout: float = 30.0) -> bool:
+    """Block until the writer has re-derived the consume-queue units reads found leading to
+    another record (reads never write: they report such a unit in ``corrupt``, pass over it
+    and leave its repair to the writer's background service); a reader may then read them
+    again. True when none wait (always, on a read-only opener)."""
+    store._check_open()
+    if store.readonly or store._flusher is None:
+        return True
+    store._flusher.wakeup()
+    return store.repairs.wait(timeout)
 
 
 def wait_index_rebuilt(store, timeout: float | None = None) -> bool:

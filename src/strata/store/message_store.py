@@ -250,6 +250,7 @@ class MessageStore:
     wait_dispatched = background.wait_dispatched
     dispatched_offset = background.dispatched_offset
     wait_index_rebuilt = background.wait_index_rebuilt
+    wait_repaired = background.wait_repaired
     dispatch_behind_bytes = background.dispatch_behind_bytes
     flush = background.flush
     tier_sync = background.tier_sync

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Callable
 
 from strata.index.queue_recovery import rederive_unit
 
@@ -20,16 +21,27 @@ class UnitRepairs:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._pending: set[tuple[str, int, int]] = set()
+        self._running = 0
+        self.wake: Callable[[], None] | None = None   # the writer's service that runs them
 
     def request(self, topic: str, queue_id: int, queue_offset: int) -> None:
         """A read found the unit of ``queue_offset`` leading to another record."""
         with self._lock:
             if len(self._pending) < MAX_PENDING:
                 self._pending.add((topic, queue_id, queue_offset))
+        if self.wake is not None:
+            self.wake()
 
     def pending(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + self._running
+
+    def wait(self, timeout: float) -> bool:
+        """Block until no unit waits for repair (run by another thread); False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._pending and not self._running,
+                                          timeout)
 
     def run(self, store) -> int:
         """Re-derive every waiting unit from the log (the writer, off the read path);
@@ -37,6 +49,15 @@ class UnitRepairs:
         it is, and reads go on reporting it."""
         with self._lock:
             todo, self._pending = sorted(self._pending), set()
+            self._running += 1
+        try:
+            return self._run(store, todo)
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+    def _run(self, store, todo: list[tuple[str, int, int]]) -> int:
         fixed = 0
         for topic, queue_id, q in todo:
             cq = store.queues.get(topic, queue_id)
