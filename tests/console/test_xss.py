@@ -202,6 +202,13 @@ def test_kafka_group_member_and_client_names_are_shown_as_text(tmp_path: Path, s
         groups = page.text_content("#topic-groups")
         assert PAYLOADS[0] in groups and PAYLOADS[4] in groups
         _no_script_ran(page)
+        # a group's link on the topic page leads to that group's section, name intact
+        page.click(f"#topic-groups a.group:text-is('{PAYLOADS[4]}')")
+        page.wait_for_selector("section.group.kafka")
+        assert page.locator("section.group.kafka").count() == 1
+        assert page.locator("section.group.kafka h2").text_content().startswith(PAYLOADS[4])
+        assert page.input_value("#group-q") == PAYLOADS[4]
+        _no_script_ran(page)
     finally:
         stop.touch()
         proc.wait(60)
