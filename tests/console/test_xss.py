@@ -143,6 +143,7 @@ def test_kafka_group_member_and_client_names_are_shown_as_text(tmp_path: Path, s
     import re
     import subprocess
     import sys
+    import time
 
     from console_support import SMALL_STORE, Served
 
@@ -192,8 +193,16 @@ def test_kafka_group_member_and_client_names_are_shown_as_text(tmp_path: Path, s
         members = " ".join(sections.locator("ul.members").all_text_contents())
         for p in (PAYLOADS[1], m0["member_id"], PAYLOADS[2], PAYLOADS[3], m1["member_id"]):
             assert p in members
-        # the lag chart names the groups too (its legend is built by the script)
+        # the lag chart names the groups too (its legend is built by the script): once the
+        # console's once-a-second sampler has seen both groups (no event announces it)
+        deadline = time.monotonic() + 30
+        while set(b.api("/api/groups?per_page=1")["history"]["lag"]) != set(kafka):
+            assert time.monotonic() < deadline, "the sampler never saw the Kafka groups"
+            time.sleep(0.2)
+        page.reload()
         page.wait_for_selector("#chart-lag canvas")
+        legend = page.text_content("#chart-lag .u-legend")
+        assert PAYLOADS[0] in legend and PAYLOADS[4] in legend
         _no_script_ran(page)
         page.goto(b.url + "/groups?q=" + q)          # one group's own section
         assert page.locator("section.group.kafka").count() == 1
