@@ -141,6 +141,9 @@ class Console:
 def pages(topics: int) -> list[str]:
     return ["/", "/topics", "/topics/topic-0000", "/groups", "/messages?topic=topic-0000&key=x",
             "/api/overview", "/api/topics", "/api/groups", "/api/topics/topic-0000",
+            # paged answers (whole ones above, as callers without paging parameters get)
+            "/api/topics?per_page=200&sort=messages&order=desc", "/api/groups?per_page=1",
+            "/api/groups?per_page=20",
             "/api/messages?topic=topic-0000&queue=0&limit=50"]
 
 

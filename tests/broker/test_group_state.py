@@ -347,3 +347,25 @@ def test_every_record_kind_encodes_from_its_record_and_back(kind):
     back = jr.decode_payload(data[jr.RECORD_HEAD.size:])
     assert len(data) == jr.RECORD_HEAD.size + length and back.kind is kind
     assert jr.encode(back) == data
+
+
+def test_a_journal_replayed_without_opening_it_has_every_kind_of_state(tmp_path):
+    """The console reads a running broker's journal whole and replays it in memory
+    (``ConsumerGroups.replayed``): pops, resets, Kafka commits and membership images all
+    come back as the broker holds them, in a state with no journal to write to."""
+    from strata.broker.group_state import Committed
+    g = ConsumerGroups(tmp_path)
+    g.reset_offset("billing", "orders", 0, 3)
+    image = b"\x00\x01membership"
+    g.journal.append(jr.encode_members("analytics", image))
+    g.apply_membership("analytics", image)
+    g.journal.append(g.commit("analytics", [("clicks", 1, Committed(7, commit_ms=5))]))
+    data = (tmp_path / JOURNAL_NAME).read_bytes()
+    records, _end = jr.read_records(data)
+    r = ConsumerGroups.replayed(records)
+    assert r.memberships == g.memberships == {"analytics": image}
+    assert r.committed_offsets("analytics") == g.committed_offsets("analytics")
+    assert r.committed_offsets("analytics")[("clicks", 1)].offset == 7
+    assert r.queues[("billing", "orders", 0)].commit_offset() == 3
+    assert r.journal is None
+    g.close()

@@ -117,6 +117,24 @@ class ConsumerGroups:
 
     def __init__(self, directory: Path, journal: jr.Journal | None = None) -> None:
         self.journal = journal or jr.Journal(directory / JOURNAL_NAME)
+        self._init_state()
+        for rec in self.journal.open():
+            self._apply(rec)
+        self.compact()
+
+    @classmethod
+    def replayed(cls, records: list[jr.JournalRecord]) -> "ConsumerGroups":
+        """The state ``records`` describe, without a journal: for a reader of a journal that
+        a broker owns (the console); writing to it fails, as it must."""
+        groups = cls.__new__(cls)
+        groups.journal = None
+        groups._init_state()
+        for rec in records:
+            groups._apply(rec)
+        return groups
+
+    def _init_state(self) -> None:
+        """The empty state (every attribute ``_apply`` touches), before any record."""
         self.queues: dict[QueueKey, QueueState] = {}
         self.next_handle_id = 1
         # client id -> the deliveries renewed for it (queue and offset -> handle id); an item
@@ -130,9 +148,6 @@ class ConsumerGroups:
         # compaction waits for them: it would write the state without them, over the file
         # that holds them)
         self.writing = 0
-        for rec in self.journal.open():
-            self._apply(rec)
-        self.compact()
 
     # ------------------------------------------------------------------ log and apply
 

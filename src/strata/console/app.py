@@ -23,7 +23,7 @@ import jinja2
 from aiohttp import web
 
 from strata.console.views import ConsoleData, is_internal
-from strata.errors import StrataError
+from strata.errors import InvalidInputError, StrataError
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,10 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 DATA_KEY = web.AppKey("data", ConsoleData)
 ENV_KEY = web.AppKey("env", jinja2.Environment)
 ACTIONS_ON_KEY = web.AppKey("actions_on", bool)
+
+TOPIC_PAGE = 200      # topic rows a page renders: 1,000 rows cost ~50 ms to render, ~1 s to load
+GROUP_PAGE = 20       # (group, topic) sections a page renders, each a table of its queues
+TOPIC_SORTS = {"topic", "type", "queues", "messages", "min_offset", "max_offset", "rate_in"}
 
 
 def _fmt_ms(ms: int | None) -> str:
@@ -124,9 +128,57 @@ async def api_overview(request: web.Request) -> web.Response:
     return _json(await _off_loop(request, d.overview))
 
 
+API_MAX_PER_PAGE = 1000   # rows one API answer holds at most when paged
+
+
+def _api_int(query, name: str, lo: int, hi: int) -> int | None:
+    """``query[name]`` as an int in ``lo..hi``, None when absent; InvalidInputError (a 400
+    naming the parameter) otherwise: the API says what is wrong where a page would clamp."""
+    raw = query.get(name)
+    if raw is None:
+        return None
+    try:
+        v = int(raw)
+    except ValueError:
+        raise InvalidInputError(f"{name}={raw[:40]!r} is not an integer") from None
+    if not lo <= v <= hi:
+        raise InvalidInputError(f"{name}={v} is out of range ({lo}..{hi})")
+    return v
+
+
+def _api_choice(query, name: str, allowed, default: str) -> str:
+    raw = query.get(name, default)
+    if raw not in allowed:
+        raise InvalidInputError(f"{name}={raw[:40]!r} is not one of {', '.join(sorted(allowed))}")
+    return raw
+
+
+def _api_page(rows: list, query, default_size: int) -> dict:
+    """The API's paging: every row when neither ``page`` nor ``per_page`` is given (the
+    answer callers had before paging existed), else page ``page`` (from 0, default 0) of
+    ``per_page`` rows (1..API_MAX_PER_PAGE, default ``default_size``); a page past the last
+    is empty. ``total`` counts the rows after filtering."""
+    page = _api_int(query, "page", 0, 1 << 31)
+    size = _api_int(query, "per_page", 1, API_MAX_PER_PAGE)
+    if page is None and size is None:
+        return {"rows": rows, "total": len(rows)}
+    page, size = page or 0, size or default_size
+    return {"rows": rows[page * size:(page + 1) * size], "total": len(rows), "page": page,
+            "per_page": size, "pages": max(1, -(-len(rows) // size))}
+
+
 async def api_topics(request: web.Request) -> web.Response:
+    """Topics filtered, sorted and paged like /topics, with strict parameters; internal
+    topics are in by default (``internal=0`` leaves them out)."""
     d = request.app[DATA_KEY]
-    return _json({"topics": await _off_loop(request, d.topics)})
+    query = request.query
+    internal = _api_choice(query, "internal", {"0", "1"}, "1") == "1"
+    sort = _api_choice(query, "sort", TOPIC_SORTS, "topic")
+    desc = _api_choice(query, "order", {"asc", "desc"}, "asc") == "desc"
+    topics = _select_topics(await _off_loop(request, d.topics), query.get("q", "").strip(),
+                            internal, sort, desc)
+    got = _api_page(topics, query, TOPIC_PAGE)
+    return _json({"topics": got.pop("rows"), **got})
 
 
 async def api_topic(request: web.Request) -> web.Response:
@@ -139,9 +191,12 @@ async def api_topic(request: web.Request) -> web.Response:
 
 
 async def api_groups(request: web.Request) -> web.Response:
+    """Groups filtered (``q``) and paged like /groups; ``history`` covers every group."""
     d = request.app[DATA_KEY]
-    groups = await _off_loop(request, d.groups_list)
-    return _json({"groups": groups, "history": d.group_history()})
+    groups = _select_groups(await _off_loop(request, d.groups_list),
+                            request.query.get("q", "").strip())
+    got = _api_page(groups, request.query, GROUP_PAGE)
+    return _json({"groups": got.pop("rows"), **got, "history": d.group_history()})
 
 
 async def api_messages(request: web.Request) -> web.Response:
@@ -167,9 +222,28 @@ async def page_overview(request: web.Request) -> web.Response:
     return _page(request, "overview.html", title="Overview", ov=ov)
 
 
-TOPIC_PAGE = 200      # topic rows a page renders: 1,000 rows cost ~50 ms to render, ~1 s to load
-GROUP_PAGE = 20       # (group, topic) sections a page renders, each a table of its queues
-TOPIC_SORTS = {"topic", "type", "queues", "messages", "min_offset", "max_offset", "rate_in"}
+
+
+def _select_topics(topics: list[dict], q: str, internal: bool, sort: str,
+                   desc: bool) -> list[dict]:
+    """The topic rows /topics and /api/topics show: internal ones only with ``internal``,
+    names holding ``q`` (any case), sorted by ``sort`` (then name), descending with ``desc``."""
+    if not internal:
+        topics = [t for t in topics if not is_internal(t["topic"])]
+    if q:
+        needle = q.lower()
+        topics = [t for t in topics if needle in t["topic"].lower()]
+    if sort != "topic" or desc:
+        topics = sorted(topics, key=lambda t: (t[sort], t["topic"]), reverse=desc)
+    return topics
+
+
+def _select_groups(groups: list[dict], q: str) -> list[dict]:
+    """The (group, topic) rows whose group or topic name holds ``q`` (any case)."""
+    if not q:
+        return groups
+    needle = q.lower()
+    return [g for g in groups if needle in g["group"].lower() or needle in g["topic"].lower()]
 
 
 def _page_of(rows: list, size: int, query) -> tuple[list, dict]:
@@ -190,19 +264,12 @@ async def page_topics(request: web.Request) -> web.Response:
     the server over all of them, TOPIC_PAGE rows a page; when they fit on one page, the
     page's script sorts and filters them in place as well."""
     d = request.app[DATA_KEY]
-    topics = await _off_loop(request, d.topics)
     show_internal = request.query.get("internal") == "1"
-    if not show_internal:
-        topics = [t for t in topics if not is_internal(t["topic"])]
     q = request.query.get("q", "").strip()
-    if q:
-        needle = q.lower()
-        topics = [t for t in topics if needle in t["topic"].lower()]
     sort = request.query.get("sort", "topic")
     sort = sort if sort in TOPIC_SORTS else "topic"
     desc = request.query.get("order") == "desc"
-    if sort != "topic" or desc:
-        topics = sorted(topics, key=lambda t: (t[sort], t["topic"]), reverse=desc)
+    topics = _select_topics(await _off_loop(request, d.topics), q, show_internal, sort, desc)
     shown, pager = _page_of(topics, TOPIC_PAGE, request.query)
     keep = {"q": q or None, "internal": "1" if show_internal else None}
     links = {col: qs(**keep, sort=col,
@@ -252,12 +319,8 @@ async def page_groups(request: web.Request) -> web.Response:
     """Groups (both protocols), filtered by ``q`` (part of the group's or topic's name),
     GROUP_PAGE (group, topic) sections a page; the lag chart covers every group."""
     d = request.app[DATA_KEY]
-    groups = await _off_loop(request, d.groups_list)
     q = request.query.get("q", "").strip()
-    if q:
-        needle = q.lower()
-        groups = [g for g in groups
-                  if needle in g["group"].lower() or needle in g["topic"].lower()]
+    groups = _select_groups(await _off_loop(request, d.groups_list), q)
     shown, pager = _page_of(groups, GROUP_PAGE, request.query)
     keep = {"q": q or None}
     return _page(request, "groups.html", title="Consumer groups", groups=shown, q=q,

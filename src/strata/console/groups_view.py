@@ -84,9 +84,4 @@ def _replay(data: bytes) -> ConsumerGroups:
         records, _end = jr.read_records(data)
     except Exception as exc:   # CorruptJournalError and friends: say which file, go on
         raise CorruptStoreError(f"consumer-group journal: {exc}") from None
-    groups = ConsumerGroups.__new__(ConsumerGroups)   # no journal: replay only
-    groups.queues, groups.next_handle_id, groups.renewing = {}, 1, {}
-    groups.committed = {}
-    for rec in records:
-        groups._apply(rec)
-    return groups
+    return ConsumerGroups.replayed(records)
