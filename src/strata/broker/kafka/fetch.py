@@ -30,7 +30,8 @@ from strata.broker.kafka.topics import partitions
 from strata.errors import StrataError
 from strata.store.message import GetStatus
 
-READ_CHUNK = 1024                  # messages per store.get
+FIRST_CHUNK = 1024                 # messages of a partition's first store.get (sizes unknown)
+READ_CHUNK = 4096                  # at most this many per later store.get, as sizes allow
 RECORD_OVERHEAD = 70               # bytes of a v2 record beside its value (an estimate)
 CATCH_UP_S = 30.0                  # at most this long for dispatch to reach what was acknowledged
 
@@ -85,7 +86,7 @@ def _read(store, topic: str, part: int, offset: int, limit: int) -> tuple[list, 
     parts: list = []
     size = count = 0
     while size < limit:
-        want = READ_CHUNK if not count else max(1, min(READ_CHUNK, (limit - size) // max(
+        want = FIRST_CHUNK if not count else max(1, min(READ_CHUNK, (limit - size) // max(
             1, size // count) + 1))
         got = store.get(topic, part, offset, want)
         if got.status is not GetStatus.FOUND or not got.messages:
