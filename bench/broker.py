@@ -86,8 +86,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rabbitmq_peer import SERVER as RABBIT_SERVER, Node as RabbitNode  # noqa: E402
+
 SMALL = ("segment_size=268435456", "index_slots=100000", "index_entries=400000")
-RABBIT_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 CORES = os.cpu_count() or 1
 FLOOR_SERVER = Path(__file__).resolve().parent / "broker_floor.py"
 
@@ -505,42 +507,20 @@ def listener_pid(port: int) -> int | None:
 
 
 class Rabbit:
-    """A RabbitMQ node of our own on 127.0.0.1: free ports (AMQP, distribution, epmd), data,
-    logs and HOME under ``directory``; stopped by the pids we started."""
+    """A RabbitMQ node of our own on 127.0.0.1 (AMQP only): bench/rabbitmq_peer.py's
+    ``Node`` (free ports, data, logs and HOME under ``directory``, stopped by the pids of
+    our node), plus the broker version and the beam process whose CPU this bench reads."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
-        self.port, self.dist, self.epmd = free_port(), free_port(), free_port()
-        self.proc: subprocess.Popen | None = None
+        self.node: RabbitNode | None = None
+        self.port: int | None = None
+        self.beam: int | None = None
         self.version = "?"
 
     def start(self) -> None:
-        for sub in ("home", "mnesia", "log"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        (self.dir / "enabled_plugins").write_text("[].\n")
-        env = dict(os.environ, HOME=str(self.dir / "home"),
-                   RABBITMQ_NODENAME=f"strata-bench-{os.getpid()}@localhost",
-                   RABBITMQ_NODE_IP_ADDRESS="127.0.0.1", RABBITMQ_NODE_PORT=str(self.port),
-                   RABBITMQ_DIST_PORT=str(self.dist), ERL_EPMD_ADDRESS="127.0.0.1",
-                   ERL_EPMD_PORT=str(self.epmd),
-                   RABBITMQ_MNESIA_BASE=str(self.dir / "mnesia"),
-                   RABBITMQ_LOG_BASE=str(self.dir / "log"),
-                   RABBITMQ_ENABLED_PLUGINS_FILE=str(self.dir / "enabled_plugins"),
-                   RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface "
-                                                       "{127,0,0,1}")
-        self.log = open(self.dir / "startup.log", "w")
-        self.proc = subprocess.Popen([RABBIT_SERVER], env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT, cwd=self.dir)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("rabbitmq-server did not start: "
-                                       + (self.dir / "startup.log").read_text()[-1500:])
-                time.sleep(0.2)
+        self.node = RabbitNode(self.dir, stream=False)
+        self.port = self.node.amqp
         import pika
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port))
         v = conn._impl.server_properties.get("version", b"?")
@@ -557,28 +537,9 @@ class Rabbit:
         conn.close()
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        epmd = listener_pid(self.epmd)
-        for pid in (self.beam, self.proc.pid):
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            if self.beam:
-                os.kill(self.beam, signal.SIGKILL)
-            self.proc.wait(10)
-        if epmd:
-            try:
-                os.kill(epmd, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        self.log.close()
-        self.proc = None
+        if self.node is not None:
+            self.node.stop()
+            self.node = None
 
 
 def rabbit_unavailable(install: bool) -> str | None:

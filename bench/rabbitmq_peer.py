@@ -66,20 +66,25 @@ def node_pids(marker: bytes) -> list[int]:
 
 
 class Node:
-    """One RabbitMQ node in ``root``, on free ports."""
+    """One RabbitMQ node in ``root``, on free ports (AMQP and, with ``stream``, the stream
+    protocol with its plugin enabled); the one node start-up of both RabbitMQ benches
+    (bench/broker.py's ``Rabbit`` wraps it with ``stream=False``). If the node does not come
+    up, what was started is stopped before the error is raised."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, stream: bool = True) -> None:
         self.root = root
-        self.amqp, self.stream = free_port(), free_port()
+        self.amqp = free_port()
+        self.stream = free_port() if stream else None
         self.dist, self.epmd = free_port(), free_port()
         for sub in ("home", "mnesia", "log"):
-            (root / sub).mkdir(parents=True)
-        (root / "enabled_plugins").write_text("[rabbitmq_stream].\n")
-        (root / "rabbitmq.conf").write_text(
-            f"listeners.tcp.default = 127.0.0.1:{self.amqp}\n"
-            f"stream.listeners.tcp.1 = 127.0.0.1:{self.stream}\n"
-            "stream.advertised_host = 127.0.0.1\n"
-            f"stream.advertised_port = {self.stream}\n")
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / "enabled_plugins").write_text("[rabbitmq_stream].\n" if stream else "[].\n")
+        conf = f"listeners.tcp.default = 127.0.0.1:{self.amqp}\n"
+        if stream:
+            conf += (f"stream.listeners.tcp.1 = 127.0.0.1:{self.stream}\n"
+                     "stream.advertised_host = 127.0.0.1\n"
+                     f"stream.advertised_port = {self.stream}\n")
+        (root / "rabbitmq.conf").write_text(conf)
         self.name = f"strata-bench-{os.getpid()}-{self.amqp}@localhost"
         env = dict(os.environ, HOME=str(root / "home"), RABBITMQ_NODENAME=self.name,
                    RABBITMQ_NODE_IP_ADDRESS="127.0.0.1", RABBITMQ_NODE_PORT=str(self.amqp),
@@ -95,12 +100,19 @@ class Node:
         self.proc = subprocess.Popen([SERVER], env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT, cwd=root,
                                      start_new_session=True)
+        try:
+            self._wait_ports([p for p in (self.amqp, self.stream) if p is not None])
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ports(self, ports: list[int]) -> None:
         deadline = time.time() + 120
-        for port in (self.amqp, self.stream):
+        for port in ports:
             while True:
                 if self.proc.poll() is not None or time.time() > deadline:
                     raise RuntimeError("rabbitmq-server did not start: " +
-                                       (root / "startup.log").read_text()[-2000:])
+                                       (self.root / "startup.log").read_text()[-2000:])
                 try:
                     socket.create_connection(("127.0.0.1", port), 0.2).close()
                     break
@@ -115,6 +127,8 @@ class Node:
         return node_pids(f"RABBITMQ_NODENAME={self.name}".encode())
 
     def stop(self) -> None:
+        if self.log.closed:
+            return
         pids = self.pids()
         for pid in pids:
             try:

@@ -221,8 +221,13 @@ def decode_body(reg: Registration, header: RequestHeader, frame: memoryview) -> 
                               f"{type(exc).__name__}: {exc}") from None
 
 
-def encode_response(response: Any, version: int, correlation_id: int) -> bytes:
-    """The framed response (size, header, body) for a request of ``version``."""
+def encode_response(response: Any, version: int, correlation_id: int) -> bytes | memoryview:
+    """The framed response (size, header, body) for a request of ``version``: a response
+    with an ``encode_framed(version, correlation_id)`` method (the Fetch answer) encodes
+    itself; any other is a kafka.protocol object."""
+    own = getattr(response, "encode_framed", None)
+    if own is not None:
+        return own(version, correlation_id)
     response.API_VERSION = version
     response.with_header(correlation_id=correlation_id)
     return response.encode(header=True, framed=True)
