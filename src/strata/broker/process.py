@@ -260,6 +260,8 @@ async def serve(cfg: ServeConfig) -> None:
     except BaseException:
         _close(node)
         raise
+    # as the store held them at open: once the listeners run, the timer may move due ones
+    held_at_open = len(node.held.entries)
     node.batcher.start()
     for lst in listeners:
         await lst.start()
@@ -304,7 +306,7 @@ async def serve(cfg: ServeConfig) -> None:
     tasks = [loop.create_task(sync_journal())]
     if cfg.exit_with_parent:
         tasks.append(loop.create_task(watch_parent()))
-    store, held, acl = node.store, node.held, node.acl
+    store, acl = node.store, node.acl
     extras = "".join([", tls" if node.tls_pems is not None else "",
                       f", acl {cfg.acl} ({len(acl.accounts)} accounts)" if acl else "",
                       f", metrics http://{cfg.metrics[0]}:{metrics_port}/metrics"
@@ -313,7 +315,7 @@ async def serve(cfg: ServeConfig) -> None:
     where = ", ".join(_address(cfg, lst) for lst in listeners)
     _say(f"listening on {where} (store {store.path}, flush {cfg.flush}, "
          f"auto-create {'on' if cfg.auto_create else 'off'}, "
-         f"{count(len(held.entries), 'message')} held{extras})")
+         f"{count(held_at_open, 'message')} held{extras})")
     try:
         await stop.wait()
     finally:
@@ -334,7 +336,7 @@ async def serve(cfg: ServeConfig) -> None:
         summaries = "; ".join(s for s in (lst.summary() for lst in listeners) if s)
         _say(f"stopped cleanly ({count(node.batcher.messages, 'message')} stored in "
              f"{count(node.batcher.batches, 'batch')}; {summaries}; "
-             f"{count(len(held.entries), 'message')} still held)")
+             f"{count(len(node.held.entries), 'message')} still held)")
 
 
 def _address(cfg: ServeConfig, lst: Listener) -> str:
