@@ -28,11 +28,14 @@ class Arrivals:
         self._event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters = 0
+        self.dispatched = 0        # commit-log offset the store has dispatched up to
+        self.stopping = False      # set by a stopping server: waits end at once
 
     def start(self) -> None:
         """Listen to the store's dispatch (call on the event loop)."""
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
+        self.dispatched = self.store.dispatched_offset()
         self.store.dispatch_listeners.append(self._dispatched)
 
     def close(self) -> None:
@@ -42,8 +45,9 @@ class Arrivals:
             pass
         self._loop = None
 
-    def _dispatched(self, _offset: int) -> None:
+    def _dispatched(self, offset: int) -> None:
         """On the store's dispatch thread: new records reached their queues."""
+        self.dispatched = offset
         loop = self._loop
         if self._waiters and loop is not None:
             try:
@@ -72,7 +76,7 @@ class Arrivals:
     async def wait(self, event: asyncio.Event, timeout: float) -> None:
         """Until ``event`` is set or ``timeout`` seconds passed (then it returns quietly)."""
         try:
-            if timeout > 0:
+            if timeout > 0 and not self.stopping:
                 await asyncio.wait_for(event.wait(), timeout)
         except asyncio.TimeoutError:
             pass

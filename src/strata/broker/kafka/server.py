@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from strata.broker.arrivals import Arrivals
 from strata.broker.kafka import api, authorize
 from strata.broker.kafka import errors as ke
 from strata.store.message_store import MessageStore
@@ -67,10 +68,7 @@ class KafkaBroker:
         self.cluster_id = CLUSTER_ID
         self.stopping = False
         self.state: dict[str, Any] = {}        # per-part state (idempotence, groups, ...)
-        self._arrived = asyncio.Event()
-        self._waiters = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.dispatched = 0              # commit-log offset the store has dispatched up to
+        self.arrivals = Arrivals(self.store)   # set when dispatch made new messages visible
         self.requests = 0
         self.connections = 0
         self.live: set[KafkaConnection] = set()
@@ -80,45 +78,31 @@ class KafkaBroker:
     # ------------------------------------------------------------------ arrivals
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.dispatched = self.store.confirmed_offset()   # the store dispatched it at open
-        self.store.dispatch_listeners.append(self._dispatched)
+        self.arrivals.start()
 
     def close(self) -> None:
-        try:
-            self.store.dispatch_listeners.remove(self._dispatched)
-        except ValueError:
-            pass
+        self.arrivals.close()
 
-    def _dispatched(self, offset: int) -> None:
-        """Called on the store's dispatch thread after new messages reached their queues."""
-        self.dispatched = offset
-        if self._waiters and self._loop is not None:
-            self._loop.call_soon_threadsafe(self.notify)
+    @property
+    def dispatched(self) -> int:
+        """The commit-log offset the store has dispatched up to (fetches see up to there)."""
+        return self.arrivals.dispatched
 
     def notify(self) -> None:
         """Wake every Fetch waiting for new messages (or the stop)."""
-        ev, self._arrived = self._arrived, asyncio.Event()
-        ev.set()
+        self.arrivals.notify()
 
     def arrival(self) -> asyncio.Event:
         """The event the next dispatch sets; take it before looking at the store, then
         ``wait_on`` it or ``release`` it."""
-        self._waiters += 1
-        return self._arrived
+        return self.arrivals.take()
 
     def release(self) -> None:
         """An ``arrival()`` taken and not waited on after all."""
-        self._waiters -= 1
+        self.arrivals.release()
 
     async def wait_on(self, event: asyncio.Event, timeout: float) -> None:
-        try:
-            if timeout > 0 and not self.stopping:
-                await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            self._waiters -= 1
+        await self.arrivals.wait(event, timeout)
 
     async def until_dispatched(self, target: int) -> None:
         """Until the store dispatched every record before commit-log offset ``target`` (a
@@ -188,7 +172,7 @@ class KafkaListener:
 
     def begin_stop(self) -> None:
         """Accept no connection and read no request more; requests read are answered."""
-        self.broker.stopping = True
+        self.broker.stopping = self.broker.arrivals.stopping = True
         if self._server is not None:
             self._server.close()
         for conn in list(self.broker.live):
