@@ -3,31 +3,37 @@
 Every reply carries a protocol status; bad input gets the protocol's code and a sentence
 saying what was wrong, and changes nothing stored. What is not supported yet answers
 ``UNSUPPORTED`` / ``NOT_IMPLEMENTED`` (see docs/broker.md).
+
+Here: the service's parts, routes and sessions (Telemetry), sends, recalls and transactions.
+The consumer's RPCs are in ``strata.broker.rocketmq.consume``, the renewal of push consumers'
+deliveries in ``strata.broker.rocketmq.renewal``, limits and ``BrokerOptions`` in
+``strata.broker.rocketmq.options``, what the RPCs share in ``strata.broker.rocketmq.rpc``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass
 from typing import Sequence
 
 from strata.broker.arrivals import Arrivals
-from strata.broker.rocketmq.convert import to_protocol, to_store
-from strata.broker.dead_letter import dead_letter
-from strata.broker.errors import (InvalidGroupError, InvalidMessageError,
-                                  InvalidReceiptHandleError)
+from strata.broker.errors import InvalidGroupError, InvalidMessageError
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.held import HeldMessages
-from strata.broker.rocketmq.message_types import check_fits, route_types, sent_type
 from strata.broker.names import check_group, check_topic
+from strata.broker.receipt import ReceiptSigner
+from strata.broker.receive import Popper
+from strata.broker.rocketmq.consume import Consuming
+from strata.broker.rocketmq.convert import to_store
+from strata.broker.rocketmq.message_types import check_fits, route_types, sent_type
+# (BrokerOptions is imported from here too, by strata.broker.rocketmq.server)
+from strata.broker.rocketmq.options import (CONSUMER_BACKOFF_S, DEFAULT_POLL_MS, MAX_BATCH,
+                                            BrokerOptions)
 from strata.broker.rocketmq.protocol import Code, pb, svc, svc_grpc
-from strata.broker.receipt import Receipt, ReceiptSigner
-from strata.broker.receive import Popper, parse_tag_expression
-from strata.broker.send import GATHER_S, SendBatcher
-from strata.broker.status import status_for
+from strata.broker.rocketmq.renewal import Renewal
+from strata.broker.rocketmq.rpc import Refused, _client_id, _input_error, _status, now_ms
 from strata.broker.rocketmq.sessions import Sessions
+from strata.broker.send import SendBatcher
 from strata.broker.timer import Timer, delivery_due
 from strata.broker.rocketmq.transactions import Transactions, is_transactional
 from strata.errors import (DiskFullError, InvalidInputError, InvalidTopicError, StrataError,
@@ -37,50 +43,6 @@ from strata.store.message_store import MessageStore
 from strata.store.topics import TopicType
 
 log = logging.getLogger(__name__)
-
-MIN_INVISIBLE_MS = 1_000
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
-MAX_BATCH = 32
-# a push consumer's receive (auto_renew): invisible this long, renewed by as much while its
-# client is connected (RocketMQ's proxy: renewSliceTimeMillis), for at most RENEW_MAX_MS
-# (renewMaxTimeMillis); a renewal is made when the invisible time has this much left
-RENEW_SLICE_MS = 60_000
-RENEW_MAX_MS = 3 * 3600 * 1000
-RENEW_AHEAD_MS = 10_000            # or a third of the slice, if less
-RENEW_PERIOD_MS = 5_000            # how often renewals are looked for (or a sixth of the slice)
-RELEASE_MS = 1_000                 # a gone client's renewed messages come back this soon
-SESSION_TIMEOUT_MS = 30_000        # a client without a Telemetry stream: gone after this
-                                   # long without a call (the clients heartbeat every 10 s)
-STREAM_TIMEOUT_MS = 120_000        # ... with one open (a hung process): RocketMQ's channel
-                                   # expiry
-MAX_DELIVERY_ATTEMPTS = 16
-# invisible time after a consumer's n-th failed attempt (RocketMQ's retry levels from 1 s)
-CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,
-                      1800, 3600, 7200)
-DEFAULT_POLL_MS = 20_000
-POLL_MARGIN_S = 1.0     # answer a long poll this long before the client's deadline
-# A receive past its long-polling time still waits (up to the client's deadline, or this long
-# without one) for dispatch to cover what was acknowledged before it began.
-CATCH_UP_S = 30.0
-# Waits are woken by events (dispatch, acks, invisible times ending); this bounds one wait so
-# that a change no event announces (an operator's offset reset) is seen soon all the same.
-RECHECK_S = 0.5
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class Refused(Exception):
-    """A request refused with a protocol status."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _status(code: int = Code.OK, message: str = "OK"):
-    return pb.Status(code=code, message=message)
 
 
 def _held_error_status(exc: Exception, what: str):
@@ -92,28 +54,8 @@ def _held_error_status(exc: Exception, what: str):
     return _status(Code.INTERNAL_SERVER_ERROR, str(exc))
 
 
-def _duration_ms(d) -> int:
-    return d.seconds * 1000 + d.nanos // 1_000_000
 
-
-@dataclass
-class BrokerOptions:
-    auto_create: bool = True
-    broker_name: str = "strata"
-    max_delivery_attempts: int = MAX_DELIVERY_ATTEMPTS
-    transaction_check_interval_ms: int = 60_000
-    transaction_max_checks: int = 15
-    gather_s: float = GATHER_S      # puts start at most once per this interval (send.py)
-    renew_slice_ms: int = RENEW_SLICE_MS    # auto_renew: invisible time per renewal
-    renew_max_ms: int = RENEW_MAX_MS        # auto_renew: renewed for at most this long
-
-
-def _input_error(exc: InvalidInputError) -> Refused:
-    """A refused input's answer: its status by type (``strata.broker.status``)."""
-    return Refused(status_for(exc), str(exc))
-
-
-class MessagingService(svc_grpc.MessagingServiceServicer):
+class MessagingService(Renewal, Consuming, svc_grpc.MessagingServiceServicer):
     """The RPCs. Runs on one event loop; store puts run on the batcher's writer thread."""
 
     def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
@@ -214,62 +156,6 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
         self._notify_arrival()
         if self.stopping:
             self.sessions.close_all()
-
-    # ------------------------------------------------------------------ renewal (auto_renew)
-
-    def _renew_period_s(self) -> float:
-        return max(0.05, min(RENEW_PERIOD_MS, self.options.renew_slice_ms / 6) / 1000)
-
-    async def _renew_loop(self) -> None:
-        period = self._renew_period_s()
-        while True:
-            await asyncio.sleep(period)
-            try:
-                self.renew_due(now_ms())
-            except Exception:       # noqa: BLE001 - keep renewing; say what went wrong
-                log.exception("renewing invisible times failed")
-
-    def renew_due(self, now: int) -> None:
-        """Renew the push consumers' deliveries that are close to their deadline, for the
-        clients still connected; release those of clients that are not."""
-        self._renewed_at = time.monotonic()
-        slice_ms = self.options.renew_slice_ms
-        ahead = min(RENEW_AHEAD_MS, slice_ms // 3)
-        # the index's clients as they stand: renew and release walk each client's deliveries
-        # once and drop what is stale (renewing_clients would walk them all a first time)
-        for client in list(self.groups.renewing):
-            if self.sessions.connected(client, now, SESSION_TIMEOUT_MS, STREAM_TIMEOUT_MS):
-                self.renewed += self.groups.renew(client, now, ahead, slice_ms)[0]
-            else:
-                self._release(client, now)
-
-    def renew_if_late(self) -> None:
-        """Before a pop: renew now if the renew loop is late (a loaded machine can hold the
-        event loop or the process back past a renewal's margin). Renewing every ``late`` s
-        renews each delivery whose invisible time ends within ``ahead`` > ``late`` of now, so
-        a pop never finds due, and hands to another consumer, a delivery that a connected
-        push consumer still holds."""
-        ahead_s = min(RENEW_AHEAD_MS, self.options.renew_slice_ms // 3) / 1000
-        late = min(self._renew_period_s(), ahead_s / 2)
-        if time.monotonic() - self._renewed_at > late:
-            try:
-                self.renew_due(now_ms())
-            except Exception:       # noqa: BLE001 - the receive goes on; the loop retries
-                log.exception("renewing invisible times failed")
-
-    def _release(self, client: str, now: int) -> None:
-        n = self.groups.release(client, now + RELEASE_MS)
-        if n:
-            self.released += n
-            log.info("client %s is gone: its %d messages in flight come back in %d ms",
-                     client, n, RELEASE_MS)
-
-    def _client_gone(self, client: str) -> None:
-        """The client ended its session (NotifyClientTermination, or its Telemetry stream
-        closed): what is renewed for it comes back soon."""
-        self.sessions.forget(client)
-        if client:
-            self._release(client, now_ms())
 
     def _notify_arrival(self) -> None:
         self.arrivals.notify()
@@ -465,168 +351,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
                 out[i] = self.transactions.transaction_id(e)
         return out
 
-    # ------------------------------------------------------------------ receive
-
-    def _receive_args(self, request):
-        group = self._group(request.group)
-        topic = self._topic(request.message_queue.topic)
-        fe = request.filter_expression
-        if fe.type == pb.FilterType.SQL:
-            raise Refused(Code.UNSUPPORTED, "SQL92 filter expressions are not supported yet; "
-                          "use a tag expression")
-        try:
-            tags = parse_tag_expression(fe.expression)
-        except InvalidMessageError as exc:
-            raise Refused(exc.code, str(exc)) from None
-        if request.auto_renew:     # push consumers: renewed while the client is connected
-            invisible = self.options.renew_slice_ms
-        elif request.HasField("invisible_duration"):
-            invisible = _duration_ms(request.invisible_duration)
-        else:
-            raise Refused(Code.ILLEGAL_INVISIBLE_TIME, "a receive needs an invisible duration")
-        if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
-            raise Refused(Code.ILLEGAL_INVISIBLE_TIME,
-                          f"invisible duration {invisible} ms is outside "
-                          f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms")
-        batch = request.batch_size or 1
-        if not 1 <= batch <= MAX_BATCH:
-            raise Refused(Code.BAD_REQUEST, f"batch size {batch} is outside [1, {MAX_BATCH}]")
-        poll = _duration_ms(request.long_polling_timeout) \
-            if request.HasField("long_polling_timeout") else DEFAULT_POLL_MS
-        return group, topic, tags, batch, invisible, poll
-
-    async def ReceiveMessage(self, request, context):
-        try:
-            group, topic, tags, batch, invisible, poll_ms = self._receive_args(request)
-        except Refused as r:
-            yield svc.ReceiveMessageResponse(status=_status(r.code, str(r)))
-            return
-        client = _client_id(context)
-        self.sessions.seen(client, now_ms())
-        renew_for = client if request.auto_renew and client else None
-        began = time.monotonic()
-        # every message acknowledged before this receive began must be found by it: a send
-        # is acknowledged before its message reaches the consume queue (dispatch follows),
-        # so the receive does not answer "none" while dispatch is short of this offset
-        target = self.arrivals.acknowledged()
-        remaining = context.time_remaining()
-        poll_s = poll_ms / 1000
-        if remaining is not None:
-            poll_s = min(poll_s, remaining - POLL_MARGIN_S)
-            catch_up_s = max(poll_s, remaining - POLL_MARGIN_S)
-        else:
-            catch_up_s = max(poll_s, CATCH_UP_S)
-        end = began + max(poll_s, 0.0)
-        while True:
-            arrived = self.arrivals.take()      # before the pop: a dispatch after it wakes us
-            try:
-                self.renew_if_late()
-                got = self._pop(group, topic, tags, batch, invisible, renew_for)
-            except BaseException:
-                self.arrivals.release()
-                raise
-            if got:
-                self.arrivals.release()
-                break
-            now = time.monotonic()
-            left = end - now
-            if left <= 0 and not self.arrivals.caught_up(target):
-                left = began + catch_up_s - now      # what was acknowledged is on its way
-            if left <= 0 or self.stopping:
-                self.arrivals.release()
-                yield svc.ReceiveMessageResponse(status=_status(
-                    Code.MESSAGE_NOT_FOUND, "no new message (long polling timed out)"))
-                return
-            wait = min(left, RECHECK_S)
-            nxt = self.groups.next_deadline()
-            if nxt is not None:
-                wait = min(wait, max(0.0, (nxt - now_ms()) / 1000) + 0.001)
-            await self.arrivals.wait(arrived, wait)
-        yield svc.ReceiveMessageResponse(status=_status())
-        for d in got:
-            yield svc.ReceiveMessageResponse(
-                message=to_protocol(d.message, d.receipt_handle, d.attempt, invisible))
-        resp = svc.ReceiveMessageResponse()
-        t = now_ms()
-        resp.delivery_timestamp.seconds, ms = divmod(t, 1000)
-        resp.delivery_timestamp.nanos = ms * 1_000_000
-        yield resp
-
-    def _pop(self, group: str, topic: str, tags, batch: int, invisible: int,
-             renew_for: str | None):
-        t = now_ms()
-        renew = None if renew_for is None else (renew_for, t + self.options.renew_max_ms)
-        return self.popper.pop(group, topic, tags, batch, invisible, t, renew)
-
-    # ------------------------------------------------------------------ ack, invisible time
-
-    def _receipt(self, handle: str, group: str, topic: str) -> Receipt:
-        r = self.signer.decode(handle)
-        if r.group != group or r.topic != topic:
-            raise InvalidReceiptHandleError(
-                f"receipt handle belongs to group {r.group!r} and topic {r.topic!r}, not "
-                f"{group!r} and {topic!r}")
-        return r
-
-    async def AckMessage(self, request, context):
-        try:
-            group = self._group(request.group)
-            topic = self._topic(request.topic)
-        except Refused as r:
-            return svc.AckMessageResponse(status=_status(r.code, str(r)))
-        if not request.entries:
-            return svc.AckMessageResponse(status=_status(Code.BAD_REQUEST,
-                                                         "an ack needs at least one entry"))
-        receipts: list[Receipt | None] = []
-        errors: list[str | None] = []
-        for e in request.entries:
-            try:
-                receipts.append(self._receipt(e.receipt_handle, group, topic))
-                errors.append(None)
-            except InvalidReceiptHandleError as exc:
-                receipts.append(None)
-                errors.append(str(exc))
-        outcome = iter(self.groups.ack([r for r in receipts if r is not None], now_ms()))
-        entries = []
-        for e, r, err in zip(request.entries, receipts, errors):
-            if r is not None:
-                exc = next(outcome)
-                err = None if exc is None else str(exc)
-            st = _status() if err is None else _status(Code.INVALID_RECEIPT_HANDLE, err)
-            entries.append(svc.AckMessageResultEntry(message_id=e.message_id,
-                                                     receipt_handle=e.receipt_handle,
-                                                     status=st))
-        if self.store.topic_type(topic) is TopicType.FIFO:
-            self._notify_arrival()     # an ack frees its message group's next message
-        codes = {e.status.code for e in entries}
-        if len(codes) == 1:
-            top = entries[0].status
-        else:
-            top = _status(Code.MULTIPLE_RESULTS, "some acks failed; see the entries")
-        return svc.AckMessageResponse(status=top, entries=entries)
-
-    async def ChangeInvisibleDuration(self, request, context):
-        try:
-            group = self._group(request.group)
-            topic = self._topic(request.topic)
-            invisible = _duration_ms(request.invisible_duration)
-            if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
-                raise Refused(Code.ILLEGAL_INVISIBLE_TIME,
-                              f"invisible duration {invisible} ms is outside "
-                              f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms")
-            r = self._receipt(request.receipt_handle, group, topic)
-            t = now_ms()
-            handle = self.groups.change_invisible(r, t + invisible, t)
-        except Refused as r:
-            return svc.ChangeInvisibleDurationResponse(status=_status(r.code, str(r)))
-        except InvalidReceiptHandleError as exc:
-            return svc.ChangeInvisibleDurationResponse(
-                status=_status(Code.INVALID_RECEIPT_HANDLE, str(exc)))
-        new = self.signer.encode(Receipt(group, topic, r.queue_id, r.queue_offset, handle,
-                                         t + invisible))
-        return svc.ChangeInvisibleDurationResponse(status=_status(), receipt_handle=new)
-
-    # ------------------------------------------------------------------ transactions, DLQ
+    # ------------------------------------------------------------------ recall, transactions
 
     async def RecallMessage(self, request, context):
         Resp = svc.RecallMessageResponse
@@ -652,33 +377,6 @@ class MessagingService(svc_grpc.MessagingServiceServicer):
             return Resp(status=_held_error_status(exc, "end of transaction"))
         return Resp(status=_status())
 
-    async def ForwardMessageToDeadLetterQueue(self, request, context):
-        Resp = svc.ForwardMessageToDeadLetterQueueResponse
-        try:
-            group = self._group(request.group)
-            topic = self._topic(request.topic)
-            r = self._receipt(request.receipt_handle, group, topic)
-            d = self.groups.check(r, now_ms())
-            got = self.store.get(topic, r.queue_id, r.queue_offset, 1)
-            if got.found and got.messages[0].queue_offset == r.queue_offset:
-                await self.batcher.submit([dead_letter(got.messages[0], group, d.attempt)])
-            self.groups.forget(group, topic, r.queue_id, [r.queue_offset])
-            self._notify_arrival()     # a FIFO message group moves on
-        except Refused as exc:
-            return Resp(status=_status(exc.code, str(exc)))
-        except InvalidReceiptHandleError as exc:
-            return Resp(status=_status(Code.INVALID_RECEIPT_HANDLE, str(exc)))
-        except StrataError as exc:
-            return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
-        return Resp(status=_status())
-
 
 class Recall(str):
     """A held delay message's recall handle (a send's result)."""
-
-
-def _client_id(context) -> str:
-    for k, v in context.invocation_metadata() or ():
-        if k == "x-mq-client-id":
-            return v
-    return ""
