@@ -1,5 +1,6 @@
 """Compiled loops over Kafka record batches v2 (numba): check batch headers, parse the records
-and their headers into int64 column tables, and write uncompressed batches from such tables.
+and their headers into int64 column tables (the loops that write uncompressed batches from such
+tables are ``batch_encode_kernels``', re-exported here).
 
 The byte layout (big-endian header of 61 bytes, records of zigzag varints) is described in
 ``docs/kafka_records.md``; ``record_batch`` is the Python face of these loops. Every position and
@@ -14,6 +15,10 @@ Python runs per record. The CRC-32C of a batch runs here on the CPU's instructio
 (``record_kernels.crc32c_at``, about 10 GB/s); ``record_batch`` hands the CRCs of a few large
 batches to the ``crc32c`` package instead, which interleaves three streams (about 28 GB/s).
 Compiled on first use and cached beside this file (``cache=True``).
+
+The layout (positions, table rows, reason codes) and the varint/big-endian primitives live in
+``batch_layout``, the writing loops in ``batch_encode_kernels``; both are re-exported here, so
+``batch_kernels`` stays the one name the codec's callers import.
 """
 
 from __future__ import annotations
@@ -21,163 +26,28 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from strata.format.record_kernels import crc32c_at, load_u8, memcpy
-
-# --------------------------------------------------------------------------- layout
-
-HEADER_SIZE = 61          # a batch header, baseOffset .. recordCount
-LOG_OVERHEAD = 12         # baseOffset + batchLength: the bytes batchLength does not count
-MIN_RECORD = 7            # length varint (1) + attributes, timestamp, offset delta, key
-#                           length, value length, header count (1 each)
-P_LENGTH, P_LEADER_EPOCH, P_MAGIC, P_CRC, P_ATTRIBUTES, P_LAST_DELTA = 8, 12, 16, 17, 21, 23
-P_BASE_TS, P_MAX_TS, P_PRODUCER_ID, P_PRODUCER_EPOCH, P_BASE_SEQUENCE, P_COUNT = \
-    27, 35, 43, 51, 53, 57
-
-CODEC_MASK = 0x07
-TIMESTAMP_TYPE_BIT = 0x08
-TRANSACTIONAL_BIT = 0x10
-CONTROL_BIT = 0x20
-
-# Rows of the batch table (one column per batch).
-(B_BASE_OFFSET, B_LEADER_EPOCH, B_ATTRIBUTES, B_LAST_DELTA, B_BASE_TS, B_MAX_TS,
- B_PRODUCER_ID, B_PRODUCER_EPOCH, B_BASE_SEQUENCE, B_COUNT, B_FIRST_RECORD, B_AT, B_SIZE,
- B_RECORDS_AT, B_RECORDS_END, B_CRC) = range(16)
-B_FIELDS = 16
-# Rows of the record table (one column per record). Lengths are -1 for null.
-(R_TIMESTAMP, R_OFFSET_DELTA, R_KEY_AT, R_KEY_LEN, R_VALUE_AT, R_VALUE_LEN, R_HEADER_FIRST,
- R_HEADER_COUNT, R_HEADERS_AT) = range(9)
-R_FIELDS = 9
-# Rows of the header table (one column per header). A header's key is never null.
-H_KEY_AT, H_KEY_LEN, H_VALUE_AT, H_VALUE_LEN = range(4)
-H_FIELDS = 4
-
-# Reasons a kernel stops (err[0]); err[1..4] = batch, record, byte position, a value.
-OK = 0
-SHORT_HEADER = 1          # fewer bytes left than a batch header
-BAD_BATCH_LENGTH = 2      # batchLength below the header's size
-TRUNCATED_BATCH = 3       # batchLength runs past the record set
-OLD_MAGIC = 4             # magic 0 or 1 (message sets)
-BAD_MAGIC = 5             # any other magic
-BAD_CRC = 6               # value: the CRC computed
-BAD_CODEC = 7             # codec 5..7
-CONTROL_BATCH = 8
-TRANSACTIONAL_BATCH = 9
-BAD_COUNT = 10            # recordCount <= 0
-BAD_LAST_DELTA = 11       # lastOffsetDelta != recordCount - 1
-COUNT_PAST_BYTES = 12     # recordCount larger than the records' bytes can hold
-VARINT_TRUNCATED = 13     # value: which field
-VARINT_TOO_LONG = 14      # value: which field
-BAD_RECORD_LENGTH = 15    # value: the length
-BAD_OFFSET_DELTA = 16     # value: the delta found
-BAD_KEY_LENGTH = 17
-BAD_VALUE_LENGTH = 18
-BAD_HEADER_COUNT = 19
-BAD_HEADER_KEY_LENGTH = 20
-BAD_HEADER_VALUE_LENGTH = 21
-RECORD_SIZE_MISMATCH = 22  # value: bytes the fields used
-TRAILING_BYTES = 23        # value: how many bytes follow the last record
-COLUMN_OUT_OF_RANGE = 24   # encoding: a key/value/header range outside the data buffer
-HEADER_KEY_NOT_UTF8 = 25   # value: the offending byte's position in the key
-
-# Which field a varint error is about (err[4] for VARINT_*).
-F_LENGTH, F_TIMESTAMP, F_OFFSET_DELTA, F_KEY_LENGTH, F_VALUE_LENGTH, F_HEADER_COUNT, \
-    F_HEADER_KEY_LENGTH, F_HEADER_VALUE_LENGTH = range(8)
+from strata.broker.kafka.batch_encode_kernels import (  # noqa: F401  (re-exported)
+    batch_sizes, gather_values, write_batches)
+from strata.broker.kafka.batch_layout import (  # noqa: F401  (re-exported)
+    HEADER_SIZE, LOG_OVERHEAD, MIN_RECORD, P_LENGTH, P_LEADER_EPOCH, P_MAGIC, P_CRC,
+    P_ATTRIBUTES, P_LAST_DELTA, P_BASE_TS, P_MAX_TS, P_PRODUCER_ID, P_PRODUCER_EPOCH,
+    P_BASE_SEQUENCE, P_COUNT, CODEC_MASK, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, CONTROL_BIT,
+    B_BASE_OFFSET, B_LEADER_EPOCH, B_ATTRIBUTES, B_LAST_DELTA, B_BASE_TS, B_MAX_TS,
+    B_PRODUCER_ID, B_PRODUCER_EPOCH, B_BASE_SEQUENCE, B_COUNT, B_FIRST_RECORD, B_AT, B_SIZE,
+    B_RECORDS_AT, B_RECORDS_END, B_CRC, B_FIELDS, R_TIMESTAMP, R_OFFSET_DELTA, R_KEY_AT,
+    R_KEY_LEN, R_VALUE_AT, R_VALUE_LEN, R_HEADER_FIRST, R_HEADER_COUNT, R_HEADERS_AT, R_FIELDS,
+    H_KEY_AT, H_KEY_LEN, H_VALUE_AT, H_VALUE_LEN, H_FIELDS, OK, SHORT_HEADER, BAD_BATCH_LENGTH,
+    TRUNCATED_BATCH, OLD_MAGIC, BAD_MAGIC, BAD_CRC, BAD_CODEC, CONTROL_BATCH,
+    TRANSACTIONAL_BATCH, BAD_COUNT, BAD_LAST_DELTA, COUNT_PAST_BYTES, VARINT_TRUNCATED,
+    VARINT_TOO_LONG, BAD_RECORD_LENGTH, BAD_OFFSET_DELTA, BAD_KEY_LENGTH, BAD_VALUE_LENGTH,
+    BAD_HEADER_COUNT, BAD_HEADER_KEY_LENGTH, BAD_HEADER_VALUE_LENGTH, RECORD_SIZE_MISMATCH,
+    TRAILING_BYTES, COLUMN_OUT_OF_RANGE, HEADER_KEY_NOT_UTF8, F_LENGTH, F_TIMESTAMP,
+    F_OFFSET_DELTA, F_KEY_LENGTH, F_VALUE_LENGTH, F_HEADER_COUNT, F_HEADER_KEY_LENGTH,
+    F_HEADER_VALUE_LENGTH, _be, _be_i16, _be_i32, _be_i64, _varint, _fail)
+from strata.format.record_kernels import crc32c_at, load_u8
 
 
-# --------------------------------------------------------------------------- big-endian
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _be(addr, n):
-    """The big-endian unsigned integer of ``n`` bytes at ``addr``."""
-    v = np.uint64(0)
-    for i in range(n):
-        v = (v << np.uint64(8)) | np.uint64(load_u8(addr + i))
-    return v
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _be_i16(addr):
-    return np.int64(np.int16(np.uint16(_be(addr, 2))))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _be_i32(addr):
-    return np.int64(np.int32(np.uint32(_be(addr, 4))))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _be_i64(addr):
-    return np.int64(_be(addr, 8))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _put_be(out, p, value, n):
-    """Store the low ``n`` bytes of ``value`` big-endian at ``out[p:p + n]``."""
-    v = np.uint64(value)
-    for i in range(n - 1, -1, -1):
-        out[p + i] = np.uint8(v & np.uint64(0xFF))
-        v >>= np.uint64(8)
-
-
-# --------------------------------------------------------------------------- varints
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _varint(addr, p, end, max_bytes):
-    """The zigzag varint at byte ``p`` (bytes below ``end``), of at most ``max_bytes`` bytes
-    (5: 32 bits, 10: 64 bits). Returns (value, next position); the position is -1 when the
-    varint runs past ``end`` and -2 when it is too long or out of range."""
-    raw = np.uint64(0)
-    shift = np.uint64(0)
-    for i in range(max_bytes):
-        if p >= end:
-            return np.int64(0), np.int64(-1)
-        b = np.uint64(load_u8(addr + p))
-        p += 1
-        if i == max_bytes - 1:
-            # the last byte may carry only the bits that are left (4 of 32, 1 of 64)
-            if b > (np.uint64(0x0F) if max_bytes == 5 else np.uint64(0x01)):
-                return np.int64(0), np.int64(-2)
-        raw |= (b & np.uint64(0x7F)) << shift
-        if b < np.uint64(0x80):
-            value = np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1))
-            return value, np.int64(p)
-        shift += np.uint64(7)
-    return np.int64(0), np.int64(-2)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _varint_size(value):
-    """Bytes of ``value`` as a zigzag varint/varlong."""
-    raw = (np.uint64(value) << np.uint64(1)) ^ np.uint64(value >> 63)
-    n = 1
-    while raw >= np.uint64(0x80):
-        raw >>= np.uint64(7)
-        n += 1
-    return n
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _put_varint(out, p, value):
-    """Write ``value`` zigzag-encoded at ``out[p:]``; returns the next position."""
-    raw = (np.uint64(value) << np.uint64(1)) ^ np.uint64(value >> 63)
-    while raw >= np.uint64(0x80):
-        out[p] = np.uint8((raw & np.uint64(0x7F)) | np.uint64(0x80))
-        raw >>= np.uint64(7)
-        p += 1
-    out[p] = np.uint8(raw)
-    return p + 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fail(err, reason, batch, record, pos, value):
-    err[0] = reason
-    err[1] = batch
-    err[2] = record
-    err[3] = pos
-    err[4] = value
-    return reason
+# --------------------------------------------------------------------------- UTF-8
 
 
 @njit(cache=True, nogil=True)
@@ -216,6 +86,7 @@ def utf8_error(addr, n):
                 return i
         i += need + 1
     return -1
+
 
 
 # --------------------------------------------------------------------------- decoding
@@ -464,156 +335,3 @@ def fill_headers(buf, records, nrecords, headers):
             headers[H_VALUE_AT, h + k] = p
             headers[H_VALUE_LEN, h + k] = hv
             p += max(hv, 0)
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _body_size(records, headers, r, delta, off):
-    """Bytes of record ``r``'s body (after its length varint)."""
-    klen = records[R_KEY_LEN, r]
-    vlen = records[R_VALUE_LEN, r]
-    hc = records[R_HEADER_COUNT, r]
-    n = 1 + _varint_size(delta) + _varint_size(off) + _varint_size(klen) + max(klen, 0) + \
-        _varint_size(vlen) + max(vlen, 0) + _varint_size(hc)
-    h0 = records[R_HEADER_FIRST, r]
-    for h in range(h0, h0 + hc):
-        hk = headers[H_KEY_LEN, h]
-        hv = headers[H_VALUE_LEN, h]
-        n += _varint_size(hk) + hk + _varint_size(hv) + max(hv, 0)
-    return n
-
-
-@njit(cache=True, nogil=True)
-def batch_sizes(size, records, headers, firsts, counts, sizes, err):
-    """The encoded size of each batch (records ``firsts[b] .. firsts[b] + counts[b]`` of the
-    R_* table; R_TIMESTAMP, R_KEY_*, R_VALUE_*, R_HEADER_FIRST/COUNT are read) into
-    ``sizes``. Every key, value and header range must lie within a data buffer of ``size``
-    bytes (and the header rows within ``headers``), lengths >= -1 (header keys >= 0). Returns
-    the total, or -1 with ``err`` set (COLUMN_OUT_OF_RANGE, the record)."""
-    total = 0
-    nh = headers.shape[1]
-    nr = records.shape[1]
-    for b in range(len(firsts)):
-        f = firsts[b]
-        c = counts[b]
-        if f < 0 or c <= 0 or f + c > nr:
-            _fail(err, COLUMN_OUT_OF_RANGE, b, -1, f, c)
-            return -1
-        base_ts = records[R_TIMESTAMP, f]
-        n = HEADER_SIZE
-        for i in range(c):
-            r = f + i
-            for at_row, len_row in ((R_KEY_AT, R_KEY_LEN), (R_VALUE_AT, R_VALUE_LEN)):
-                at = records[at_row, r]
-                ln = records[len_row, r]
-                if ln < -1 or (ln > 0 and (at < 0 or at + ln > size)):
-                    _fail(err, COLUMN_OUT_OF_RANGE, b, r, at, ln)
-                    return -1
-            h0 = records[R_HEADER_FIRST, r]
-            hc = records[R_HEADER_COUNT, r]
-            if hc < 0 or (hc > 0 and (h0 < 0 or h0 + hc > nh)):
-                _fail(err, COLUMN_OUT_OF_RANGE, b, r, h0, hc)
-                return -1
-            for h in range(h0, h0 + hc):
-                hk = headers[H_KEY_LEN, h]
-                hv = headers[H_VALUE_LEN, h]
-                ka = headers[H_KEY_AT, h]
-                va = headers[H_VALUE_AT, h]
-                if hk < 0 or (hk > 0 and (ka < 0 or ka + hk > size)) or hv < -1 or \
-                        (hv > 0 and (va < 0 or va + hv > size)):
-                    _fail(err, COLUMN_OUT_OF_RANGE, b, r, h, hk)
-                    return -1
-            body = _body_size(records, headers, r, records[R_TIMESTAMP, r] - base_ts, i)
-            n += _varint_size(body) + body
-        sizes[b] = n
-        total += n
-    return total
-
-
-@njit(cache=True, nogil=True)
-def write_batches(out, at, data, records, headers, firsts, counts, base_offsets,
-                  leader_epoch, producer_id, producer_epoch, base_sequences, crc):
-    """Write one uncompressed v2 batch per entry of ``firsts``/``counts`` (checked by
-    ``batch_sizes``) back to back into ``out`` from byte ``at``: records as in ``records``
-    (keys, values and header bytes copied from ``data``), offsets ``base_offsets[b] + i``,
-    CreateTime, base timestamp the first record's, max timestamp the largest, CRC-32C over
-    attributes..end (with ``crc``; else the caller stores it). Returns the position after the
-    last batch."""
-    src = data.ctypes.data
-    dst = out.ctypes.data
-    p = at
-    for b in range(len(firsts)):
-        f = firsts[b]
-        c = counts[b]
-        start = p
-        base_ts = records[R_TIMESTAMP, f]
-        max_ts = base_ts
-        p += HEADER_SIZE
-        for i in range(c):
-            r = f + i
-            ts = records[R_TIMESTAMP, r]
-            if ts > max_ts:
-                max_ts = ts
-            body = _body_size(records, headers, r, ts - base_ts, i)
-            p = _put_varint(out, p, body)
-            out[p] = 0
-            p = _put_varint(out, p + 1, ts - base_ts)
-            p = _put_varint(out, p, i)
-            klen = records[R_KEY_LEN, r]
-            p = _put_varint(out, p, klen)
-            if klen > 0:
-                memcpy(dst + p, src + records[R_KEY_AT, r], klen)
-                p += klen
-            vlen = records[R_VALUE_LEN, r]
-            p = _put_varint(out, p, vlen)
-            if vlen > 0:
-                memcpy(dst + p, src + records[R_VALUE_AT, r], vlen)
-                p += vlen
-            hc = records[R_HEADER_COUNT, r]
-            p = _put_varint(out, p, hc)
-            h0 = records[R_HEADER_FIRST, r]
-            for h in range(h0, h0 + hc):
-                hk = headers[H_KEY_LEN, h]
-                p = _put_varint(out, p, hk)
-                if hk > 0:
-                    memcpy(dst + p, src + headers[H_KEY_AT, h], hk)
-                    p += hk
-                hv = headers[H_VALUE_LEN, h]
-                p = _put_varint(out, p, hv)
-                if hv > 0:
-                    memcpy(dst + p, src + headers[H_VALUE_AT, h], hv)
-                    p += hv
-        _put_be(out, start, base_offsets[b], 8)
-        _put_be(out, start + P_LENGTH, p - start - LOG_OVERHEAD, 4)
-        _put_be(out, start + P_LEADER_EPOCH, leader_epoch, 4)
-        out[start + P_MAGIC] = 2
-        _put_be(out, start + P_ATTRIBUTES, 0, 2)
-        _put_be(out, start + P_LAST_DELTA, c - 1, 4)
-        _put_be(out, start + P_BASE_TS, base_ts, 8)
-        _put_be(out, start + P_MAX_TS, max_ts, 8)
-        _put_be(out, start + P_PRODUCER_ID, producer_id, 8)
-        _put_be(out, start + P_PRODUCER_EPOCH, producer_epoch, 2)
-        _put_be(out, start + P_BASE_SEQUENCE, base_sequences[b], 4)
-        _put_be(out, start + P_COUNT, c, 4)
-        if crc:
-            _put_be(out, start + P_CRC,
-                    crc32c_at(dst + start + P_ATTRIBUTES, p - start - P_ATTRIBUTES), 4)
-    return p
-
-
-@njit(cache=True, nogil=True)
-def gather_values(data, records, out):
-    """Every record's value (``R_VALUE_AT`` / ``R_VALUE_LEN`` in ``data``; none may be
-    null) back to back into ``out``: the bodies of a produce as one BytesColumn buffer,
-    without a bytes object per record."""
-    src = data.ctypes.data
-    dst = out.ctypes.data
-    p = 0
-    for r in range(records.shape[1]):
-        n = records[R_VALUE_LEN, r]
-        if n > 0:
-            memcpy(dst + p, src + records[R_VALUE_AT, r], n)
-            p += n
-    return p
