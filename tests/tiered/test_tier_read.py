@@ -13,7 +13,7 @@ import pytest
 import strata
 from strata.format.record_batch import MessageBatch
 from strata.format.consume_queue import tag_hash
-from strata.tiered import reader as tier_reader
+from strata.tiered import chunk_reads as tier_reader
 from strata.tiered import service as tier_service
 from strata.tiered.dispatcher import UploadPolicy
 from strata.tiered.layout import chunk_path

@@ -81,7 +81,7 @@ def _reset_here(directory: str, body: dict) -> dict:
 def groups_list(directory: str, as_json: bool) -> None:
     """Consumer groups of the broker on the store in DIR (read-only; `strata serve` may run):
     per topic and queue the committed offset, the max offset, lag, in flight, retrying."""
-    from strata.cli.main import open_readonly
+    from strata.cli.common import open_readonly
     from strata.console.groups_view import GroupSource
     from strata.console.views import ConsoleData
     live = _kafka_live(directory)

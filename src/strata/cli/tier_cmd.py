@@ -112,7 +112,7 @@ def stat(directory: str, as_json: bool) -> None:
 def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
          timeout_s: float) -> None:
     """Upload everything the store has confirmed to its tier, with a progress bar."""
-    from strata.cli.main import _progress
+    from strata.cli.common import _progress
     path = _require_store(directory)
     if writer_alive(path):
         raise click.ClickException(f"{directory} is open for writing by another process; "
@@ -143,7 +143,7 @@ def sync(directory: str, tier_url: str | None, endpoint_url: str | None,
               help="Use the tier's own metadata copy instead of DIR's.")
 def verify(directory: str, from_tier: bool) -> None:
     """Check every tiered record's CRC, the .cq/.keys checksums and object sizes."""
-    from strata.cli.main import _progress
+    from strata.cli.common import _progress
     path = _require_store(directory)
     meta = _metadata(path)
     backend = open_backend(meta.tier_url, meta.endpoint_url)
