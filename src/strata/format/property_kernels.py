@@ -154,7 +154,6 @@ def put_entries(mm, slots_at, slots, epos, base_ts, cap, state, hashes, phys, ts
     Returns the index of the first item not written."""
     count, used, min_d, max_d, last_d, not_mono = (state[0], state[1], state[2], state[3],
                                                    state[4], state[5])
-    base = mm.ctypes.data
     k = start
     n = len(hashes)
     while k < n and count < cap:
