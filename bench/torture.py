@@ -342,9 +342,11 @@ def check_store(store, acks: dict[int, Ack], tally: Tally, ctx: dict, *,
                             judge(topic, q, pos, one.messages[0])
                 off = end
     # reads never write: a unit a get found leading to another record was reported and passed
-    # over, and the writer re-derives it in the background; once it has, get serves it
+    # over, and the writer re-derives it in the background; once it has, get serves it. It
+    # may have done so before this check: whatever repairs.pending() says now, wait for any
+    # repair left and read again
     missing = [seq for seq in sorted(must) if seq not in seen_in_queues]
-    if missing and not store.readonly and store.repairs.pending():
+    if missing and not store.readonly:
         store.wait_repaired()
         for seq in missing:
             a = acks[seq]
