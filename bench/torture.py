@@ -317,6 +317,12 @@ def check_store(store, acks: dict[int, Ack], tally: Tally, ctx: dict, *,
                 tally.fail("wrong", ctx, **where, detail="served twice")
             seen_in_queues[seq] = pos
 
+    passed_over: set[tuple[str, int, int]] = set()   # units a get reported damaged
+
+    def note_passed(topic: str, q: int, res) -> None:
+        for c in getattr(res, "corrupt", ()) or ():
+            passed_over.add((topic, q, c.queue_offset))
+
     topics, _ = guarded("topics", None, store.topics)
     for topic in topics or []:
         nq, _ = guarded("queue_count", None, lambda: store.queue_count(topic))
@@ -327,6 +333,7 @@ def check_store(store, acks: dict[int, Ack], tally: Tally, ctx: dict, *,
             while off < mx:
                 try:
                     res = store.get(topic, q, off, 32)
+                    note_passed(topic, q, res)
                     end = res.next_offset if res.next_offset > off else off + 1
                 except Exception:  # noqa: BLE001 - read unit by unit below, counted there
                     res, end = None, min(mx, off + 32)
@@ -338,14 +345,16 @@ def check_store(store, acks: dict[int, Ack], tally: Tally, ctx: dict, *,
                         exp = expect.get(pos)
                         one, _ = guarded("get", exp.seq if exp else None,
                                          lambda: store.get(topic, q, pos, 1))
+                        note_passed(topic, q, one)
                         if one is not None and one.messages:
                             judge(topic, q, pos, one.messages[0])
                 off = end
     # reads never write: a unit a get found leading to another record was reported and passed
     # over, and the writer re-derives it in the background; once it has, get serves it. It
-    # may have done so before this check: whatever repairs.pending() says now, wait for any
-    # repair left and read again
-    missing = [seq for seq in sorted(must) if seq not in seen_in_queues]
+    # may have done so before this check (so not only while repairs.pending()): wait for any
+    # repair left, and read again what was passed over
+    missing = [seq for seq in sorted(must) if seq not in seen_in_queues
+               and (acks[seq].topic, acks[seq].queue_id, acks[seq].queue_offset) in passed_over]
     if missing and not store.readonly:
         store.wait_repaired()
         for seq in missing:
