@@ -132,13 +132,10 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     runs = offset_runs(segments, offsets)
     if len(runs) == 1:   # the usual read, within one segment: one compiled call
         _lo, _hi, seg = runs[0]
-        if seg is None or seg.closed:
+        mapped = _mapped(seg, limit)
+        if mapped is None:
             return None
-        end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
-        try:
-            data = segment_map(seg)
-        except ValueError:   # closed by retention just now
-            return None
+        data, end = mapped
         body_off = np.empty(n + 1, np.int64)
         prop_off = np.empty(n + 1, np.int64)
         good, bodies, props = ck.columns_at(
@@ -149,13 +146,10 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
         return ColumnsRead(fields, bodies, body_off, props, prop_off)
     parts = []
     for lo, hi, seg in runs:
-        if seg is None or seg.closed:
+        mapped = _mapped(seg, limit)
+        if mapped is None:
             return None
-        end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
-        try:
-            data = segment_map(seg)
-        except ValueError:   # closed by retention just now
-            return None
+        data, end = mapped
         good, _nbytes = kernels.check_at(data, offsets[lo:hi] - (seg.base_offset - HEADER_AREA),
                                          offsets[lo:hi], end, verify_crc, name, queue_id,
                                          queue_offsets[lo:hi], fields[:, lo:hi], status[lo:hi])
@@ -174,6 +168,18 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
 
 
 _TOPICS: dict[str, np.ndarray] = {}
+
+
+def _mapped(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int] | None:
+    """A segment's map and the end (in map positions) of what may be read below commit-log
+    offset ``limit``; None if the segment is gone (closed by retention just now)."""
+    if seg is None or seg.closed:
+        return None
+    try:
+        data = segment_map(seg)
+    except ValueError:   # closed by retention just now
+        return None
+    return data, HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
 
 
 def _topic_array(topic: str) -> np.ndarray:
