@@ -374,6 +374,15 @@ def ratios(rows: list[dict]) -> None:
                               goal=goal, met=ratio >= goal))
 
 
+def json_lines(text: str):
+    """The JSON objects of a peer script's output, one per line (other lines passed over)."""
+    for line in text.splitlines():
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
 def rabbitmq_peer(messages: int, sizes: str) -> list[dict]:
     """RabbitMQ classic (pika, persistent, confirms) and streams (rstream) through
     bench/rabbitmq_peer.py, which starts and stops its own node."""
@@ -381,11 +390,7 @@ def rabbitmq_peer(messages: int, sizes: str) -> list[dict]:
                         "--messages", str(messages), "--sizes", sizes],
                        capture_output=True, text=True, timeout=1800)
     rows = []
-    for line in p.stdout.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
+    for row in json_lines(p.stdout):
         emit(row)
         rows.append(row)
     if p.returncode:
@@ -401,11 +406,7 @@ def nats_peer(root: Path, sizes: str) -> list[dict]:
     p = subprocess.run([sys.executable, str(script), "--workload", work, "--dir",
                         str(root / "nats")], capture_output=True, text=True, timeout=900)
     rows = []
-    for line in p.stdout.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
+    for row in json_lines(p.stdout):
         if "publish_msgs_s" not in row:
             continue
         base = dict(system="nats-jetstream", peer=row.get("system"), size=row["size"],
