@@ -77,7 +77,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
                                             status[lo:hi])
             buf, address = new_bytes(nbytes)   # the records copied once, into the batch's bytes
             kernels.pack_to(data, f, status[lo:hi], address)
-            parts.append((buf, f if good == n else f[:, :good].copy()))
+            parts.append((buf, f if good == hi - lo else f[:, :good].copy()))
             if good < hi - lo:
                 for i in np.flatnonzero(status[lo:hi] >= rk.NO_RECORD).tolist():
                     why = rec.record_damage(seg.mm, int(pos[i]), end, int(offsets[lo + i]))
