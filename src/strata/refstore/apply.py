@@ -5,12 +5,14 @@ the store, moved out of ``store.py`` as they were (``self`` became ``st``)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
+import numpy as np
 
 from strata.format import refstore_record as rec
 
+from . import encode
 from .client import StoreClient
 from .index import FILE, OFFSET, REF, SIZE
 from .model import _Reply
@@ -18,97 +20,131 @@ from .model import _Reply
 if TYPE_CHECKING:
     from .store import RefStore
 
-_ALL_TRUE = object()   # marker: no write of the batch was cancelled
-
 # op codes on the server queue
 OP_WRITE, OP_REMOVE, OP_CONTAINS, OP_TERMINATE, OP_DYING, OP_DELETE, OP_SYNC = range(7)
 
 
-def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list) -> None:
+def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
+                 lens: list | None = None) -> None:
     """A client's batch of writes: skip those a flying remove cancelled, take another
-    reference where the message is stored, else append it to the current file."""
+    reference where the message is stored, else append it to the current file.
+
+    A batch of ids the store has never seen (the common case) takes the batch path
+    (``_append_new``): one compiled encoding per file it lands in, the index updated in one
+    dict call. Anything else goes message by message."""
     applies = st._flying.server_write_many(client.ref, ids)
     index = st._index
     index.prefetch(ids)
-    mark = client.dying_mark
     confirms = st._want_confirm(client)
-    if applies is None:
-        applies = _ALL_TRUE
-    cache = st._cache._d
-    cache_bytes = 0
+    if applies is not None or client.dying_mark is not None or \
+            not _append_new(st, ids, bodies, lens):
+        _apply_one_by_one(st, client, ids, bodies, applies)
+    st._cache.done_many(ids)
+    if confirms is not None:
+        confirms.update(ids)
+
+
+def _apply_one_by_one(st: "RefStore", client: StoreClient, ids: list, bodies: list,
+                      applies: list | None) -> None:
+    index = st._index
+    mark = client.dying_mark
     files = st._summary.files
     summary = st._summary
     limit = st.file_size_limit
-    cur = st._cur
-    cur_info = files[cur.number]
-    number = cur.number
-    buf = cur.buffer
-    d = index._d
-    get = index.get if index._base_left else d.get
-    pack_head = rec.HEADER.pack
-    pack_trailer = rec.TRAILER.pack
-    added = 0
-    k = -1
-    for m, b in zip(ids, bodies):
-        k += 1
-        if applies is not _ALL_TRUE and not applies[k]:
+    get = index.get
+    for k, (m, b) in enumerate(zip(ids, bodies)):
+        if applies is not None and not applies[k]:
             st.writes_eliminated += 1
-        else:
-            e = get(m)
-            if mark is not None and (e is None or (e[FILE], e[OFFSET]) >= mark):
-                st.writes_ignored += 1
-            elif e is not None and e[REF] > 0:
-                e[REF] += 1
-            else:
-                if e is not None:            # kept at ref 0 for a late fan-out write
-                    info = files.get(e[FILE])
-                    if info is not None and not info.locked:
-                        e[REF] = 1
-                        info.valid += e[SIZE]
-                        summary.sum_valid += e[SIZE]
-                        e = True
-                    else:
-                        index.delete(m)      # its copy is being collected: write again
-                        e = None
-                if e is None:
-                    n = len(b)
-                    total = n + 25
-                    off = cur.size
-                    if off + total > limit and off > 0:
-                        cur_info.valid += added
-                        cur_info.size += added
-                        summary.sum_valid += added
-                        summary.sum_size += added
-                        added = 0
-                        st._roll()
-                        cur = st._cur
-                        cur_info = files[cur.number]
-                        number = cur.number
-                        buf = cur.buffer
-                        off = 0
-                    head = pack_head(n + 16, m)
-                    buf += head
-                    buf += b
-                    buf += pack_trailer(crc32c(b, crc32c(head)), 0xFF)
-                    cur.size = off + total
-                    d[m] = [1, number, off, total]
-                    added += total
-                    if len(buf) >= cur.buffer_limit:
-                        cur.flush()
-                        buf = cur.buffer
-        ce = cache[m]
-        if ce[1] == 1:
-            del cache[m]
-            cache_bytes += len(ce[0])
-        else:
-            ce[1] -= 1
-        if confirms is not None:
-            confirms.add(m)
-    cur_info.valid += added
-    cur_info.size += added
-    summary.sum_valid += added
-    summary.sum_size += added
-    st._cache.bytes -= cache_bytes
+            continue
+        e = get(m)
+        if mark is not None and (e is None or (e[FILE], e[OFFSET]) >= mark):
+            st.writes_ignored += 1
+            continue
+        if e is not None and e[REF] > 0:
+            e[REF] += 1
+            continue
+        if e is not None:            # kept at ref 0 for a late fan-out write
+            info = files.get(e[FILE])
+            if info is not None and not info.locked:
+                e[REF] = 1
+                info.valid += e[SIZE]
+                summary.sum_valid += e[SIZE]
+                continue
+            index.delete(m)          # its copy is being collected: write again
+        if st._cur.size + len(b) + rec.OVERHEAD > limit and st._cur.size > 0:
+            st._roll()
+        cur = st._cur
+        off, total = cur.append(m, b)
+        index._d[m] = [1, cur.number, off, total]
+        info = files[cur.number]
+        info.valid += total
+        info.size += total
+        summary.sum_valid += total
+        summary.sum_size += total
+
+
+def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> bool:
+    """Append a batch of ids that are all new and distinct; False (nothing done) otherwise.
+
+    Plans where each record goes (rolling to a new file where the next record does not fit),
+    checks the ids against the index with the planned entries in hand, then encodes each
+    file's share of the batch with one compiled call into the write buffer."""
+    n = len(ids)
+    if lens is None:
+        lens = list(map(len, bodies))
+    sizes = np.fromiter(lens, dtype=np.int64, count=n)
+    totals = sizes + rec.OVERHEAD
+    ends = np.cumsum(totals)
+    limit = st.file_size_limit
+    cur = st._cur
+    number = cur.number
+    plan = []                    # (first, last, files rolled before it, offset of first)
+    first = rolls = done = 0
+    off = cur.size
+    while first < n:
+        last = int(np.searchsorted(ends, done + limit - off, side="right"))
+        if last == first and off > 0:   # the next record does not fit: next file
+            rolls += 1
+            off = 0
+            continue
+        last = max(last, first + 1)     # an empty file takes any record
+        plan.append((first, last, rolls, off))
+        span = int(ends[last - 1]) - done
+        done += span
+        off += span
+        first = last
+    if len(plan) == 1 and plan[0][2] == 0:
+        offs = (ends - totals + cur.size).tolist()
+        where = itertools.repeat(number)
+    else:
+        offs_a = ends - totals
+        where_a = np.empty(n, dtype=np.int64)
+        for first, last, k, at in plan:
+            offs_a[first:last] += at - offs_a[first]
+            where_a[first:last] = number + k
+        offs, where = offs_a.tolist(), where_a.tolist()
+    new = dict(zip(ids, map(list, zip(itertools.repeat(1), where, offs, totals.tolist()))))
+    d = st._index._d
+    if len(new) != n or not d.keys().isdisjoint(new):
+        return False
+    ids_a, bodies_a, starts = encode.batch_arrays(ids, bodies, sizes)
+    summary = st._summary
+    for first, last, k, at in plan:
+        if k != st._cur.number - number:
+            st._roll()
+        cur = st._cur
+        span = int(ends[last - 1]) - (int(ends[first - 1]) if first else 0)
+        pos = cur.reserve(span)
+        encode.encode_records(cur.buf, pos, ids_a, bodies_a, starts, first, last)
+        cur.wrote(span)
+        info = summary.files[cur.number]
+        info.valid += span
+        info.size += span
+        summary.sum_valid += span
+        summary.sum_size += span
+    d.update(new)
+    return True
+
 
 def apply_removes(st: "RefStore", client: StoreClient, ids: list) -> None:
     """A client's removes: drop one reference each (parked while the GC holds the file)."""

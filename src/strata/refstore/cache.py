@@ -4,47 +4,64 @@ A client puts the body here before sending the write, so the message is readable
 the server takes it out once the record is in the current file's write buffer (from which
 reads are served until the OS has the bytes). Its size is bounded by the store's in-flight
 limit, which blocks writers while the server is behind.
+
+A batch goes in and out in C-level dict calls: ``_d`` maps an id to the body of its first
+unprocessed write, and ``_extra`` counts, for the rare id written again while a write of it is
+still in flight, how many more writes of it are pending.
 """
 
 from __future__ import annotations
 
 
-class WriteBackCache:
-    """msg id -> [body, number of unprocessed writes]; guarded by the store lock."""
 
-    __slots__ = ("_d", "bytes")
+class WriteBackCache:
+    """msg id -> body, plus the count of extra in-flight writes; guarded by the store lock."""
+
+    __slots__ = ("_d", "_extra", "bytes")
 
     def __init__(self) -> None:
-        self._d: dict[bytes, list] = {}
+        self._d: dict[bytes, bytes] = {}
+        self._extra: dict[bytes, int] = {}
         self.bytes = 0
 
-    def add_many(self, msg_ids, bodies) -> None:
+    def add_many(self, msg_ids: list, bodies: list, nbytes: int) -> None:
+        """Add one pending write per id (``nbytes``: the bodies' total length)."""
         d = self._d
+        new = dict(zip(msg_ids, bodies))
+        if len(new) == len(msg_ids) and d.keys().isdisjoint(new):
+            d.update(new)          # the common case: ids not in flight, none twice
+            self.bytes += nbytes
+            return
+        extra = self._extra
         n = 0
         for m, b in zip(msg_ids, bodies):
-            e = d.get(m)
-            if e is None:
-                d[m] = [b, 1]
-                n += len(b)
+            if m in d:
+                extra[m] = extra.get(m, 0) + 1
             else:
-                e[1] += 1
+                d[m] = b
+                n += len(b)
         self.bytes += n
 
     def get(self, msg_id: bytes):
-        e = self._d.get(msg_id)
-        return None if e is None else e[0]
+        return self._d.get(msg_id)
 
-    def body_for(self, msg_id: bytes):
-        return self._d[msg_id][0]
-
-    def done(self, msg_id: bytes) -> None:
-        """One write of ``msg_id`` was processed (applied or ignored)."""
-        e = self._d[msg_id]
-        if e[1] == 1:
-            del self._d[msg_id]
-            self.bytes -= len(e[0])
-        else:
-            e[1] -= 1
+    def done_many(self, msg_ids: list) -> None:
+        """One write of each id was processed (applied or ignored)."""
+        d = self._d
+        if not self._extra:       # every id has exactly one pending write
+            self.bytes -= sum(map(len, map(d.pop, msg_ids)))
+            return
+        extra = self._extra
+        n = 0
+        for m in msg_ids:
+            k = extra.get(m)
+            if k is None:
+                n += len(d.pop(m))
+            elif k == 1:
+                del extra[m]
+            else:
+                extra[m] = k - 1
+        self.bytes -= n
 
     def __len__(self) -> int:
         return len(self._d)

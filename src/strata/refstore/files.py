@@ -6,6 +6,9 @@ import errno
 import os
 import threading
 
+import numpy as np
+from crc32c import crc32c
+
 from strata.errors import DiskFullError
 from strata.files.io import file_ops
 from strata.files.lock import DirectoryLock
@@ -42,10 +45,14 @@ class CurrentFile:
     """The file new records are appended to, with a write buffer in front of it.
 
     ``size`` counts buffered bytes too; ``flushed`` is how far the OS has the bytes. Only the
-    store's server thread appends; readers copy from the buffer under the store lock.
+    store's server thread appends; readers copy from the buffer under the store lock. The
+    buffer is one numpy array reused for every flush (and handed on to the next file at a
+    roll), so the batch encoder writes into memory that is already mapped: a fresh 1 MiB
+    buffer per flush costs a page fault per 4 KiB, about as much as the encoding itself.
     """
 
-    def __init__(self, directory: str, number: int, size: int, buffer_limit: int) -> None:
+    def __init__(self, directory: str, number: int, size: int, buffer_limit: int,
+                 buffer: np.ndarray | None = None) -> None:
         self.number = number
         self.path = layout.data_path(directory, number)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -54,25 +61,60 @@ class CurrentFile:
         self.size = size
         self.flushed = size
         self.synced = size
-        self.buffer = bytearray()
         self.buffer_limit = buffer_limit
+        self.buf = buffer if buffer is not None else np.empty(buffer_limit, dtype=np.uint8)
+        self._mv = memoryview(self.buf)
+
+    @property
+    def fill(self) -> int:
+        """Bytes in the write buffer (not yet handed to the OS)."""
+        return self.size - self.flushed
+
+    def reserve(self, n: int) -> int:
+        """Make room for ``n`` more bytes in the buffer (flushing or growing it); returns the
+        buffer position they go to."""
+        fill = self.size - self.flushed
+        if fill + n > len(self.buf):
+            if fill:
+                self.flush()
+                fill = 0
+            if n > len(self.buf):
+                self._mv.release()
+                self.buf = np.empty(n, dtype=np.uint8)
+                self._mv = memoryview(self.buf)
+        return fill
+
+    def wrote(self, n: int) -> None:
+        """``n`` bytes were put in the buffer at ``reserve``'s position: count them, and hand
+        the buffer to the OS once it holds ``buffer_limit`` bytes."""
+        self.size += n
+        if self.size - self.flushed >= self.buffer_limit:
+            self.flush()
 
     def append(self, msg_id: bytes, body: bytes) -> tuple[int, int]:
         """Buffer one record; returns (offset, total size)."""
         offset = self.size
-        total = rec.append(self.buffer, msg_id, body)
-        self.size = offset + total
+        total = len(body) + rec.OVERHEAD
+        at = self.reserve(total)
+        mv = self._mv
+        rec.HEADER.pack_into(mv, at, rec.MSG_ID_SIZE + len(body), msg_id)
+        end = at + rec.HEADER_SIZE + len(body)
+        mv[at + rec.HEADER_SIZE:end] = body
+        rec.TRAILER.pack_into(mv, end, crc32c(mv[at:end]), rec.END_MARKER)
+        self.wrote(total)
         return offset, total
-
-    def buffer_full(self) -> bool:
-        return len(self.buffer) >= self.buffer_limit
 
     def flush(self) -> None:
         """Hand the buffer to the OS."""
-        if self.buffer:
-            _write_all(self.fd, self.buffer, self.flushed)
+        fill = self.size - self.flushed
+        if fill:
+            _write_all(self.fd, self._mv[:fill], self.flushed)
             self.flushed = self.size
-            self.buffer = bytearray()
+
+    def take_buffer(self) -> np.ndarray:
+        """The (flushed) buffer, for the next current file to reuse."""
+        self.flush()
+        return self.buf
 
     def sync(self) -> None:
         """Make everything flushed durable (fdatasync)."""
@@ -86,7 +128,7 @@ class CurrentFile:
         if offset < self.flushed:
             return None
         start = offset - self.flushed
-        return bytes(self.buffer[start:start + total])
+        return self.buf[start:start + total].tobytes()
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -10,6 +10,7 @@ limit and empties when the server catches up.
 
 from __future__ import annotations
 
+import collections
 import threading
 
 WRITE = 1 << 32
@@ -23,11 +24,15 @@ class FlyingTable:
         self._t: dict[str, dict[bytes, int]] = {}
         self._lock = threading.Lock()
 
-    def client_write_many(self, cref: str, msg_ids) -> None:
+    def client_write_many(self, cref: str, msg_ids: list) -> None:
         with self._lock:
             t = self._t.get(cref)
             if t is None:
                 t = self._t[cref] = {}
+            new = dict.fromkeys(msg_ids, WRITE)
+            if len(new) == len(msg_ids) and t.keys().isdisjoint(new):
+                t.update(new)          # the common case, in C: no id in flight, none twice
+                return
             get = t.get
             for m in msg_ids:
                 t[m] = get(m, 0) + WRITE
@@ -50,6 +55,12 @@ class FlyingTable:
         out = None
         with self._lock:
             t = self._t[cref]
+            if list(map(t.get, msg_ids)).count(WRITE) == len(msg_ids):
+                # one uncancelled write in flight per id (so no id twice): drop them all
+                collections.deque(map(t.__delitem__, msg_ids), 0)
+                if not t:
+                    del self._t[cref]
+                return None
             for k, m in enumerate(msg_ids):
                 v = t[m]
                 if v == WRITE:

@@ -167,10 +167,12 @@ class RefStore:
         self._ops.append(op)
         self._work.notify()
 
-    def _submit_writes(self, client: StoreClient, ids: list, bodies: list) -> None:
-        nbytes = 0
-        for b in bodies:
-            nbytes += len(b)
+    def _submit_writes(self, client: StoreClient, ids: list, bodies: list,
+                       lens: list | None = None) -> None:
+        """Queue a checked batch of writes (``lens``: the bodies' lengths, if known)."""
+        if lens is None:
+            lens = list(map(len, bodies))
+        nbytes = sum(lens)
         with self._lock:
             self._check_usable()
             if not self._on_server_thread():
@@ -178,9 +180,9 @@ class RefStore:
                     self._changed.wait()
                     self._check_usable()
             self._flying.client_write_many(client.ref, ids)
-            self._cache.add_many(ids, bodies)
+            self._cache.add_many(ids, bodies, nbytes)
             self._in_flight += nbytes
-            self._enqueue((_W, client, ids, bodies, nbytes))
+            self._enqueue((_W, client, ids, bodies, nbytes, lens))
 
     def _submit_removes(self, client: StoreClient, ids: list) -> None:
         with self._lock:
@@ -331,7 +333,7 @@ class RefStore:
     def _apply(self, op, after: list) -> None:
         code = op[0]
         if code == _W:
-            apply_writes(self, op[1], op[2], op[3])
+            apply_writes(self, op[1], op[2], op[3], op[5])
             self._in_flight -= op[4]
             self._changed.notify_all()
         elif code == _R:
@@ -369,7 +371,7 @@ class RefStore:
         self._unsynced.append(old)     # fsynced and closed by the next sync, off the lock
         number = old.number + 1
         self._summary.add(number)
-        self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit)
+        self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit, old.take_buffer())
         fsync_dir(self.directory)
         self._maybe_gc(self._summary.files[old.number].valid == 0)
 
