@@ -46,13 +46,9 @@ class StoreClient:
     def write_batch(self, messages: Iterable[tuple[bytes, bytes]]) -> None:
         """Write many (msg_id, body) pairs in one step (all are checked before any is sent)."""
         self._check_open()
-        pairs = messages if type(messages) is list else list(messages)
-        checked = _checked_fast(pairs, self._max_body)
-        if checked is None:
-            checked = _checked_one_by_one(pairs, self._max_body)
-        ids, bodies, lens = checked
+        ids, bodies = _checked(messages, self._max_body)
         if ids:
-            self._store._submit_writes(self, ids, bodies, lens)
+            self._store._submit_writes(self, ids, bodies)
 
     def read(self, msg_id: bytes) -> bytes | None:
         """The body stored under ``msg_id``, or None if the store does not hold it."""
@@ -102,28 +98,10 @@ def _as_list(msg_ids) -> list:
     return list(msg_ids)
 
 
-_PAIR_TYPES = frozenset((tuple, list))
-
-
-def _checked_fast(pairs: list, max_body: int) -> tuple[list, list, list] | None:
-    """(ids, bodies, body lengths) of a batch whose every pair is a 2-tuple (or list) of a
-    16-byte ``bytes`` id and a ``bytes`` body within the limit — checked with C-level calls
-    over the whole batch; None if any is not, for ``_checked_one_by_one`` to say which."""
-    if not pairs or not set(map(type, pairs)) <= _PAIR_TYPES or set(map(len, pairs)) != {2}:
-        return None
-    ids, bodies = map(list, zip(*pairs))
-    if set(map(type, ids)) != {bytes} or set(map(len, ids)) != {rec.MSG_ID_SIZE} or \
-            set(map(type, bodies)) != {bytes}:
-        return None
-    lens = list(map(len, bodies))
-    if max(lens) > max_body:
-        return None
-    return ids, bodies, lens
-
-
-def _checked_one_by_one(pairs, max_body: int) -> tuple[list, list, None]:
-    """(ids, bodies, None) of a batch checked pair by pair: the first bad one raises
-    InvalidInputError or MessageTooLargeError naming the problem."""
+def _checked(pairs, max_body: int) -> tuple[list, list]:
+    """(ids, bodies) of a batch checked pair by pair (a plain loop: faster here than set()s
+    of types and lengths over the batch); the first bad pair raises InvalidInputError or
+    MessageTooLargeError naming the problem."""
     ids: list[bytes] = []
     bodies: list[bytes] = []
     for pair in pairs:
@@ -138,4 +116,4 @@ def _checked_one_by_one(pairs, max_body: int) -> tuple[list, list, None]:
             b = rec.check_body(b, max_body)
         ids.append(m)
         bodies.append(b)
-    return ids, bodies, None
+    return ids, bodies

@@ -21,7 +21,7 @@ from strata.errors import InvalidConfigError, StoreClosedError, StrataError
 from strata.files.io import fsync_dir
 from strata.format import refstore_record as rec
 
-from . import opening, snapshot
+from . import encode, opening, snapshot
 from .apply import (OP_CONTAINS, OP_DELETE, OP_DYING, OP_REMOVE, OP_SYNC, OP_TERMINATE,
                     OP_WRITE, apply_contains, apply_removes, apply_writes)
 from .cache import WriteBackCache
@@ -263,6 +263,7 @@ class RefStore:
     def _serve(self) -> None:
         lock = self._lock
         try:
+            encode.warm()
             while True:
                 after: list = []
                 with lock:
