@@ -61,12 +61,12 @@ def _apply_one_by_one(st: "RefStore", client: StoreClient, ids: list, bodies: li
             st.writes_ignored += 1
             continue
         if e is not None and e[REF] > 0:
-            e[REF] += 1
+            index.put(m, (e[REF] + 1, e[FILE], e[OFFSET], e[SIZE]))
             continue
         if e is not None:            # kept at ref 0 for a late fan-out write
             info = files.get(e[FILE])
             if info is not None and not info.locked:
-                e[REF] = 1
+                index.put(m, (1, e[FILE], e[OFFSET], e[SIZE]))
                 info.valid += e[SIZE]
                 summary.sum_valid += e[SIZE]
                 continue
@@ -75,7 +75,7 @@ def _apply_one_by_one(st: "RefStore", client: StoreClient, ids: list, bodies: li
             st._roll()
         cur = st._cur
         off, total = cur.append(m, b)
-        index._d[m] = [1, cur.number, off, total]
+        index.put(m, (1, cur.number, off, total))
         info = files[cur.number]
         info.valid += total
         info.size += total
@@ -123,7 +123,7 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
             offs_a[first:last] += at - offs_a[first]
             where_a[first:last] = number + k
         offs, where = offs_a.tolist(), where_a.tolist()
-    new = dict(zip(ids, map(list, zip(itertools.repeat(1), where, offs, totals.tolist()))))
+    new = dict(zip(ids, zip(itertools.repeat(1), where, offs, totals.tolist())))
     d = st._index._d
     if len(new) != n or not d.keys().isdisjoint(new):
         return False
@@ -166,8 +166,9 @@ def apply_removes(st: "RefStore", client: StoreClient, ids: list) -> None:
         if info.locked:
             st._parked.append((info.number, (OP_REMOVE, client, [m])))
             continue
-        e[REF] -= 1
-        if e[REF] == 0:
+        ref = e[REF] - 1
+        st._index.put(m, (ref, e[FILE], e[OFFSET], e[SIZE]))
+        if ref == 0:
             info.valid -= e[SIZE]
             summary.sum_valid -= e[SIZE]
             if info.valid == 0 and info.number != cur_number:

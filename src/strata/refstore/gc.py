@@ -32,7 +32,7 @@ from strata.format import refstore_record as rec
 
 from . import layout
 from .files import append_and_sync, read_file, truncate_and_sync
-from .index import FILE, OFFSET, REF
+from .index import FILE, OFFSET, REF, SIZE
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import RefStore
@@ -273,13 +273,12 @@ class GarbageCollector:
             for off, total, m in scattered:
                 e = index.get(m)
                 if e is not None and e[FILE] == left and e[OFFSET] == off:
-                    e[OFFSET] = pos
+                    index.put(m, (e[REF], left, pos, e[SIZE]))
                 pos += total
             for off, total, m in live_r:
                 e = index.get(m)
                 if e is not None and e[FILE] == right and e[OFFSET] == off:
-                    e[FILE] = left
-                    e[OFFSET] = pos
+                    index.put(m, (e[REF], left, pos, e[SIZE]))
                 pos += total
             s = st._summary
             linfo = s.files[left]

@@ -1,6 +1,11 @@
-"""The message index: msg id -> [ref count, file, offset, total size].
+"""The message index: msg id -> (ref count, file, offset, total size).
 
-Entries touched since the store opened live in a dict of small lists (mutable in place). After
+Entries touched since the store opened live in a dict of 4-tuples of ints, replaced (``put``)
+when they change. A tuple of ints is untracked by Python's cycle collector once it has
+survived one young collection, so an index of millions of entries adds nothing to the full
+collections the rest of the process triggers (mutable lists would be walked by every one of
+them: hundreds of ms each at a few million entries), and a batch of new entries is built by
+``zip`` in C without a list per entry. After
 a clean restart, the saved index is loaded as sorted numpy columns (the *base*) and an entry is
 moved into the dict the first time it is looked up, so opening a store of a million messages
 costs a file read rather than a million dict inserts.
@@ -24,7 +29,7 @@ class MessageIndex:
                  "_base_size", "_taken", "_base_left")
 
     def __init__(self) -> None:
-        self._d: dict[bytes, list[int]] = {}
+        self._d: dict[bytes, tuple[int, int, int, int]] = {}
         self._clear_base()
 
     def _clear_base(self) -> None:
@@ -46,21 +51,21 @@ class MessageIndex:
 
     # ------------------------------------------------------------------ lookups
 
-    def get(self, msg_id: bytes) -> list[int] | None:
+    def get(self, msg_id: bytes) -> tuple[int, int, int, int] | None:
         e = self._d.get(msg_id)
         if e is None and self._base_left:
             return self._take(msg_id)
         return e
 
-    def _take(self, msg_id: bytes) -> list[int] | None:
+    def _take(self, msg_id: bytes) -> tuple[int, int, int, int] | None:
         i = int(np.searchsorted(self._base_ids, msg_id))
         if i >= len(self._base_ids) or self._taken[i] or \
                 self._base_raw[i * 16:i * 16 + 16] != msg_id:
             return None
         self._taken[i] = True
         self._base_left -= 1
-        e = [int(self._base_ref[i]), int(self._base_file[i]), int(self._base_off[i]),
-             int(self._base_size[i])]
+        e = (int(self._base_ref[i]), int(self._base_file[i]), int(self._base_off[i]),
+             int(self._base_size[i]))
         self._d[msg_id] = e
         if not self._base_left:
             self._clear_base()
@@ -84,11 +89,16 @@ class MessageIndex:
 
     # ------------------------------------------------------------------ updates
 
-    def insert(self, msg_id: bytes, ref: int, file: int, offset: int, size: int) -> list[int]:
+    def insert(self, msg_id: bytes, ref: int, file: int, offset: int,
+               size: int) -> tuple[int, int, int, int]:
         """Add an entry for an id that ``get`` just reported absent."""
-        e = [ref, file, offset, size]
+        e = (ref, file, offset, size)
         self._d[msg_id] = e
         return e
+
+    def put(self, msg_id: bytes, entry: tuple[int, int, int, int]) -> None:
+        """Replace the entry of an id ``get`` just returned (entries are immutable tuples)."""
+        self._d[msg_id] = entry
 
     def delete(self, msg_id: bytes) -> None:
         """Drop an entry previously returned by ``get``."""
@@ -104,7 +114,7 @@ class MessageIndex:
 
     # ------------------------------------------------------------------ bulk views
 
-    def items(self) -> Iterator[tuple[bytes, list[int]]]:
+    def items(self) -> Iterator[tuple[bytes, tuple[int, int, int, int]]]:
         """Every entry (the base ones without moving them into the dict)."""
         yield from list(self._d.items())
         if self._base_left:
@@ -114,7 +124,7 @@ class MessageIndex:
                                      self._base_file[idx].tolist(),
                                      self._base_off[idx].tolist(),
                                      self._base_size[idx].tolist()):
-                yield raw[i * 16:i * 16 + 16], [r, f, o, s]
+                yield raw[i * 16:i * 16 + 16], (r, f, o, s)
 
     def columns(self, live_only: bool = False):
         """(ids_raw sorted, ref, file, offset, size) numpy columns of every entry."""
