@@ -74,10 +74,12 @@ def bench_throughput(base: str, n: int, batch: int, size: int) -> None:
     d = os.path.join(base, "throughput")
     body = os.urandom(size)
     total = n * (size + OVERHEAD)
+    cpu0 = time.process_time()
     limit_s = disk_limit(base, total)
+    limit_cpu = time.process_time() - cpu0
     emit(bench="disk_limit", what="os.write 1 MiB chunks + fdatasync", bytes=total,
          seconds=round(limit_s, 4), mb_per_s=round(total / limit_s / 1e6, 1),
-         msgs_per_s_equiv=round(n / limit_s))
+         msgs_per_s_equiv=round(n / limit_s), cpu_us_per_msg=round(limit_cpu / n * 1e6, 3))
     dd_s = dd_limit(base, total)
     if dd_s is not None:
         emit(bench="dd_limit", what="dd if=/dev/zero bs=1M conv=fdatasync", bytes=total,
@@ -89,11 +91,14 @@ def bench_throughput(base: str, n: int, batch: int, size: int) -> None:
     c.write(mid(n), body)    # untimed: the first write waits for the compiled encoder to load
     s.sync()
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     for start in range(0, n, batch):
         c.write_batch([(mid(i), body) for i in range(start, min(n, start + batch))])
     s.sync()
     dt = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     emit(bench="write", messages=n, body_bytes=size, batch=batch, seconds=round(dt, 4),
+         cpu_us_per_msg=round(cpu / n * 1e6, 3), cpu_vs_disk_limit=round(limit_cpu / cpu, 3),
          msgs_per_s=round(n / dt), mb_per_s=round(total / dt / 1e6, 1),
          vs_disk_limit=round(limit_s / dt, 3),
          vs_dd=None if dd_s is None else round(dd_s / dt, 3), target_vs_disk_limit=0.7)

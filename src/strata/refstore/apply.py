@@ -5,6 +5,7 @@ the store, moved out of ``store.py`` as they were (``self`` became ``st``)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 from typing import TYPE_CHECKING
 
@@ -87,8 +88,8 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
     """Append a batch of ids that are all new and distinct; False (nothing done) otherwise.
 
     Plans where each record goes (rolling to a new file where the next record does not fit),
-    checks the ids against the index with the planned entries in hand, then encodes each
-    file's share of the batch with one compiled call into the write buffer."""
+    enters the batch in the index in one ``dict.update`` (undone if an id came twice), then
+    encodes each file's share of the batch with one compiled call into the write buffer."""
     n = len(ids)
     if lens is None:
         lens = list(map(len, bodies))
@@ -123,9 +124,13 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
             offs_a[first:last] += at - offs_a[first]
             where_a[first:last] = number + k
         offs, where = offs_a.tolist(), where_a.tolist()
-    new = dict(zip(ids, zip(itertools.repeat(1), where, offs, totals.tolist())))
     d = st._index._d
-    if len(new) != n or not d.keys().isdisjoint(new):
+    if not d.keys().isdisjoint(ids):
+        return False
+    before = len(d)
+    d.update(zip(ids, zip(itertools.repeat(1), where, offs, totals.tolist())))
+    if len(d) != before + n:     # an id twice in the batch: undo (all were new), go one by one
+        collections.deque(map(d.pop, ids, itertools.repeat(None)), 0)
         return False
     ids_a, bodies_a, starts = encode.batch_arrays(ids, bodies, sizes)
     summary = st._summary
@@ -142,7 +147,6 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
         info.size += span
         summary.sum_valid += span
         summary.sum_size += span
-    d.update(new)
     return True
 
 
