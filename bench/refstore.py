@@ -224,6 +224,25 @@ def percentiles(ns: list[int]) -> dict:
             "max_us": round(ns[-1] / 1000, 2)}
 
 
+def raw_preads(d: str, where: list) -> list[int]:
+    """Nanoseconds of a bare ``os.pread`` of each (ref, file, offset, size) record, one at a
+    time on descriptors opened beforehand: what a read costs the OS alone."""
+    from strata.refstore import layout
+    fds = {}
+    ns = []
+    clock = time.perf_counter_ns
+    for _, number, off, size in where:
+        fd = fds.get(number)
+        if fd is None:
+            fd = fds[number] = os.open(layout.data_path(d, number), os.O_RDONLY)
+        t0 = clock()
+        os.pread(fd, size, off)
+        ns.append(clock() - t0)
+    for fd in fds.values():
+        os.close(fd)
+    return ns
+
+
 def bench_lookup(base: str, n: int, size: int, samples: int) -> None:
     """Reads of random present ids, one at a time, in a store of ``n`` messages: as written,
     then after a clean restart (the saved index loaded as columns)."""
@@ -260,6 +279,8 @@ def bench_lookup(base: str, n: int, size: int, samples: int) -> None:
                 wrong += got is None
             emit(bench="lookup", phase=phase, call=what, keys=n, samples=samples,
                  wrong=wrong, target_p99_us=50, **percentiles(ns))
+        emit(bench="lookup", phase=phase, call="os.pread alone (the machine's limit)",
+             keys=n, samples=samples, **percentiles(raw_preads(d, [s.locate(k) for k in keys])))
     s.close()
     shutil.rmtree(d)
 

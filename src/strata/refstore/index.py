@@ -13,6 +13,7 @@ costs a file read rather than a million dict inserts.
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -130,7 +131,8 @@ class MessageIndex:
         """(ids_raw sorted, ref, file, offset, size) numpy columns of every entry."""
         n_d = len(self._d)
         ids_d = b"".join(self._d.keys())
-        vals = np.array(list(self._d.values()), dtype=np.int64).reshape(n_d, 4)
+        vals = np.fromiter(itertools.chain.from_iterable(self._d.values()), dtype=np.int64,
+                           count=4 * n_d).reshape(n_d, 4)
         parts_ids = [np.frombuffer(ids_d, dtype=ID_DTYPE)]
         parts = [vals]
         if self._base_left:
