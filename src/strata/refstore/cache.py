@@ -82,7 +82,10 @@ class WriteBackCache:
         self.bytes -= n
 
     def __len__(self) -> int:
-        return len(self._by_id())
+        """Ids with a write in flight (counted without turning batches into the dict)."""
+        if self._batches:
+            return len(set().union(*(ids for ids, _, _ in self._batches)))
+        return len(self._d)
 
     def __contains__(self, msg_id: bytes) -> bool:
         return msg_id in self._by_id()
