@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
+
 import strata.refstore as rs
 from strata.format import refstore_record as rec
 from strata.refstore import layout
@@ -26,16 +28,18 @@ def expected_files(messages, limit: int) -> list[bytes]:
     return [bytes(f) for f in files]
 
 
-def test_batches_spanning_files_write_the_same_bytes_as_record_by_record(open_store, tmp_path):
+@pytest.mark.parametrize("per_batch", [97, 5])   # the batch path; below BATCH_PATH_MIN
+def test_batches_spanning_files_write_the_same_bytes_as_record_by_record(open_store, tmp_path,
+                                                                        per_batch):
     limit = 6000
     rnd = random.Random(7)
     messages = [(mid(i), os.urandom(rnd.choice([0, 1, 17, 300, 1500, 5000])))
                 for i in range(400)]
     s = open_store(file_size_limit=limit, write_buffer_size=4096, auto_gc=False)
     c = s.client()
-    for start in range(0, len(messages), 97):       # batches that straddle file boundaries
-        c.write_batch(messages[start:start + 97])
-        for m, b in messages[start:start + 97]:
+    for start in range(0, len(messages), per_batch):   # batches straddle file boundaries
+        c.write_batch(messages[start:start + per_batch])
+        for m, b in messages[start:start + per_batch]:
             assert c.read(m) == b                    # readable at once, whatever the path
     s.sync()
     want = expected_files(messages, limit)
