@@ -187,6 +187,19 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     return arrow_read.ColumnsResult(r.status, batch, r.next_offset, r.min_offset,
                                     r.max_offset)
 
+_SLACK = 16   # candidates looked up beyond max_results in the one compiled walk (collisions)
+
+
+def _key_candidates(index, key: str, begin_ms: int, end_ms: int, limit: int) -> Iterator[int]:
+    """The key index's candidates of ``key``, newest first: the first ``limit`` from one
+    compiled walk (``KeyIndex.lookup``), then, only if more are asked for and there are
+    more, all of them again from the Python walk (the caller skips those it has seen)."""
+    first, complete = index.lookup(key, begin_ms, end_ms, limit)
+    yield from first
+    if not complete:
+        yield from index.candidates(key, begin_ms, end_ms)
+
+
 def query(store, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
           max_results: int = 64) -> list[rec.StoredMessage]:
     """Messages of ``topic`` with key (or unique key) ``key`` stored in [begin, end] ms,
@@ -218,7 +231,8 @@ def query(store, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None 
     limit = store.confirmed_offset()
     out: list[rec.StoredMessage] = []
     seen: set[int] = set()
-    for phys in store.key_index.candidates(f"{topic}#{key}", begin_ms, end_ms):
+    for phys in _key_candidates(store.key_index, f"{topic}#{key}", begin_ms, end_ms,
+                                max_results + _SLACK):
         if phys in seen or phys < since:
             continue
         seen.add(phys)

@@ -1,0 +1,114 @@
+"""Compiled key-index lookup (numba): every file's chain of one hash walked in one call.
+
+``find`` does what ``KeyIndex._walk`` does in Python — for each file, newest first, follow the
+chain of the key's slot from its head back to the end, yielding the physical offsets of the
+counted entries whose hash and time second match, without duplicates — over a table of the
+files' addresses and geometry (``FILE_*`` columns), so a lookup is one call instead of a
+Python loop over files and entries. It never follows a damaged chain: a link out of its
+slot, forwards or past the file's capacity makes it stop and report that file (the caller
+then looks at every entry of that file, as ``_walk`` does).
+
+Readers share the files with a writer in this or another process: the counters and the slot
+heads are read with one aligned 4-byte load each (the writer stores them whole), the count
+before any entry, and an entry at or past the count is followed but never returned. Entries
+are read with unaligned loads (an entry's offset field is 4-aligned only). Pure over memory
+the caller keeps mapped: no file I/O.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from strata.format import key_index as kfmt
+from strata.format.record_kernels import load_i32, load_i64, load_u32
+
+# The columns of a file table row (int64): one row per file, oldest first.
+FILE_ADDRESS = 0     # address of byte 0 of the mapped file
+FILE_SLOTS = 1
+FILE_ENTRIES_AT = 2  # byte position of entry 0
+FILE_CAPACITY = 3
+FILE_BEGIN = 4       # begin_offset (checksummed in the header, unlike the counters)
+FILE_BASE_TS = 5
+FILE_COLUMNS = 6
+
+# what ``find`` returns besides a count
+MORE = -1            # ``out`` filled up before the walk ended
+# -2 - i: file row i has a damaged chain of this hash (walk it the slow way from there)
+
+_P_FLAGS = kfmt.POS_COUNTERS            # u32 flags
+_P_COUNT = kfmt.POS_COUNTERS + 12       # u32 entry_count (after flags u32, end_offset i64)
+_P_MIN_D = kfmt.POS_COUNTERS + 20       # i32 min_time_delta
+_P_MAX_D = kfmt.POS_COUNTERS + 24       # i32 max_time_delta
+_SLOTS_AT = kfmt.HEADER_BYTES
+_ENTRY = kfmt.ENTRY_BYTES
+_NOT_MONO = kfmt.FLAG_TIMES_NOT_MONOTONE
+_DMIN = kfmt.DELTA_MIN
+_DMAX = kfmt.DELTA_MAX
+assert kfmt.COUNTERS.format == "<IqIIii" and _ENTRY == 20
+
+
+@njit(cache=True, nogil=True)
+def _clamp(d):
+    return min(max(d, _DMIN), _DMAX)
+
+
+@njit(cache=True, nogil=True)
+def find(table, h, begin_ms, end_ms, out, first_file):
+    """Walk the chain of hash ``h`` (31 bits) in files ``first_file``, ``first_file - 1``,
+    ... 0 of ``table`` (rows oldest first), writing into ``out`` the physical offsets of the
+    counted entries of hash ``h`` whose time second overlaps ``[begin_ms, end_ms]``, newest
+    first, each once. Returns how many were written; ``MORE`` if ``out`` filled up first (it
+    then holds the newest ``len(out)``); ``-2 - i`` if file ``i``'s chain is damaged (the
+    caller then walks the slow way, which scans that file's entries)."""
+    n_out = 0
+    cap_out = len(out)
+    for i in range(first_file, -1, -1):
+        a = table[i, FILE_ADDRESS]
+        count = np.int64(load_u32(a + _P_COUNT))
+        if count <= 1:
+            continue
+        base = table[i, FILE_BASE_TS]
+        lo = _clamp(-((base + 999 - begin_ms) // 1000))   # format.key_index.delta_bounds
+        hi = _clamp((end_ms - base) // 1000)
+        min_d = np.int64(load_i32(a + _P_MIN_D))
+        max_d = np.int64(load_i32(a + _P_MAX_D))
+        if max_d < lo or min_d > hi:
+            continue
+        mono = (load_u32(a + _P_FLAGS) & _NOT_MONO) == 0
+        begin = table[i, FILE_BEGIN]
+        epos = table[i, FILE_ENTRIES_AT]
+        slots = table[i, FILE_SLOTS]
+        capacity = table[i, FILE_CAPACITY]
+        slot = h % slots
+        n = np.int64(load_u32(a + _SLOTS_AT + slot * 4))
+        if n >= capacity:
+            return -2 - i
+        while n:
+            e = a + epos + n * _ENTRY
+            eh = np.int64(load_u32(e))
+            d = np.int64(load_i32(e + 12))
+            prev = np.int64(load_i32(e + 16))
+            if n < count:               # entries past the counters are not yet visible
+                if eh % slots != slot:  # a changed link or hash led out of the chain
+                    return -2 - i
+                if d < lo:
+                    if mono and d >= min_d:
+                        break
+                elif eh == h and d <= hi:
+                    phys = load_i64(e + 4)
+                    if phys >= begin:
+                        dup = False
+                        for k in range(n_out):
+                            if out[k] == phys:
+                                dup = True
+                                break
+                        if not dup:
+                            if n_out == cap_out:
+                                return MORE
+                            out[n_out] = phys
+                            n_out += 1
+            if prev >= n or prev < 0:   # links always point backwards
+                return -2 - i
+            n = prev
+    return n_out
