@@ -13,6 +13,10 @@ heads are read with one aligned 4-byte load each (the writer stores them whole),
 before any entry, and an entry at or past the count is followed but never returned. Entries
 are read with unaligned loads (an entry's offset field is 4-aligned only). Pure over memory
 the caller keeps mapped: no file I/O.
+
+``match_key`` is the other half of a key query: whether the record at a candidate offset is
+the message asked for (intact, of that topic, stored in the time range, with that key among
+its KEYS entries or as its UNIQ_KEY), so that only the messages a query returns are decoded.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ import numpy as np
 from numba import njit
 
 from strata.format import key_index as kfmt
-from strata.format.record_kernels import load_i32, load_i64, load_u32
+from strata.format import record as rec
+from strata.format.record_kernels import (_check, load_i32, load_i64, load_u16, load_u32,
+                                          load_u8)
+from strata.format.record_table import GOOD, NO_RECORD, OTHER
 
 # The columns of a file table row (int64): one row per file, oldest first.
 FILE_ADDRESS = 0     # address of byte 0 of the mapped file
@@ -112,3 +119,62 @@ def find(table, h, begin_ms, end_ms, out, first_file):
                 return -2 - i
             n = prev
     return n_out
+
+
+_KEYS = np.frombuffer(rec.PROP_KEYS.encode(), np.uint8)
+_UNIQ = np.frombuffer(rec.PROP_UNIQ_KEY.encode(), np.uint8)
+_BORN_V6, _STORE_V6 = rec.SYSFLAG_BORN_HOST_V6, rec.SYSFLAG_STORE_HOST_V6
+_HEADER = rec.HEADER_SIZE
+_P_STORE_TS, _P_SYS = rec.POS_STORE_TIMESTAMP, rec.POS_SYS_FLAG
+_P_TOPIC_LEN, _P_PROPS_LEN = rec.POS_TOPIC_LENGTH, rec.POS_PROPERTIES_LENGTH
+
+
+@njit(cache=True, nogil=True)
+def _same(a, word):
+    """The ``len(word)`` bytes at address ``a`` equal ``word``."""
+    for j in range(len(word)):
+        if load_u8(a + j) != word[j]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def match_key(data, pos, limit, phys, crc, topic, key, begin_ms, end_ms):
+    """The record at byte ``pos`` of ``data`` (a segment's map as uint8; readable below byte
+    ``limit``), which must carry commit-log offset ``phys``: GOOD if it is an intact message
+    (its CRC32C checked with ``crc``) of topic ``topic`` stored in ``[begin_ms, end_ms]`` with
+    a KEYS entry or a UNIQ_KEY equal to ``key`` (UTF-8 bytes); OTHER if it is an intact
+    message but not that; else what ``record_kernels`` says of it (NO_RECORD,
+    CRC_MISMATCH) — also NO_RECORD when its properties section does not parse, so that the
+    caller's own reading says what is wrong."""
+    base = data.ctypes.data
+    st, total = _check(base, pos, phys, min(limit, len(data)), crc)
+    if st != GOOD:
+        return st
+    a = base + pos
+    store_ts = load_i64(a + _P_STORE_TS)
+    if store_ts < begin_ms or store_ts > end_ms:
+        return OTHER
+    flags = load_i32(a + _P_SYS)
+    t = a + _HEADER + (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
+    tl = np.int64(load_u16(a + _P_TOPIC_LEN))
+    if tl != len(topic) or not _same(t, topic):
+        return OTHER
+    p = t + tl
+    end = p + np.int64(load_u16(a + _P_PROPS_LEN))
+    kl = len(key)
+    while p < end:
+        if p + 2 > end:
+            return NO_RECORD
+        nl = np.int64(load_u16(p))
+        if p + 2 + nl + 2 > end:
+            return NO_RECORD
+        vp = p + 2 + nl
+        vl = np.int64(load_u16(vp))
+        if vp + 2 + vl > end:
+            return NO_RECORD
+        if vl == kl and ((nl == len(_KEYS) and _same(p + 2, _KEYS)) or
+                         (nl == len(_UNIQ) and _same(p + 2, _UNIQ))) and _same(vp + 2, key):
+            return GOOD
+        p = vp + 2 + vl
+    return OTHER

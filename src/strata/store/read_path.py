@@ -229,6 +229,10 @@ def query(store, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None 
             "again once it is done")
     since = store.topic_table.since.get(topic, 0)
     limit = store.confirmed_offset()
+    read_keyed = store.log.read_keyed
+    crc = store.config.verify_crc_on_read
+    topic_bytes = np.frombuffer(topic.encode(), np.uint8)
+    key_bytes = np.frombuffer(key.encode("utf-8", "surrogatepass"), np.uint8)
     out: list[rec.StoredMessage] = []
     seen: set[int] = set()
     for phys in _key_candidates(store.key_index, f"{topic}#{key}", begin_ms, end_ms,
@@ -237,17 +241,15 @@ def query(store, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None 
             continue
         seen.add(phys)
         try:
-            m = store.log.read(phys, limit, verify_crc=store.config.verify_crc_on_read,
-                              strict=True)
+            m = read_keyed(phys, limit, verify_crc=crc, topic=topic, topic_bytes=topic_bytes,
+                           key=key, key_bytes=key_bytes, begin_ms=begin_ms, end_ms=end_ms)
         except ValueError:
             m = None
         except CorruptRecordError as exc:   # never served; the other candidates are
             log.error("store %s: query %s#%s passed over a candidate: %s", store.path,
                       topic, key, exc)
             continue
-        if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
-            continue
-        if key not in m.keys and m.properties.get(rec.PROP_UNIQ_KEY) != key:
+        if m is None:
             continue
         out.append(m)
         if len(out) >= max_results:
