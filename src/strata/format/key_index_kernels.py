@@ -67,10 +67,24 @@ def find(table, h, begin_ms, end_ms, out, first_file):
     counted entries of hash ``h`` whose time second overlaps ``[begin_ms, end_ms]``, newest
     first, each once. Returns how many were written; ``MORE`` if ``out`` filled up first (it
     then holds the newest ``len(out)``); ``-2 - i`` if file ``i``'s chain is damaged (the
-    caller then walks the slow way, which scans that file's entries)."""
-    n_out = 0
+    caller then walks the slow way, which scans that file's entries).
+
+    The files' chains are walked side by side, one entry of each a round: each step is a
+    load from memory that is likely not in any cache, and the steps of different chains do
+    not wait for one another, so the CPU has them in flight together."""
+    nf = first_file + 1
     cap_out = len(out)
-    for i in range(first_file, -1, -1):
+    # per file (row i): state of its walk; found[i, :got[i]] its matches, newest first
+    pos = np.zeros(max(nf, 1), np.int64)       # entry number next (0: done)
+    lo_ = np.empty(max(nf, 1), np.int64)
+    hi_ = np.empty(max(nf, 1), np.int64)
+    cnt = np.empty(max(nf, 1), np.int64)
+    mono = np.empty(max(nf, 1), np.bool_)
+    got = np.zeros(max(nf, 1), np.int64)
+    full = np.zeros(max(nf, 1), np.bool_)
+    found = np.empty((max(nf, 1), cap_out), np.int64)
+    active = 0
+    for i in range(nf):
         a = table[i, FILE_ADDRESS]
         count = np.int64(load_u32(a + _P_COUNT))
         if count <= 1:
@@ -78,46 +92,63 @@ def find(table, h, begin_ms, end_ms, out, first_file):
         base = table[i, FILE_BASE_TS]
         lo = _clamp(-((base + 999 - begin_ms) // 1000))   # format.key_index.delta_bounds
         hi = _clamp((end_ms - base) // 1000)
-        min_d = np.int64(load_i32(a + _P_MIN_D))
-        max_d = np.int64(load_i32(a + _P_MAX_D))
-        if max_d < lo or min_d > hi:
+        if np.int64(load_i32(a + _P_MAX_D)) < lo or np.int64(load_i32(a + _P_MIN_D)) > hi:
             continue
-        mono = (load_u32(a + _P_FLAGS) & _NOT_MONO) == 0
-        begin = table[i, FILE_BEGIN]
-        epos = table[i, FILE_ENTRIES_AT]
-        slots = table[i, FILE_SLOTS]
-        capacity = table[i, FILE_CAPACITY]
-        slot = h % slots
-        n = np.int64(load_u32(a + _SLOTS_AT + slot * 4))
-        if n >= capacity:
+        n = np.int64(load_u32(a + _SLOTS_AT + (h % table[i, FILE_SLOTS]) * 4))
+        if n >= table[i, FILE_CAPACITY]:
             return -2 - i
-        while n:
-            e = a + epos + n * _ENTRY
+        lo_[i], hi_[i], cnt[i] = lo, hi, count
+        mono[i] = (load_u32(a + _P_FLAGS) & _NOT_MONO) == 0
+        pos[i] = n
+        if n:
+            active += 1
+    while active:
+        for i in range(nf):
+            n = pos[i]
+            if n == 0:
+                continue
+            slots = table[i, FILE_SLOTS]
+            e = table[i, FILE_ADDRESS] + table[i, FILE_ENTRIES_AT] + n * _ENTRY
             eh = np.int64(load_u32(e))
             d = np.int64(load_i32(e + 12))
             prev = np.int64(load_i32(e + 16))
-            if n < count:               # entries past the counters are not yet visible
-                if eh % slots != slot:  # a changed link or hash led out of the chain
+            if n < cnt[i]:                  # entries past the counters are not yet visible
+                if eh % slots != h % slots:  # a changed link or hash led out of the chain
                     return -2 - i
-                if d < lo:
-                    if mono and d >= min_d:
-                        break
-                elif eh == h and d <= hi:
+                if d < lo_[i]:
+                    if mono[i] and d >= np.int64(load_i32(table[i, FILE_ADDRESS] + _P_MIN_D)):
+                        prev = 0            # older entries are older still: done here
+                elif eh == h and d <= hi_[i]:
                     phys = load_i64(e + 4)
-                    if phys >= begin:
-                        dup = False
-                        for k in range(n_out):
-                            if out[k] == phys:
-                                dup = True
-                                break
-                        if not dup:
-                            if n_out == cap_out:
-                                return MORE
-                            out[n_out] = phys
-                            n_out += 1
-            if prev >= n or prev < 0:   # links always point backwards
+                    if phys >= table[i, FILE_BEGIN]:
+                        if got[i] == cap_out:
+                            full[i] = True
+                            prev = 0
+                        else:
+                            found[i, got[i]] = phys
+                            got[i] += 1
+            if prev >= n or prev < 0:       # links always point backwards
                 return -2 - i
-            n = prev
+            pos[i] = prev
+            if prev == 0:
+                active -= 1
+    n_out = 0
+    for i in range(nf - 1, -1, -1):         # newest file first
+        for j in range(got[i]):
+            phys = found[i, j]
+            dup = False
+            for k in range(n_out):
+                if out[k] == phys:
+                    dup = True
+                    break
+            if dup:
+                continue
+            if n_out == cap_out:
+                return MORE
+            out[n_out] = phys
+            n_out += 1
+        if full[i]:
+            return MORE if n_out == cap_out else -2 - i
     return n_out
 
 
