@@ -155,6 +155,8 @@ class KeyIndex(KeyIndexLookup, KeyIndexRepair):
                     log.warning("key index: skipping %s", exc)
                     continue
             files.append(f)
+        if files != self._files:
+            self._drop_table()
         self._files = files                     # dropped maps unmap when no walk holds them
 
     # ------------------------------------------------------------------ writing
@@ -446,7 +448,9 @@ class KeyIndex(KeyIndexLookup, KeyIndexRepair):
 
     def _delete(self, f: _IndexFile) -> None:
         """Unlink a file. Its map is left to the garbage collector so a walk in another thread
-        that still holds it finishes safely; readers in other processes keep their own maps."""
+        that still holds it finishes safely; readers in other processes keep their own maps.
+        The lookup table's views go too, so that the map goes with the walks' last view."""
+        self._drop_table()
         file_ops().remove(f.path)
 
     # ------------------------------------------------------------------ durability, life cycle
