@@ -74,14 +74,10 @@ def find(table, h, begin_ms, end_ms, out, first_file):
     not wait for one another, so the CPU has them in flight together."""
     nf = first_file + 1
     cap_out = len(out)
-    # per file (row i): state of its walk; found[i, :got[i]] its matches, newest first
-    pos = np.zeros(max(nf, 1), np.int64)       # entry number next (0: done)
-    lo_ = np.empty(max(nf, 1), np.int64)
-    hi_ = np.empty(max(nf, 1), np.int64)
-    cnt = np.empty(max(nf, 1), np.int64)
-    mono = np.empty(max(nf, 1), np.bool_)
-    got = np.zeros(max(nf, 1), np.int64)
-    full = np.zeros(max(nf, 1), np.bool_)
+    # per file (row i): its walk's state; found[i, :got[i]] its matches, newest first
+    state = np.zeros((7, max(nf, 1)), np.int64)
+    pos, lo_, hi_, cnt, mono, got, full = (state[0], state[1], state[2], state[3], state[4],
+                                           state[5], state[6])   # pos 0: done
     found = np.empty((max(nf, 1), cap_out), np.int64)
     active = 0
     for i in range(nf):
@@ -98,7 +94,7 @@ def find(table, h, begin_ms, end_ms, out, first_file):
         if n >= table[i, FILE_CAPACITY]:
             return -2 - i
         lo_[i], hi_[i], cnt[i] = lo, hi, count
-        mono[i] = (load_u32(a + _P_FLAGS) & _NOT_MONO) == 0
+        mono[i] = 1 if (load_u32(a + _P_FLAGS) & _NOT_MONO) == 0 else 0
         pos[i] = n
         if n:
             active += 1
@@ -116,13 +112,13 @@ def find(table, h, begin_ms, end_ms, out, first_file):
                 if eh % slots != h % slots:  # a changed link or hash led out of the chain
                     return -2 - i
                 if d < lo_[i]:
-                    if mono[i] and d >= np.int64(load_i32(table[i, FILE_ADDRESS] + _P_MIN_D)):
+                    if mono[i] != 0 and d >= np.int64(load_i32(table[i, FILE_ADDRESS] + _P_MIN_D)):
                         prev = 0            # older entries are older still: done here
                 elif eh == h and d <= hi_[i]:
                     phys = load_i64(e + 4)
                     if phys >= table[i, FILE_BEGIN]:
                         if got[i] == cap_out:
-                            full[i] = True
+                            full[i] = 1
                             prev = 0
                         else:
                             found[i, got[i]] = phys
@@ -147,7 +143,7 @@ def find(table, h, begin_ms, end_ms, out, first_file):
                 return MORE
             out[n_out] = phys
             n_out += 1
-        if full[i]:
+        if full[i] != 0:
             return MORE if n_out == cap_out else -2 - i
     return n_out
 
