@@ -9,10 +9,12 @@ from __future__ import annotations
 import random
 import struct
 
+import numpy as np
 import pytest
 
 from strata.errors import InvalidInputError, StoreClosedError
 from strata.format import key_index as fmt
+from strata.format import key_index_kernels as kk
 from strata.index.key_index import KeyIndex
 
 T0 = 1_700_000_000_000
@@ -81,9 +83,10 @@ def test_entries_past_the_counters_are_not_returned(tmp_path):
     ki.close()
 
 
-@pytest.mark.parametrize("where", ["head", "head-out", "link", "link-forward", "hash"])
-def test_a_damaged_chain_gets_the_python_walks_answer(tmp_path, where):
-    ki = KeyIndex(tmp_path, slots=8, entries=200)
+def damaged(path, where: str) -> tuple[KeyIndex, int]:
+    """An index of 12 keys over 8 slots with the chain of ``T#k5`` damaged at ``where``;
+    (the index, the hash of ``T#k5``)."""
+    ki = KeyIndex(path, slots=8, entries=200)
     ki.put_batch([(f"T#k{i % 12}", 100 * i, T0 + 10 * i) for i in range(120)])
     f = ki._files[-1]
     h = fmt.key_hash("T#k5")
@@ -100,11 +103,27 @@ def test_a_damaged_chain_gets_the_python_walks_answer(tmp_path, where):
         f.mm[entry + 16:entry + 20] = struct.pack("<i", head + 1)
     else:
         f.mm[entry] ^= 1 << 7                              # the newest entry's hash
+    return ki, h
+
+
+@pytest.mark.parametrize("where", ["head", "head-out", "link", "link-forward", "hash"])
+def test_a_damaged_chain_gets_the_python_walks_answer(tmp_path, where):
+    ki, _h = damaged(tmp_path, where)
     for k in range(12):
         both(ki, f"T#k{k}")
     want = [100 * i for i in reversed(range(120)) if i % 12 == 5]
     got, _ = ki.lookup("T#k5", *ALL, 64)
     assert set(want) - set(got) <= {100 * 113}             # at most the entry hit is lost
+    ki.close()
+
+
+@pytest.mark.parametrize("where", ["head-out", "link-forward"])
+def test_the_compiled_walk_reports_a_damaged_chain(tmp_path, where):
+    """What sends ``lookup`` to the Python walk: the kernel names the damaged file."""
+    ki, h = damaged(tmp_path, where)
+    table, _views = ki._file_table()
+    out = np.empty(64, np.int64)
+    assert kk.find(table, h, *ALL, out, len(table) - 1) == -2 - (len(table) - 1)
     ki.close()
 
 
@@ -140,24 +159,3 @@ def test_custom_hash_every_key_collides(tmp_path):
     assert got == [10 * i for i in reversed(range(100))] and complete
     ki.close()
 
-
-@pytest.mark.parametrize("where", ["head-out", "link-forward"])
-def test_the_compiled_walk_reports_a_damaged_chain(tmp_path, where):
-    """What sends ``lookup`` to the Python walk: the kernel names the damaged file."""
-    from strata.format import key_index_kernels as kk
-    import numpy as np
-    ki = KeyIndex(tmp_path, slots=8, entries=200)
-    ki.put_batch([(f"T#k{i % 12}", 100 * i, T0 + 10 * i) for i in range(120)])
-    f = ki._files[-1]
-    h = fmt.key_hash("T#k5")
-    spos = fmt.HEADER_BYTES + (h % 8) * 4
-    head = struct.unpack_from("<I", f.mm, spos)[0]
-    if where == "head-out":
-        f.mm[spos:spos + 4] = struct.pack("<I", 10_000)
-    else:
-        e = f.entries_pos + head * fmt.ENTRY_BYTES
-        f.mm[e + 16:e + 20] = struct.pack("<i", head + 1)
-    table, _views = ki._file_table()
-    out = np.empty(64, np.int64)
-    assert kk.find(table, h, *ALL, out, len(table) - 1) == -2 - (len(table) - 1)
-    ki.close()
