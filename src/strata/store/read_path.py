@@ -231,8 +231,8 @@ def query(store, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None 
     limit = store.confirmed_offset()
     read_keyed = store.log.read_keyed
     crc = store.config.verify_crc_on_read
-    topic_bytes = np.frombuffer(topic.encode(), np.uint8)
-    key_bytes = np.frombuffer(key.encode("utf-8", "surrogatepass"), np.uint8)
+    topic_bytes = topic.encode()
+    key_bytes = key.encode("utf-8", "surrogatepass")
     out: list[rec.StoredMessage] = []
     seen: set[int] = set()
     for phys in _key_candidates(store.key_index, f"{topic}#{key}", begin_ms, end_ms,
