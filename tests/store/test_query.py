@@ -225,3 +225,16 @@ def test_keys_match_whole_and_only_as_keys(tmp_path):
         assert offsets(store.query("t", "k100")) == [c.commitlog_offset]
         assert store.query("t", "k") == [] and store.query("t", "k1000") == []
         assert store.query("t", "k10")[0].born_host == ("::1", 9)
+
+
+def test_more_matches_than_the_compiled_walk_returns(tmp_path, clock):
+    """More matches than one compiled walk hands out (``read_path._FIRST_MAX``): the rest come
+    from the Python walk, in order, each once."""
+    from strata.store import read_path
+    n = read_path._FIRST_MAX + 44
+    with open_store(tmp_path / "s", index_slots=8, index_entries=128) as store:
+        offs = [r.commitlog_offset for r in store.put_batch(
+            [strata.Message("t", b"%d" % i, keys=["many"]) for i in range(n)])]
+        settle(store)
+        assert offsets(store.query("t", "many", max_results=10_000)) == offs[::-1]
+        assert offsets(store.query("t", "many", max_results=n - 1)) == offs[::-1][:n - 1]

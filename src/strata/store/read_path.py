@@ -187,7 +187,8 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     return arrow_read.ColumnsResult(r.status, batch, r.next_offset, r.min_offset,
                                     r.max_offset)
 
-_SLACK = 16   # candidates looked up beyond max_results in the one compiled walk (collisions)
+_SLACK = 16     # candidates looked up beyond max_results in the one compiled walk (collisions)
+_FIRST_MAX = 256   # at most this many from it (its scratch is files x this); then the Python walk
 
 
 def _key_candidates(index, key: str, begin_ms: int, end_ms: int, limit: int) -> Iterator[int]:
@@ -236,7 +237,7 @@ def query(store, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None 
     out: list[rec.StoredMessage] = []
     seen: set[int] = set()
     for phys in _key_candidates(store.key_index, f"{topic}#{key}", begin_ms, end_ms,
-                                max_results + _SLACK):
+                                min(max_results + _SLACK, _FIRST_MAX)):
         if phys in seen or phys < since:
             continue
         seen.add(phys)
