@@ -7,17 +7,17 @@ indexed lookup on the same keys in the same run; prints JSON lines.
 * ``build``: one store grows to ``--keys`` messages (default 10,000,000) of 100 B bodies, each
   with its own key ``k%08d``, through ``put_columns`` in batches of 8,192 (8 queues, round
   robin), the dispatch drained, then flushed; a SQLite table ``(id INTEGER PRIMARY KEY, key
-  TEXT, body BLOB)`` gets the same rows (``executemany`` of 8,192 per transaction; no journal, no fsync: only its
-  lookups are measured) and an
-  index on ``key``, built after the rows.
+  TEXT, body BLOB)`` with an index on ``key`` gets the same rows (``executemany`` of 8,192
+  per transaction; no journal, no fsync: only its lookups are measured).
+* ``sync``: ``os.sync()`` after each build, so that its writeback is not measured.
 * ``query``: at ``--first`` keys (default 1,000,000, measured while the store is that big) and
-  at ``--keys``: ``--queries`` random present keys (default 20,000), one call at a time, timed
-  call by call; strata's ``query`` (each answer must be exactly its message) and SQLite's
-  ``SELECT id, body FROM msgs WHERE key = ?`` (``fetchall``) alternate in ``--chunks`` chunks
-  (default 10) so both see the same machine load. p50 / p99 / p99.9 / max in µs, the ratios
-  sqlite ÷ strata, and at the big size the ratio to the small size. The same again with
-  ``gc.freeze()`` done first (``gc_frozen``), and the garbage collections that ran during
-  strata's queries (``gc_runs``: how many per generation).
+  at ``--keys``: ``--queries`` random present keys (default 20,000) for each of strata's
+  ``query`` (each answer must be exactly its message), the same with ``gc.freeze()`` done
+  first (``strata_gc_frozen``) and SQLite's ``SELECT id, body FROM msgs WHERE key = ?``
+  (``fetchall``), one call at a time, timed call by call, in ``--chunks`` rounds (default 10)
+  that run the three in turn (their order rotating) so all see the same machine load. p50 /
+  p99 / p99.9 / max in µs, sqlite ÷ strata, the garbage collections that ran during strata's
+  queries (per generation); then ``scaling``: the big size ÷ the small size.
 * ``ab_put_keys`` (with ``--ab OTHER_SRC``): put_batch of 1,024 messages with one key each
   (``--ab-messages``, default 200,000) until the dispatch has indexed them, in a child
   process per tree (this tree and ``OTHER_SRC``, e.g. ``git archive 501d160 src``), ABBA
@@ -103,12 +103,18 @@ def stats(xs: list[float]) -> dict:
             "p999_us": pct(xs, 0.999), "max_us": round(xs[-1] * 1e6, 1)}
 
 
-def query_phase(store, db, n_keys: int, queries: int, chunks: int, label: str) -> dict:
+def query_phase(store, db, n_keys: int, queries: int, chunks: int) -> dict:
+    """``queries`` random present keys for each side, in ``chunks`` rounds; each round runs
+    strata, strata with ``gc.freeze()`` and SQLite in turn (their order rotating), on keys
+    of its own."""
     rng = random.Random(n_keys)
-    keys = [f"k{rng.randrange(n_keys):08d}" for _ in range(queries)]
+    sides = ["strata", "strata_gc_frozen"] + (["sqlite"] if db is not None else [])
+    keys = {side: [f"k{rng.randrange(n_keys):08d}" for _ in range(queries)] for side in sides}
     q = store.query
+    ex = db.execute if db is not None else None
+    sql = "SELECT id, body FROM msgs WHERE key = ?"
     pc = time.perf_counter
-    for k in keys[:1000]:                       # warm: compiled kernels, the first pages
+    for k in keys["strata"][:1000]:             # warm: compiled kernels, the first pages
         q(TOPIC, k)
     runs = [0, 0, 0]
 
@@ -116,44 +122,41 @@ def query_phase(store, db, n_keys: int, queries: int, chunks: int, label: str) -
         if phase == "start":
             runs[info["generation"]] += 1
 
-    lat_s, lat_q, wrong = [], [], 0
-    step = max(1, len(keys) // chunks)
-    sql = "SELECT id, body FROM msgs WHERE key = ?"
-    for c in range(0, len(keys), step):
-        part = keys[c:c + step]
-        gc.callbacks.append(on_gc)
-        for k in part:
-            t = pc()
-            r = q(TOPIC, k)
-            lat_s.append(pc() - t)
-            if len(r) != 1 or r[0].keys != (k,):
-                wrong += 1
-        gc.callbacks.remove(on_gc)
-        if db is not None:
-            ex = db.execute
+    lat: dict[str, list[float]] = {side: [] for side in sides}
+    wrong = 0
+    step = max(1, queries // chunks)
+    for c, start in enumerate(range(0, queries, step)):
+        for side in sides[c % len(sides):] + sides[:c % len(sides)]:
+            part = keys[side][start:start + step]
+            out = lat[side]
+            if side == "sqlite":
+                for k in part:
+                    t = pc()
+                    rows = ex(sql, (k,)).fetchall()
+                    out.append(pc() - t)
+                    wrong += len(rows) != 1
+                continue
+            frozen = side == "strata_gc_frozen"
+            if frozen:
+                gc.freeze()
+            gc.callbacks.append(on_gc)
+            got = []
             for k in part:
                 t = pc()
-                rows = ex(sql, (k,)).fetchall()
-                lat_q.append(pc() - t)
-                if len(rows) != 1:
-                    wrong += 1
-    out = {"bench": "key_query", "case": label, "indexed_keys": n_keys,
-           "strata": stats(lat_s), "gc_runs": runs, "wrong_results": wrong}
-    if lat_q:
-        out["sqlite"] = stats(lat_q)
-        out["sqlite_over_strata"] = {
-            k: round(out["sqlite"][k] / out["strata"][k], 2) for k in ("p50_us", "p99_us")}
-    return out
-
-
-def measure(store, db, n_keys: int, a) -> dict:
-    plain = emit(query_phase(store, db, n_keys, a.queries, a.chunks, "query"))
-    gc.freeze()
-    try:
-        frozen = emit(query_phase(store, db, n_keys, a.queries, a.chunks, "query_gc_frozen"))
-    finally:
-        gc.unfreeze()
-    return {"plain": plain, "frozen": frozen}
+                r = q(TOPIC, k)
+                out.append(pc() - t)
+                got.append(r)
+            gc.callbacks.remove(on_gc)
+            if frozen:
+                gc.unfreeze()
+            wrong += sum(len(r) != 1 or r[0].keys != (k,) for r, k in zip(got, part))
+    res = {"bench": "key_query", "case": "query", "indexed_keys": n_keys,
+           **{side: stats(xs) for side, xs in lat.items()},
+           "gc_runs_during_strata_queries": runs, "wrong_results": wrong}
+    if db is not None:
+        res["sqlite_over_strata"] = {
+            p: round(res["sqlite"][p] / res["strata"][p], 2) for p in ("p50_us", "p99_us")}
+    return emit(res)
 
 
 def open_sqlite(path: Path) -> sqlite3.Connection:
@@ -161,16 +164,8 @@ def open_sqlite(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=OFF")   # a peer for lookups: its build need not last
     db.execute("PRAGMA synchronous=OFF")
     db.execute("CREATE TABLE msgs (id INTEGER PRIMARY KEY, key TEXT, body BLOB)")
+    db.execute("CREATE INDEX msgs_key ON msgs (key)")   # kept as rows come, as a queue's is
     return db
-
-
-def index_sqlite(db: sqlite3.Connection, create: bool) -> float:
-    t = time.perf_counter()
-    if create:
-        db.execute("CREATE INDEX msgs_key ON msgs (key)")
-    else:
-        db.execute("ANALYZE")
-    return time.perf_counter() - t
 
 
 def main_query(a) -> None:
@@ -187,8 +182,6 @@ def main_query(a) -> None:
         db = None if a.no_sqlite else open_sqlite(scratch / "sqlite.db")
         try:
             store.create_topic(TOPIC, 8)
-            if db is not None:
-                index_sqlite(db, True)          # indexed as rows come, as a queue would be
             small = big = None
             size = 0
             for target in (a.first, a.keys):
@@ -198,14 +191,17 @@ def main_query(a) -> None:
                 size = target
                 emit({"bench": "key_query", "case": "build", "keys": size, **built,
                       "index_files": len(store.key_index.files())})
-                got = measure(store, db, size, a)
+                t = time.perf_counter()
+                os.sync()   # the builds' writeback done before the timing, not during it
+                emit({"bench": "key_query", "case": "sync", "keys": size,
+                      "seconds": round(time.perf_counter() - t, 2)})
+                got = query_phase(store, db, size, a.queries, a.chunks)
                 small, big = (got, None) if small is None else (small, got)
             if big is not None:
                 emit({"bench": "key_query", "case": "scaling",
                       "keys": [a.first, a.keys],
-                      **{f"{v}_{p}_big_over_small": round(
-                          big[v]["strata"][p] / small[v]["strata"][p], 2)
-                         for v in ("plain", "frozen") for p in ("p50_us", "p99_us")}})
+                      **{f"{v}_{p}_big_over_small": round(big[v][p] / small[v][p], 2)
+                         for v in ("strata", "strata_gc_frozen") for p in ("p50_us", "p99_us")}})
         finally:
             store.close()
             if db is not None:
