@@ -191,3 +191,50 @@ def test_queries_survive_clean_and_unclean_restarts(tmp_path, clock):
     with open_store(tmp_path / "s", cfg) as store:
         for key, offs in want.items():
             assert offsets(store.query("t", key, max_results=500)) == offs[::-1]
+
+
+def test_past_the_first_compiled_candidates_the_walk_goes_on(tmp_path, clock):
+    """Every key hashes alike: the newest candidates (more than the one compiled walk looks
+    up) are other keys' messages, and the query still finds the older ones."""
+    with open_store(tmp_path / "s", index_slots=4) as store:
+        store.key_index._hash = lambda key: 99
+        old = [store.put(strata.Message("t", b"old%d" % i, keys=["wanted"])).commitlog_offset
+               for i in range(3)]
+        for i in range(200):
+            store.put(strata.Message("t", b"x", keys=[f"other{i}"]))
+        settle(store)
+        assert offsets(store.query("t", "wanted", max_results=1)) == [old[-1]]
+        assert offsets(store.query("t", "wanted", max_results=2)) == old[::-1][:2]
+        assert offsets(store.query("t", "wanted")) == old[::-1]
+        assert store.query("t", "other1", max_results=1)[0].keys == ("other1",)
+
+
+def test_keys_match_whole_and_only_as_keys(tmp_path):
+    """A key equal to another's prefix, a tag or a property value, or a property named like
+    a key, is not that message's key; hosts of either address family are read past."""
+    with open_store(tmp_path / "s", index_slots=1) as store:
+        a = store.put(strata.Message("t", b"a", keys=["k1"], tags="k10",
+                                     properties={"x": "k100"}))
+        b = store.put(strata.Message("t", b"b", keys=["k10"], properties={"KEYSX": "k1"},
+                                     born_host=("::1", 9)))
+        c = store.put(strata.Message("t", b"c", keys=["k100", "k1"],
+                                     born_host=("2001:db8::7", 65535)))
+        settle(store)
+        assert offsets(store.query("t", "k1")) == [c.commitlog_offset, a.commitlog_offset]
+        assert offsets(store.query("t", "k10")) == [b.commitlog_offset]
+        assert offsets(store.query("t", "k100")) == [c.commitlog_offset]
+        assert store.query("t", "k") == [] and store.query("t", "k1000") == []
+        assert store.query("t", "k10")[0].born_host == ("::1", 9)
+
+
+def test_more_matches_than_the_compiled_walk_returns(tmp_path, clock):
+    """More matches than one compiled walk hands out (``read_path._FIRST_MAX``): the rest come
+    from the Python walk, in order, each once."""
+    from strata.store import read_path
+    n = read_path._FIRST_MAX + 44
+    with open_store(tmp_path / "s", index_slots=8, index_entries=128) as store:
+        offs = [r.commitlog_offset for r in store.put_batch(
+            [strata.Message("t", b"%d" % i, keys=["many"]) for i in range(n)])]
+        settle(store)
+        assert offsets(store.query("t", "many", max_results=10_000)) == offs[::-1]
+        assert offsets(store.query("t", "many", max_results=n - 1)) == offs[::-1][:n - 1]

@@ -20,7 +20,7 @@ import mmap
 import os
 import threading
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from crc32c import crc32c
@@ -32,6 +32,7 @@ from strata.format import key_index as fmt
 from strata.format.derived import IndexFileEnd
 # The file map and the recovery side live in their own modules; re-exported here.
 from strata.index.key_index_file import SPARE_NAME, _TMP_SUFFIX, _IndexFile  # noqa: F401
+from strata.index.key_index_lookup import KeyIndexLookup
 from strata.index.key_index_repair import (  # noqa: F401
     DAMAGED_SUFFIX, NEWEST_SCAN_CHUNK, KeyIndexRepair, _chain_problem, _newest_in_slots,
     _Repair, _zero)
@@ -68,7 +69,7 @@ def _validate_geometry(slots: object, entries: object) -> None:
                                  f"(entry 0 is never used), got {entries!r}")
 
 
-class KeyIndex(KeyIndexRepair):
+class KeyIndex(KeyIndexLookup, KeyIndexRepair):
     """Hash-slot key index over the commit log: ``topic#key`` → candidate physical offsets."""
 
     def __init__(self, directory: str | Path, *, slots: int = DEFAULT_SLOTS,
@@ -154,6 +155,8 @@ class KeyIndex(KeyIndexRepair):
                     log.warning("key index: skipping %s", exc)
                     continue
             files.append(f)
+        if files != self._files:
+            self._drop_table()
         self._files = files                     # dropped maps unmap when no walk holds them
 
     # ------------------------------------------------------------------ writing
@@ -392,81 +395,6 @@ class KeyIndex(KeyIndexRepair):
                 return end + 1
         return 0
 
-    def candidates(self, key: str, begin_ms: int, end_ms: int) -> Iterator[int]:
-        """Physical offsets whose entry hash equals ``hash(key)`` and whose second overlaps
-        ``[begin_ms, end_ms]``, newest first, without duplicates.
-
-        Raw candidates: a different key with the same hash is included. The caller reads each
-        record and keeps it only if its topic, key and exact store time match.
-        """
-        self._open()
-        if self.readonly:
-            self._rescan()
-        try:
-            h = self._hash(key) & _HASH_MASK
-        except UnicodeEncodeError as exc:
-            raise InvalidInputError(f"key index key is not encodable as UTF-8: {exc}") from None
-        files = list(self._files)
-        return self._walk(files, h, begin_ms, end_ms)
-
-    def _walk(self, files: list[_IndexFile], h: int, begin_ms: int,
-              end_ms: int) -> Iterator[int]:
-        unpack_entry = _ENTRY.unpack_from
-        seen: set[int] = set()
-        for f in reversed(files):
-            mm = f.mm
-            if mm.closed:
-                raise StoreClosedError("the key index was closed during a query")
-            flags, _end, count, _used, min_d, max_d = fmt.peek_counters(mm)
-            if count <= 1:
-                continue
-            lo, hi = fmt.delta_bounds(begin_ms, end_ms, f.base_ts)
-            if max_d < lo or min_d > hi:
-                continue
-            mono = not flags & _NOT_MONO
-            begin = f.begin_offset   # checksummed, unlike the counters (end_offset)
-            epos = f.entries_pos
-            slots = f.slots
-            slot = h % slots
-            n = int.from_bytes(mm[_SLOTS_AT + slot * 4:_SLOTS_AT + slot * 4 + 4], "little")
-            damaged = n >= f.capacity          # a damaged head; never follow it out of the file
-            while n and not damaged:
-                eh, phys, d, prev = unpack_entry(mm, epos + n * 20)
-                if n < count:                  # entries past the counters are not yet visible
-                    if eh % slots != slot:     # a changed link or hash led out of the chain
-                        damaged = True
-                        break
-                    # An entry below the file's offset or time range is damaged (a flipped
-                    # bit): its own record is lost to queries, never the entries it links to.
-                    if d < lo:
-                        if mono and d >= min_d:
-                            break
-                    elif eh == h and d <= hi and phys >= begin and phys not in seen:
-                        seen.add(phys)
-                        yield phys
-                if prev >= n:                  # links always point backwards
-                    damaged = True
-                    break
-                n = prev
-            if damaged:   # the chain cannot be trusted: look at every entry of the file
-                yield from self._scan_file(f, count, h, lo, hi, seen)
-
-    @staticmethod
-    def _scan_file(f: _IndexFile, count: int, h: int, lo: int, hi: int,
-                   seen: set[int]) -> Iterator[int]:
-        """``_walk`` without the chains, for a file whose chain of ``h`` is damaged (a flipped
-        bit in a slot head or a link): every counted entry of hash ``h`` whose time second is
-        in ``[lo, hi]``, newest first."""
-        ents = np.frombuffer(f.mm, fmt.ENTRY_DTYPE, count, f.entries_pos)[1:]
-        d = ents["delta"]
-        rows = np.flatnonzero((ents["hash"] == h) & (d >= lo) & (d <= hi))
-        found = ents["offset"][rows[::-1]].tolist()
-        del ents, d
-        for phys in found:
-            if phys not in seen:
-                seen.add(phys)
-                yield phys
-
     def entries_between(self, start: int, end: int) -> list[tuple[str, int, int, np.ndarray]]:
         """Counted entries whose physical offset lies in ``[start, end)``, oldest file first,
         as ``(file name, base timestamp, number of the first entry, entries)``; ``entries`` is
@@ -520,7 +448,9 @@ class KeyIndex(KeyIndexRepair):
 
     def _delete(self, f: _IndexFile) -> None:
         """Unlink a file. Its map is left to the garbage collector so a walk in another thread
-        that still holds it finishes safely; readers in other processes keep their own maps."""
+        that still holds it finishes safely; readers in other processes keep their own maps.
+        The lookup table's views go too, so that the map goes with the walks' last view."""
+        self._drop_table()
         file_ops().remove(f.path)
 
     # ------------------------------------------------------------------ durability, life cycle
@@ -548,6 +478,7 @@ class KeyIndex(KeyIndexRepair):
         self.flush()
         with self._lock:
             self._closed = True
+            self._drop_table()
             for f in self._files:
                 try:
                     f.mm.close()

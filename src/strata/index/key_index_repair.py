@@ -244,6 +244,7 @@ class KeyIndexRepair:
                 first = min(gone, key=lambda e: (e.begin_offset, e.sequence))
                 name = fmt.file_name(first.begin_offset, first.sequence)
                 later = [f for f in self._files if f.order > (first.begin_offset, first.sequence)]
+                self._drop_table()   # its views would keep the maps mapped
                 for f in later:
                     self._files.remove(f)
                     try:
@@ -281,6 +282,7 @@ class KeyIndexRepair:
                     continue
                 later = self._files[i:]
                 del self._files[i:]
+                self._drop_table()
                 for g in later:
                     try:
                         g.mm.close()

@@ -21,9 +21,10 @@ from strata.errors import CorruptRecordError
 from strata.files.io import DEFAULT_FILE_OPS, PAGE, FileOps
 from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
+from strata.format import key_index_kernels as kk
 from strata.format import record as rec
 from strata.format.record_batch import MessageBatch, write_records
-from strata.format.record_table import F_PHYS
+from strata.format.record_table import F_PHYS, GOOD, OTHER
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 from strata.log.batch_reader import OffsetsRead, read_columns, read_offsets
 from strata.log.record_fields import check_offsets
@@ -353,6 +354,36 @@ class CommitLog:
             return None
         except ValueError:  # closed by retention just now
             return None
+
+    def read_keyed(self, offset: int, limit: int, *, verify_crc: bool, topic: str,
+                   topic_bytes: bytes, key: str, key_bytes: bytes, begin_ms: int,
+                   end_ms: int) -> rec.StoredMessage | None:
+        """The message at ``offset`` if it is ``topic``'s, stored in ``[begin_ms, end_ms]``,
+        with ``key`` among its keys or as its unique key (``topic_bytes`` and ``key_bytes``:
+        their UTF-8 bytes); None otherwise. Judged in one compiled check
+        (``key_index_kernels.match_key``), so only a match is decoded; a record that fails its
+        checks raises CorruptRecordError naming the offset, as ``read(strict=True)``."""
+        found = self._readable(offset, limit)
+        if found is None:
+            return None
+        seg, pos, end = found
+        try:
+            st = kk.match_key(np.frombuffer(seg.mm, np.uint8), HEADER_AREA + pos,
+                              HEADER_AREA + end, offset, verify_crc, topic_bytes, key_bytes,
+                              begin_ms, end_ms)
+            if st == GOOD:
+                return rec.decode_record(seg.mm, HEADER_AREA + pos)
+        except ValueError:   # closed by retention just now
+            return None
+        if st == OTHER:
+            return None
+        # not a whole message there, or a damaged one: the Python reading says which
+        m = self.read(offset, limit, verify_crc=verify_crc, strict=True)
+        if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
+            return None
+        if key not in m.keys and m.properties.get(rec.PROP_UNIQ_KEY) != key:
+            return None
+        return m
 
     def read_batch(self, offsets: np.ndarray, limit: int, *, verify_crc: bool = False,
                    damaged: dict[int, str] | None = None) -> list[rec.StoredMessage | None]:

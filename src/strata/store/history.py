@@ -156,6 +156,8 @@ class StoreHistory:
                     since: int) -> Iterator[rec.StoredMessage]:
         """The matches of a key query the tier holds below the local files (newest first;
         what it holds above them is answered locally)."""
+        if self.store.tier is None and self.store.config.tier_url is None:
+            return                        # no tier: nothing older, and no look at the log
         low = self.local_min_phys()
         h = self.tier_history() if low > 0 else None
         if h is None:

@@ -187,6 +187,20 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     return arrow_read.ColumnsResult(r.status, batch, r.next_offset, r.min_offset,
                                     r.max_offset)
 
+_SLACK = 16     # candidates looked up beyond max_results in the one compiled walk (collisions)
+_FIRST_MAX = 256   # at most this many from it (its scratch is files x this); then the Python walk
+
+
+def _key_candidates(index, key: str, begin_ms: int, end_ms: int, limit: int) -> Iterator[int]:
+    """The key index's candidates of ``key``, newest first: the first ``limit`` from one
+    compiled walk (``KeyIndex.lookup``), then, only if more are asked for and there are
+    more, all of them again from the Python walk (the caller skips those it has seen)."""
+    first, complete = index.lookup(key, begin_ms, end_ms, limit)
+    yield from first
+    if not complete:
+        yield from index.candidates(key, begin_ms, end_ms)
+
+
 def query(store, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
           max_results: int = 64) -> list[rec.StoredMessage]:
     """Messages of ``topic`` with key (or unique key) ``key`` stored in [begin, end] ms,
@@ -216,24 +230,27 @@ def query(store, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None 
             "again once it is done")
     since = store.topic_table.since.get(topic, 0)
     limit = store.confirmed_offset()
+    read_keyed = store.log.read_keyed
+    crc = store.config.verify_crc_on_read
+    topic_bytes = topic.encode()
+    key_bytes = key.encode("utf-8", "surrogatepass")
     out: list[rec.StoredMessage] = []
     seen: set[int] = set()
-    for phys in store.key_index.candidates(f"{topic}#{key}", begin_ms, end_ms):
+    for phys in _key_candidates(store.key_index, f"{topic}#{key}", begin_ms, end_ms,
+                                min(max_results + _SLACK, _FIRST_MAX)):
         if phys in seen or phys < since:
             continue
         seen.add(phys)
         try:
-            m = store.log.read(phys, limit, verify_crc=store.config.verify_crc_on_read,
-                              strict=True)
+            m = read_keyed(phys, limit, verify_crc=crc, topic=topic, topic_bytes=topic_bytes,
+                           key=key, key_bytes=key_bytes, begin_ms=begin_ms, end_ms=end_ms)
         except ValueError:
             m = None
         except CorruptRecordError as exc:   # never served; the other candidates are
             log.error("store %s: query %s#%s passed over a candidate: %s", store.path,
                       topic, key, exc)
             continue
-        if m is None or m.topic != topic or not begin_ms <= m.store_timestamp <= end_ms:
-            continue
-        if key not in m.keys and m.properties.get(rec.PROP_UNIQ_KEY) != key:
+        if m is None:
             continue
         out.append(m)
         if len(out) >= max_results:
