@@ -226,3 +226,30 @@ def test_a_table_pointing_outside_its_buffer_is_refused():
         list(MessageBatch(buf[:-10], fields, None, {}))   # the compiled code never reads past
     with pytest.raises(ValueError, match="outside"):
         made(buf[:-10], fields, None, {})
+
+
+@pytest.mark.parametrize("direct", [1, 0])
+def test_messages_made_with_or_without_the_collector_are_alike(monkeypatch, direct):
+    """``make_lazy`` makes its tuples directly (no collector bookkeeping) where the layout
+    check passes — as it does on the interpreter this project runs on — else through
+    PyType_GenericAlloc; either way untracked, equal and freed."""
+    assert ro.direct_ok() and ro.DIRECT == 1
+    monkeypatch.setattr(ro, "DIRECT", direct)
+    kws = [dict(queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0, born_ts=i,
+                store_ts=i, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
+                store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(800)]
+    buf, fields = laid_out(kws)
+    types_refs = sys.getrefcount(BatchMessage)
+    gc.collect()
+    gc.disable()   # (counting goes on; no collection resets the count meanwhile)
+    try:
+        young = gc.get_count()[0]
+        got = list(MessageBatch(buf, fields, "t"))
+    finally:
+        gc.enable()
+    # the collector counted the 800 new messages only when made through it
+    assert (gc.get_count()[0] - young >= 800) == (direct == 0)
+    assert got == decoded(buf, fields) and not any(map(gc.is_tracked, got))
+    assert sys.getrefcount(BatchMessage) == types_refs + 800
+    del got
+    assert sys.getrefcount(BatchMessage) == types_refs

@@ -169,7 +169,7 @@ class MessageBatch(Sequence):
         made = objects.make_lazy(
             data.ctypes.data, f, first, count, id(BatchMessage),
             0 if self._topic is None else id(self._topic), id(self._topics), id(rows),
-            objects.column_ids(first + count), id(out))
+            objects.column_ids(first + count), id(out), objects.DIRECT)
         if made == count:
             return out
         g = f[:, first:first + count]
