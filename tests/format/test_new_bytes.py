@@ -1,6 +1,6 @@
 """``record_objects.new_bytes`` (a bytes object filled in place) and ``record_kernels.pack_to``
 (the batch reader's copy into it) against ``pack`` into a numpy array: the same bytes, the same
-field table."""
+field table; ``pack_heads_to`` (a scan's copy of all but the bodies) the heads alone."""
 
 from __future__ import annotations
 
@@ -53,3 +53,26 @@ def test_pack_to_writes_what_pack_writes():
     good = np.flatnonzero(status == rt.GOOD)
     assert buf == b"".join(data[a:b].tobytes() for a, b in zip(
         f[rt.F_HOSTS_AT, good].tolist(), f[rt.F_BODY_END, good].tolist()))
+
+
+def test_pack_heads_to_writes_each_records_sections_before_its_body():
+    rng = np.random.default_rng(5)
+    data = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    f, lens = _table(rng, 60, len(data))
+    f[rt.F_TOPIC_AT] = f[rt.F_HOSTS_AT] + 6
+    f[rt.F_PROPS_AT] = f[rt.F_HOSTS_AT] + 9
+    f[rt.F_BODY_AT] = f[rt.F_HOSTS_AT] + rng.integers(9, 12, 60)   # heads of 9..11 bytes
+    status = np.where(rng.random(60) < 0.7, rt.GOOD, rt.OTHER).astype(np.uint8)
+    good = np.flatnonzero(status == rt.GOOD)
+    heads = f[rt.F_BODY_AT, good] - f[rt.F_HOSTS_AT, good]
+    g = f.copy()
+    buf, addr = ro.new_bytes(int(heads.sum()))
+    assert rk.pack_heads_to(data, g, status, addr) == len(good)
+    assert buf == b"".join(data[a:b].tobytes() for a, b in zip(
+        f[rt.F_HOSTS_AT, good].tolist(), f[rt.F_BODY_AT, good].tolist()))
+    at = np.concatenate([[0], np.cumsum(heads)[:-1]])
+    r = len(good)
+    assert (g[rt.F_HOSTS_AT, :r] == at).all() and (g[rt.F_BODY_AT, :r] == at + heads).all()
+    assert (g[rt.F_TOPIC_AT, :r] == at + 6).all() and (g[rt.F_PROPS_AT, :r] == at + 9).all()
+    assert (g[rt.F_BODY_END, :r] == g[rt.F_BODY_AT, :r]).all()   # no body bytes in buf
+    assert (g[rt.F_PHYS, :r] == f[rt.F_PHYS, good]).all()

@@ -1,7 +1,9 @@
-"""StoredMessages made in compiled code (strata.format.record_objects, through MessageBatch)
-are the messages the one-record decoder makes: equal, of the same type and field types,
-hashed, pickled and compared alike; values shared only where equal; no reference leaked or
-lost; and the Python maker takes over if the compiled one cannot make an object."""
+"""Messages made in compiled code (strata.format.record_objects, through MessageBatch) are the
+messages the one-record decoder makes: the eager ones (``MessageBatch.made``) of the same type
+and field types, the lazy ``BatchMessage``s of a batch read equal to them in every field,
+indexed, iterated, hashed, pickled and compared alike; values shared only where equal; no
+reference leaked or lost; and the Python maker takes over if the compiled one cannot make an
+object."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 from strata.format import record as rec
 from strata.format import record_objects as ro
 from strata.format import record_kernels as rk
+from strata.format.batch_message import BatchMessage
 from strata.format.record_batch import MessageBatch
 
 from test_record_format import records
@@ -45,6 +48,19 @@ def decoded(buf: bytes, fields: np.ndarray) -> list[rec.StoredMessage]:
 def same_values(a: rec.StoredMessage, b: rec.StoredMessage) -> bool:
     return type(a) is type(b) and tuple(a) == tuple(b) and \
         [type(x) for x in a] == [type(x) for x in b]
+
+
+def same_message(g: rec.StoredMessage, w: rec.StoredMessage) -> bool:
+    """``g`` (a BatchMessage) stands for ``w`` (a decoded StoredMessage) in every respect."""
+    return type(g) is BatchMessage and isinstance(g, rec.StoredMessage) and \
+        same_values(g.stored(), w) and len(g) == len(w) and list(g) == list(w) and \
+        [g[i] for i in range(-14, 14)] == [w[i] for i in range(-14, 14)] and g[1:5] == w[1:5] \
+        and all(getattr(g, f) == getattr(w, f) and type(getattr(g, f)) is type(getattr(w, f))
+                for f in rec.StoredMessage.FIELDS) and repr(g) == repr(w)
+
+
+def made(buf: bytes, fields: np.ndarray, topic, topics) -> list[rec.StoredMessage]:
+    return list(MessageBatch.made(buf, fields, topic, topics))
 
 
 # Runs of records that repeat some values (one producer's hosts, one topic, plain
@@ -77,22 +93,32 @@ def test_compiled_messages_are_the_decoded_ones(kws, known_topic):
     got = list(batch)
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        assert same_values(g, w) and g == w and hash(g) == hash(w)
+        assert same_message(g, w)
+        assert g == w and w == g and not g != w and not w != g and hash(g) == hash(w)
+        assert g <= w and w >= g and not g < w and g == tuple(w) and tuple(g) == w
         assert (g.keys, g.tags, g.properties, g.born_host, g.store_host, g.msg_id) == \
             (w.keys, w.tags, w.properties, w.born_host, w.store_host, w.msg_id)
+        assert same_values(pickle.loads(pickle.dumps(g)), w)   # a plain StoredMessage again
+        assert w.body in g and g.count(w.body) == w.count(w.body)
+        assert g.index(w.topic) == w.index(w.topic) and g + (1,) == w + (1,)
+        assert not gc.is_tracked(g)   # str, bytes, int and the rows: no cycle possible
+    assert got == want and want == got
+    if len(got) > 1:
+        assert got[0] != got[1] and (got[0] < got[1]) == (want[0] < want[1])
+    # made now (``MessageBatch.made``, as a scan makes them): the same
+    for g, w in zip(made(buf, fields, topic, dict(topics)), want):
+        assert same_message(g, w) and g == w and hash(g) == hash(w)
         assert same_values(pickle.loads(pickle.dumps(g)), w)
-        assert not gc.is_tracked(g)   # only str, int and bytes inside: no cycle possible
-    # the Python maker makes the same, and single messages are made alone
-    python = MessageBatch(buf, fields, topic, {})._make_python(fields)
-    assert all(same_values(p, w) for p, w in zip(python, want))
+        assert not gc.is_tracked(g)
+    # single messages are made alone
     for i in (0, len(want) - 1, -1):
-        assert same_values(MessageBatch(buf, fields, topic, {})[i], want[i])
+        assert same_message(MessageBatch(buf, fields, topic, {})[i], want[i])
     if topic is None:   # the topics met were learnt, each name made once
         assert topics == {m.topic.encode(): m.topic for m in want}
         assert all(g.topic is topics[g.topic.encode()] for g in got)
 
 
-def test_equal_values_are_shared_and_different_ones_are_not():
+def test_a_message_holds_its_topic_and_body_and_reads_the_rest_from_its_batch():
     kw = dict(queue_id=1, flag=0, queue_offset=10**12, physical_offset=0, sys_flag=0,
               born_ts=1_700_000_000_000, store_ts=1_700_000_000_001, tx_offset=0, reconsume=0,
               born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 2), topic="t",
@@ -101,14 +127,23 @@ def test_equal_values_are_shared_and_different_ones_are_not():
     kws[2]["properties"] = {"a": "c"}
     kws[3]["born_host"] = ("10.0.0.9", 1)
     buf, fields = laid_out(kws)
-    m = list(MessageBatch(buf, fields, None, {}))
-    assert m[0].body is not m[1].body and m[0].body == m[1].body   # one bytes per body
-    assert m[0].store_timestamp is m[3].store_timestamp            # one batch's timestamps
-    assert m[0].queue_offset is not m[1].queue_offset
-    assert m[0].properties_raw is m[1].properties_raw
-    assert m[2].properties_raw != m[1].properties_raw and m[3].properties == {"a": "b"}
-    assert m[0].hosts_raw is m[2].hosts_raw and m[3].hosts_raw != m[2].hosts_raw
-    assert m[3].born_host == ("10.0.0.9", 1) and m[0].topic is m[3].topic
+    for m in (list(MessageBatch(buf, fields, None, {})), made(buf, fields, None, {})):
+        assert tuple.__len__(m[0]) == BatchMessage.WIDTH   # its own items: 4, not 14
+        assert m[0]._rows is m[3]._rows and m[0].topic is m[3].topic
+        assert m[0].body is not m[1].body and m[0].body == m[1].body   # one bytes per body
+        assert m[0]._rows.cols[rk.F_STORE_TS] is None     # a row becomes a list when read
+        assert m[0].store_timestamp == m[3].store_timestamp == 1_700_000_000_001
+        assert m[0]._rows.cols[rk.F_STORE_TS] == [1_700_000_000_001] * 4
+        assert [x.queue_offset for x in m] == [10**12 + i for i in range(4)]
+        assert m[2].properties_raw != m[1].properties_raw == m[0].properties_raw
+        assert m[3].properties == {"a": "b"} and m[2].properties == {"a": "c"}
+        assert m[0].hosts_raw == m[2].hosts_raw != m[3].hosts_raw
+        assert m[3].born_host == ("10.0.0.9", 1) and m[0].store_host == ("10.0.0.2", 2)
+    # made now: the hosts, topic and properties were copied into a buffer of their own
+    # (the bodies are not in it), so the buffer they were made from may go
+    m = made(buf, fields, None, {})
+    assert len(m[0]._rows.buf) == int((fields[rk.F_BODY_AT] - fields[rk.F_HOSTS_AT]).sum())
+    assert m[0]._rows.buf is not buf and m == decoded(buf, fields)
 
 
 def test_no_reference_is_leaked_or_lost():
@@ -121,15 +156,19 @@ def test_no_reference_is_leaked_or_lost():
     topic = "given"
     topics: dict[bytes, str] = {}
     list(MessageBatch(buf, fields, None, topics))   # learn the names, warm the compiled code
+    made(buf, fields, None, topics)
     counts = (sys.getrefcount(topic), [sys.getrefcount(v) for v in topics.values()],
-              sys.getrefcount(rec.StoredMessage))
+              sys.getrefcount(rec.StoredMessage), sys.getrefcount(BatchMessage),
+              [sys.getrefcount(i) for i in ro._COLUMN_INTS[257:300]])  # (< 257: shared)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        for _ in range(200):
+        for _ in range(100):
             kept = list(MessageBatch(buf, fields, None, topics))
             kept += list(MessageBatch(buf, fields, topic, topics))
-            assert len(kept) == 600
+            kept += made(buf, fields, None, topics) + made(buf, fields, topic, topics)
+            assert len(kept) == 1200
+            assert [m.queue_offset for m in kept[:600]] == [m.queue_offset for m in kept[600:]]
         del kept
         gc.collect()
         grown = tracemalloc.get_traced_memory()[0] - before
@@ -137,7 +176,8 @@ def test_no_reference_is_leaked_or_lost():
         tracemalloc.stop()
     assert grown < 64 * 1024, grown    # 120,000 messages made and dropped
     assert counts == (sys.getrefcount(topic), [sys.getrefcount(v) for v in topics.values()],
-                      sys.getrefcount(rec.StoredMessage))
+                      sys.getrefcount(rec.StoredMessage), sys.getrefcount(BatchMessage),
+                      [sys.getrefcount(i) for i in ro._COLUMN_INTS[257:300]])
 
 
 def test_the_python_maker_takes_over_if_an_object_cannot_be_made(monkeypatch):
@@ -145,9 +185,23 @@ def test_the_python_maker_takes_over_if_an_object_cannot_be_made(monkeypatch):
                 store_ts=i, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
                 store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(5)]
     buf, fields = laid_out(kws)
-    monkeypatch.setattr(ro, "make_messages", lambda *args: -1)
-    got = list(MessageBatch(buf, fields, None, {}))
-    assert all(same_values(g, w) for g, w in zip(got, decoded(buf, fields)))
+    monkeypatch.setattr(ro, "make_lazy", lambda *args: -1)
+    want = decoded(buf, fields)
+    for got in (list(MessageBatch(buf, fields, None, {})), made(buf, fields, None, {}),
+                list(MessageBatch(buf, fields, "t", {}))):
+        assert len(got) == 5 and all(same_message(g, w) for g, w in zip(got, want))
+
+
+def test_columns_past_the_cache_of_ints_are_made():
+    kws = [dict(queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0, born_ts=i,
+                store_ts=i, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
+                store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(3)]
+    buf, fields = laid_out(kws)
+    wide = np.repeat(fields, 3000, axis=1)    # columns 0 .. 8999, the same 3 records
+    n = len(ro.column_ids(1))
+    got = MessageBatch(buf, wide, "t")[n:n + 3]
+    assert [m._column for m in got] == [n, n + 1, n + 2]
+    assert got == [decoded(buf, wide[:, n:n + 3])[k] for k in range(3)]
 
 
 @pytest.mark.parametrize("n", [0, 1, 2])
@@ -160,6 +214,7 @@ def test_short_batches(n):
         return
     buf, fields = laid_out(kws)
     assert list(MessageBatch(buf, fields, None, {})) == decoded(buf, fields)
+    assert made(buf, fields, None, {}) == decoded(buf, fields)
 
 
 def test_a_table_pointing_outside_its_buffer_is_refused():
@@ -169,3 +224,32 @@ def test_a_table_pointing_outside_its_buffer_is_refused():
     buf, fields = laid_out(kws)
     with pytest.raises(ValueError, match="outside"):
         list(MessageBatch(buf[:-10], fields, None, {}))   # the compiled code never reads past
+    with pytest.raises(ValueError, match="outside"):
+        made(buf[:-10], fields, None, {})
+
+
+@pytest.mark.parametrize("direct", [1, 0])
+def test_messages_made_with_or_without_the_collector_are_alike(monkeypatch, direct):
+    """``make_lazy`` makes its tuples directly (no collector bookkeeping) where the layout
+    check passes — as it does on the interpreter this project runs on — else through
+    PyType_GenericAlloc; either way untracked, equal and freed."""
+    assert ro.direct_ok() and ro.DIRECT == 1
+    monkeypatch.setattr(ro, "DIRECT", direct)
+    kws = [dict(queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0, born_ts=i,
+                store_ts=i, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
+                store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(800)]
+    buf, fields = laid_out(kws)
+    types_refs = sys.getrefcount(BatchMessage)
+    gc.collect()
+    gc.disable()   # (counting goes on; no collection resets the count meanwhile)
+    try:
+        young = gc.get_count()[0]
+        got = list(MessageBatch(buf, fields, "t"))
+    finally:
+        gc.enable()
+    # the collector counted the 800 new messages only when made through it
+    assert (gc.get_count()[0] - young >= 800) == (direct == 0)
+    assert got == decoded(buf, fields) and not any(map(gc.is_tracked, got))
+    assert sys.getrefcount(BatchMessage) == types_refs + 800
+    del got
+    assert sys.getrefcount(BatchMessage) == types_refs

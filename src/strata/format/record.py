@@ -254,34 +254,36 @@ class StoredMessage(tuple):
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return _decoded_properties(self[12])[0]
+        return _decoded_properties(self.properties_raw)[0]
 
     @property
     def tags(self) -> str | None:
-        return _decoded_properties(self[12])[1]
+        return _decoded_properties(self.properties_raw)[1]
 
     @property
     def properties(self) -> dict[str, str]:
         """User properties (a new dict on each access)."""
-        return dict(_decoded_properties(self[12])[2])
+        return dict(_decoded_properties(self.properties_raw)[2])
 
     @property
     def born_host(self) -> Host:
-        return _decoded_hosts(self[13], self[9] & _HOST_V6_FLAGS)[0]
+        return _decoded_hosts(self.hosts_raw, self.sys_flag & _HOST_V6_FLAGS)[0]
 
     @property
     def store_host(self) -> Host:
-        return _decoded_hosts(self[13], self[9] & _HOST_V6_FLAGS)[1]
+        return _decoded_hosts(self.hosts_raw, self.sys_flag & _HOST_V6_FLAGS)[1]
 
     @property
     def msg_id(self) -> str:
-        return make_msg_id(self.store_host, self[3])
+        return make_msg_id(self.store_host, self.commitlog_offset)
 
     def __repr__(self) -> str:
-        return (f"StoredMessage(topic={self[0]!r}, queue_id={self[1]}, queue_offset={self[2]}, "
-                f"commitlog_offset={self[3]}, msg_id={self.msg_id}, keys={self.keys!r}, "
-                f"tags={self.tags!r}, properties={self.properties!r}, body={self[4][:32]!r}"
-                f"{'...' if len(self[4]) > 32 else ''}, size={self[11]})")
+        body = self.body
+        return (f"StoredMessage(topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, commitlog_offset={self.commitlog_offset}, "
+                f"msg_id={self.msg_id}, keys={self.keys!r}, tags={self.tags!r}, "
+                f"properties={self.properties!r}, body={body[:32]!r}"
+                f"{'...' if len(body) > 32 else ''}, size={self.size})")
 
 
 _HOST_V6_FLAGS = SYSFLAG_BORN_HOST_V6 | SYSFLAG_STORE_HOST_V6

@@ -5,7 +5,6 @@ messages are made only when read. Pure functions: no file I/O, no threads.
 
 from __future__ import annotations
 
-from functools import partial
 from itertools import repeat
 from typing import Sequence
 
@@ -14,13 +13,11 @@ from crc32c import crc32c
 
 from strata.format import record as rec
 from strata.format import record_table as rk
+from strata.format.batch_message import BatchMessage, BatchRows
 
 _NUMPY_CODE = {"I": "<u4", "i": "<i4", "q": "<i8", "H": "<u2"}
 HEADER_DTYPE = np.dtype([(name, _NUMPY_CODE[code]) for name, code in rec.HEADER_FIELDS])
 assert HEADER_DTYPE.itemsize == rec.HEADER_SIZE
-
-_new_message = partial(tuple.__new__, rec.StoredMessage)  # StoredMessage(values), minus a call
-
 
 HEADER_BYTES = np.dtype((np.void, rec.HEADER_SIZE))
 COMPILED_CRC_FROM = 32    # records per write from which write_records' CRCs are compiled  # a fixed header as one opaque item
@@ -88,12 +85,14 @@ class MessageBatch(Sequence):
     variable parts and a table of their fixed fields (``record_kernels.F_*`` rows, section
     positions relative to the buffer).
 
-    A ``StoredMessage`` is made only when the sequence is indexed or iterated (all of them at
-    the first iteration, as ``PutResults`` does for writes), so a batch whose messages are
-    counted, or only partly read, costs no per-message objects. ``topic`` is every message's
-    topic, or None to read each one's from the buffer (names cached in ``topics``)."""
+    A message is made only when the sequence is indexed or iterated (all of them at the
+    first iteration, as ``PutResults`` does for writes), so a batch whose messages are
+    counted, or only partly read, costs no per-message objects; it is a ``BatchMessage``
+    (``strata.format.batch_message``): its topic and body made, its other fields read from
+    the batch's table when asked for. ``topic`` is every message's topic, or None to read each
+    one's from the buffer (names cached in ``topics``)."""
 
-    __slots__ = ("_buf", "_fields", "_topic", "_topics", "_items")
+    __slots__ = ("_buf", "_fields", "_topic", "_topics", "_items", "_rows")
 
     def __init__(self, buf: bytes, fields: np.ndarray, topic: str | None,
                  topics: dict[bytes, str] | None = None) -> None:
@@ -102,14 +101,26 @@ class MessageBatch(Sequence):
         self._topic = topic
         self._topics = {} if topics is None else topics
         self._items: list[rec.StoredMessage] | None = None
+        self._rows: BatchRows | None = None
 
     @classmethod
     def made(cls, buf, fields: np.ndarray, topic: str | None,
              topics: dict[bytes, str] | None = None) -> "MessageBatch":
-        """A batch whose messages are made now, straight from ``buf`` (a segment's map, say:
-        no reference to it is kept), for a reader that reads every message anyway."""
+        """A batch whose messages are made now from ``buf`` (a segment's map, say: no
+        reference to it is kept), for a reader that reads every message anyway (``scan``):
+        each body copied once, straight from ``buf`` into its bytes object, and the hosts,
+        topic and properties of every record into one small buffer the messages keep
+        (``record_kernels.pack_heads_to``). ``fields`` is not changed."""
         batch = cls(buf, fields, topic, topics)
-        batch._items = batch._make(0, fields.shape[1])
+        n = fields.shape[1]
+        heads = np.array(fields, np.int64, order="C")   # pack_heads_to moves the positions
+        if n:
+            batch._checked(0, n)
+        data, address = rk.objects().new_bytes(
+            int((heads[rk.F_BODY_AT] - heads[rk.F_HOSTS_AT]).sum()))
+        rk.kernels().pack_heads_to(np.frombuffer(buf, np.uint8), heads, np.zeros(n, np.uint8),
+                                   address)
+        batch._items = batch._make(0, n, BatchRows(data, heads))
         batch._buf, batch._fields = b"", _NO_FIELDS
         return batch
 
@@ -124,7 +135,7 @@ class MessageBatch(Sequence):
         """Every message's topic name, from its bytes (one name when they are all the same)."""
         names = self._topics
         shared = self._shared(f[rk.F_TOPIC_AT], f[rk.F_PROPS_AT], a, b)
-        raw = [shared] if shared is not None else [self._buf[x:y] for x, y in zip(a, b)]
+        raw = [shared] if shared is not None else [bytes(self._buf[x:y]) for x, y in zip(a, b)]
         out = list(map(names.get, raw))
         if None in out:   # names this reader has not met yet (checked ASCII by the kernel)
             for j, tb in enumerate(raw):
@@ -132,53 +143,41 @@ class MessageBatch(Sequence):
                     out[j] = names[tb] = tb.decode("ascii")
         return repeat(out[0], len(a)) if shared is not None else out
 
-    def _make(self, first: int, count: int) -> list[rec.StoredMessage]:
-        """The messages of the table's columns ``[first, first + count)``: made in compiled
-        code (``record_objects``), or by ``_make_python`` if that could not make one."""
-        if count == 0:
-            return []
-        buf = self._buf
+    def _checked(self, first: int, count: int) -> None:
         f = self._fields
         if f[rk.F_HOSTS_AT, first:first + count].min() < 0 or \
-                f[rk.F_BODY_END, first:first + count].max() > len(buf):   # (never: checked)
+                f[rk.F_BODY_END, first:first + count].max() > len(self._buf):  # (never: checked)
             raise ValueError("a message's bytes lie outside its batch's buffer")
+
+    def _make(self, first: int, count: int, rows: BatchRows | None = None
+              ) -> list[BatchMessage]:
+        """The ``BatchMessage``s of the table's columns ``[first, first + count)``, which read
+        their fields from ``rows`` (by default the batch's own buffer and table): made in
+        compiled code (``record_objects.make_lazy``), or in Python if that could not make
+        one (what raises the error then)."""
+        if count == 0:
+            return []
+        self._checked(first, count)
+        buf, f = self._buf, self._fields
+        if rows is None:
+            rows = self._rows
+            if rows is None:
+                rows = self._rows = BatchRows(buf, f)
         out = [None] * count
         data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
-        made = rk.objects().make_messages(
-            data.ctypes.data, f, first, count, id(rec.StoredMessage),
-            0 if self._topic is None else id(self._topic), id(self._topics), id(out))
+        objects = rk.objects()
+        made = objects.make_lazy(
+            data.ctypes.data, f, first, count, id(BatchMessage),
+            0 if self._topic is None else id(self._topic), id(self._topics), id(rows),
+            objects.column_ids(first + count), id(out), objects.DIRECT)
         if made == count:
             return out
-        return self._make_python(f[:, first:first + count])
-
-    def _make_python(self, f: np.ndarray) -> list[rec.StoredMessage]:
-        """``_make`` in Python (what raises the error when an object cannot be made)."""
-        buf = self._buf
-        n = f.shape[1]
-        hosts, topic_at, props, body, end = (f[r].tolist() for r in (
-            rk.F_HOSTS_AT, rk.F_TOPIC_AT, rk.F_PROPS_AT, rk.F_BODY_AT, rk.F_BODY_END))
-        topics = repeat(self._topic, n) if self._topic is not None else \
-            self._topic_names(f, topic_at, props)
-        # comprehensions slice inline: about twice as fast as map(slice, ...)
-        rows = zip(topics, f[rk.F_QUEUE_ID].tolist(), f[rk.F_QUEUE_OFFSET].tolist(),
-                   f[rk.F_PHYS].tolist(), [buf[a:b] for a, b in zip(body, end)],
-                   f[rk.F_BORN_TS].tolist(), f[rk.F_STORE_TS].tolist(),
-                   f[rk.F_RECONSUME].tolist(), f[rk.F_FLAG].tolist(),
-                   f[rk.F_SYS_FLAG].tolist(), f[rk.F_TX_OFFSET].tolist(),
-                   f[rk.F_TOTAL].tolist(),
-                   self._sections(f[rk.F_PROPS_AT], f[rk.F_BODY_AT], props, body),
-                   self._sections(f[rk.F_HOSTS_AT], f[rk.F_TOPIC_AT], hosts, topic_at))
-        return list(map(_new_message, rows))
-
-    def _sections(self, starts: np.ndarray, ends: np.ndarray, a: list, b: list):
-        """The bytes ``buf[a[i]:b[i]]`` of every message: one shared object when they are all
-        the same (the hosts of one producer, the properties of plain messages), as equal
-        values need not be copies."""
-        shared = self._shared(starts, ends, a, b)
-        if shared is not None:
-            return repeat(shared, len(a))
-        buf = self._buf
-        return [buf[x:y] for x, y in zip(a, b)]
+        g = f[:, first:first + count]
+        topics = repeat(self._topic, count) if self._topic is not None else \
+            self._topic_names(g, g[rk.F_TOPIC_AT].tolist(), g[rk.F_PROPS_AT].tolist())
+        return list(map(BatchMessage.of, topics, [data[a:b].tobytes() for a, b in zip(
+            g[rk.F_BODY_AT].tolist(), g[rk.F_BODY_END].tolist())], repeat(rows, count),
+            range(first, first + count)))
 
     def _shared(self, starts: np.ndarray, ends: np.ndarray, a: list, b: list) -> bytes | None:
         """``buf[a[0]:b[0]]`` if every ``buf[a[i]:b[i]]`` holds the same (short) bytes."""
@@ -192,14 +191,14 @@ class MessageBatch(Sequence):
         if width == 0:
             return b""
         rows = np.frombuffer(self._buf, np.uint8)[starts[:, None] + np.arange(width)]
-        return self._buf[a[0]:b[0]] if (rows == rows[0]).all() else None
+        return bytes(self._buf[a[0]:b[0]]) if (rows == rows[0]).all() else None
 
     def bodies(self) -> list[bytes]:
         """Every message's body, in order, without making the messages (when they are not
         made yet): one bytes object each, made in compiled code — for a reader that wants the
         bodies only, at about half the cost of a ``StoredMessage`` each."""
         if self._items is not None:
-            return [m[4] for m in self._items]
+            return [m.body for m in self._items]
         f = self._fields
         count = f.shape[1]
         if count == 0:
@@ -265,21 +264,6 @@ class MessageBatch(Sequence):
 
     def __repr__(self) -> str:
         return f"MessageBatch({self._list()!r})"
-
-
-def gather_batch(data: np.ndarray, fields: np.ndarray, topic: str | None,
-                 topics: dict[bytes, str] | None = None,
-                 scratch: np.ndarray | None = None) -> MessageBatch:
-    """A ``MessageBatch`` of the checked records whose fields (``record_kernels.F_*`` rows,
-    positions in ``data``) are ``fields``: their hosts, topic, properties and body are copied
-    out of ``data`` (a segment's map) into one new buffer, so the batch outlives the map.
-    ``scratch`` (uint8, reused by the caller) holds the copy on its way, if large enough."""
-    f = np.ascontiguousarray(fields)
-    f = f.copy() if f is fields else f
-    n = int((f[rk.F_BODY_END] - f[rk.F_HOSTS_AT]).sum())
-    out = scratch[:n] if scratch is not None and len(scratch) >= n else np.empty(n, np.uint8)
-    rk.kernels().pack(data, f, np.zeros(f.shape[1], np.uint8), out)
-    return MessageBatch(out.tobytes(), f, topic, topics)
 
 
 def join_parts(parts: list[tuple[bytes, np.ndarray]], topic: str | None,

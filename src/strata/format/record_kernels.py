@@ -276,6 +276,19 @@ def pack(data, fields, status, out):
 def pack_to(data, fields, status, o0):
     """``pack`` into the memory at address ``o0`` (a new bytes object's, say: see
     ``record_objects.new_bytes``), which the caller sized."""
+    return _pack_to(data, fields, status, o0, F_BODY_END)
+
+
+@njit(cache=True, nogil=True)
+def pack_heads_to(data, fields, status, o0):
+    """``pack_to`` of each record's hosts, topic and properties only (not its body: a reader
+    that makes the bodies straight from ``data`` keeps the rest in one small buffer); each
+    packed column's body position and end are both where its properties end."""
+    return _pack_to(data, fields, status, o0, F_BODY_AT)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pack_to(data, fields, status, o0, end_row):
     s0 = data.ctypes.data
     at = 0
     r = 0
@@ -283,13 +296,15 @@ def pack_to(data, fields, status, o0):
         if status[i] != GOOD:
             continue
         start = fields[F_HOSTS_AT, i]
-        n = fields[F_BODY_END, i] - start
+        n = fields[end_row, i] - start
         memcpy(o0 + at, s0 + start, n)
         if r != i:
             for k in range(FIELDS):
                 fields[k, r] = fields[k, i]
-        for k in range(F_HOSTS_AT, F_BODY_END + 1):
+        for k in range(F_HOSTS_AT, end_row + 1):
             fields[k, r] += at - start
+        if end_row != F_BODY_END:
+            fields[F_BODY_END, r] = fields[F_BODY_AT, r]
         at += n
         r += 1
     return r

@@ -1,29 +1,34 @@
-"""``StoredMessage`` objects made in compiled code (numba) from the field table of checked
-records: what a read costs per message once the records are found and checked.
+"""The message objects of a batch read made in compiled code (numba) from the field table of
+checked records: what a read costs per message once the records are found and checked.
 
-Made in Python, a message costs ~0.6 µs (a tuple subclass built through ``type.__call__``, ten
-ints, three slices); ``make_messages`` builds the same tuples with CPython's C API — the calls
-``StoredMessage((...))`` would end in — at ~0.14 µs: ``PyType_GenericAlloc`` for the tuple,
-``PyLong_FromLongLong`` for the fixed fields, ``PyBytes_FromStringAndSize`` for the body straight
-from the buffer, and the tuple's items stored the way ``PyTuple_SET_ITEM`` stores them (no call
-per item: ~17 % less than ``PyTuple_SetItem`` side by side). A value equal to the previous
-message's (a timestamp of one batch, the topic, the hosts of one producer, the properties of
-plain messages) is shared, not made again, as the Python reader shares them too. The tuples
-hold only str, int and bytes, which can never be part of a reference cycle, so they are taken
-off the garbage collector's lists at birth (CPython does the same for plain tuples of such
-values when it first meets them); the collector's passes over
-a million messages of a scan would otherwise cost a third as much as making them.
+``make_lazy`` makes the ``BatchMessage``s (``strata.format.batch_message``) of a batch with
+CPython's C API — the calls ``tuple.__new__(BatchMessage, ...)`` would end in:
+``PyType_GenericAlloc`` for the 4-item tuple, ``PyBytes_FromStringAndSize`` for the body
+straight from the buffer, the topic name shared (one per distinct topic, learnt in a dict), the
+batch's rows and the message's column (an int from a cache this module keeps) referenced, and
+the items stored the way ``PyTuple_SET_ITEM`` stores them (no call per item). The fixed fields
+stay in the table until read. Side by side (2-core VM, 1000 × 100 B, made and freed) a
+``BatchMessage`` costs ~60 ns against ~15 ns for its body alone; the 14-item
+``StoredMessage`` with its own int objects that this maker replaced cost ~2.5× as much. The
+tuples hold a str, a bytes, an int and the rows (which refer to no message), which can never
+be part of a reference cycle, so they are taken off the garbage collector's lists at birth
+(CPython does the same for plain tuples of such values when it first meets them); the
+collector's passes over a million messages of a scan would otherwise cost a third as much as
+making them.
 
-``new_bytes`` hands out a bytes object whose bytes the caller fills (the batch reader packs a
-batch's records straight into the bytes its ``MessageBatch`` keeps).
+``make_bodies`` makes the bodies alone (``MessageBatch.bodies``); ``new_bytes`` hands out a
+bytes object whose bytes the caller fills (the batch reader packs a batch's records straight
+into the bytes its ``MessageBatch`` keeps).
 
-The kernel runs holding the GIL (no ``nogil``), on objects the caller keeps alive for the call,
+The kernels run holding the GIL (no ``nogil``), on objects the caller keeps alive for the call,
 passed by address (``id``). Pure over buffers: no file I/O, no threads.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
+import sys
 
 import numpy as np
 from llvmlite import ir
@@ -32,9 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from strata.format import record as rec
-from strata.format.record_table import (
-    F_BODY_AT, F_BODY_END, F_BORN_TS, F_FLAG, F_HOSTS_AT, F_PHYS, F_PROPS_AT, F_QUEUE_ID,
-    F_QUEUE_OFFSET, F_RECONSUME, F_STORE_TS, F_SYS_FLAG, F_TOPIC_AT, F_TOTAL, F_TX_OFFSET)
+from strata.format.record_table import F_BODY_AT, F_BODY_END, F_PROPS_AT, F_TOPIC_AT, FIELDS
 
 _OBJ = ir.IntType(8).as_pointer()
 _I64 = ir.IntType(64)
@@ -74,6 +77,7 @@ def _c_api(name: str, ret: str, *args: str):
 
 _alloc = _c_api("PyType_GenericAlloc", "obj", "obj", "int")      # new reference
 _untrack = _c_api("PyObject_GC_UnTrack", "void", "obj")
+_malloc = _c_api("PyObject_Malloc", "obj", "int")               # NULL, no error set, if none
 # A new tuple's items are set the way CPython's own PyTuple_SET_ITEM macro sets them: a store
 # into the item array, which starts right after the fixed part of the object (no call, no checks
 # the kernel needs: the tuple is new, its slots NULL, the indices fixed).
@@ -106,19 +110,38 @@ _incref = _c_api("Py_IncRef", "void", "obj")
 _decref = _c_api("Py_DecRef", "void", "obj")
 _err_clear = _c_api("PyErr_Clear", "void")
 
-# Where each field goes in the StoredMessage tuple (record.StoredMessage.FIELDS).
-SLOT = {name: i for i, name in enumerate(rec.StoredMessage.FIELDS)}
-_TOPIC, _BODY = SLOT["topic"], SLOT["body"]
-_PROPS, _HOSTS = SLOT["properties_raw"], SLOT["hosts_raw"]
-# (tuple slot, field-table row) of the int fields
-_INTS = np.array([(SLOT["queue_id"], F_QUEUE_ID), (SLOT["queue_offset"], F_QUEUE_OFFSET),
-                  (SLOT["commitlog_offset"], F_PHYS), (SLOT["born_timestamp"], F_BORN_TS),
-                  (SLOT["store_timestamp"], F_STORE_TS), (SLOT["reconsume_times"], F_RECONSUME),
-                  (SLOT["flag"], F_FLAG), (SLOT["sys_flag"], F_SYS_FLAG),
-                  (SLOT["prepared_transaction_offset"], F_TX_OFFSET), (SLOT["size"], F_TOTAL)],
-                 np.int64)
-_WIDTH = len(rec.StoredMessage.FIELDS)
-assert sorted([_TOPIC, _BODY, _PROPS, _HOSTS] + _INTS[:, 0].tolist()) == list(range(_WIDTH))
+# An untracked tuple of a heap type, made without the collector (``direct``): the memory that
+# PyType_GenericAlloc takes (the collector's 16-byte header, then the object), the header left
+# "not tracked" (zeros), the object's refcount 1, its type (a reference to it) and size, its
+# items NULL. What this skips is the collector's bookkeeping of a new object — the count that
+# starts a collection every 700 of them although these are never tracked: side by side, a
+# batch read of 1000 messages ran one collection of the young objects per call, ~1/3 of the
+# time of making and freeing the messages. Freed as any: the type's dealloc untracks (a
+# no-op) and PyObject_GC_Del releases the header with the object. ``direct_ok`` checks the
+# layout on this interpreter before it is used; else PyType_GenericAlloc and untrack.
+_GC_HEAD = 16
+
+
+@njit(cache=True, inline="always")
+def _new_untracked(cls, n, direct):
+    if not direct:
+        m = _alloc(cls, n)
+        if m != 0:
+            _untrack(m)
+        return m
+    p = _malloc(_GC_HEAD + _ITEMS_AT + 8 * n)
+    if p == 0:
+        return 0
+    _store_i64(p, 0)
+    _store_i64(p + 8, 0)
+    m = p + _GC_HEAD
+    _store_i64(m, 1)
+    _incref(cls)
+    _store_i64(m + 8, cls)
+    _store_i64(m + 16, n)
+    for j in range(n):
+        _store_i64(m + _ITEMS_AT + 8 * j, 0)
+    return m
 
 
 @intrinsic
@@ -141,100 +164,81 @@ def _same(base, a, b, n):
 
 
 @njit(cache=True)
-def _section(base, at, end, prev_obj, prev_at, prev_end):
-    """A new reference to the bytes ``[at, end)`` of the buffer: ``prev_obj`` again when it
-    holds the same bytes (``[prev_at, prev_end)``), else a new bytes object (0 if that
-    failed)."""
-    if prev_obj != 0 and end - at == prev_end - prev_at and \
-            _same(base, at, prev_at, end - at):
-        _incref(prev_obj)
-        return prev_obj
-    return _bytes(base + at, end - at)
+def _topic_name(base, fields, c, topics, own, t_at, t_end):
+    """The topic name of column ``c``: ``(own, t_at, t_end)`` again when its bytes are those
+    at ``[t_at, t_end)`` whose name the caller holds a reference to (``own``), else that of
+    the new name (taken from ``topics``, a dict of topic bytes to names, or made and added
+    there) with the reference to the old one released; ``(own, -1, -1)`` (the old name
+    still held) if a name could not be made."""
+    at, end = fields[F_TOPIC_AT, c], fields[F_PROPS_AT, c]
+    if own != 0 and end - at == t_end - t_at and _same(base, at, t_at, end - at):
+        return own, t_at, t_end
+    key = _bytes(base + at, end - at)
+    if key == 0:
+        return own, -1, -1
+    name = _dict_get(topics, key)
+    if name != 0:
+        _incref(name)
+    else:
+        name = _ascii(base + at, end - at, 0)
+        if name == 0 or _dict_set(topics, key, name) != 0:
+            _decref(key)
+            if name != 0:
+                _decref(name)
+            return own, -1, -1
+    _decref(key)
+    if own != 0:
+        _decref(own)
+    return name, at, end
 
 
-@njit("int64(int64, int64[:, :], int64, int64, int64, int64, int64, int64)", cache=True)
-def make_messages(base, fields, first, count, cls, topic, topics, out):
-    """Make ``StoredMessage``s (type ``cls``) of the field-table columns ``[first, first +
-    count)`` into ``out[0:count]`` (a list of that length). Addresses: ``base`` of the buffer
-    the table's positions point into; ``cls``, ``topic`` (every message's topic, a str; 0 to
-    read each one's from the buffer), ``topics`` (a dict of topic bytes to names, the names
-    learnt here added) and ``out`` of the objects. Returns ``count``, or -1 if an object could
-    not be made (the Python error cleared; ``out`` partly filled)."""
-    own_topic = 0        # a reference held to the last topic name met
-    prev = np.zeros(_WIDTH, np.int64)   # the previous message's items (out holds them)
+@njit("int64(int64, int64[:, :], int64, int64, int64, int64, int64, int64, int64[:], int64, "
+      "int64)", cache=True)
+def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, out, direct):
+    """Make ``BatchMessage``s (type ``cls``: a 4-item tuple of topic, body, ``rows`` and the
+    message's column) of the field-table columns ``[first, first + count)`` into
+    ``out[0:count]``, as ``make_messages`` makes ``StoredMessage``s: the topic shared, the
+    body a bytes object straight from the buffer at ``base``, ``rows`` (the batch's
+    ``BatchRows``) referenced, the column an int from a cache (``column_ids[c]`` the address
+    of int ``c``, kept alive by the caller; made when past the cache). No other object per
+    message. ``direct``: the tuples are made by ``_new_untracked`` (``DIRECT``). Returns
+    ``count``, or -1 if an object could not be made (the Python error cleared; ``out`` partly
+    filled)."""
+    own_topic = 0
     t_at = t_end = 0
     made = 0
+    cached = len(column_ids)
     for k in range(count):
         c = first + k
-        m = _alloc(cls, _WIDTH)
+        m = _new_untracked(cls, 4, direct)  # a str, bytes, an int, the rows: never a cycle
         if m == 0:
             break
-        _untrack(m)
-        if _list_set(out, k, m) != 0:    # out owns m from here on (its items start as NULL)
+        if _list_set(out, k, m) != 0:
             break
-        # the topic
         if topic != 0:
             name = topic
         else:
-            at, end = fields[F_TOPIC_AT, c], fields[F_PROPS_AT, c]
-            if own_topic == 0 or end - at != t_end - t_at or not _same(base, at, t_at, end - at):
-                key = _bytes(base + at, end - at)
-                if key == 0:
-                    break
-                name = _dict_get(topics, key)
-                if name != 0:
-                    _incref(name)
-                else:
-                    name = _ascii(base + at, end - at, 0)
-                    if name == 0 or _dict_set(topics, key, name) != 0:
-                        _decref(key)
-                        if name != 0:
-                            _decref(name)
-                        break
-                _decref(key)
-                if own_topic != 0:
-                    _decref(own_topic)
-                own_topic = name
-                t_at, t_end = at, end
+            own_topic, t_at, t_end = _topic_name(base, fields, c, topics, own_topic, t_at,
+                                                 t_end)
+            if t_at < 0:
+                break
             name = own_topic
         _incref(name)
-        _tuple_set(m, _TOPIC, name)
-        # the fixed fields, each shared with the previous message when equal
-        ok = True
-        for j in range(len(_INTS)):
-            slot, row = _INTS[j, 0], _INTS[j, 1]
-            v = fields[row, c]
-            if k > 0 and v == fields[row, c - 1]:
-                o = prev[slot]
-                _incref(o)
-            else:
-                o = _int(v)
-                if o == 0:
-                    ok = False
-                    break
-            _tuple_set(m, slot, o)
-            prev[slot] = o
-        if not ok:
-            break
+        _tuple_set(m, 0, name)
         body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
         if body == 0:
             break
-        _tuple_set(m, _BODY, body)
-        p = c - 1
-        props = _section(base, fields[F_PROPS_AT, c], fields[F_BODY_AT, c],
-                         prev[_PROPS],
-                         fields[F_PROPS_AT, p], fields[F_BODY_AT, p])
-        if props == 0:
-            break
-        _tuple_set(m, _PROPS, props)
-        prev[_PROPS] = props
-        hosts = _section(base, fields[F_HOSTS_AT, c], fields[F_TOPIC_AT, c],
-                         prev[_HOSTS],
-                         fields[F_HOSTS_AT, p], fields[F_TOPIC_AT, p])
-        if hosts == 0:
-            break
-        _tuple_set(m, _HOSTS, hosts)
-        prev[_HOSTS] = hosts
+        _tuple_set(m, 1, body)
+        _incref(rows)
+        _tuple_set(m, 2, rows)
+        if c < cached:
+            col = column_ids[c]
+            _incref(col)
+        else:
+            col = _int(c)
+            if col == 0:
+                break
+        _tuple_set(m, 3, col)
         made += 1
     if own_topic != 0:
         _decref(own_topic)
@@ -243,6 +247,19 @@ def make_messages(base, fields, first, count, cls, topic, topics, out):
         return -1
     return count
 
+
+# ints 0..n-1 for make_lazy's columns, kept alive here; grown on demand (by whole chunks)
+_COLUMN_INTS: list[int] = []
+_COLUMN_IDS = np.zeros(0, np.int64)
+
+
+def column_ids(n: int) -> np.ndarray:
+    """Addresses of the ints 0 .. n-1 (at least), which this module keeps alive."""
+    global _COLUMN_IDS
+    if len(_COLUMN_IDS) < n:
+        _COLUMN_INTS.extend(range(len(_COLUMN_INTS), max(n, 2 * len(_COLUMN_INTS), 4096)))
+        _COLUMN_IDS = np.array([id(i) for i in _COLUMN_INTS], np.int64)
+    return _COLUMN_IDS
 
 
 @njit("int64(int64, int64[:, :], int64, int64, int64)", cache=True)
@@ -279,3 +296,34 @@ def new_bytes(n: int) -> tuple[bytes, int]:
         return b"", 0
     b = _new_bytes_c(None, n)
     return b, id(b) + _BYTES_DATA_AT
+
+
+def direct_ok() -> bool:
+    """Whether ``make_lazy`` may make its tuples directly on this interpreter: a release
+    build whose GC objects carry a 16-byte header (what ``sys.getsizeof`` adds), and a probe
+    made that way is the untracked, singly referenced message it should be."""
+    from strata.format.batch_message import BatchMessage, BatchRows
+
+    if hasattr(sys, "gettotalrefcount") or not BatchMessage.__flags__ & (1 << 9):
+        return False   # a debug build (its objects are linked in a list), or not a heap type
+    body = b"strata"
+    rows = BatchRows(b"", np.zeros((FIELDS, 1), np.int64))
+    probe = BatchMessage.of("t", body, rows, 0)
+    if sys.getsizeof(probe) - probe.__sizeof__() != _GC_HEAD or \
+            BatchMessage.__basicsize__ != _ITEMS_AT:
+        return False
+    fields = np.zeros((FIELDS, 1), np.int64)
+    fields[F_BODY_END, 0] = len(body)
+    out = [None]
+    types_refs = sys.getrefcount(BatchMessage)
+    made = make_lazy(id(body) + _BYTES_DATA_AT, fields, 0, 1, id(BatchMessage), id("t"), 0,
+                     id(rows), column_ids(1), id(out), 1)
+    m = out[0]
+    ok = made == 1 and type(m) is BatchMessage and tuple.__len__(m) == 4 and \
+        not gc.is_tracked(m) and sys.getrefcount(m) == 3 and m == probe and \
+        m.body == body and m._rows is rows and sys.getrefcount(BatchMessage) == types_refs + 1
+    del m, out
+    return ok and sys.getrefcount(BatchMessage) == types_refs
+
+
+DIRECT = 1 if direct_ok() else 0

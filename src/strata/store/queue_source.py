@@ -30,6 +30,18 @@ log = logging.getLogger("strata.store.message_store")   # the same logger as bef
 MAX_SCAN_UNITS = 800  # units one get() looks at beyond max_messages (RocketMQ: 16000 B)
 
 
+_EVERY_ROW = np.arange(0, dtype=np.int64)
+
+
+def every_row(n: int) -> np.ndarray:
+    """``np.arange(n)`` (int64, read-only), sliced from one array kept for the purpose."""
+    global _EVERY_ROW
+    if len(_EVERY_ROW) < n:
+        _EVERY_ROW = np.arange(max(n, 2 * len(_EVERY_ROW), 1024), dtype=np.int64)
+        _EVERY_ROW.flags.writeable = False
+    return _EVERY_ROW[:n]
+
+
 class QueueSource(Protocol):
     """One source of a queue's messages, over the offsets [min_offset, max_offset)."""
 
@@ -94,10 +106,13 @@ class LocalQueue:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, [], cq.file_end_unit(offset), mn, mx)
         limit = store.confirmed_offset()
         verify = store.config.verify_crc_on_read
-        candidates = units["size"] != BLANK_SIZE
-        if wanted is not None:
-            candidates &= np.isin(units["tag"], [tag_hash(t) for t in wanted])
-        picked = np.flatnonzero(candidates)
+        if wanted is None and units["size"].max() != BLANK_SIZE:
+            picked = every_row(len(units))   # the usual case: no blank unit, no tag wanted
+        else:
+            candidates = units["size"] != BLANK_SIZE
+            if wanted is not None:
+                candidates &= np.isin(units["tag"], [tag_hash(t) for t in wanted])
+            picked = np.flatnonzero(candidates)
         phys = np.ascontiguousarray(units["offset"])   # (indexing the packed field view: ~5x slower)
         nxt = offset + len(units)
 
@@ -110,7 +125,8 @@ class LocalQueue:
             writer is still copying, and then the offset to go on from comes too."""
             # One compiled pass checks each record and that it is the unit's own message
             # (topic, queue, queue offset): GOOD, OTHER (another record), or no record.
-            found = store.log.read_offsets(phys[rows], limit, verify_crc=verify, topic=topic,
+            found = store.log.read_offsets(phys if len(rows) == len(phys) else phys[rows],
+                                           limit, verify_crc=verify, topic=topic,
                                            queue_id=queue_id, queue_offsets=offset + rows)
             if found.all_good:
                 return found.messages, None

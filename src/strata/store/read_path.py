@@ -8,8 +8,6 @@ import logging
 from itertools import chain
 from typing import Callable, Iterator
 
-import numpy as np
-
 from strata.errors import CorruptRecordError, IndexRebuildingError, InvalidInputError
 from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE
@@ -17,7 +15,7 @@ from strata.index import key_index_rebuild
 from strata.store import arrow_read, time_search
 from strata.store.lifecycle import writer_alive  # noqa: F401 (re-exported)
 from strata.store.message import GetResult, GetStatus
-from strata.store.queue_source import MAX_SCAN_UNITS  # noqa: F401 (re-exported)
+from strata.store.queue_source import MAX_SCAN_UNITS, every_row  # noqa: F401 (re-exported)
 
 log = logging.getLogger("strata.store.message_store")   # the same logger as before the split
 
@@ -169,13 +167,11 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
                 units = cq.read_units(offset, max_messages)
             except ValueError:   # retention deleted that file just now
                 units = None
-            if units is not None and len(units) and \
-                    not (units["size"] == BLANK_SIZE).any():
+            if units is not None and len(units) and units["size"].max() != BLANK_SIZE:
                 read = store.log.read_columns(
                     units["offset"], store.confirmed_offset(),
                     verify_crc=store.config.verify_crc_on_read, topic=topic,
-                    queue_id=queue_id,
-                    queue_offsets=offset + np.arange(len(units), dtype=np.int64))
+                    queue_id=queue_id, queue_offsets=offset + every_row(len(units)))
     if read is not None:
         batch = arrow_read.arrow_batch(read)
         if batch is not None:
