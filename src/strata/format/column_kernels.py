@@ -253,36 +253,6 @@ def names_bad(data, off):
 
 
 @njit(cache=True, nogil=True)
-def encode_joined(raw, groups, out_off, out):
-    """Property sections from ``raw``: the names and values of all messages' properties in
-    order (name, value, name, value, ...), each followed by a NUL but the last (ASCII text
-    joined in one step). Message ``i`` has entries ``groups[i]`` .. ``groups[i + 1] - 1``; its
-    section goes to ``out[out_off[i]:out_off[i + 1]]`` (``out_off`` written here). Returns -1,
-    or the index of the first message with an empty, reserved (KEYS, TAGS) or too long name,
-    or a value too long."""
-    p = 0
-    q = 0
-    end = len(raw)
-    for i in range(len(groups) - 1):
-        out_off[i] = q
-        for _e in range(groups[i], groups[i + 1]):
-            for part in range(2):
-                a = p
-                while p < end and raw[p] != 0:
-                    p += 1
-                n = p - a
-                if n > 0xFFFF or (part == 0 and (n == 0 or _is(raw, a, p, _KEYS) or
-                                                 _is(raw, a, p, _TAGS))):
-                    return i
-                _u16(out, q, n)
-                memcpy(out.ctypes.data + q + 2, raw.ctypes.data + a, n)
-                q += 2 + n
-                p += 1
-    out_off[len(groups) - 1] = q
-    return -1
-
-
-@njit(cache=True, nogil=True)
 def gather(data, starts, ends, out_off, out):
     """Copy ``data[starts[i]:ends[i]]`` to ``out[out_off[i]:]`` for every ``i`` (the caller
     made ``out_off`` from the same lengths): sections of many records made one column."""
@@ -336,3 +306,24 @@ def columns_at(data, pos, phys, limit, crc, topic, queue_id, queue_offsets, fiel
     gather_sections(data, fields, 0, n, _F_BODY_AT, _F_BODY_END, body_off, prop_off, bodies,
                     props)
     return good, bodies, props
+
+
+@njit(cache=True, nogil=True)
+def split_joined(raw, data, off):
+    """The items of ``raw`` (UTF-8 text items joined with NUL separators, none inside an item)
+    packed into ``data`` without the separators: item ``j`` is ``data[off[j]:off[j + 1]]``.
+    The caller sized ``data`` (``len(raw)`` less the separators) and ``off`` (items + 1) from
+    the separator count. Returns the number of items."""
+    j = 0
+    q = 0
+    off[0] = 0
+    for p in range(len(raw)):
+        c = raw[p]
+        if c == 0:
+            j += 1
+            off[j] = q
+        else:
+            data[q] = c
+            q += 1
+    off[j + 1] = q
+    return j + 1

@@ -10,7 +10,7 @@ the store picks queues and queue offsets and asks for the records in one of two 
 
 from __future__ import annotations
 
-from itertools import chain, repeat
+from itertools import repeat
 from operator import add, attrgetter
 from typing import Sequence
 
@@ -226,46 +226,32 @@ class Encoder:
             codes = np.fromiter(map(code_of.__getitem__, topics), np.int64, n)
         else:
             codes = None
-        keys, tags, props, shards, born_ts = (columns[0], columns[1], columns[2],
-                                              columns[_SHARD_AT], columns[_BORN_AT])
-        flat = list(chain.from_iterable(keys))
-        if not set(map(type, keys)) <= {tuple, list} or not set(map(type, flat)) <= {str} or \
-                "" in flat or not set(map(type, tags)) <= {str, type(None)} or "" in tags:
+        text = col.message_text(columns[0], columns[1], columns[2], columns[_SHARD_AT])
+        if text is None:
             return None
+        host = self.store_host
+        prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
         try:
-            key_col = groups = None
-            if flat:
-                key_col = col.BytesColumn.of(flat)
-                groups = np.zeros(n + 1, np.int64)
-                np.cumsum(np.fromiter(map(len, keys), np.int64, n), out=groups[1:])
-            tag_col = None if tags.count(None) == n else col.BytesColumn.of(tags)
-            prop_col = None
-            if props.count(None) != n:
-                prop_col = col._dicts_column(list(props))
-                if prop_col is None:
-                    return None
-            shard_col = None
-            if shards.count(None) != n:
-                shard_col = col.BytesColumn.of([None if k is None else str(k) for k in shards])
-            host = self.store_host
-            prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
             enc = col.encode_records(prefixes[0] if codes is None else prefixes,
-                                     col.BytesColumn.of(bodies), prefix_of=codes, keys=key_col, key_groups=groups, tags=tag_col,
-                                     properties=prop_col, max_body=self.max_body,
-                                     max_record=self.max_record)
+                                     col.BytesColumn.of(bodies), prefix_of=codes,
+                                     keys=text.keys, key_groups=text.key_groups,
+                                     tags=text.tags, properties=text.properties,
+                                     max_body=self.max_body, max_record=self.max_record)
         except InvalidInputError:
             return None
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
         topic_lens = np.array([len(tb) for tb in topic_bytes.values()], np.int64)
         b.topic_lens = int(topic_lens[0]) if codes is None else topic_lens[codes]
-        b.born = 0 if born_ts.count(None) == n else [t or 0 for t in born_ts]
+        born_ts = columns[_BORN_AT]
+        no_born = born_ts.count(None)
+        b.born = 0 if no_born == n else born_ts if not no_born else [t or 0 for t in born_ts]
         b.blob = enc.blob
         b.single_topic = names[0] if codes is None else None
         b.topic_names, b.topic_codes = names, codes
         b.default_sys = self.default_sys
-        if shard_col is not None:
-            b.shards = (shard_col, np.array([k is not None for k in shards]))
+        if text.shard_keys is not None:
+            b.shards = (text.shard_keys, text.has_shard)
         b.vector_queues = True
         return b
 
@@ -366,9 +352,9 @@ class PreparedBatch:
         self.queue_offsets: list[int] | np.ndarray = []
         # columns put to one queue (put_columns with a queue_id)
         self.fixed_queue: int | None = None
-        # (shard keys as a BytesColumn, which messages have one) of a large batch of one
-        # topic whose messages have shard keys (the others go round-robin)
-        self.shards: tuple[col.BytesColumn, np.ndarray] | None = None
+        # (shard keys as a BytesColumn, which messages have one: None for all) of a large
+        # batch whose messages have shard keys (the others go round-robin)
+        self.shards: tuple[col.BytesColumn, np.ndarray | None] | None = None
         # a batch from _prepare_rich: its topics (in order of first appearance) and each
         # message's index in them (None: one topic), queues chosen by _vector_queues
         self.topic_names: list[str] = []
@@ -481,7 +467,7 @@ class PreparedBatch:
                 n_q = new_topics[topic] = default_queues
             if self.shards is not None:
                 q = hashes[rows] % n_q
-                rr = ~has[rows]
+                rr = np.zeros(len(q), bool) if has is None else ~has[rows]
             else:
                 q = np.empty(n if codes is None else len(rows), np.int64)
                 rr = np.ones(len(q), bool)
