@@ -518,3 +518,18 @@ def born_column(born_timestamps, n: int) -> np.ndarray | int:
     if len(born) and (int(born.min()) < 0 or int(born.max()) > 2 ** 63 - 1):
         raise InvalidInputError("born_timestamps must be milliseconds in 0..2**63-1")
     return born.astype(np.int64, copy=False)
+
+
+def load_kernels() -> None:
+    """Load the compiled column encoders now (numba's cached code costs a process most of a
+    second on first use): the dispatch thread calls this as it starts, so that cost falls at
+    open rather than in the first put of messages with keys, tags or properties."""
+    text = message_text([("k",), ["k"]], ("t", None), ({"n": "v"}, None), ("s", 1))
+    bodies = BytesColumn.trusted(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64))
+    encode_records([b"p", b"q"], bodies, prefix_of=np.zeros(2, np.int64), keys=text.keys,
+                   key_groups=text.key_groups, tags=text.tags, properties=text.properties,
+                   max_body=8, max_record=64)
+    kernels().shard_queues(text.shard_keys.data, text.shard_keys.offsets, 8,
+                           np.empty(2, np.int64))
+    properties_column(BytesColumn.of([b"", b""]), 2)
+    check_text(BytesColumn(b"\xc3\xa9", [0, 2]), "key")
