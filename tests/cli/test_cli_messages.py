@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import os
 import pty
+import re
 import subprocess
 import sys
 import time

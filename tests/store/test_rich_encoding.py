@@ -96,3 +96,23 @@ def test_bad_text_in_a_large_batch_is_refused_naming_it(tmp_path):
             else:
                 raise AssertionError(f"{bad!r} was accepted")
         assert list(store.scan()) == []
+
+
+def test_a_batch_of_more_topics_than_numbered_in_compiled_code_is_dispatched(tmp_path):
+    # dispatch numbers a batch's distinct topics in compiled code up to MAX_BATCH_TOPICS,
+    # then reads one topic slice per record; both ways every message reaches its topic
+    from strata.index.dispatch_batch import MAX_BATCH_TOPICS
+    for n_topics in (3, MAX_BATCH_TOPICS + 6):
+        topics = [f"t{i}" + "x" * (i % 4) for i in range(n_topics)]
+        msgs = [strata.Message(topics[i % n_topics], b"%d" % i, keys=[f"k{i}"])
+                for i in range(2 * n_topics + 40)]
+        with strata.open(tmp_path / f"s{n_topics}") as store:
+            for t in topics:
+                store.create_topic(t, queues=1)
+            store.put_batch(msgs)
+            store.wait_dispatched()
+            for t in topics:
+                got = store.get(t, 0, 0, 1000).messages
+                assert [m.body for m in got] == [m.body for m in msgs if m.topic == t]
+            assert [m.body for m in store.query(topics[-1], "k%d" % (n_topics - 1))] == \
+                [b"%d" % (n_topics - 1)]

@@ -327,3 +327,39 @@ def split_joined(raw, data, off):
             q += 1
     off[j + 1] = q
     return j + 1
+
+
+@njit(cache=True, nogil=True)
+def distinct_slices(data, at, end, codes, firsts):
+    """Number the distinct byte strings ``data[at[i]:end[i]]`` (e.g. the topics of a batch's
+    records) in order of first appearance: ``codes[i]`` gets the number of record ``i``'s,
+    ``firsts[k]`` the first record holding string ``k``. Returns how many are distinct, or -1
+    if more than ``len(firsts)`` (each record is compared with each distinct string so far)."""
+    m = 0
+    last = 0
+    for i in range(len(at)):
+        a = at[i]
+        n = end[i] - a
+        found = -1
+        for t in range(m):
+            k = (last + t) % m          # the previous record's string first
+            r = at[firsts[k]]
+            if end[firsts[k]] - r != n:
+                continue
+            same = True
+            for j in range(n):
+                if data[a + j] != data[r + j]:
+                    same = False
+                    break
+            if same:
+                found = k
+                break
+        if found < 0:
+            if m == len(firsts):
+                return -1
+            firsts[m] = i
+            found = m
+            m += 1
+        codes[i] = found
+        last = found
+    return m
