@@ -6,8 +6,8 @@ zeros for ``record_batch.write_records``): the shared prefix (header, born and s
 topic), then the properties section — a ``KEYS`` entry per key, a ``TAGS`` entry, the
 pre-encoded user properties — then the body. ``utf8_bad`` and ``properties_bad`` check text and
 pre-encoded property entries before anything is written, so bad input is refused with the
-index of the message that carries it. ``shard_queues`` hashes shard keys (CRC32C, as the
-per-message path does) to queue ids.
+index of the message that carries it. ``choose_queues`` picks every message's queue (a
+shard key's CRC32C, as the per-message path, or round-robin) and queue offset in one pass.
 
 Pure functions over numpy arrays: no file I/O, no Python objects. Compiled on first use and
 cached beside this file.
@@ -210,15 +210,6 @@ def properties_bad(data, off):
 
 
 @njit(cache=True, nogil=True)
-def shard_queues(data, off, n_queues, out):
-    """``out[i]`` = CRC32C of shard key ``i`` modulo ``n_queues`` (the queue the per-message
-    path picks for that shard key)."""
-    base = data.ctypes.data
-    for i in range(len(off) - 1):
-        out[i] = crc32c_at(base + off[i], off[i + 1] - off[i]) % n_queues
-
-
-@njit(cache=True, nogil=True)
 def encode_entries(name_data, name_off, value_data, value_off, groups, out_off, out):
     """Property sections from name and value columns: message ``i``'s section holds entries
     ``groups[i]`` .. ``groups[i + 1] - 1`` (u16 name length, name, u16 value length, value),
@@ -363,3 +354,31 @@ def distinct_slices(data, at, end, codes, firsts):
         codes[i] = found
         last = found
     return m
+
+
+@njit(cache=True, nogil=True)
+def choose_queues(codes, shard_data, shard_off, has, n_q, rr_start, rr_count, base_at, nxt,
+                  qids, qoffs):
+    """Queue id and queue offset of every message of a batch in one pass, in batch order.
+
+    Message ``i`` belongs to topic ``codes[i]``, which has ``n_q[t]`` queues whose next
+    offsets are ``nxt[base_at[t]:base_at[t] + n_q[t]]`` (advanced here). A message with a
+    shard key (column ``shard_data``/``shard_off``, one item per message; none if it has no
+    items; ``has[i]`` says whether message i has one, all do if ``has`` is empty) goes to
+    queue CRC32C(key) % n_q, as the per-message path; the others round-robin from
+    ``rr_start[t]``, ``rr_count[t]`` counting them."""
+    shards = len(shard_off) > 1
+    every = len(has) == 0
+    base = shard_data.ctypes.data
+    for i in range(len(qids)):
+        t = codes[i]
+        nq = n_q[t]
+        if shards and (every or has[i]):
+            q = np.int64(crc32c_at(base + shard_off[i], shard_off[i + 1] - shard_off[i])) % nq
+        else:
+            q = (rr_start[t] + rr_count[t]) % nq
+            rr_count[t] += 1
+        j = base_at[t] + q
+        qids[i] = q
+        qoffs[i] = nxt[j]
+        nxt[j] += 1

@@ -529,7 +529,9 @@ def load_kernels() -> None:
     encode_records([b"p", b"q"], bodies, prefix_of=np.zeros(2, np.int64), keys=text.keys,
                    key_groups=text.key_groups, tags=text.tags, properties=text.properties,
                    max_body=8, max_record=64)
-    kernels().shard_queues(text.shard_keys.data, text.shard_keys.offsets, 8,
-                           np.empty(2, np.int64))
+    one, two = np.zeros(1, np.int64), np.zeros(2, np.int64)
+    kernels().choose_queues(two, text.shard_keys.data, text.shard_keys.offsets,
+                            text.has_shard, one + 8, one, one.copy(), two, np.zeros(8, np.int64),
+                            two.copy(), two.copy())
     properties_column(BytesColumn.of([b"", b""]), 2)
     check_text(BytesColumn(b"\xc3\xa9", [0, 2]), "key")
