@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import time
@@ -189,6 +190,7 @@ def test_demo_stamps_born_times_and_shows_the_plain_batch_rate_beside_its_own(tm
     assert "append, rich messages" in shown and "append, plain messages" in shown
     assert "column-by-column" in shown and "a batch at a time" in shown
     assert shown.count("msg/s") >= 2
+    assert re.search(r"rich ÷ plain rate: \d+\.\d\d \(goal >= 0\.5: (met|NOT met)", shown)
     with strata.open(tmp_path / "d", readonly=True) as store:
         msgs = list(store.scan())
         rich = [m for m in msgs if m.topic != "plain"]

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from strata.format.columns import load_kernels
 from strata.store.config import StoreConfig
 from strata.store.message import GetStatus, Message
 import strata
@@ -44,6 +45,20 @@ def _workload(run: int, n: int, seed: int):
                       shard_key=entity, born_timestamp=time.time_ns() // 1_000_000)
 
 
+def _append(store, msgs: list[Message], batch: int, progress: Progress) -> tuple[float, list]:
+    """``msgs`` put ``batch`` at a time; (seconds taken, results). The rich and the plain
+    messages are appended by this same loop, so their two rates compare like with like."""
+    results: list = []
+    with progress:
+        task = progress.add_task("appending", total=len(msgs))
+        t0 = time.perf_counter()
+        for i in range(0, len(msgs), batch):
+            results.extend(store.put_batch(msgs[i:i + batch]))
+            progress.update(task, advance=min(batch, len(msgs) - i))
+        took = time.perf_counter() - t0
+    return took, results
+
+
 def run_demo(directory: str, n: int, batch: int, console: Console, *, spark: bool = True,
              config: StoreConfig | None = None) -> bool:
     """Run the main job on ``directory``; True if every check passed. ``config`` (tests) is
@@ -68,14 +83,9 @@ def run_demo(directory: str, n: int, batch: int, console: Console, *, spark: boo
                     progress.update(task, completed=len(msgs))
         t_build = time.perf_counter() - t_build
         payload = sum(len(m.body) for m in msgs)
+        load_kernels()   # loaded at open already (the dispatch thread); waits if still at it
         t0 = time.perf_counter()
-        results = []
-        with progress:
-            task = progress.add_task("appending", total=n)
-            for i in range(0, n, batch):
-                results.extend(store.put_batch(msgs[i:i + batch]))
-                progress.update(task, advance=min(batch, n - i))
-        t_put = time.perf_counter() - t0
+        t_put, results = _append(store, msgs, batch, progress)
         assert all(r.ok for r in results)
         store.wait_dispatched()
         t_disp = time.perf_counter() - t0
@@ -129,11 +139,10 @@ def run_demo(directory: str, n: int, batch: int, console: Console, *, spark: boo
         t4 = time.perf_counter()
         verified = sum(1 for _ in store.scan(results[0].commitlog_offset, verify_crc=True))
         t_verify = time.perf_counter() - t4
-        # 5. the same bodies as plain messages (topic + body): put_batch's column-wise path
+        # 5. the same bodies as plain messages (topic + body), timed as the rich ones were
         plain = [Message(PLAIN_TOPIC, m.body) for m in msgs]
-        t5 = time.perf_counter()
-        plain_ok = all(store.put_batch(plain[i:i + batch]).ok for i in range(0, n, batch))
-        t_plain = time.perf_counter() - t5
+        t_plain, plain_results = _append(store, plain, batch, progress)
+        plain_ok = all(r.ok for r in plain_results)
 
     ok = (bad == 0 and seen == n and by_id == len(sample) and key_ok == min(200, len(sample))
           and time_ok and tag_ok and verified >= n and plain_ok)
@@ -152,8 +161,10 @@ def run_demo(directory: str, n: int, batch: int, console: Console, *, spark: boo
               "ok" if time_ok else "WRONG")
     t.add_row("tag filter", f"orders/0 tag 'paid': {len(tagged.messages)} messages", "ok" if tag_ok else "WRONG")
     t.add_row("verify (CRC)", f"{verified:,} records", f"{verified / t_verify:,.0f} rec/s")
+    ratio = t_plain / t_put
     t.add_row("append, plain messages", f"the same bodies, topic + body only (topic "
-              f"'{PLAIN_TOPIC}'): {t_put / t_plain:.1f}x the rich rate in this run",
+              f"'{PLAIN_TOPIC}'); rich ÷ plain rate: {ratio:.2f} (goal >= 0.5: "
+              f"{'met' if ratio >= 0.5 else 'NOT met'} in this run)",
               f"{n / t_plain:,.0f} msg/s, {payload / t_plain / 1e6:.1f} MB/s")
     console.print(t)
     console.print(f"[dim]Rich messages (2 keys, a tag, 3 properties and a shard key each; built one "

@@ -6,8 +6,8 @@ zeros for ``record_batch.write_records``): the shared prefix (header, born and s
 topic), then the properties section — a ``KEYS`` entry per key, a ``TAGS`` entry, the
 pre-encoded user properties — then the body. ``utf8_bad`` and ``properties_bad`` check text and
 pre-encoded property entries before anything is written, so bad input is refused with the
-index of the message that carries it. ``shard_queues`` hashes shard keys (CRC32C, as the
-per-message path does) to queue ids.
+index of the message that carries it. ``choose_queues`` picks every message's queue (a
+shard key's CRC32C, as the per-message path, or round-robin) and queue offset in one pass.
 
 Pure functions over numpy arrays: no file I/O, no Python objects. Compiled on first use and
 cached beside this file.
@@ -210,15 +210,6 @@ def properties_bad(data, off):
 
 
 @njit(cache=True, nogil=True)
-def shard_queues(data, off, n_queues, out):
-    """``out[i]`` = CRC32C of shard key ``i`` modulo ``n_queues`` (the queue the per-message
-    path picks for that shard key)."""
-    base = data.ctypes.data
-    for i in range(len(off) - 1):
-        out[i] = crc32c_at(base + off[i], off[i + 1] - off[i]) % n_queues
-
-
-@njit(cache=True, nogil=True)
 def encode_entries(name_data, name_off, value_data, value_off, groups, out_off, out):
     """Property sections from name and value columns: message ``i``'s section holds entries
     ``groups[i]`` .. ``groups[i + 1] - 1`` (u16 name length, name, u16 value length, value),
@@ -249,36 +240,6 @@ def names_bad(data, off):
         b = off[j + 1]
         if b == a or _is(data, a, b, _KEYS) or _is(data, a, b, _TAGS):
             return j
-    return -1
-
-
-@njit(cache=True, nogil=True)
-def encode_joined(raw, groups, out_off, out):
-    """Property sections from ``raw``: the names and values of all messages' properties in
-    order (name, value, name, value, ...), each followed by a NUL but the last (ASCII text
-    joined in one step). Message ``i`` has entries ``groups[i]`` .. ``groups[i + 1] - 1``; its
-    section goes to ``out[out_off[i]:out_off[i + 1]]`` (``out_off`` written here). Returns -1,
-    or the index of the first message with an empty, reserved (KEYS, TAGS) or too long name,
-    or a value too long."""
-    p = 0
-    q = 0
-    end = len(raw)
-    for i in range(len(groups) - 1):
-        out_off[i] = q
-        for _e in range(groups[i], groups[i + 1]):
-            for part in range(2):
-                a = p
-                while p < end and raw[p] != 0:
-                    p += 1
-                n = p - a
-                if n > 0xFFFF or (part == 0 and (n == 0 or _is(raw, a, p, _KEYS) or
-                                                 _is(raw, a, p, _TAGS))):
-                    return i
-                _u16(out, q, n)
-                memcpy(out.ctypes.data + q + 2, raw.ctypes.data + a, n)
-                q += 2 + n
-                p += 1
-    out_off[len(groups) - 1] = q
     return -1
 
 
@@ -336,3 +297,88 @@ def columns_at(data, pos, phys, limit, crc, topic, queue_id, queue_offsets, fiel
     gather_sections(data, fields, 0, n, _F_BODY_AT, _F_BODY_END, body_off, prop_off, bodies,
                     props)
     return good, bodies, props
+
+
+@njit(cache=True, nogil=True)
+def split_joined(raw, data, off):
+    """The items of ``raw`` (UTF-8 text items joined with NUL separators, none inside an item)
+    packed into ``data`` without the separators: item ``j`` is ``data[off[j]:off[j + 1]]``.
+    The caller sized ``data`` (``len(raw)`` less the separators) and ``off`` (items + 1) from
+    the separator count. Returns the number of items."""
+    j = 0
+    q = 0
+    off[0] = 0
+    for p in range(len(raw)):
+        c = raw[p]
+        if c == 0:
+            j += 1
+            off[j] = q
+        else:
+            data[q] = c
+            q += 1
+    off[j + 1] = q
+    return j + 1
+
+
+@njit(cache=True, nogil=True)
+def distinct_slices(data, at, end, codes, firsts):
+    """Number the distinct byte strings ``data[at[i]:end[i]]`` (e.g. the topics of a batch's
+    records) in order of first appearance: ``codes[i]`` gets the number of record ``i``'s,
+    ``firsts[k]`` the first record holding string ``k``. Returns how many are distinct, or -1
+    if more than ``len(firsts)`` (each record is compared with each distinct string so far)."""
+    m = 0
+    last = 0
+    for i in range(len(at)):
+        a = at[i]
+        n = end[i] - a
+        found = -1
+        for t in range(m):
+            k = (last + t) % m          # the previous record's string first
+            r = at[firsts[k]]
+            if end[firsts[k]] - r != n:
+                continue
+            same = True
+            for j in range(n):
+                if data[a + j] != data[r + j]:
+                    same = False
+                    break
+            if same:
+                found = k
+                break
+        if found < 0:
+            if m == len(firsts):
+                return -1
+            firsts[m] = i
+            found = m
+            m += 1
+        codes[i] = found
+        last = found
+    return m
+
+
+@njit(cache=True, nogil=True)
+def choose_queues(codes, shard_data, shard_off, has, n_q, rr_start, rr_count, base_at, nxt,
+                  qids, qoffs):
+    """Queue id and queue offset of every message of a batch in one pass, in batch order.
+
+    Message ``i`` belongs to topic ``codes[i]``, which has ``n_q[t]`` queues whose next
+    offsets are ``nxt[base_at[t]:base_at[t] + n_q[t]]`` (advanced here). A message with a
+    shard key (column ``shard_data``/``shard_off``, one item per message; none if it has no
+    items; ``has[i]`` says whether message i has one, all do if ``has`` is empty) goes to
+    queue CRC32C(key) % n_q, as the per-message path; the others round-robin from
+    ``rr_start[t]``, ``rr_count[t]`` counting them."""
+    shards = len(shard_off) > 1
+    every = len(has) == 0
+    base = shard_data.ctypes.data
+    for i in range(len(qids)):
+        t = codes[i]
+        nq = n_q[t]
+        if shards and (every or has[i]):
+            q = np.int64(crc32c_at(base + shard_off[i], shard_off[i + 1] - shard_off[i])) % nq
+        else:
+            q = (rr_start[t] + rr_count[t]) % nq
+            rr_count[t] += 1
+        j = base_at[t] + q
+        qids[i] = q
+        qoffs[i] = nxt[j]
+        nxt[j] += 1

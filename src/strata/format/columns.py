@@ -11,8 +11,9 @@ compiled work is ``column_kernels``' (numba, imported on first use). Pure: no fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import chain
-from typing import Iterable, Sequence
+from itertools import chain, repeat
+from operator import is_not
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -67,6 +68,15 @@ class BytesColumn:
                 f"length {len(self.data)}")
         self.offsets = np.ascontiguousarray(off)
         self.text_checked = False   # True once its items are known to be well-formed UTF-8
+
+    @classmethod
+    def trusted(cls, data: np.ndarray, offsets: np.ndarray) -> "BytesColumn":
+        """A column over ``data`` (uint8) and ``offsets`` (int64, contiguous) that this
+        package made and knows to be consistent, its text well-formed UTF-8: nothing checked
+        or converted."""
+        col = cls.__new__(cls)
+        col.data, col.offsets, col.text_checked = data, offsets, True
+        return col
 
     @classmethod
     def of(cls, items: Iterable[bytes | str | None]) -> "BytesColumn":
@@ -248,70 +258,161 @@ def properties_column(properties, n: int) -> BytesColumn:
 
 
 _NO_DICT: dict = {}
+_KEY_CONTAINERS = {tuple, list}
+_SHARD_KINDS = {str, int, type(None)}
 
 
-def _dicts_column(props: list) -> BytesColumn | None:
-    """Dicts of str to str (or None) encoded as property sections column by column: names and
-    values flattened and UTF-8 encoded at C speed, the entries laid out in compiled code. None
-    if some item is not like that (a name empty, reserved or too long, a value not a str...):
-    the caller then encodes message by message, which names the problem."""
-    ds = [p or _NO_DICT for p in props]
-    try:   # name, value, name, value, ... of all messages in one list
-        names = list(chain.from_iterable(ds))
-        flat = [None] * (2 * len(names))
-        flat[0::2] = names
-        flat[1::2] = list(chain.from_iterable(map(dict.values, ds)))   # TypeError: not a dict
-        joined = "\x00".join(flat)
-    except TypeError:   # not a dict, or not str
+class MessageText(NamedTuple):
+    """The text fields of a batch of messages as columns (``message_text``); None: no message
+    has that field."""
+
+    keys: BytesColumn | None          # every key, in message order
+    key_groups: np.ndarray | None     # message i has keys key_groups[i] .. key_groups[i+1]-1
+    tags: BytesColumn | None          # one per message (empty: none)
+    properties: BytesColumn | None    # one encoded section per message (empty: none)
+    shard_keys: BytesColumn | None    # one per message, as str(shard_key) in UTF-8
+    has_shard: np.ndarray | None      # which messages have a shard key (None: all)
+
+
+def message_text(keys: Sequence, tags: Sequence, properties: Sequence,
+                 shard_keys: Sequence) -> MessageText | None:
+    """The keys, tags, properties and shard keys of n messages (one item per message each, as
+    ``Message`` holds them: a list/tuple of key str, a tag str or None, a dict of str to str or
+    None, a shard key or None) as columns, all text UTF-8 encoded in one join and split in one
+    compiled pass: a handful of C-speed passes over the Python objects, none per message in
+    Python. None when some value is not of the usual kind (an empty key or tag, a name that is
+    empty, reserved or too long, a value not a str, a NUL inside a text...): the
+    message-by-message path then names the problem."""
+    n = len(keys)
+    if not set(map(type, keys)) <= _KEY_CONTAINERS:
         return None
-    if joined.isascii() and joined.count("\x00") == len(flat) - 1 and flat:
-        n = len(ds)
-        groups = np.zeros(n + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, ds), np.int64, n), out=groups[1:])
-        raw = np.frombuffer(joined.encode("ascii"), np.uint8)
-        out = np.empty(len(raw) + 1 + 3 * len(flat), np.uint8)   # items + u16 each
-        out_off = np.empty(n + 1, np.int64)
-        if kernels().encode_joined(raw, groups, out_off, out) >= 0:
+    parts: list = []
+    key_groups = _groups(keys, n)
+    n_keys = int(key_groups[-1])
+    if n_keys:
+        parts.append(chain.from_iterable(keys))
+    no_tag = tags.count(None)
+    n_tags = 0 if no_tag == n else n
+    if n_tags:
+        if no_tag:
+            if "" in tags:
+                return None
+            tags = ["" if t is None else t for t in tags]
+        parts.append(tags)
+    no_props = properties.count(None)
+    prop_groups = None
+    n_props = 0
+    if no_props != n:
+        ds = properties if not no_props else [p or _NO_DICT for p in properties]
+        try:
+            prop_groups = _groups(ds, n)
+        except TypeError:   # not a mapping
             return None
-        col = BytesColumn(out, out_off)
-        col.text_checked = True
-        return col
-    try:
-        names = list(chain.from_iterable(ds))
-        values = list(chain.from_iterable(map(dict.values, ds)))   # TypeError: not a dict
-    except TypeError:
+        n_props = int(prop_groups[-1])
+        if n_props:   # names, then values (dict.values: TypeError for a non-dict)
+            parts += [chain.from_iterable(ds), chain.from_iterable(map(dict.values, ds))]
+    no_shard = shard_keys.count(None)
+    n_shards = 0 if no_shard == n else n
+    has_shard = None
+    if n_shards:
+        kinds = set(map(type, shard_keys))
+        if no_shard or kinds != {str}:
+            if not kinds <= _SHARD_KINDS:
+                return None
+            has_shard = np.fromiter(map(is_not, shard_keys, repeat(None)), bool, n)
+            shard_keys = ["" if k is None else str(k) for k in shard_keys]
+        parts.append(shard_keys)
+    split = _joined_items(parts, n_keys + n_tags + 2 * n_props + n_shards)
+    if split is None:
         return None
-    nc = _ascii_column(names) or _str_column(names)
-    vc = _ascii_column(values) or _str_column(values)
-    if nc is None or vc is None:
-        return None
-    if len(names) and (kernels().names_bad(nc.data, nc.offsets) >= 0):
-        return None   # an empty or reserved name
-    nlen, vlen = nc.lengths(), vc.lengths()
-    if len(names) and max(int(nlen.max()), int(vlen.max())) > MAX_TEXT:
-        return None
-    n = len(ds)
+    data, off = split
+    at = 0
+    key_col = tag_col = prop_col = shard_col = None
+    if n_keys:
+        key_col = BytesColumn.trusted(data, off[:n_keys + 1])
+        if not key_col.lengths().all():
+            return None   # an empty key
+        at = n_keys
+    if n_tags:
+        tag_col = BytesColumn.trusted(data, off[at:at + n + 1])
+        if not no_tag and not tag_col.lengths().all():
+            return None   # an empty tag
+        at += n
+    if n_props:
+        prop_col = _entries_column(data, off[at:at + n_props + 1],
+                                   off[at + n_props:at + 2 * n_props + 1], prop_groups)
+        if prop_col is None:
+            return None
+        at += 2 * n_props
+    if n_shards:
+        shard_col = BytesColumn.trusted(data, off[at:at + n + 1])
+    return MessageText(key_col, key_groups if n_keys else None, tag_col, prop_col, shard_col,
+                       has_shard)
+
+
+def _groups(items: Sequence, n: int) -> np.ndarray:
+    """n + 1 offsets: item i's entries are groups[i] .. groups[i + 1] - 1 (len of each)."""
     groups = np.zeros(n + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, ds), np.int64, n), out=groups[1:])
-    entry = np.zeros(len(names) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, items), np.int64, n), out=groups[1:])
+    return groups
+
+
+def _joined_items(parts: list, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ``count`` str items of the iterables ``parts`` UTF-8 encoded into one buffer:
+    (data, offsets of count + 1), item j at data[off[j]:off[j + 1]]. One str.join (TypeError:
+    an item is not a str), one encode, one compiled split at the NUL separators. None if an
+    item is not a str, holds a NUL or cannot be encoded (a lone surrogate)."""
+    if count == 0:
+        return _EMPTY_U8, np.zeros(1, np.int64)
+    try:
+        joined = "\x00".join(chain(*parts))
+        raw = joined.encode()
+    except (TypeError, UnicodeEncodeError):
+        return None
+    if joined.count("\x00") != count - 1:
+        return None   # a NUL inside an item
+    data = np.empty(len(raw) - count + 1, np.uint8)
+    off = np.empty(count + 1, np.int64)
+    kernels().split_joined(np.frombuffer(raw, np.uint8), data, off)
+    return data, off
+
+
+def _entries_column(data: np.ndarray, name_off: np.ndarray, value_off: np.ndarray,
+                    groups: np.ndarray) -> BytesColumn | None:
+    """Property sections from names and values (items of ``data``): message i's section holds
+    entries groups[i] .. groups[i + 1] - 1. None if a name is empty or reserved, or a name or
+    value too long."""
+    nlen, vlen = np.diff(name_off), np.diff(value_off)
+    if len(nlen) and (max(int(nlen.max()), int(vlen.max())) > MAX_TEXT or
+                      kernels().names_bad(data, name_off) >= 0):
+        return None
+    entry = np.zeros(len(nlen) + 1, np.int64)
     np.cumsum(nlen + vlen + 4, out=entry[1:])
     out_off = entry[groups]
     out = np.empty(int(out_off[-1]), np.uint8)
-    if len(names):
-        kernels().encode_entries(nc.data, nc.offsets, vc.data, vc.offsets, groups, out_off, out)
-    col = BytesColumn(out, out_off)
-    col.text_checked = True
-    return col
+    if len(nlen):
+        kernels().encode_entries(data, name_off, data, value_off, groups, out_off, out)
+    return BytesColumn.trusted(out, out_off)
 
 
-def _str_column(items: list) -> "BytesColumn | None":
-    """``BytesColumn.of(items)`` if all are str (None otherwise, or if one is not UTF-8)."""
-    if not set(map(type, items)) <= {str}:
-        return None
+def _dicts_column(props: list) -> BytesColumn | None:
+    """Dicts of str to str (or None) encoded as property sections column by column (names and
+    values joined and encoded at C speed, the entries laid out in compiled code). None if some
+    item is not like that (a name empty, reserved or too long, a value not a str...): the
+    caller then encodes message by message, which names the problem."""
+    n = len(props)
+    ds = [p or _NO_DICT for p in props]
     try:
-        return BytesColumn.of(items)
-    except InvalidInputError:
+        groups = _groups(ds, n)
+    except TypeError:   # not a mapping
         return None
+    count = int(groups[-1])
+    split = _joined_items([chain.from_iterable(ds), chain.from_iterable(map(dict.values, ds))],
+                          2 * count)
+    if split is None:
+        return None
+    data, off = split
+    return _entries_column(data, off[:count + 1], off[count:], groups)
 
 
 class EncodedRecords:
@@ -417,3 +518,20 @@ def born_column(born_timestamps, n: int) -> np.ndarray | int:
     if len(born) and (int(born.min()) < 0 or int(born.max()) > 2 ** 63 - 1):
         raise InvalidInputError("born_timestamps must be milliseconds in 0..2**63-1")
     return born.astype(np.int64, copy=False)
+
+
+def load_kernels() -> None:
+    """Load the compiled column encoders now (numba's cached code costs a process most of a
+    second on first use): the dispatch thread calls this as it starts, so that cost falls at
+    open rather than in the first put of messages with keys, tags or properties."""
+    text = message_text([("k",), ["k"]], ("t", None), ({"n": "v"}, None), ("s", 1))
+    bodies = BytesColumn.trusted(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64))
+    encode_records([b"p", b"q"], bodies, prefix_of=np.zeros(2, np.int64), keys=text.keys,
+                   key_groups=text.key_groups, tags=text.tags, properties=text.properties,
+                   max_body=8, max_record=64)
+    one, two = np.zeros(1, np.int64), np.zeros(2, np.int64)
+    kernels().choose_queues(two, text.shard_keys.data, text.shard_keys.offsets,
+                            text.has_shard, one + 8, one, one.copy(), two, np.zeros(8, np.int64),
+                            two.copy(), two.copy())
+    properties_column(BytesColumn.of([b"", b""]), 2)
+    check_text(BytesColumn(b"\xc3\xa9", [0, 2]), "key")

@@ -179,7 +179,7 @@ def _scan_keys(run: FieldRun, rows: np.ndarray, topic_at: np.ndarray, props_at: 
     """Tags (into ``tags[rows]``) and keys of the records at ``rows`` (non-empty properties)
     in compiled code. (keys or None if none, True), or (None, False) if some section did not
     parse cleanly (the Python reader then reads them all and finds what is wrong)."""
-    from strata.format import property_kernels as pk
+    from strata.format import column_kernels as ck, property_kernels as pk
     ta, pa, ba = topic_at[rows], props_at[rows], body_at[rows]
     cap = int((ba - pa).sum()) // 8 + 1     # a key entry takes at least 8 bytes
     t = np.zeros(len(rows), np.int64)
@@ -195,9 +195,10 @@ def _scan_keys(run: FieldRun, rows: np.ndarray, topic_at: np.ndarray, props_at: 
     lens = k_end - k_at
     at = np.zeros(m + 1, np.int64)
     np.cumsum(lens, out=at[1:])
-    # every key's bytes gathered in one step: position of byte j of key k = k_at[k] + j
-    where = np.repeat(k_at - at[:-1], lens) + np.arange(int(at[-1]), dtype=np.int64)
-    text = run.data[where].tobytes()
+    # every key's bytes gathered in one compiled pass
+    text = np.empty(int(at[-1]), np.uint8)
+    ck.gather(run.data, k_at, k_end, at, text)
+    text = text.tobytes()
     return KeyColumns(rows[k_row[:m]], k_hash[:m].copy(), text, at,
                       k_uniq[:m].astype(bool)), True
 
@@ -232,26 +233,23 @@ class TopicNames:
 
 def _topic_codes(run: FieldRun, topic_at: np.ndarray, props_at: np.ndarray,
                  names: TopicNames) -> np.ndarray:
-    """The topic code of every record (topic bytes ``run.data[topic_at:props_at]``). When all
-    topic names have one length (the usual batch: one topic) they are gathered and compared as
-    fixed-size byte strings in numpy and only the distinct ones are looked up; otherwise one
-    slice per record."""
-    topic_len = props_at - topic_at
-    width = int(topic_len[0])
-    if width and (topic_len == width).all():
-        data = run.data
-        windows = np.ndarray(shape=(len(data) - width + 1,), dtype=(np.void, width),
-                             buffer=data, strides=(1,))
-        raw = windows[topic_at]
-        first = raw[0]
-        if (raw == first).all():
-            return np.full(len(raw), names.code(first.tobytes()), np.int64)
-        distinct, inverse = np.unique(raw, return_inverse=True)
-        lookup = np.array([names.code(d.tobytes()) for d in distinct], np.int64)
-        return lookup[inverse.ravel()]
-    return np.array(names.codes_of(run.slices(topic_at.tolist(), props_at.tolist())), np.int64)
+    """The topic code of every record (topic bytes ``run.data[topic_at:props_at]``): the
+    distinct topics numbered in one compiled pass and only those looked up; with very many
+    distinct topics in one batch, one slice per record."""
+    from strata.format import column_kernels as ck
+    codes = np.empty(len(topic_at), np.int64)
+    firsts = np.empty(MAX_BATCH_TOPICS, np.int64)
+    m = ck.distinct_slices(run.data, topic_at, props_at, codes, firsts)
+    if m < 0:
+        return np.array(names.codes_of(run.slices(topic_at.tolist(), props_at.tolist())),
+                        np.int64)
+    f = firsts[:m].tolist()
+    lookup = np.array(names.codes_of(run.slices(topic_at[f].tolist(), props_at[f].tolist())),
+                      np.int64)
+    return lookup[codes]
 
 
+MAX_BATCH_TOPICS = 64   # distinct topics numbered in compiled code; more: one slice per record
 _COLUMN_ROWS = [F_QUEUE_ID, F_QUEUE_OFFSET, F_PHYS, F_TOTAL, F_STORE_TS, F_SYS_FLAG]
 _AT_ROWS = [F_TOPIC_AT, F_PROPS_AT, F_BODY_AT]
 

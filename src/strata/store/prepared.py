@@ -10,7 +10,7 @@ the store picks queues and queue offsets and asks for the records in one of two 
 
 from __future__ import annotations
 
-from itertools import chain, repeat
+from itertools import repeat
 from operator import add, attrgetter
 from typing import Sequence
 
@@ -36,6 +36,8 @@ _SHARD_AT = EXT_NAMES.index("shard_key")
 _BORN_AT = EXT_NAMES.index("born_timestamp")
 _NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i not in (_BORN_AT, _SHARD_AT)]
 _ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
+_NO_SHARDS = col.BytesColumn.trusted(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+_ALL = np.zeros(0, bool)   # every message has a shard key
 
 
 def round_robin_start(topic: str, n_q: int, queue_next: dict[tuple[str, int], int],
@@ -173,7 +175,7 @@ class Encoder:
         exts = list(map(_GET_EXT, msgs))
         plain = exts.count(None) == n
         columns = [(EXT_DEFAULTS[i],) * n for i in range(len(EXT_DEFAULTS))] if plain else \
-            list(zip(*[e or EXT_DEFAULTS for e in exts]))
+            list(zip(*(exts if None not in exts else [e or EXT_DEFAULTS for e in exts])))
         if not plain:  # keys, tags, properties, born timestamps, shard keys; no routing, flags
             if any(columns[i].count(EXT_DEFAULTS[i]) != n for i in _NOT_PLAIN):
                 return None
@@ -226,46 +228,32 @@ class Encoder:
             codes = np.fromiter(map(code_of.__getitem__, topics), np.int64, n)
         else:
             codes = None
-        keys, tags, props, shards, born_ts = (columns[0], columns[1], columns[2],
-                                              columns[_SHARD_AT], columns[_BORN_AT])
-        flat = list(chain.from_iterable(keys))
-        if not set(map(type, keys)) <= {tuple, list} or not set(map(type, flat)) <= {str} or \
-                "" in flat or not set(map(type, tags)) <= {str, type(None)} or "" in tags:
+        text = col.message_text(columns[0], columns[1], columns[2], columns[_SHARD_AT])
+        if text is None:
             return None
+        host = self.store_host
+        prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
         try:
-            key_col = groups = None
-            if flat:
-                key_col = col.BytesColumn.of(flat)
-                groups = np.zeros(n + 1, np.int64)
-                np.cumsum(np.fromiter(map(len, keys), np.int64, n), out=groups[1:])
-            tag_col = None if tags.count(None) == n else col.BytesColumn.of(tags)
-            prop_col = None
-            if props.count(None) != n:
-                prop_col = col._dicts_column(list(props))
-                if prop_col is None:
-                    return None
-            shard_col = None
-            if shards.count(None) != n:
-                shard_col = col.BytesColumn.of([None if k is None else str(k) for k in shards])
-            host = self.store_host
-            prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
             enc = col.encode_records(prefixes[0] if codes is None else prefixes,
-                                     col.BytesColumn.of(bodies), prefix_of=codes, keys=key_col, key_groups=groups, tags=tag_col,
-                                     properties=prop_col, max_body=self.max_body,
-                                     max_record=self.max_record)
+                                     col.BytesColumn.of(bodies), prefix_of=codes,
+                                     keys=text.keys, key_groups=text.key_groups,
+                                     tags=text.tags, properties=text.properties,
+                                     max_body=self.max_body, max_record=self.max_record)
         except InvalidInputError:
             return None
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
         topic_lens = np.array([len(tb) for tb in topic_bytes.values()], np.int64)
         b.topic_lens = int(topic_lens[0]) if codes is None else topic_lens[codes]
-        b.born = 0 if born_ts.count(None) == n else [t or 0 for t in born_ts]
+        born_ts = columns[_BORN_AT]
+        no_born = born_ts.count(None)
+        b.born = 0 if no_born == n else born_ts if not no_born else [t or 0 for t in born_ts]
         b.blob = enc.blob
         b.single_topic = names[0] if codes is None else None
         b.topic_names, b.topic_codes = names, codes
         b.default_sys = self.default_sys
-        if shard_col is not None:
-            b.shards = (shard_col, np.array([k is not None for k in shards]))
+        if text.shard_keys is not None:
+            b.shards = (text.shard_keys, text.has_shard)
         b.vector_queues = True
         return b
 
@@ -366,9 +354,9 @@ class PreparedBatch:
         self.queue_offsets: list[int] | np.ndarray = []
         # columns put to one queue (put_columns with a queue_id)
         self.fixed_queue: int | None = None
-        # (shard keys as a BytesColumn, which messages have one) of a large batch of one
-        # topic whose messages have shard keys (the others go round-robin)
-        self.shards: tuple[col.BytesColumn, np.ndarray] | None = None
+        # (shard keys as a BytesColumn, which messages have one: None for all) of a large
+        # batch whose messages have shard keys (the others go round-robin)
+        self.shards: tuple[col.BytesColumn, np.ndarray | None] | None = None
         # a batch from _prepare_rich: its topics (in order of first appearance) and each
         # message's index in them (None: one topic), queues chosen by _vector_queues
         self.topic_names: list[str] = []
@@ -459,49 +447,39 @@ class PreparedBatch:
 
     def _vector_queues(self, queue_counts: dict[str, int], default_queues: int,
                        queue_next: dict[tuple[str, int], int], round_robin: dict[str, int]):
-        """Queues of a batch from ``_prepare_rich``, topic by topic in numpy: a message with a
-        shard key to the queue of its key's hash (CRC32C of its UTF-8 bytes modulo the queue
-        count, as the per-message path), the others round-robin; offsets consecutive per
-        queue in batch order."""
+        """Queues of a batch from ``_prepare_rich`` in one compiled pass
+        (``column_kernels.choose_queues``): a message with a shard key to the queue of its
+        key's hash (CRC32C of its UTF-8 bytes modulo the queue count, as the per-message
+        path), the others round-robin per topic; offsets consecutive per queue in batch
+        order."""
         new_topics: dict[str, int] = {}
-        rr_local: dict[str, int] = {}
-        updates: dict[tuple[str, int], int] = {}
-        n = len(self.totals)
-        qids = np.empty(n, np.int64)
-        qoffs = np.empty(n, np.int64)
-        if self.shards is not None:
-            shard_col, has = self.shards
-            hashes = np.empty(n, np.int64)
-            col.kernels().shard_queues(shard_col.data, shard_col.offsets, 1 << 32, hashes)
-        codes = self.topic_codes
-        for t, topic in enumerate(self.topic_names):
-            rows = np.flatnonzero(codes == t) if codes is not None else slice(None)
+        names = self.topic_names
+        n_qs = []
+        for topic in names:
             n_q = queue_counts.get(topic)
             if n_q is None:
                 n_q = new_topics[topic] = default_queues
-            if self.shards is not None:
-                q = hashes[rows] % n_q
-                rr = ~has[rows]
-            else:
-                q = np.empty(n if codes is None else len(rows), np.int64)
-                rr = np.ones(len(q), bool)
-            n_rr = int(rr.sum())
-            if n_rr:
-                start = round_robin_start(topic, n_q, queue_next, round_robin)
-                q[rr] = (start + np.arange(n_rr, dtype=np.int64)) % n_q
-                rr_local[topic] = start + n_rr
-            base = np.array([queue_next.get((topic, i), 0) for i in range(n_q)], np.int64)
-            counts = np.bincount(q, minlength=n_q)
-            order = np.argsort(q, kind="stable")
-            first = np.zeros(n_q, np.int64)
-            np.cumsum(counts[:-1], out=first[1:])
-            rank = np.empty(len(q), np.int64)
-            rank[order] = np.arange(len(q), dtype=np.int64) - first[q[order]]
-            qids[rows] = q
-            qoffs[rows] = base[q] + rank
-            updates.update({(topic, i): int(base[i] + counts[i]) for i in range(n_q)
-                            if counts[i]})
+            n_qs.append(n_q)
+        starts = [round_robin_start(t, q, queue_next, round_robin) for t, q in zip(names, n_qs)]
+        base_at = [0]
+        for q in n_qs:
+            base_at.append(base_at[-1] + q)
+        keys = [(t, q) for t, n_q in zip(names, n_qs) for q in range(n_q)]
+        nxt = np.array([queue_next.get(k, 0) for k in keys], np.int64)
+        before = nxt.copy()
+        n = len(self.totals)
+        codes = self.topic_codes if self.topic_codes is not None else np.zeros(n, np.int64)
+        shard_col, has = self.shards if self.shards is not None else (_NO_SHARDS, None)
+        rr_count = np.zeros(len(names), np.int64)
+        qids = np.empty(n, np.int64)
+        qoffs = np.empty(n, np.int64)
+        col.kernels().choose_queues(codes, shard_col.data, shard_col.offsets,
+                                    _ALL if has is None else has, np.array(n_qs, np.int64),
+                                    np.array(starts, np.int64), rr_count,
+                                    np.array(base_at, np.int64), nxt, qids, qoffs)
         self.queue_ids, self.queue_offsets = qids, qoffs
+        updates = {keys[j]: int(nxt[j]) for j in np.flatnonzero(nxt != before).tolist()}
+        rr_local = {t: s + c for t, s, c in zip(names, starts, rr_count.tolist()) if c}
         return updates, rr_local, new_topics
 
     def _round_robin_columns(self, topic: str, queue_counts: dict[str, int],
