@@ -95,8 +95,9 @@ CONSUMER = r'''
 import sys, time, json
 from confluent_kafka import Consumer, TopicPartition
 boot, topic, n, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+part_bytes = int(sys.argv[5])
 c = Consumer({"bootstrap.servers": boot, "group.id": "bench", "enable.auto.commit": False,
-              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": part_bytes,
               "queued.max.messages.kbytes": 1048576})
 c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
 got = 0
@@ -198,7 +199,8 @@ def result(proc: subprocess.Popen) -> dict:
 
 
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
-         profile: float, extra_env: dict | None = None, pace: float = 0) -> list[dict]:
+         profile: float, extra_env: dict | None = None, pace: float = 0,
+         part_bytes: int = 10 << 20) -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
     then consume; returns (and prints) its rows."""
     extra_env = dict(extra_env or {})
@@ -240,7 +242,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     warm.stdin.flush()
     result(warm)
     result(subprocess.Popen([sys.executable, "-c", CONSUMER, boot, "warmup", str(WARMUP),
-                             str(parts)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             str(parts), str(part_bytes)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True))
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
@@ -271,7 +273,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     ceiling(produce_row)
     spy_report(spy, tag, "produce")
     cpu0 = cpu_seconds(server.pid)
-    c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
+    c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts),
+                          str(part_bytes)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     spy = spy_on(root, server.pid, profile, f"consume-{flush}-{size}-{producers}")
     r = result(c)
@@ -282,12 +285,17 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                        msgs_per_s=round(r["n"] / el),
                        mib_per_s=round(r["n"] * size / el / 2**20, 1),
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
-                       client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2))
+                       client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
+                       partition_fetch_bytes=part_bytes)
     ceiling(consume_row)
     server.terminate()
     server.wait(timeout=60)
     log_file.close()
     text = log_path.read_text()
+    ahead = re.search(r"([\d,]+) fetches answered ahead \(([\d,]+) prepared", text)
+    if ahead:
+        consume_row.update(fetches_ahead=int(ahead.group(1).replace(",", "")),
+                           ahead_dropped=int(ahead.group(2).replace(",", "")))
     m = re.search(r"([\d,]+) messages? stored in ([\d,]+) batch", text)
     f = re.search(r"([\d,]+) fsyncs", text)
     if flush == "sync" and m and f:
@@ -318,6 +326,9 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=0,
                     help="producers send this many msgs/s in all (0: as fast as they can); "
                          "for latency: unpaced, p50/p99 are mostly the client's own queue")
+    ap.add_argument("--partition-fetch-bytes", type=int, default=10 << 20,
+                    help="the consumer's max.partition.fetch.bytes (librdkafka's default is "
+                         "1 MiB; 10 MiB takes a partition's backlog in few Fetches)")
     a = ap.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
@@ -329,7 +340,8 @@ def main() -> None:
                         env["STRATA_CPROFILE"] = str(
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
-                                 a.partitions, a.profile, env, a.pace)
+                                 a.partitions, a.profile, env, a.pace,
+                                 a.partition_fetch_bytes)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",
