@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from strata.broker.kafka import api
 from strata.broker.kafka import errors as ke
+from strata.broker.kafka.authorize import REFUSED
 from strata.broker.kafka.fetch_answer import FetchAnswer
 from strata.broker.kafka.fetch_read import partition_answer
 from strata.broker.kafka.topics import partitions
@@ -139,6 +140,13 @@ def _prepare_next(broker, conn, answer: FetchAnswer, topics: list, lookups: list
     conn.state[AHEAD] = _Ahead(_key(nxt, lookups, max_bytes, version), fut)
 
 
+async def _lookups(broker, topics: list, refused: int) -> list[tuple[int, int]]:
+    """(error code, partition count) per topic; the last ``refused`` ones the ACL refused."""
+    n = len(topics) - refused
+    return [await partitions(broker, t, create=False) for t, _w in topics[:n]] + \
+        [(ke.TOPIC_AUTHORIZATION_FAILED, 0)] * refused
+
+
 @api.handles(1, 4, 12, flexible_from=12)
 async def fetch(ctx: api.RequestContext, request):
     broker = ctx.broker
@@ -155,7 +163,11 @@ async def fetch(ctx: api.RequestContext, request):
     topics = [(ft.topic, [_Want(fp.partition, fp.fetch_offset, fp.partition_max_bytes)
                           for fp in ft.partitions]) for ft in request.topics]
     version, max_bytes = ctx.api_version, request.max_bytes
-    lookups = [await partitions(broker, t, create=False) for t, _w in topics]
+    # topics the ACL refused (authorize): answered TOPIC_AUTHORIZATION_FAILED, never read
+    refused = [(ft.topic, [_Want(fp.partition, 0, 0) for fp in ft.partitions])
+               for ft in ctx.connection.state.get(REFUSED, {}).pop(ctx.correlation_id, ())]
+    topics += refused
+    lookups = await _lookups(broker, topics, len(refused))
     answer = await _take_ahead(broker, ctx.connection, topics, lookups, max_bytes, version,
                                request.min_bytes)
     while answer is None:
@@ -164,11 +176,11 @@ async def fetch(ctx: api.RequestContext, request):
                                             lookups, max_bytes, version, ctx.correlation_id)
         left = deadline - time.monotonic()
         if answer.size() >= max(1, request.min_bytes) or left <= 0 or broker.stopping or \
-                answer.has_error():
+                answer.has_error(but=ke.TOPIC_AUTHORIZATION_FAILED if refused else None):
             broker.release()
             break
         await broker.wait_on(arrival, left)
         answer = None
-        lookups = [await partitions(broker, t, create=False) for t, _w in topics]
+        lookups = await _lookups(broker, topics, len(refused))
     _prepare_next(broker, ctx.connection, answer, topics, lookups, max_bytes, version)
     return answer

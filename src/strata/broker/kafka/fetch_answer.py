@@ -93,8 +93,10 @@ class FetchAnswer:
             if self.version >= 5:
                 _Q.pack_into(self.framed, p.at + 22, log_start_offset)
 
-    def has_error(self) -> bool:
-        return any(p.error_code != ke.NONE for _t, parts in self.topics for p in parts)
+    def has_error(self, but: int | None = None) -> bool:
+        """Whether a partition answers an error (other than ``but``)."""
+        return any(p.error_code not in (ke.NONE, but)
+                   for _t, parts in self.topics for p in parts)
 
     def encode_framed(self, version: int, correlation_id: int) -> memoryview:
         if self.framed is not None and self.version == version:
