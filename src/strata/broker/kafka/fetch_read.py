@@ -87,15 +87,17 @@ def _read(store, topic: str, part: int, offset: int, limit: int) -> tuple[list, 
         t = batch.table() if isinstance(batch, MessageBatch) else None
         if t is not None:
             f = t[1]
-            sizes = (f[rk.F_BODY_END] - f[rk.F_BODY_AT] + RECORD_OVERHEAD).tolist()
+            sizes = f[rk.F_BODY_END] - f[rk.F_BODY_AT] + RECORD_OVERHEAD
         else:
-            sizes = [len(m.body) + RECORD_OVERHEAD for m in batch]
-        take = 0
-        for n in sizes:
-            if (count or take) and size + n > limit:
-                break
-            size += n
-            take += 1
+            sizes = np.fromiter((len(m.body) + RECORD_OVERHEAD for m in batch), np.int64)
+        # the messages that fit (the partition's first one always does: KIP-74)
+        ends = np.cumsum(sizes) + size
+        take = int(np.searchsorted(ends, limit, side="right"))
+        if not take and not count:
+            take = 1
+        if not take:                  # not one more fits
+            return parts, size
+        size = int(ends[take - 1])
         if take < len(sizes):
             batch = MessageBatch(t[0], t[1][:, :take], topic) if t is not None \
                 else list(batch)[:take]
