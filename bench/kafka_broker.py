@@ -4,13 +4,15 @@
     python bench/kafka_broker.py [--messages N] [--sizes 100,1024] [--producers 1,4]
                           [--flush async,sync] [--partitions P] [--profile SECONDS]
                           [--cprofile] [--pace MSGS_PER_S] [--peers rabbitmq,nats]
+                          [--partition-fetch-bytes B] [--consume-api batch|poll]
 
 For each flush mode, size and producer count a fresh store is served on 127.0.0.1; after
 an untimed warm-up (20,000 messages produced and consumed on another topic: numba's cached
 kernels load on first use, 0.1-0.3 s each, a one-time cost that is not a message's) the
 producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
 compression: the broker's own work is measured), then one consumer reads them all with
-assign() from the beginning. Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from
+assign() from the beginning (``consume(10000)`` per call, or ``poll()`` per message with
+``--consume-api poll``; ``max.partition.fetch.bytes`` from ``--partition-fetch-bytes``). Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from
 the first producer's start to the last one's flush, or of the consumer's reading),
 ``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
@@ -95,7 +97,7 @@ CONSUMER = r'''
 import sys, time, json
 from confluent_kafka import Consumer, TopicPartition
 boot, topic, n, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-part_bytes = int(sys.argv[5])
+part_bytes, api = int(sys.argv[5]), sys.argv[6]
 c = Consumer({"bootstrap.servers": boot, "group.id": "bench", "enable.auto.commit": False,
               "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": part_bytes,
               "queued.max.messages.kbytes": 1048576})
@@ -104,7 +106,12 @@ got = 0
 t0 = time.time()
 c0 = time.process_time()
 while got < n and time.time() - t0 < 300:
-    for m in c.consume(10000, 1.0):
+    if api == "poll":               # one message per call, as many applications read
+        m = c.poll(1.0)
+        if m is not None and not m.error():
+            got += 1
+        continue
+    for m in c.consume(10000, 1.0):  # the batch API: up to 10,000 messages per call
         if not m.error():
             got += 1
 print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got,
@@ -200,7 +207,7 @@ def result(proc: subprocess.Popen) -> dict:
 
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
          profile: float, extra_env: dict | None = None, pace: float = 0,
-         part_bytes: int = 10 << 20) -> list[dict]:
+         part_bytes: int = 10 << 20, consume_api: str = "batch") -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
     then consume; returns (and prints) its rows."""
     extra_env = dict(extra_env or {})
@@ -242,7 +249,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     warm.stdin.flush()
     result(warm)
     result(subprocess.Popen([sys.executable, "-c", CONSUMER, boot, "warmup", str(WARMUP),
-                             str(parts), str(part_bytes)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             str(parts), str(part_bytes), "batch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True))
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
@@ -274,7 +281,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     spy_report(spy, tag, "produce")
     cpu0 = cpu_seconds(server.pid)
     c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts),
-                          str(part_bytes)],
+                          str(part_bytes), consume_api],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     spy = spy_on(root, server.pid, profile, f"consume-{flush}-{size}-{producers}")
     r = result(c)
@@ -286,7 +293,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                        mib_per_s=round(r["n"] * size / el / 2**20, 1),
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
                        client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
-                       partition_fetch_bytes=part_bytes)
+                       partition_fetch_bytes=part_bytes, consume_api=consume_api)
     ceiling(consume_row)
     server.terminate()
     server.wait(timeout=60)
@@ -329,6 +336,9 @@ def main() -> None:
     ap.add_argument("--partition-fetch-bytes", type=int, default=10 << 20,
                     help="the consumer's max.partition.fetch.bytes (librdkafka's default is "
                          "1 MiB; 10 MiB takes a partition's backlog in few Fetches)")
+    ap.add_argument("--consume-api", default="batch", choices=("batch", "poll"),
+                    help="the consumer's reads: consume(10000) (batch, what a fast reader "
+                         "uses) or poll() per message")
     a = ap.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
@@ -341,7 +351,7 @@ def main() -> None:
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
                                  a.partitions, a.profile, env, a.pace,
-                                 a.partition_fetch_bytes)
+                                 a.partition_fetch_bytes, a.consume_api)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",
