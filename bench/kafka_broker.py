@@ -12,8 +12,8 @@ kernels load on first use, 0.1-0.3 s each, a one-time cost that is not a message
 producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
 compression: the broker's own work is measured), then one consumer reads them all with
 assign() from the beginning (``consume(10000)`` per call, or ``poll()`` per message with
-``--consume-api poll``; ``max.partition.fetch.bytes`` from ``--partition-fetch-bytes``). Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from
-the first producer's start to the last one's flush, or of the consumer's reading),
+``--consume-api poll``; ``max.partition.fetch.bytes`` from ``--partition-fetch-bytes``).
+Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from the first producer's start to the last one's flush, or of the consumer's reading),
 ``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
 py-spy for S seconds of the produce and of the consume phase and prints rows ``op: profile``
