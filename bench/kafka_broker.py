@@ -13,8 +13,8 @@ producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
 compression: the broker's own work is measured), then one consumer reads them all with
 assign() from the beginning (``consume(10000)`` per call, or ``poll()`` per message with
 ``--consume-api poll``; ``max.partition.fetch.bytes`` from ``--partition-fetch-bytes``).
-Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from the first producer's start to the last one's flush, or of the consumer's reading),
-``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
+Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from the first producer's start
+to the last one's flush, or of the consumer's reading), ``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
 py-spy for S seconds of the produce and of the consume phase and prints rows ``op: profile``
 (``phase``) with the
@@ -37,6 +37,7 @@ the issue's goal (×2 stream, ×2 NATS, ×10 classic).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -212,14 +213,14 @@ def case(root: Path, flush: str, size: int, producers: int, messages: int, parts
     then consume; returns (and prints) its rows."""
     extra_env = dict(extra_env or {})
     rows: list[dict] = []
-    store = root / f"store-{flush}-{size}-{producers}-{pace:g}"
+    store = root / f"store-{flush}-{size}-{producers}-{pace:g}-{part_bytes}"
     prof = extra_env.pop("STRATA_CPROFILE", None)
     head = [sys.executable] + (["-m", "cProfile", "-o", prof] if prof else [])
     cmd = head + ["-m", "strata.cli.main", "serve", str(store), "--kafka",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{flush}-{size}-{producers}-{pace:g}.log"
+    log_path = root / f"serve-{flush}-{size}-{producers}-{pace:g}-{part_bytes}.log"
     log_file = open(log_path, "w")
     server = subprocess.Popen(cmd, stderr=log_file, stdout=subprocess.DEVNULL, text=True,
                               env=dict(os.environ, **extra_env))
@@ -249,8 +250,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     warm.stdin.flush()
     result(warm)
     result(subprocess.Popen([sys.executable, "-c", CONSUMER, boot, "warmup", str(WARMUP),
-                             str(parts), str(part_bytes), "batch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True))
+                             str(parts), str(part_bytes), "batch"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
                                str(size), str(parts), str(pace / producers)], stdin=subprocess.PIPE,
@@ -333,9 +334,10 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=0,
                     help="producers send this many msgs/s in all (0: as fast as they can); "
                          "for latency: unpaced, p50/p99 are mostly the client's own queue")
-    ap.add_argument("--partition-fetch-bytes", type=int, default=10 << 20,
-                    help="the consumer's max.partition.fetch.bytes (librdkafka's default is "
-                         "1 MiB; 10 MiB takes a partition's backlog in few Fetches)")
+    ap.add_argument("--partition-fetch-bytes", default=str(10 << 20),
+                    help="the consumer's max.partition.fetch.bytes, one case each (e.g. "
+                         "1048576,10485760; librdkafka's default is 1 MiB, 10 MiB takes a "
+                         "partition's backlog in few Fetches)")
     ap.add_argument("--consume-api", default="batch", choices=("batch", "poll"),
                     help="the consumer's reads: consume(10000) (batch, what a fast reader "
                          "uses) or poll() per message")
@@ -344,14 +346,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
         for flush in a.flush.split(","):
             for size in map(int, a.sizes.split(",")):
-                for producers in map(int, a.producers.split(",")):
+                for producers, part_bytes in itertools.product(
+                        map(int, a.producers.split(",")),
+                        map(int, a.partition_fetch_bytes.split(","))):
                     env = {}
                     if a.cprofile:
                         env["STRATA_CPROFILE"] = str(
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
                                  a.partitions, a.profile, env, a.pace,
-                                 a.partition_fetch_bytes, a.consume_api)
+                                 part_bytes, a.consume_api)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",
