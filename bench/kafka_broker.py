@@ -208,7 +208,7 @@ def result(proc: subprocess.Popen) -> dict:
 
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
          profile: float, extra_env: dict | None = None, pace: float = 0,
-         part_bytes: int = 10 << 20, consume_api: str = "batch") -> list[dict]:
+         part_bytes: int = 1 << 20, consume_api: str = "batch") -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
     then consume; returns (and prints) its rows."""
     extra_env = dict(extra_env or {})
@@ -334,7 +334,7 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=0,
                     help="producers send this many msgs/s in all (0: as fast as they can); "
                          "for latency: unpaced, p50/p99 are mostly the client's own queue")
-    ap.add_argument("--partition-fetch-bytes", default=str(10 << 20),
+    ap.add_argument("--partition-fetch-bytes", default=str(1 << 20),
                     help="the consumer's max.partition.fetch.bytes, one case each (e.g. "
                          "1048576,10485760; librdkafka's default is 1 MiB, 10 MiB takes a "
                          "partition's backlog in few Fetches)")
