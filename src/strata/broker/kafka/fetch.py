@@ -16,7 +16,9 @@ topics and offsets, which are in memory, and keeps serving every other connectio
 Served ahead: a consumer reading a backlog alternates with the broker (its next Fetch comes
 once it has the answer). So after answering a Fetch that left messages to read, the reader
 thread prepares the answer to the Fetch that should follow (the same partitions and byte
-limits, each from the offset after what was just sent) while the client decodes. The next
+limits, each from the offset after what was just sent) while the client decodes; it starts
+once the answer is in the socket (``after_sent``: started before, it held the GIL while the
+loop wrote the answer, and consume measured ~40% slower). The next
 Fetch takes it if it asks exactly that (in any partition order) and nothing it depends on
 changed: the topics' partition counts, each partition's log start (retention) and the
 prepared records still below the high watermark (a deleted or recreated topic); its high
@@ -182,5 +184,6 @@ async def fetch(ctx: api.RequestContext, request):
         await broker.wait_on(arrival, left)
         answer = None
         lookups = await _lookups(broker, topics, len(refused))
-    _prepare_next(broker, ctx.connection, answer, topics, lookups, max_bytes, version)
+    answer.after_sent = lambda: _prepare_next(broker, ctx.connection, answer, topics,
+                                              lookups, max_bytes, version)
     return answer

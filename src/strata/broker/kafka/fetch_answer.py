@@ -72,12 +72,13 @@ class FetchAnswer:
     asked again, it returns the same frame with the correlation id written in, so an answer
     prepared ahead is sent without encoding on the loop."""
 
-    __slots__ = ("topics", "framed", "version")
+    __slots__ = ("topics", "framed", "version", "after_sent")
 
     def __init__(self, topics: list[tuple[str, list[PartitionAnswer]]]) -> None:
         self.topics = topics
         self.framed: np.ndarray | None = None
         self.version = -1
+        self.after_sent = None          # called once the frame is handed to the socket
 
     def size(self) -> int:
         """The record bytes of every partition."""

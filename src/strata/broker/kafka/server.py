@@ -325,6 +325,11 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
             if response is not None:
                 writer.write(api.encode_response(response, ctx.api_version,
                                                  ctx.correlation_id))
+                after = getattr(response, "after_sent", None)
+                if after is not None:        # a Fetch prepares its next answer, once this
+                    response.after_sent = None       # one is (nearly all) in the socket
+                    await writer.drain()
+                    after()
             if conn.closing:                   # e.g. a failed SASL authentication
                 await writer.drain()
                 break
