@@ -4,15 +4,17 @@
     python bench/kafka_broker.py [--messages N] [--sizes 100,1024] [--producers 1,4]
                           [--flush async,sync] [--partitions P] [--profile SECONDS]
                           [--cprofile] [--pace MSGS_PER_S] [--peers rabbitmq,nats]
+                          [--partition-fetch-bytes B] [--consume-api batch|poll]
 
 For each flush mode, size and producer count a fresh store is served on 127.0.0.1; after
 an untimed warm-up (20,000 messages produced and consumed on another topic: numba's cached
 kernels load on first use, 0.1-0.3 s each, a one-time cost that is not a message's) the
 producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
 compression: the broker's own work is measured), then one consumer reads them all with
-assign() from the beginning. Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from
-the first producer's start to the last one's flush, or of the consumer's reading),
-``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
+assign() from the beginning (``consume(10000)`` per call, or ``poll()`` per message with
+``--consume-api poll``; ``max.partition.fetch.bytes`` from ``--partition-fetch-bytes``).
+Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from the first producer's start
+to the last one's flush, or of the consumer's reading), ``broker_cpu_us_per_msg`` (the server process's user+system CPU over the phase, from
 /proc, divided by the messages) and ``mib_per_s``. ``--profile S`` records the broker with
 py-spy for S seconds of the produce and of the consume phase and prints rows ``op: profile``
 (``phase``) with the
@@ -35,6 +37,7 @@ the issue's goal (×2 stream, ×2 NATS, ×10 classic).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -95,15 +98,21 @@ CONSUMER = r'''
 import sys, time, json
 from confluent_kafka import Consumer, TopicPartition
 boot, topic, n, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+part_bytes, api = int(sys.argv[5]), sys.argv[6]
 c = Consumer({"bootstrap.servers": boot, "group.id": "bench", "enable.auto.commit": False,
-              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": part_bytes,
               "queued.max.messages.kbytes": 1048576})
 c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
 got = 0
 t0 = time.time()
 c0 = time.process_time()
 while got < n and time.time() - t0 < 300:
-    for m in c.consume(10000, 1.0):
+    if api == "poll":               # one message per call, as many applications read
+        m = c.poll(1.0)
+        if m is not None and not m.error():
+            got += 1
+        continue
+    for m in c.consume(10000, 1.0):  # the batch API: up to 10,000 messages per call
         if not m.error():
             got += 1
 print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got,
@@ -198,19 +207,20 @@ def result(proc: subprocess.Popen) -> dict:
 
 
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
-         profile: float, extra_env: dict | None = None, pace: float = 0) -> list[dict]:
+         profile: float, extra_env: dict | None = None, pace: float = 0,
+         part_bytes: int = 1 << 20, consume_api: str = "batch") -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
     then consume; returns (and prints) its rows."""
     extra_env = dict(extra_env or {})
     rows: list[dict] = []
-    store = root / f"store-{flush}-{size}-{producers}-{pace:g}"
+    store = root / f"store-{flush}-{size}-{producers}-{pace:g}-{part_bytes}"
     prof = extra_env.pop("STRATA_CPROFILE", None)
     head = [sys.executable] + (["-m", "cProfile", "-o", prof] if prof else [])
     cmd = head + ["-m", "strata.cli.main", "serve", str(store), "--kafka",
            "127.0.0.1:0", "--flush", flush, "--exit-with-parent"]
     for o in SMALL:
         cmd += ["--store-option", o]
-    log_path = root / f"serve-{flush}-{size}-{producers}-{pace:g}.log"
+    log_path = root / f"serve-{flush}-{size}-{producers}-{pace:g}-{part_bytes}.log"
     log_file = open(log_path, "w")
     server = subprocess.Popen(cmd, stderr=log_file, stdout=subprocess.DEVNULL, text=True,
                               env=dict(os.environ, **extra_env))
@@ -240,8 +250,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     warm.stdin.flush()
     result(warm)
     result(subprocess.Popen([sys.executable, "-c", CONSUMER, boot, "warmup", str(WARMUP),
-                             str(parts)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True))
+                             str(parts), str(part_bytes), "batch"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
                                str(size), str(parts), str(pace / producers)], stdin=subprocess.PIPE,
@@ -271,7 +281,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     ceiling(produce_row)
     spy_report(spy, tag, "produce")
     cpu0 = cpu_seconds(server.pid)
-    c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts)],
+    c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts),
+                          str(part_bytes), consume_api],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     spy = spy_on(root, server.pid, profile, f"consume-{flush}-{size}-{producers}")
     r = result(c)
@@ -282,12 +293,17 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                        msgs_per_s=round(r["n"] / el),
                        mib_per_s=round(r["n"] * size / el / 2**20, 1),
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
-                       client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2))
+                       client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
+                       partition_fetch_bytes=part_bytes, consume_api=consume_api)
     ceiling(consume_row)
     server.terminate()
     server.wait(timeout=60)
     log_file.close()
     text = log_path.read_text()
+    ahead = re.search(r"([\d,]+) fetches answered ahead \(([\d,]+) prepared", text)
+    if ahead:
+        consume_row.update(fetches_ahead=int(ahead.group(1).replace(",", "")),
+                           ahead_dropped=int(ahead.group(2).replace(",", "")))
     m = re.search(r"([\d,]+) messages? stored in ([\d,]+) batch", text)
     f = re.search(r"([\d,]+) fsyncs", text)
     if flush == "sync" and m and f:
@@ -318,18 +334,28 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=0,
                     help="producers send this many msgs/s in all (0: as fast as they can); "
                          "for latency: unpaced, p50/p99 are mostly the client's own queue")
+    ap.add_argument("--partition-fetch-bytes", default=str(1 << 20),
+                    help="the consumer's max.partition.fetch.bytes, one case each (e.g. "
+                         "1048576,10485760; librdkafka's default is 1 MiB, 10 MiB takes a "
+                         "partition's backlog in few Fetches)")
+    ap.add_argument("--consume-api", default="batch", choices=("batch", "poll"),
+                    help="the consumer's reads: consume(10000) (batch, what a fast reader "
+                         "uses) or poll() per message")
     a = ap.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
         for flush in a.flush.split(","):
             for size in map(int, a.sizes.split(",")):
-                for producers in map(int, a.producers.split(",")):
+                for producers, part_bytes in itertools.product(
+                        map(int, a.producers.split(",")),
+                        map(int, a.partition_fetch_bytes.split(","))):
                     env = {}
                     if a.cprofile:
                         env["STRATA_CPROFILE"] = str(
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
-                                 a.partitions, a.profile, env, a.pace)
+                                 a.partitions, a.profile, env, a.pace,
+                                 part_bytes, a.consume_api)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",

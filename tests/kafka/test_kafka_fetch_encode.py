@@ -16,7 +16,7 @@ from kafka.record.memory_records import MemoryRecords
 from strata.broker.kafka import api
 from strata.broker.kafka import errors as ke
 from strata.broker.kafka import record_batch as rb
-from strata.broker.kafka.fetch import FetchAnswer, PartitionAnswer
+from strata.broker.kafka.fetch_answer import FetchAnswer, PartitionAnswer
 from strata.broker.kafka.record_batch import RecordColumns
 
 FetchResponse = api.response_class(1)

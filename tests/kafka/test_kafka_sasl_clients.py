@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_support import KafkaServer
+from kafka_support import KafkaServer, run_client
 
 pytestmark = pytest.mark.broker
 
@@ -121,3 +121,54 @@ def test_requests_before_authentication_close_the_connection(server):
         assert _request(s, 18, 0, b"")                    # ApiVersions v0 is answered
         # Metadata v1 for all topics (null array) before SASL: the connection is closed
         assert _request(s, 3, 1, struct.pack(">i", -1)) == b""
+
+
+def _str(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _partitions_of_fetch_v4(data: bytes) -> dict:
+    """{topic: (error code, record bytes)} of a Fetch v4 answer (one partition each)."""
+    at = 4 + 4                                      # correlation id, throttle time
+    (topics,) = struct.unpack_from(">i", data, at)
+    at += 4
+    got = {}
+    for _ in range(topics):
+        (n,) = struct.unpack_from(">h", data, at)
+        name = data[at + 2:at + 2 + n].decode()
+        at += 2 + n + 4                             # one partition
+        _p, code, _hw, _ls, aborted = struct.unpack_from(">ihqqi", data, at)
+        at += 26 + 12 * max(0, aborted)
+        (size,) = struct.unpack_from(">i", data, at)
+        at += 4
+        got[name] = (code, max(0, size))
+        at += max(0, size)
+    return got
+
+
+def test_a_fetch_of_an_allowed_and_a_refused_topic_serves_the_allowed_one(server):
+    """One Fetch asks for a topic the account may read and one it may not: the first's
+    records come, the second answers TOPIC_AUTHORIZATION_FAILED, the connection stays."""
+    sent = run_client('''
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": BOOTSTRAP, "security.protocol": "SASL_PLAINTEXT",
+              "sasl.mechanism": "PLAIN", "sasl.username": "bob123",
+              "sasl.password": "bob-secret"})
+for i in range(5):
+    p.produce("open", b"mixed-%d" % i, partition=1)
+out(left=p.flush(30))
+''', server.bootstrap)
+    assert sent == {"left": 0}
+    host, port = server.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        assert _request(s, 17, 1, _str("PLAIN"))[4:6] == b"\0\0"          # handshake
+        token = b"\0bob123\0bob-secret"
+        assert _request(s, 36, 0, struct.pack(">i", len(token)) + token)[4:6] == b"\0\0"
+        part = struct.pack(">iiqi", 1, 1, 0, 1 << 20)          # one partition: 1, offset 0
+        body = struct.pack(">iiiib", -1, 0, 1, 1 << 20, 0) + struct.pack(">i", 2) + \
+            _str("open") + part + _str("secret") + part
+        got = _partitions_of_fetch_v4(_request(s, 1, 4, body))
+        assert got["secret"] == (29, 0)              # TOPIC_AUTHORIZATION_FAILED, no records
+        assert got["open"][0] == 0 and got["open"][1] > 5 * len(b"mixed-0")
+        assert _request(s, 18, 0, b"")               # the connection still answers

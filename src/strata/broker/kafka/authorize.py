@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 DENIED = TOPIC_AUTHORIZATION_FAILED
+REFUSED = "fetch_refused"      # connection state: {correlation id: a Fetch's refused topics}
 
 
 class NotAuthenticatedError(BadRequestError):
@@ -88,15 +89,16 @@ async def _fetch(ctx, reg, req):
     ok, refused = _split(ctx, list(req.topics), lambda t: t.topic, Perm.SUB)
     if not refused:
         return await reg.handler(ctx, req)
-    req.topics = ok
-    if ok:
-        resp = await reg.handler(ctx, req)
-    else:                           # nothing to wait for: answer at once
-        resp = reg.response(version=ctx.api_version, throttle_time_ms=0, error_code=0,
-                            session_id=0, responses=[])
+    if ok:      # the handler answers the refused topics too (its answer is encoded off the
+        req.topics = ok                                  # loop, before it comes back here)
+        ctx.connection.state.setdefault(REFUSED, {})[ctx.correlation_id] = refused
+        return await reg.handler(ctx, req)
+    # nothing to wait for: answer at once
+    resp = reg.response(version=ctx.api_version, throttle_time_ms=0, error_code=0,
+                        session_id=0, responses=[])
     T = reg.response.FetchableTopicResponse
     P = T.PartitionData
-    resp.responses = list(resp.responses) + [
+    resp.responses = [
         T(topic=t.topic, partitions=[P(partition_index=p.partition, error_code=DENIED,
                                        high_watermark=-1, records=None)
                                      for p in t.partitions]) for t in refused]

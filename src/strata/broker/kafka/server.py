@@ -15,6 +15,7 @@ import asyncio
 import logging
 import socket
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,11 @@ class KafkaBroker:
         self.live: set[KafkaConnection] = set()
         self.puts = 0                    # put_columns calls of produces (async flush)
         self.put_messages = 0
+        # the store reads of Fetch (which can reach S3 through the tier) and their encoding:
+        # off the event loop, on one thread, so one connection's reads run in order
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="kafka-read")
+        self.fetch_ahead_served = 0      # Fetches answered by an answer prepared ahead
+        self.fetch_ahead_dropped = 0     # prepared answers the next Fetch did not match
 
     # ------------------------------------------------------------------ arrivals
 
@@ -82,6 +88,7 @@ class KafkaBroker:
 
     def close(self) -> None:
         self.arrivals.close()
+        self.reader.shutdown(wait=True, cancel_futures=True)
 
     @property
     def dispatched(self) -> int:
@@ -198,7 +205,8 @@ class KafkaListener:
         b = self.broker
         return (f"kafka: {b.requests} requests on {b.connections} connections, "
                 f"{b.put_messages} messages in {b.puts} direct puts, "
-                f"{self.fsyncs} fsyncs")
+                f"{self.fsyncs} fsyncs, {b.fetch_ahead_served} fetches answered ahead "
+                f"({b.fetch_ahead_dropped} prepared answers dropped)")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         task = asyncio.current_task()
@@ -317,6 +325,11 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
             if response is not None:
                 writer.write(api.encode_response(response, ctx.api_version,
                                                  ctx.correlation_id))
+                after = getattr(response, "after_sent", None)
+                if after is not None:        # a Fetch prepares its next answer, once this
+                    response.after_sent = None       # one is (nearly all) in the socket
+                    await writer.drain()
+                    after()
             if conn.closing:                   # e.g. a failed SASL authentication
                 await writer.drain()
                 break
