@@ -37,7 +37,7 @@ def parse_tag_expression(expression: str) -> frozenset[str] | None:
 
 
 class Popper:
-    """Pops for the server (one event-loop thread)."""
+    """Pops for the server (on its group worker's thread: ``strata.broker.group_worker``)."""
 
     def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
                  max_attempts: int = 16) -> None:
@@ -70,7 +70,7 @@ class Popper:
             qs = self.groups.queue(group, topic, q)
             if fifo:
                 pick = self.fifo.pick(group, qs, topic, q, tags, need, now_ms,
-                                      self.max_attempts)
+                                      self.max_attempts, self.groups.connected_until)
             else:
                 pick = self._pick(qs, topic, q, tags, need, now_ms)
             out += self._carry_out(group, topic, q, pick, deadline, renew)
@@ -83,7 +83,7 @@ class Popper:
         store = self.store
         pick = QueuePick(qs.pop_offset if qs is not None else store.min_offset(topic, q))
         if qs is not None:
-            for off, attempt in qs.due(now_ms, need):
+            for off, attempt in qs.due(now_ms, need, self.groups.connected_until):
                 r = store.get(topic, q, off, 1)
                 m = r.messages[0] if r.found and r.messages[0].queue_offset == off else None
                 if m is None or (tags is not None and m.tags not in tags):
