@@ -1,7 +1,7 @@
 """`strata serve` whose store reads of the topic ``held-read`` wait until the test lets them
 go (SIGUSR1): a read as slow as one that goes to S3 through the tier, on every run. The first
-held read says so by writing a line to the named pipe ``$STRATA_TEST_HELD_FIFO`` (the test
-reads it: an event, not a sleep). Test support only: run as ``python held_read.py serve DIR
+held read says so by writing a line to the named pipe ``$STRATA_TEST_HELD_FIFO`` if one is
+named (the test reads it: an event, not a sleep). Test support only: run as ``python held_read.py serve DIR
 ...`` (the arguments of ``strata``)."""
 
 import os
@@ -21,9 +21,10 @@ _get = message_store.MessageStore.get
 
 def held_get(self, topic, *args, **kwargs):
     if topic == TOPIC and not _go.is_set():
-        if not _told.is_set():
+        fifo = os.environ.get("STRATA_TEST_HELD_FIFO")
+        if fifo and not _told.is_set():
             _told.set()
-            with open(os.environ["STRATA_TEST_HELD_FIFO"], "w") as f:
+            with open(fifo, "w") as f:
                 f.write("a read is held\n")
         _go.wait(HOLD_S)
     return _get(self, topic, *args, **kwargs)

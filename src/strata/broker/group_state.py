@@ -383,6 +383,21 @@ class ConsumerGroups:
         self._log_and_apply([_ack(key, offs) for key, offs in done.items()])
         return results
 
+    def give_back(self, receipts: list[Receipt], now_ms: int) -> int:
+        """Deliveries made but never sent (their receive gave up first): due again at once
+        (their attempt stays counted, as any redelivery's). Returns how many."""
+        changes = []
+        for r in receipts:
+            q = self.queues.get((r.group, r.topic, r.queue_id))
+            d = q.in_flight.get(r.queue_offset) if q is not None else None
+            if d is not None and d.handle_id == r.handle_id:
+                changes.append(_change((r.group, r.topic, r.queue_id), r.queue_offset,
+                                       now_ms, r.handle_id))
+        if changes:
+            self._log_and_apply(changes)
+            self._maybe_compact()
+        return len(changes)
+
     def forget(self, group: str, topic: str, queue_id: int, offsets: list[int]) -> None:
         """Take deliveries out of flight without a receipt (their message is gone)."""
         if (group, topic, queue_id) not in self.queues:

@@ -26,6 +26,7 @@ import strata
 from strata.broker.acl import DEFAULT_WINDOW_S, AccessList, load_acl
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.group_worker import GroupWorker
+from strata.broker.warm import warm_quietly
 from strata.broker.held import HeldMessages
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
@@ -268,6 +269,9 @@ async def serve(cfg: ServeConfig) -> None:
     # as the store held them at open: once the listeners run, the timer may move due ones
     held_at_open = len(node.held.entries)
     node.batcher.start()
+    # the store's compiled kernels load (or, with a cold cache, compile) off the loop now,
+    # not inside the first clients' calls (strata.broker.warm)
+    asyncio.get_running_loop().run_in_executor(None, warm_quietly)
     for lst in listeners:
         await lst.start()
     admin = console = http_port = None

@@ -22,6 +22,7 @@ class Delivered:
     message: StoredMessage
     receipt_handle: str
     attempt: int
+    receipt: Receipt         # what the handle says (to give the delivery back unsent)
 
 
 def parse_tag_expression(expression: str) -> frozenset[str] | None:
@@ -121,6 +122,8 @@ class Popper:
             return []
         handles = self.groups.pop(group, topic, q, pick.pop_offset, pick.picked, pick.new_pop,
                                   deadline, pick.held, renew)
-        return [Delivered(m, self.signer.encode(Receipt(group, topic, q, off, h, deadline)),
-                          attempt + 1)
-                for m, (off, attempt), h in zip(pick.messages, pick.picked, handles)]
+        out = []
+        for m, (off, attempt), h in zip(pick.messages, pick.picked, handles):
+            r = Receipt(group, topic, q, off, h, deadline)
+            out.append(Delivered(m, self.signer.encode(r), attempt + 1, r))
+        return out

@@ -12,6 +12,7 @@ to S3 or a journal append that waits for an fsync holds no other client's call.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from strata.broker.dead_letter import dead_letter
@@ -80,20 +81,29 @@ class Consuming:
         target = self.arrivals.acknowledged()
         remaining = context.time_remaining()
         poll_s = poll_ms / 1000
+        answer_by = None            # (monotonic) the latest time to answer the client
         if remaining is not None:
             poll_s = min(poll_s, remaining - POLL_MARGIN_S)
             catch_up_s = max(poll_s, remaining - POLL_MARGIN_S)
+            answer_by = began + (remaining - POLL_MARGIN_S if remaining > 2 * POLL_MARGIN_S
+                                 else remaining / 2)
         else:
             catch_up_s = max(poll_s, CATCH_UP_S)
         end = began + max(poll_s, 0.0)
         while True:
             arrived = self.arrivals.take()      # before the pop: a dispatch after it wakes us
             try:
-                got, nxt = await self.worker.call(self._pop, group, topic, tags, batch,
-                                                  invisible, renew_for)
+                got, nxt = await self._pop_by(answer_by, group, topic, tags, batch,
+                                              invisible, renew_for)
             except BaseException:
                 self.arrivals.release()
                 raise
+            if got is None:       # the pop did not finish in the client's time
+                self.arrivals.release()
+                yield svc.ReceiveMessageResponse(status=_status(
+                    Code.MESSAGE_NOT_FOUND, "no message read in time (the store was slow to "
+                    "answer; what it found is handed out again at once)"))
+                return
             if got:
                 self.arrivals.release()
                 break
@@ -119,6 +129,34 @@ class Consuming:
         resp.delivery_timestamp.seconds, ms = divmod(t, 1000)
         resp.delivery_timestamp.nanos = ms * 1_000_000
         yield resp
+
+    async def _pop_by(self, answer_by: float | None, *args) -> tuple[list | None, int | None]:
+        """``_pop(*args)`` on the group worker, waited for until ``answer_by`` (monotonic;
+        None: as long as it takes). A pop that finishes later — a slow store read, a queue
+        of group work before it — or whose receive was cancelled gives its deliveries back
+        (due again at once) instead of leaving them invisible for nobody: (None, None)."""
+        fut = self.worker.submit(self._pop, *args)
+        try:
+            if answer_by is None:
+                return await asyncio.shield(fut)
+            return await asyncio.wait_for(asyncio.shield(fut),
+                                          max(0.0, answer_by - time.monotonic()))
+        except asyncio.TimeoutError:
+            fut.add_done_callback(self._give_back)
+            return None, None
+        except asyncio.CancelledError:
+            fut.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, fut: asyncio.Future) -> None:
+        """(A done callback, on the loop.) The deliveries of a pop nobody will send."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        got, _next = fut.result()
+        if got:
+            back = self.worker.submit(self.groups.give_back, [d.receipt for d in got],
+                                      now_ms())
+            back.add_done_callback(lambda _f: self._notify_arrival())
 
     def _pop(self, group: str, topic: str, tags, batch: int, invisible: int,
              renew_for: str | None) -> tuple[list, int | None]:
