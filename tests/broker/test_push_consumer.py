@@ -88,6 +88,16 @@ def ack(client, topic, handle, group="rg"):
         metadata=[("x-mq-client-id", client)], timeout=5)
     return r.status.code
 
+def sent_and_received(client, topic):
+    """Send one message "m1" to ``topic``; the first auto_renew receive of it by ``client``."""
+    p = producer(topic)
+    p.send(message(topic, "m1"))
+    p.shutdown()
+    got = []
+    while not got:
+        got = raw_receive(client, topic)
+    return got
+
 s = stub()
 '''
 
@@ -222,13 +232,7 @@ def test_renewal_survives_a_broker_sigkill(broker_factory, tmp_path):
     store = tmp_path / "store"
     b1 = broker_factory("--renew-slice", "2", directory=store)
     first = run_client(tmp_path, b1.endpoint, RAW_RECEIVE + textwrap.dedent('''
-        p = producer("kept")
-        p.send(message("kept", "m1"))
-        p.shutdown()
-        got = []
-        while not got:
-            got = raw_receive("c1", "kept")
-        out(handle=got[0][1])
+        out(handle=sent_and_received("c1", "kept")[0][1])
     '''))
     b1.stop(signal.SIGKILL)
     b2 = broker_factory("--renew-slice", "2", directory=store)
@@ -256,12 +260,7 @@ def test_a_late_renewal_hands_nothing_out_twice(tmp_path):
     broker = HeldRenewalsBroker(tmp_path / "store", "--renew-slice", "1").start()
     try:
         got = run_client(tmp_path, broker.endpoint, RAW_RECEIVE + textwrap.dedent('''
-            p = producer("late")
-            p.send(message("late", "m1"))
-            p.shutdown()
-            first = []
-            while not first:
-                first += raw_receive("c1", "late")
+            first = sent_and_received("c1", "late")
             t0 = time.time()
             other = []
             while time.time() - t0 < 4:        # 4 invisible times, never renewed
