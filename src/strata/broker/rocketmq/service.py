@@ -291,7 +291,9 @@ class MessagingService(Renewal, Consuming, svc_grpc.MessagingServiceServicer):
             if new_topics:     # a send the store would refuse creates no topic (issue 22.6)
                 self.store.check_batch(msgs)
             for topic, kind in new_topics.items():     # a first send gives a topic its type
-                self._create_topic(topic, kind)
+                # (the topic table is rewritten and fsynced: off the loop)
+                await asyncio.get_running_loop().run_in_executor(None, self._create_topic,
+                                                                 topic, kind)
             results = await self._store_or_hold(request.messages, msgs, _client_id(context))
         except Refused as r:
             return svc.SendMessageResponse(status=_status(r.code, str(r)))
