@@ -54,3 +54,28 @@ def test_a_failing_call_fails_its_caller_only():
     one, err, three = asyncio.run(main())
     assert (one, three) == (1, 3)
     assert isinstance(err, ValueError) and str(err) == "no such delivery"
+
+
+def test_a_light_call_runs_on_the_loop_when_idle_and_queues_behind_work_when_not():
+    async def main():
+        w = GroupWorker()
+        loop_thread = threading.get_ident()
+        order: list[str] = []
+        idle_at = await w.run_light(lambda: threading.get_ident())
+        gate = threading.Event()
+
+        def slow() -> None:
+            gate.wait(30)
+            order.append("slow")
+        busy = w.submit(slow)
+        light = asyncio.ensure_future(w.run_light(lambda: order.append("light")))
+        await asyncio.sleep(0)
+        queued_while_busy = order == []
+        gate.set()
+        await asyncio.gather(busy, light)
+        await w.close()
+        return idle_at == loop_thread, queued_while_busy, order, w.inline
+
+    on_loop, queued, order, inline = asyncio.run(main())
+    assert on_loop and queued and inline == 1
+    assert order == ["slow", "light"]       # asked after the slow one: run after it

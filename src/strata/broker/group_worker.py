@@ -9,7 +9,10 @@ as long. Why one: the groups' state is changed by one thread at a time, so two r
 group never pick the same message and an ack never races the pop it acknowledges.
 
 Calls asked while the thread is busy go over together: one hop to the thread and one back
-for the whole batch, not one per call (a hop hands the GIL over twice).
+for the whole batch, not one per call (a hop hands the GIL over twice). A short change that
+reads nothing from the store (an ack: one journal append) runs at once on the event loop
+when the worker is idle (``run_light``) — nothing can run beside it then, and a hop would
+cost more than the change — and queues behind the worker's work when it is not.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class GroupWorker:
         self._drainer: asyncio.Task | None = None
         self.batches = 0        # hops to the thread
         self.calls = 0          # operations run there
+        self.inline = 0         # light operations run on the loop (the worker idle)
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future:
         """Queue ``fn(*args)``; the future of its result. For callers that cannot wait (a
@@ -58,6 +62,19 @@ class GroupWorker:
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the worker thread, after every call asked before it."""
+        return await self.submit(fn, *args)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or running on the thread."""
+        return not self._pending and (self._drainer is None or self._drainer.done())
+
+    async def run_light(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` — short, no store read — right here if the worker is idle, else on
+        its thread after what is asked before it (the same order either way)."""
+        if self.idle:
+            self.inline += 1
+            return fn(*args)
         return await self.submit(fn, *args)
 
     async def _drain(self) -> None:

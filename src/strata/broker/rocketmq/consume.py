@@ -195,7 +195,7 @@ class Consuming:
             except InvalidReceiptHandleError as exc:
                 receipts.append(None)
                 errors.append(str(exc))
-        outcome = iter(await self.worker.call(
+        outcome = iter(await self.worker.run_light(
             self.groups.ack, [r for r in receipts if r is not None], now_ms()))
         entries = []
         for e, r, err in zip(request.entries, receipts, errors):
@@ -226,7 +226,8 @@ class Consuming:
                               f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms")
             r = self._receipt(request.receipt_handle, group, topic)
             t = now_ms()
-            handle = await self.worker.call(self.groups.change_invisible, r, t + invisible, t)
+            handle = await self.worker.run_light(self.groups.change_invisible, r,
+                                                 t + invisible, t)
         except Refused as r:
             return svc.ChangeInvisibleDurationResponse(status=_status(r.code, str(r)))
         except InvalidReceiptHandleError as exc:
@@ -247,8 +248,8 @@ class Consuming:
             d, m = await self.worker.call(self._dead_letter_read, r)
             if m is not None:
                 await self.batcher.submit([dead_letter(m, group, d.attempt)])
-            await self.worker.call(self.groups.forget, group, topic, r.queue_id,
-                                   [r.queue_offset])
+            await self.worker.run_light(self.groups.forget, group, topic, r.queue_id,
+                                        [r.queue_offset])
             self._notify_arrival()     # a FIFO message group moves on
         except Refused as exc:
             return Resp(status=_status(exc.code, str(exc)))
