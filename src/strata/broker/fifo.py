@@ -70,7 +70,7 @@ class _GroupIndex:
 
 
 class FifoPicker:
-    """Picks the deliveries of one queue of a FIFO topic (server thread only)."""
+    """Picks the deliveries of one queue of a FIFO topic (on the group worker's thread only)."""
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store

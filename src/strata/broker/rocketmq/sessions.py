@@ -31,7 +31,8 @@ class Session:
 
 
 class Sessions:
-    """The open sessions by client id (one event-loop thread)."""
+    """The open sessions by client id (changed on the event loop; ``connected_until`` is also
+    read from the group worker's thread)."""
 
     def __init__(self) -> None:
         self.by_client: dict[str, Session] = {}
