@@ -466,8 +466,9 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
                "server": "strata serve without storage work (bench/broker_floor.py)",
                "producers": producers}
         return list(rows(tag, d, size, window, total))
-    m = re.search(r"(\d+) messages stored in (\d+) batches", tail)
-    stored, batches = int(m.group(1)), int(m.group(2))
+    # the stop line groups thousands ("3,000 messages stored in 1,336 batches")
+    m = re.search(r"([\d,]+) messages? stored in ([\d,]+) batch", tail)
+    stored, batches = _count(m.group(1)), _count(m.group(2))
     tag = {"bench": "broker", "system": "strata", "flush": flush, "producers": producers,
            "message_groups": groups, "kind": kind}
     if per_request:
@@ -478,10 +479,10 @@ def strata_case(root: Path, flush: str, producers: int, messages: int, size: int
     send.update(put_batches=batches, msgs_per_put_batch=round(stored / batches, 1),
                 put_batches_per_s=round(batches / d["wall"]))
     if kind == "delay":
-        m = re.search(r"(\d+) delay messages moved in (\d+) batches", tail)
+        m = re.search(r"([\d,]+) delay messages? moved in ([\d,]+) batch", tail)
         if m is None:
             raise RuntimeError(f"strata serve: no delay move count in {tail[-1000:]}")
-        moved, moves = int(m.group(1)), int(m.group(2))
+        moved, moves = _count(m.group(1)), _count(m.group(2))
         send.update(delay_ms=delay_ms, moved=moved, move_batches=moves,
                     msgs_per_move_batch=round(moved / moves, 1) if moves else 0)
     if flush == "sync":    # one writer thread: each put returns after its own fsync
@@ -580,6 +581,11 @@ def rabbit_case(rabbit: Rabbit, root: Path, producers: int, messages: int, size:
     send, recv = rows(tag, d, size, window, each * producers)
     send["nacked"] = d["nacked"]
     return [send, recv]
+
+
+def _count(text: str) -> int:
+    """A count as strata's stop line prints it ("1,336")."""
+    return int(text.replace(",", ""))
 
 
 def main() -> None:

@@ -369,3 +369,39 @@ def test_a_journal_replayed_without_opening_it_has_every_kind_of_state(tmp_path)
     assert r.queues[("billing", "orders", 0)].commit_offset() == 3
     assert r.journal is None
     g.close()
+
+
+def test_a_renewed_delivery_is_not_due_while_its_client_may_still_renew_it(tmp_path):
+    """No renewal ran (a late renew loop): the delivery stays with its connected client —
+    not due, its handle acks — until the client is gone or its renew-until time passed."""
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0)], 1, deadline_ms=1000, renew=("c1", 9_000))
+    plain = g.pop("g", "t", 0, 1, [(1, 0)], 2, deadline_ms=1500)    # a plain delivery
+    connected = {"c1": 5_000}
+    g.connected_until = until = lambda client: connected.get(client, -1)
+    q = g.queue("g", "t", 0)
+    assert q.due(2_000, 10, until) == [(1, 1)]                       # only the plain one
+    assert g.next_deadline(now_ms=2_000) == 1500
+    assert g.ack([_receipt(g, 0, h[0], 1000)], now_ms=2_000) == [None]   # still its
+    g.pop("g", "t", 0, 2, [(2, 0)], 3, deadline_ms=1000, renew=("c1", 9_000))
+    assert q.due(4_999, 10, until) == [(1, 1)]
+    assert q.due(5_001, 10, until) == [(2, 1), (1, 1)]               # the client is gone
+    connected["c1"] = 20_000                                         # it called again ...
+    assert q.due(8_999, 10, until) == [(1, 1)]
+    assert q.due(9_000, 10, until) == [(2, 1), (1, 1)]               # ... renew-until passed
+    assert g.ack([_receipt(g, 1, plain[0], 1500)], now_ms=1_000) == [None]
+    assert g.next_deadline(now_ms=2_000) == 9_000       # when the kept one becomes due
+    del connected["c1"]                                              # it said goodbye
+    assert q.due(1_001, 10, until) == [(2, 1)]
+    assert g.next_deadline(now_ms=2_000) == 1000
+
+
+def test_a_pop_nobody_sent_is_given_back_due_at_once(tmp_path):
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0)], 2, deadline_ms=60_000, renew=("c1", 10**9))
+    g.ack([_receipt(g, 1, h[1], 60_000)], now_ms=10)
+    assert g.give_back([_receipt(g, 0, h[0], 60_000), _receipt(g, 1, h[1], 60_000)],
+                       now_ms=20) == 1                               # offset 1 was acked
+    assert g.queue("g", "t", 0).due(now_ms=20, limit=10) == [(0, 1)]
+    assert g.renewing_clients() == []
+    assert ConsumerGroups(tmp_path).queue("g", "t", 0).due(now_ms=20, limit=10) == [(0, 1)]

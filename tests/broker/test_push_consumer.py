@@ -4,9 +4,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
-from broker_support import PRELUDE, run_client
+from broker_support import PRELUDE, Broker, run_client
 
 pytestmark = pytest.mark.broker
 
@@ -86,6 +87,16 @@ def ack(client, topic, handle, group="rg"):
         entries=[svc.AckMessageEntry(message_id="x", receipt_handle=handle)]),
         metadata=[("x-mq-client-id", client)], timeout=5)
     return r.status.code
+
+def sent_and_received(client, topic):
+    """Send one message "m1" to ``topic``; the first auto_renew receive of it by ``client``."""
+    p = producer(topic)
+    p.send(message(topic, "m1"))
+    p.shutdown()
+    got = []
+    while not got:
+        got = raw_receive(client, topic)
+    return got
 
 s = stub()
 '''
@@ -221,13 +232,7 @@ def test_renewal_survives_a_broker_sigkill(broker_factory, tmp_path):
     store = tmp_path / "store"
     b1 = broker_factory("--renew-slice", "2", directory=store)
     first = run_client(tmp_path, b1.endpoint, RAW_RECEIVE + textwrap.dedent('''
-        p = producer("kept")
-        p.send(message("kept", "m1"))
-        p.shutdown()
-        got = []
-        while not got:
-            got = raw_receive("c1", "kept")
-        out(handle=got[0][1])
+        out(handle=sent_and_received("c1", "kept")[0][1])
     '''))
     b1.stop(signal.SIGKILL)
     b2 = broker_factory("--renew-slice", "2", directory=store)
@@ -241,3 +246,31 @@ def test_renewal_survives_a_broker_sigkill(broker_factory, tmp_path):
         out(other=other, acked=ack("c1", "kept", handle))
     '''), args=first["handle"])
     assert got == {"other": [], "acked": 20000}      # Code.OK
+
+
+class HeldRenewalsBroker(Broker):
+    command = (sys.executable, str(Path(__file__).parent / "held_renewals.py"))
+
+
+def test_a_late_renewal_hands_nothing_out_twice(tmp_path):
+    """The renew loop is held back (tests/broker/held_renewals.py) for four invisible times
+    of a push consumer's delivery: while its client is connected no other consumer gets the
+    message, and the client's receipt handle still acknowledges it. Nothing was renewed
+    meanwhile: the rule where pops pick due deliveries kept it, not a renewal."""
+    broker = HeldRenewalsBroker(tmp_path / "store", "--renew-slice", "1").start()
+    try:
+        got = run_client(tmp_path, broker.endpoint, RAW_RECEIVE + textwrap.dedent('''
+            first = sent_and_received("c1", "late")
+            t0 = time.time()
+            other = []
+            while time.time() - t0 < 4:        # 4 invisible times, never renewed
+                heartbeat("c1")
+                other += raw_receive("c2", "late", poll_s=1)
+            out(slices=[x[2] for x in first], other=other,
+                acked=ack("c1", "late", first[0][1]))
+        '''))
+    finally:
+        broker.stop(signal.SIGTERM)
+    assert got == {"slices": [1], "other": [], "acked": 20000}      # Code.OK
+    assert "strata-test: renewals are held" in broker.log
+    assert "0 invisible times renewed" in broker.log, broker.log[-2000:]

@@ -65,6 +65,9 @@ class AdminTarget:
     store: Any
     groups: ConsumerGroups
     kafka_groups: Callable[[], dict[str, dict]] = lambda: {}
+    # a serving broker's group worker (strata.broker.group_worker): a reset of deliveries
+    # runs there, in turn with the pops and acks; None: no server runs, reset here
+    worker: Any = None
 
 
 def _int(body: dict, name: str, required: bool = True) -> int | None:
@@ -163,8 +166,14 @@ class AdminOps:
                     out[q] = min(max(offset, lo), hi)
             return out
         got = await self._off(targets)
-        for q in rocket:
-            g.reset_offset(group, topic, q, got[q])
+
+        def reset() -> None:
+            for q in rocket:
+                g.reset_offset(group, topic, q, got[q])
+        if self.t.worker is not None:
+            await self.t.worker.call(reset)
+        else:
+            reset()
         if kafka:
             rec = g.commit(group, [(topic, q, Committed(got[q])) for q in kafka])
             await self._off(g.journal.append, rec)

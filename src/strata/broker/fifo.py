@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from strata.broker.properties import PROP_MESSAGE_GROUP
-from strata.broker.group_state import QueueState
+from strata.broker.group_state import ConnectedUntil, QueueState, nobody_connected
 from strata.store.message import GetStatus, StoredMessage
 from strata.store.message_store import MessageStore
 
@@ -70,7 +70,7 @@ class _GroupIndex:
 
 
 class FifoPicker:
-    """Picks the deliveries of one queue of a FIFO topic (server thread only)."""
+    """Picks the deliveries of one queue of a FIFO topic (on the group worker's thread only)."""
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
@@ -115,7 +115,8 @@ class FifoPicker:
 
     def pick(self, group: str, qs: QueueState | None, topic: str, q: int,
              tags: frozenset[str] | None, need: int, now_ms: int,
-             max_attempts: int) -> QueuePick:
+             max_attempts: int,
+             connected_until: ConnectedUntil = nobody_connected) -> QueuePick:
         pick = QueuePick(qs.pop_offset if qs is not None else self.store.min_offset(topic, q))
         ix = self._index_of(group, topic, q, qs, pick.gone)
         in_flight = qs.in_flight if qs is not None else {}
@@ -130,7 +131,7 @@ class FifoPicker:
                 continue
             d = in_flight[dq[0]]
             delivered += not d.held
-            if d.held or d.deadline_ms <= now_ms:
+            if d.held or d.due_ms(connected_until) <= now_ms:
                 heads.append((dq[0], key))       # else still invisible: the group waits
         held = len(in_flight) - delivered
         heapq.heapify(heads)

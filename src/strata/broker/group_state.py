@@ -12,16 +12,28 @@ through ``commit``, whose records the caller appends off the event loop
 Every change is made the way LevelDB's ``LogAndApply`` makes one: build the journal records
 that say it (``jr.JournalRecord``), append them, then apply those same records with
 ``_apply``, the code a replay runs, so a restart rebuilds exactly the state the live broker
-had. All methods run on one thread (the server's event loop); times are ms since the epoch
-and passed in, so the rules are testable without a clock.
+had. The deliveries' methods run on one thread at a time (a server's group worker,
+``strata.broker.group_worker``); Kafka's committed offsets and memberships are applied on the
+event loop, and a compaction that may run meanwhile copies each dict in one step and holds
+``append_lock`` against their appends. Times are ms since the epoch and passed in, so the
+rules are testable without a clock.
+
+A push consumer's delivery (one renewed for a client) is not due to other consumers while
+that client may still renew it: until the client is gone (``connected_until``, which the
+server sets from its sessions) or its renew-until time passed, whichever comes first. The
+renewals themselves (``renew``) only carry that promise into the journal, so a late renewal
+(a loaded machine) never lets a second consumer have the message, and the client's receipt
+handle keeps working meanwhile.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from strata.broker import journal as jr
 from strata.broker.errors import InvalidReceiptHandleError
@@ -35,6 +47,13 @@ JOURNAL_NAME = "groups.journal"
 
 QueueKey = tuple[str, str, int]   # group, topic, queue id
 RenewKey = tuple[QueueKey, int]   # a queue and an offset in it
+# client id -> ms until which it counts as connected (-1: it is gone, or never was)
+ConnectedUntil = Callable[[str], int]
+
+
+def nobody_connected(client: str) -> int:
+    """No client is connected (a broker without sessions: tools, tests, a replay)."""
+    return -1
 
 
 @dataclass
@@ -52,6 +71,14 @@ class Delivery:
     @property
     def held(self) -> bool:
         return self.attempt == 0
+
+    def due_ms(self, connected_until: ConnectedUntil) -> int:
+        """When the delivery may go to another consumer: its deadline or, for a push
+        consumer's delivery, not before its client is gone or its renew-until time passed."""
+        if not self.renew_client:
+            return self.deadline_ms
+        return max(self.deadline_ms,
+                   min(self.renew_until_ms, connected_until(self.renew_client)))
 
 
 HELD = Delivery(0, 0, 0)
@@ -72,20 +99,44 @@ class QueueState:
         d = self.in_flight.get(item[1])
         return d is not None and d.handle_id == item[2] and d.deadline_ms == item[0]
 
-    def next_deadline(self) -> int | None:
-        while self._due and not self._live(self._due[0]):
-            heapq.heappop(self._due)
-        return self._due[0][0] if self._due else None
+    def next_deadline(self, now_ms: int | None = None,
+                      connected_until: ConnectedUntil = nobody_connected) -> int | None:
+        """When the next delivery becomes due (``Delivery.due_ms``), or None. With
+        ``now_ms``, a deadline still ahead is answered as it is (looking again then is
+        harmless), so only deliveries past their deadline are looked at one by one."""
+        held: list[tuple[int, int, int]] = []      # past their deadline, kept for a client
+        best = None
+        due = self._due
+        while due:
+            item = due[0]
+            if not self._live(item):
+                heapq.heappop(due)
+                continue
+            if now_ms is not None and item[0] > now_ms:
+                at = item[0]
+            else:
+                at = self.in_flight[item[1]].due_ms(connected_until)
+            if best is None or at < best:
+                best = at
+            if at == item[0]:
+                break
+            held.append(heapq.heappop(due))
+        for item in held:
+            heapq.heappush(due, item)
+        return best
 
-    def due(self, now_ms: int, limit: int) -> list[tuple[int, int]]:
-        """Up to ``limit`` deliveries whose invisible time is over: (offset, attempt so far),
+    def due(self, now_ms: int, limit: int,
+            connected_until: ConnectedUntil = nobody_connected) -> list[tuple[int, int]]:
+        """Up to ``limit`` deliveries due now (``Delivery.due_ms``): (offset, attempt so far),
         oldest deadline first. They stay in flight until ``pop`` hands them out again."""
         out: list[tuple[int, int]] = []
         kept: list[tuple[int, int, int]] = []
         while self._due and len(out) < limit and self._due[0][0] <= now_ms:
             item = heapq.heappop(self._due)
             if self._live(item):
-                out.append((item[1], self.in_flight[item[1]].attempt))
+                d = self.in_flight[item[1]]
+                if d.due_ms(connected_until) <= now_ms:
+                    out.append((item[1], d.attempt))
                 kept.append(item)
         for item in kept:
             heapq.heappush(self._due, item)
@@ -117,6 +168,11 @@ class ConsumerGroups:
 
     def __init__(self, directory: Path, journal: jr.Journal | None = None) -> None:
         self.journal = journal or jr.Journal(directory / JOURNAL_NAME)
+        # set by the server that knows its clients' sessions (strata.broker.rocketmq)
+        self.connected_until: ConnectedUntil = nobody_connected
+        # held by a compaction and by the appends of committed offsets: a record appended
+        # off the loop either lands in the rewritten file or waits for it
+        self.append_lock = threading.Lock()
         self._init_state()
         for rec in self.journal.open():
             self._apply(rec)
@@ -128,6 +184,7 @@ class ConsumerGroups:
         a broker owns (the console); writing to it fails, as it must."""
         groups = cls.__new__(cls)
         groups.journal = None
+        groups.connected_until = nobody_connected
         groups._init_state()
         for rec in records:
             groups._apply(rec)
@@ -208,22 +265,26 @@ class ConsumerGroups:
                                        e.renew_until_ms)
 
     def snapshot_records(self):
+        """The records of the whole state. (Each dict is copied in one step first: Kafka's
+        committed offsets and memberships are applied on the event loop while a compaction
+        may run on the group worker's thread.)"""
         yield jr.encode_counter(self.next_handle_id)
-        for (g, t, qid), q in self.queues.items():
+        for (g, t, qid), q in list(self.queues.items()):
+            flying = list(q.in_flight.items())
             yield jr.encode_state(g, t, qid, q.pop_offset, [
-                (o, d.deadline_ms, d.attempt, d.handle_id) for o, d in q.in_flight.items()])
+                (o, d.deadline_ms, d.attempt, d.handle_id) for o, d in flying])
             renewed: dict[str, list[tuple[int, int, int, int]]] = {}
-            for o, d in q.in_flight.items():
+            for o, d in flying:
                 if d.renew_client:
                     renewed.setdefault(d.renew_client, []).append(
                         (o, d.handle_id, d.deadline_ms, d.renew_until_ms))
             for client, entries in renewed.items():
                 yield jr.encode_renew(g, t, qid, client, entries)
-        for g, offsets in self.committed.items():
-            for (t, qid), c in offsets.items():
+        for g, offsets in list(self.committed.items()):
+            for (t, qid), c in list(offsets.items()):
                 yield jr.encode_commit(g, t, qid, c.offset, c.leader_epoch, c.metadata,
                                        c.commit_ms)
-        for g, image in self.memberships.items():
+        for g, image in list(self.memberships.items()):
             yield jr.encode_members(g, image)
 
     def compact(self) -> None:
@@ -235,10 +296,12 @@ class ConsumerGroups:
     def queue(self, group: str, topic: str, queue_id: int) -> QueueState | None:
         return self.queues.get((group, topic, queue_id))
 
-    def next_deadline(self) -> int | None:
-        """The earliest invisible-time end over all queues (when a long poll should look
-        again for redeliveries)."""
-        ds = [d for q in self.queues.values() if (d := q.next_deadline()) is not None]
+    def next_deadline(self, now_ms: int | None = None) -> int | None:
+        """The earliest time a delivery becomes due over all queues (when a long poll should
+        look again for redeliveries); ``now_ms`` as ``QueueState.next_deadline`` takes it."""
+        until = self.connected_until
+        ds = [d for q in list(self.queues.values())
+              if (d := q.next_deadline(now_ms, until)) is not None]
         return min(ds) if ds else None
 
     # ------------------------------------------------------------------ changes
@@ -286,10 +349,11 @@ class ConsumerGroups:
             raise InvalidReceiptHandleError(
                 f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset} was replaced "
                 "(by ChangeInvisibleDuration or a redelivery); use the newest handle")
-        if now_ms > d.deadline_ms:      # the handle's own deadline, or as renewed since
+        due = d.due_ms(self.connected_until)   # its deadline, renewed since, or kept for
+        if now_ms > due:                       # its push consumer
             raise InvalidReceiptHandleError(
                 f"receipt handle of {r.topic}/{r.queue_id} offset {r.queue_offset} expired "
-                f"{now_ms - d.deadline_ms} ms ago (its invisible time is over; the message will "
+                f"{now_ms - due} ms ago (its invisible time is over; the message will "
                 "be delivered again)")
         return q, d
 
@@ -318,6 +382,21 @@ class ConsumerGroups:
             results.append(None)
         self._log_and_apply([_ack(key, offs) for key, offs in done.items()])
         return results
+
+    def give_back(self, receipts: list[Receipt], now_ms: int) -> int:
+        """Deliveries made but never sent (their receive gave up first): due again at once
+        (their attempt stays counted, as any redelivery's). Returns how many."""
+        changes = []
+        for r in receipts:
+            q = self.queues.get((r.group, r.topic, r.queue_id))
+            d = q.in_flight.get(r.queue_offset) if q is not None else None
+            if d is not None and d.handle_id == r.handle_id:
+                changes.append(_change((r.group, r.topic, r.queue_id), r.queue_offset,
+                                       now_ms, r.handle_id))
+        if changes:
+            self._log_and_apply(changes)
+            self._maybe_compact()
+        return len(changes)
 
     def forget(self, group: str, topic: str, queue_id: int, offsets: list[int]) -> None:
         """Take deliveries out of flight without a receipt (their message is gone)."""
@@ -449,7 +528,11 @@ class ConsumerGroups:
         return [g for g, offsets in self.committed.items() if offsets]
 
     def _maybe_compact(self) -> None:
-        if self.journal.size > COMPACT_BYTES and not self.writing:
+        if self.journal.size <= COMPACT_BYTES:
+            return
+        with self.append_lock:
+            if self.writing:     # committed offsets written, not in the state yet
+                return
             try:
                 self.compact()
             except DiskFullError as exc:    # the journal stays as it was and takes appends

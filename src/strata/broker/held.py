@@ -157,17 +157,26 @@ class HeldMessages:
         """Of the held ids whose move began at the given commit-log offsets, those whose copy
         is in the commit log (RELEASEd here, never put twice; the caller drops their
         reference in the held store)."""
+        found = self._stored_copies(moving)
+        self._released_as_moved(found)
+        return found
+
+    def _stored_copies(self, moving: dict[bytes, int]) -> list[bytes]:
+        """Of the held ids whose move began at the given commit-log offsets, those whose copy
+        is in the commit log (a scan of the log: any thread)."""
         wanted = {i.hex(): i for i in moving}
         found: list[bytes] = []
         for m in self.store.scan(min(moving.values())):
             hid = m.properties.get(PROP_HELD_ID)
             if hid is not None and hid in wanted:
                 found.append(wanted.pop(hid))
+        return found
+
+    def _released_as_moved(self, found: list[bytes]) -> None:
         if found:
             self._append(hj.encode_release(hj.Reason.MOVED, found))
             for i in found:
                 del self.entries[i]
-        return found
 
     def _finish_moves(self, moving: dict[bytes, int]) -> list[bytes]:
         """Moves a crash cut short: copies found in the commit log are released, the rest
@@ -266,6 +275,8 @@ class HeldMessages:
     # ------------------------------------------------------------------ leave
 
     def read(self, e: HeldEntry) -> StoredMessage | None:
+        """The held message (None: its body is gone). Any thread: a server calls it off its
+        event loop (the held store's read may wait for a compaction of its file)."""
         data = self.client.read(e.id)
         return None if data is None else decode_held(data)
 
@@ -277,14 +288,18 @@ class HeldMessages:
             e.busy = True
         self._moving += 1
         try:
+            loop = asyncio.get_running_loop()      # (the reads below go off the loop)
             retried = {e.id: e.moved_from for e in entries if e.moved_from is not None}
             if retried:          # a put that failed may have stored some copies after all
-                done = self._already_moved(retried)
+                done = await loop.run_in_executor(None, self._stored_copies, retried)
+                self._released_as_moved(done)
                 if done:
                     self.client.remove(done)
                     entries = [e for e in entries if e.id not in set(done)]
             msgs, moved, bad = [], [], []
-            for e, data in zip(entries, self.client.read_many([e.id for e in entries])):
+            datas = await loop.run_in_executor(None, self.client.read_many,
+                                               [e.id for e in entries])
+            for e, data in zip(entries, datas):
                 try:
                     if data is None:
                         raise CorruptRecordError("its body is missing from the held store")

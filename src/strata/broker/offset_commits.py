@@ -80,15 +80,17 @@ class CommitWriter:
                         f.set_exception(exc)
                 continue
             self.writes += 1
-            self.groups.writing -= len(batch)
             for _d, apply, f in batch:
                 apply()
                 if not f.done():
                     f.set_result(None)
+            # only now: a compaction (maybe on another thread) must find them in the state
+            self.groups.writing -= len(batch)
             self.groups._maybe_compact()
 
     def _write(self, data: bytes) -> None:
-        self.groups.journal.append(data)
+        with self.groups.append_lock:      # not between a compaction's snapshot and rewrite
+            self.groups.journal.append(data)
         if self.sync:
             self.groups.journal.sync()
 

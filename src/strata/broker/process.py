@@ -25,6 +25,8 @@ import uvloop
 import strata
 from strata.broker.acl import DEFAULT_WINDOW_S, AccessList, load_acl
 from strata.broker.group_state import ConsumerGroups
+from strata.broker.group_worker import GroupWorker
+from strata.broker.warm import warm_quietly
 from strata.broker.held import HeldMessages
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
@@ -77,6 +79,8 @@ class Node:
     acl: AccessList | None
     tls_pems: tuple[bytes, bytes] | None       # (certificate PEM, key PEM)
     tls_context: object | None                 # ssl.SSLContext for listeners doing TLS
+    # the thread every change to the groups' deliveries runs on (off the event loop)
+    worker: GroupWorker = field(default_factory=GroupWorker)
 
 
 class Listener(Protocol):
@@ -140,6 +144,7 @@ def _listeners(cfg: ServeConfig, node: Node) -> list[Listener]:
 
 
 def _close(node: Node) -> None:
+    node.worker.shutdown()
     node.held.close()
     node.groups.close()
     node.store.close()
@@ -231,7 +236,8 @@ async def _start_admin(node: Node, listeners: list[Listener]):
     this process holds the store; its endpoint goes to ``<store>/broker.admin``."""
     from strata.broker.admin import AdminServer, AdminTarget
     admin = AdminServer(AdminTarget(node.store, node.groups,
-                                    lambda: kafka_group_states(listeners)), acl=node.acl)
+                                    lambda: kafka_group_states(listeners), node.worker),
+                        acl=node.acl)
     await admin.start()
     return admin
 
@@ -263,6 +269,9 @@ async def serve(cfg: ServeConfig) -> None:
     # as the store held them at open: once the listeners run, the timer may move due ones
     held_at_open = len(node.held.entries)
     node.batcher.start()
+    # the store's compiled kernels load (or, with a cold cache, compile) off the loop now,
+    # not inside the first clients' calls (strata.broker.warm)
+    asyncio.get_running_loop().run_in_executor(None, warm_quietly)
     for lst in listeners:
         await lst.start()
     admin = console = http_port = None

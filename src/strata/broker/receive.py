@@ -22,6 +22,7 @@ class Delivered:
     message: StoredMessage
     receipt_handle: str
     attempt: int
+    receipt: Receipt         # what the handle says (to give the delivery back unsent)
 
 
 def parse_tag_expression(expression: str) -> frozenset[str] | None:
@@ -37,7 +38,7 @@ def parse_tag_expression(expression: str) -> frozenset[str] | None:
 
 
 class Popper:
-    """Pops for the server (one event-loop thread)."""
+    """Pops for the server (on its group worker's thread: ``strata.broker.group_worker``)."""
 
     def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
                  max_attempts: int = 16) -> None:
@@ -70,7 +71,7 @@ class Popper:
             qs = self.groups.queue(group, topic, q)
             if fifo:
                 pick = self.fifo.pick(group, qs, topic, q, tags, need, now_ms,
-                                      self.max_attempts)
+                                      self.max_attempts, self.groups.connected_until)
             else:
                 pick = self._pick(qs, topic, q, tags, need, now_ms)
             out += self._carry_out(group, topic, q, pick, deadline, renew)
@@ -83,7 +84,7 @@ class Popper:
         store = self.store
         pick = QueuePick(qs.pop_offset if qs is not None else store.min_offset(topic, q))
         if qs is not None:
-            for off, attempt in qs.due(now_ms, need):
+            for off, attempt in qs.due(now_ms, need, self.groups.connected_until):
                 r = store.get(topic, q, off, 1)
                 m = r.messages[0] if r.found and r.messages[0].queue_offset == off else None
                 if m is None or (tags is not None and m.tags not in tags):
@@ -121,6 +122,8 @@ class Popper:
             return []
         handles = self.groups.pop(group, topic, q, pick.pop_offset, pick.picked, pick.new_pop,
                                   deadline, pick.held, renew)
-        return [Delivered(m, self.signer.encode(Receipt(group, topic, q, off, h, deadline)),
-                          attempt + 1)
-                for m, (off, attempt), h in zip(pick.messages, pick.picked, handles)]
+        out = []
+        for m, (off, attempt), h in zip(pick.messages, pick.picked, handles):
+            r = Receipt(group, topic, q, off, h, deadline)
+            out.append(Delivered(m, self.signer.encode(r), attempt + 1, r))
+        return out

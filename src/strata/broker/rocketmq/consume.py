@@ -2,16 +2,22 @@
 ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue.
 
 A part of ``MessagingService`` (``strata.broker.rocketmq.service``), which mixes it in: it
-uses the service's store, groups, popper, signer, arrivals, batcher and sessions, and its
-``_topic``/``_group`` checks.
+uses the service's store, groups, popper, signer, arrivals, batcher, sessions and worker,
+and its ``_topic``/``_group`` checks.
+
+Every operation on the groups' deliveries, and the store reads a pop or a forward to the DLQ
+makes, runs on the group worker's thread (``strata.broker.group_worker``): a read that goes
+to S3 or a journal append that waits for an fsync holds no other client's call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from strata.broker.dead_letter import dead_letter
 from strata.broker.errors import InvalidMessageError, InvalidReceiptHandleError
+from strata.broker.group_state import Delivery
 from strata.broker.receipt import Receipt
 from strata.broker.receive import parse_tag_expression
 from strata.broker.rocketmq.convert import to_protocol
@@ -21,6 +27,7 @@ from strata.broker.rocketmq.options import (CATCH_UP_S, DEFAULT_POLL_MS, MAX_BAT
 from strata.broker.rocketmq.protocol import Code, pb, svc
 from strata.broker.rocketmq.rpc import Refused, _client_id, _duration_ms, _status, now_ms
 from strata.errors import StrataError
+from strata.store.message import StoredMessage
 from strata.store.topics import TopicType
 
 
@@ -74,20 +81,29 @@ class Consuming:
         target = self.arrivals.acknowledged()
         remaining = context.time_remaining()
         poll_s = poll_ms / 1000
+        answer_by = None            # (monotonic) the latest time to answer the client
         if remaining is not None:
             poll_s = min(poll_s, remaining - POLL_MARGIN_S)
             catch_up_s = max(poll_s, remaining - POLL_MARGIN_S)
+            answer_by = began + (remaining - POLL_MARGIN_S if remaining > 2 * POLL_MARGIN_S
+                                 else remaining / 2)
         else:
             catch_up_s = max(poll_s, CATCH_UP_S)
         end = began + max(poll_s, 0.0)
         while True:
             arrived = self.arrivals.take()      # before the pop: a dispatch after it wakes us
             try:
-                self.renew_if_late()
-                got = self._pop(group, topic, tags, batch, invisible, renew_for)
+                got, nxt = await self._pop_by(answer_by, group, topic, tags, batch,
+                                              invisible, renew_for)
             except BaseException:
                 self.arrivals.release()
                 raise
+            if got is None:       # the pop did not finish in the client's time
+                self.arrivals.release()
+                yield svc.ReceiveMessageResponse(status=_status(
+                    Code.MESSAGE_NOT_FOUND, "no message read in time (the store was slow to "
+                    "answer; what it found is handed out again at once)"))
+                return
             if got:
                 self.arrivals.release()
                 break
@@ -101,7 +117,6 @@ class Consuming:
                     Code.MESSAGE_NOT_FOUND, "no new message (long polling timed out)"))
                 return
             wait = min(left, RECHECK_S)
-            nxt = self.groups.next_deadline()
             if nxt is not None:
                 wait = min(wait, max(0.0, (nxt - now_ms()) / 1000) + 0.001)
             await self.arrivals.wait(arrived, wait)
@@ -115,11 +130,42 @@ class Consuming:
         resp.delivery_timestamp.nanos = ms * 1_000_000
         yield resp
 
+    async def _pop_by(self, answer_by: float | None, *args) -> tuple[list | None, int | None]:
+        """``_pop(*args)`` on the group worker, waited for until ``answer_by`` (monotonic;
+        None: as long as it takes). A pop that finishes later — a slow store read, a queue
+        of group work before it — or whose receive was cancelled gives its deliveries back
+        (due again at once) instead of leaving them invisible for nobody: (None, None)."""
+        fut = self.worker.submit(self._pop, *args)
+        try:
+            if answer_by is None:
+                return await asyncio.shield(fut)
+            return await asyncio.wait_for(asyncio.shield(fut),
+                                          max(0.0, answer_by - time.monotonic()))
+        except asyncio.TimeoutError:
+            fut.add_done_callback(self._give_back)
+            return None, None
+        except asyncio.CancelledError:
+            fut.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, fut: asyncio.Future) -> None:
+        """(A done callback, on the loop.) The deliveries of a pop nobody will send."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        got, _next = fut.result()
+        if got:
+            back = self.worker.submit(self.groups.give_back, [d.receipt for d in got],
+                                      now_ms())
+            back.add_done_callback(lambda _f: self._notify_arrival())
+
     def _pop(self, group: str, topic: str, tags, batch: int, invisible: int,
-             renew_for: str | None):
+             renew_for: str | None) -> tuple[list, int | None]:
+        """On the group worker: the deliveries, and if there are none, when the next one
+        becomes due (ms; None: none in flight)."""
         t = now_ms()
         renew = None if renew_for is None else (renew_for, t + self.options.renew_max_ms)
-        return self.popper.pop(group, topic, tags, batch, invisible, t, renew)
+        got = self.popper.pop(group, topic, tags, batch, invisible, t, renew)
+        return got, (None if got else self.groups.next_deadline(t))
 
     # ------------------------------------------------------------------ ack, invisible time
 
@@ -149,7 +195,8 @@ class Consuming:
             except InvalidReceiptHandleError as exc:
                 receipts.append(None)
                 errors.append(str(exc))
-        outcome = iter(self.groups.ack([r for r in receipts if r is not None], now_ms()))
+        outcome = iter(await self.worker.run_light(
+            self.groups.ack, [r for r in receipts if r is not None], now_ms()))
         entries = []
         for e, r, err in zip(request.entries, receipts, errors):
             if r is not None:
@@ -179,7 +226,8 @@ class Consuming:
                               f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms")
             r = self._receipt(request.receipt_handle, group, topic)
             t = now_ms()
-            handle = self.groups.change_invisible(r, t + invisible, t)
+            handle = await self.worker.run_light(self.groups.change_invisible, r,
+                                                 t + invisible, t)
         except Refused as r:
             return svc.ChangeInvisibleDurationResponse(status=_status(r.code, str(r)))
         except InvalidReceiptHandleError as exc:
@@ -197,11 +245,11 @@ class Consuming:
             group = self._group(request.group)
             topic = self._topic(request.topic)
             r = self._receipt(request.receipt_handle, group, topic)
-            d = self.groups.check(r, now_ms())
-            got = self.store.get(topic, r.queue_id, r.queue_offset, 1)
-            if got.found and got.messages[0].queue_offset == r.queue_offset:
-                await self.batcher.submit([dead_letter(got.messages[0], group, d.attempt)])
-            self.groups.forget(group, topic, r.queue_id, [r.queue_offset])
+            d, m = await self.worker.call(self._dead_letter_read, r)
+            if m is not None:
+                await self.batcher.submit([dead_letter(m, group, d.attempt)])
+            await self.worker.run_light(self.groups.forget, group, topic, r.queue_id,
+                                        [r.queue_offset])
             self._notify_arrival()     # a FIFO message group moves on
         except Refused as exc:
             return Resp(status=_status(exc.code, str(exc)))
@@ -210,3 +258,11 @@ class Consuming:
         except StrataError as exc:
             return Resp(status=_status(Code.INTERNAL_SERVER_ERROR, str(exc)))
         return Resp(status=_status())
+
+    def _dead_letter_read(self, r: Receipt) -> tuple[Delivery, StoredMessage | None]:
+        """On the group worker: the live delivery of ``r`` (else its error) and its message
+        (None: removed by retention)."""
+        d = self.groups.check(r, now_ms())
+        got = self.store.get(r.topic, r.queue_id, r.queue_offset, 1)
+        found = got.found and got.messages[0].queue_offset == r.queue_offset
+        return d, (got.messages[0] if found else None)

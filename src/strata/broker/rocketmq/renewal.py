@@ -1,15 +1,21 @@
 """Push consumers' deliveries (a receive with ``auto_renew``): their invisible times are
 renewed while the client is connected and released soon after it is gone.
 
+What keeps such a delivery from a second consumer is the rule of
+``strata.broker.group_state`` (``Delivery.due_ms``): it is not due while its client is
+connected (``connected_until``, from the sessions here) and within its renew-until time. The
+renew loop writes the renewals to the journal, so that the promise survives a restart and
+the client's invisible time it was told holds; when the loop runs late (a loaded machine),
+nothing is handed out twice meanwhile.
+
 A part of ``MessagingService`` (``strata.broker.rocketmq.service``), which mixes it in: it
-uses the service's ``groups``, ``sessions`` and ``options``.
+uses the service's ``groups``, ``sessions``, ``worker`` and ``options``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from strata.broker.rocketmq.options import (RELEASE_MS, RENEW_AHEAD_MS, RENEW_PERIOD_MS,
                                             SESSION_TIMEOUT_MS, STREAM_TIMEOUT_MS)
@@ -31,14 +37,19 @@ class Renewal:
         while True:
             await asyncio.sleep(period)
             try:
-                self.renew_due(now_ms())
+                await self.worker.call(self.renew_due, now_ms())
             except Exception:       # noqa: BLE001 - keep renewing; say what went wrong
                 log.exception("renewing invisible times failed")
 
+    def connected_until(self, client: str) -> int:
+        """Until when (ms) ``client`` counts as connected without another call; -1: gone.
+        (``ConsumerGroups.connected_until``: called on the group worker's thread.)"""
+        return self.sessions.connected_until(client, SESSION_TIMEOUT_MS, STREAM_TIMEOUT_MS)
+
     def renew_due(self, now: int) -> None:
         """Renew the push consumers' deliveries that are close to their deadline, for the
-        clients still connected; release those of clients that are not."""
-        self._renewed_at = time.monotonic()
+        clients still connected; release those of clients that are not. (On the group
+        worker's thread.)"""
         slice_ms = self.options.renew_slice_ms
         ahead = min(RENEW_AHEAD_MS, slice_ms // 3)
         # the index's clients as they stand: renew and release walk each client's deliveries
@@ -49,20 +60,6 @@ class Renewal:
             else:
                 self._release(client, now)
 
-    def renew_if_late(self) -> None:
-        """Before a pop: renew now if the renew loop is late (a loaded machine can hold the
-        event loop or the process back past a renewal's margin). Renewing every ``late`` s
-        renews each delivery whose invisible time ends within ``ahead`` > ``late`` of now, so
-        a pop never finds due, and hands to another consumer, a delivery that a connected
-        push consumer still holds."""
-        ahead_s = min(RENEW_AHEAD_MS, self.options.renew_slice_ms // 3) / 1000
-        late = min(self._renew_period_s(), ahead_s / 2)
-        if time.monotonic() - self._renewed_at > late:
-            try:
-                self.renew_due(now_ms())
-            except Exception:       # noqa: BLE001 - the receive goes on; the loop retries
-                log.exception("renewing invisible times failed")
-
     def _release(self, client: str, now: int) -> None:
         n = self.groups.release(client, now + RELEASE_MS)
         if n:
@@ -72,7 +69,8 @@ class Renewal:
 
     def _client_gone(self, client: str) -> None:
         """The client ended its session (NotifyClientTermination, or its Telemetry stream
-        closed): what is renewed for it comes back soon."""
+        closed): what is renewed for it comes back soon (released on the group worker;
+        nobody waits for it: a stream's cleanup cannot)."""
         self.sessions.forget(client)
         if client:
-            self._release(client, now_ms())
+            self.worker.submit(self._release, client, now_ms())

@@ -45,7 +45,7 @@ class GrpcListener:
                           gather_s=cfg.gather_ms / 1000,
                           renew_slice_ms=int(cfg.renew_slice_s * 1000),
                           renew_max_ms=int(cfg.renew_max_s * 1000)),
-            node.held, node.batcher)
+            node.held, node.batcher, node.worker)
         layers = []      # outermost first: metrics count what the ACL refuses too
         if node.metrics is not None:
             from strata.broker.rocketmq.metrics import RpcMetrics

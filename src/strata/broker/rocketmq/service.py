@@ -19,6 +19,7 @@ from typing import Sequence
 from strata.broker.arrivals import Arrivals
 from strata.broker.errors import InvalidGroupError, InvalidMessageError
 from strata.broker.group_state import ConsumerGroups
+from strata.broker.group_worker import GroupWorker
 from strata.broker.held import HeldMessages
 from strata.broker.names import check_group, check_topic
 from strata.broker.receipt import ReceiptSigner
@@ -56,11 +57,13 @@ def _held_error_status(exc: Exception, what: str):
 
 
 class MessagingService(Renewal, Consuming, svc_grpc.MessagingServiceServicer):
-    """The RPCs. Runs on one event loop; store puts run on the batcher's writer thread."""
+    """The RPCs. Runs on one event loop; store puts run on the batcher's writer thread, the
+    consumer groups' operations (and the store reads of pops) on the group worker's."""
 
     def __init__(self, store: MessageStore, groups: ConsumerGroups, signer: ReceiptSigner,
                  endpoint: tuple[str, int], options: BrokerOptions,
-                 held: HeldMessages, batcher: SendBatcher | None = None) -> None:
+                 held: HeldMessages, batcher: SendBatcher | None = None,
+                 worker: GroupWorker | None = None) -> None:
         self.store = store
         self.groups = groups
         self.signer = signer
@@ -69,10 +72,14 @@ class MessagingService(Renewal, Consuming, svc_grpc.MessagingServiceServicer):
         # shared with the other listeners of the process (one group commit for all), or its own
         self.batcher = batcher if batcher is not None else SendBatcher(store, options.gather_s)
         self._own_batcher = batcher is None
+        # shared with the process's admin API (an operator's reset), or its own
+        self.worker = worker if worker is not None else GroupWorker()
+        self._own_worker = worker is None
         self.popper = Popper(store, groups, signer, options.max_delivery_attempts)
         self.arrivals = Arrivals(store)     # set when dispatch made new messages visible
         self.clients: dict[str, int] = {}   # client id -> client type (live sessions)
         self.sessions = Sessions()
+        groups.connected_until = self.connected_until    # push consumers' deliveries
         self.held = held
         held.put = self.batcher.submit
         self.timer = Timer(held, self._notify_arrival)
@@ -84,7 +91,6 @@ class MessagingService(Renewal, Consuming, svc_grpc.MessagingServiceServicer):
         self.renewed = 0             # renewals made, deliveries released (stop line, tests)
         self.released = 0
         self._renewer: asyncio.Task | None = None
-        self._renewed_at = 0.0       # time.monotonic() of the last renew_due
 
     def start(self) -> None:
         if self._own_batcher:
@@ -108,6 +114,8 @@ class MessagingService(Renewal, Consuming, svc_grpc.MessagingServiceServicer):
         await self.transactions.close()
         if self._own_batcher:
             await self.batcher.close()
+        if self._own_worker:
+            await self.worker.close()
 
     # ------------------------------------------------------------------ helpers
 
@@ -283,7 +291,9 @@ class MessagingService(Renewal, Consuming, svc_grpc.MessagingServiceServicer):
             if new_topics:     # a send the store would refuse creates no topic (issue 22.6)
                 self.store.check_batch(msgs)
             for topic, kind in new_topics.items():     # a first send gives a topic its type
-                self._create_topic(topic, kind)
+                # (the topic table is rewritten and fsynced: off the loop)
+                await asyncio.get_running_loop().run_in_executor(None, self._create_topic,
+                                                                 topic, kind)
             results = await self._store_or_hold(request.messages, msgs, _client_id(context))
         except Refused as r:
             return svc.SendMessageResponse(status=_status(r.code, str(r)))

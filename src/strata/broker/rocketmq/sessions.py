@@ -31,7 +31,8 @@ class Session:
 
 
 class Sessions:
-    """The open sessions by client id (one event-loop thread)."""
+    """The open sessions by client id (changed on the event loop; ``connected_until`` is also
+    read from the group worker's thread)."""
 
     def __init__(self) -> None:
         self.by_client: dict[str, Session] = {}
@@ -66,12 +67,17 @@ class Sessions:
                   stream_timeout_ms: int) -> bool:
         """The client called within ``timeout_ms`` or, while a Telemetry stream of it is
         open, within ``stream_timeout_ms`` (a hung process keeps its connection open)."""
+        return now_ms <= self.connected_until(client_id, timeout_ms, stream_timeout_ms)
+
+    def connected_until(self, client_id: str, timeout_ms: int, stream_timeout_ms: int) -> int:
+        """Until when (ms) the client counts as connected if it makes no call meanwhile (as
+        ``connected`` decides); -1 if it is gone. Safe from another thread (dict reads)."""
         t = self.last_seen.get(client_id)
         if t is None:
-            return False
+            return -1
         s = self.by_client.get(client_id)
         open_ = s is not None and not s.closed
-        return now_ms - t <= (stream_timeout_ms if open_ else timeout_ms)
+        return t + (stream_timeout_ms if open_ else timeout_ms)
 
     def producer_for(self, topic: str, prefer: str = "") -> Session | None:
         """A live producer session that publishes ``topic``: ``prefer`` (a client id) if it

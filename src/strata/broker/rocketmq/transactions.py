@@ -11,6 +11,7 @@ resolved or malformed ids are refused with ``INVALID_TRANSACTION_ID``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Callable
 
@@ -126,7 +127,7 @@ class Transactions(DueQueue):
             log.info("transaction %s (topic %s): no live producer of the topic to check it "
                      "with (check %d of %d)", e.id.hex(), e.topic, checks, self.max_checks)
             return
-        sm = self.held.read(e)
+        sm = await asyncio.get_running_loop().run_in_executor(None, self.held.read, e)
         if sm is None:
             return
         s.push(svc.TelemetryCommand(
