@@ -7,6 +7,7 @@ thread (``ConsoleData.executor``), never on the event loop. Nothing here writes 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -36,6 +37,15 @@ RETRY_PREFIX = "%RETRY%"
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _name_os_thread() -> None:
+    """Name the console's thread for the OS too (``top -H``, /proc/PID/task/*/comm): what
+    it costs a broker shows apart from the broker's own threads (bench/console.py)."""
+    try:
+        ctypes.CDLL(None).prctl(15, b"strata-console", 0, 0, 0)    # PR_SET_NAME (Linux)
+    except (OSError, AttributeError):
+        pass
 
 
 def _dir_bytes(path: Path) -> tuple[int, int]:
@@ -74,7 +84,8 @@ class ConsoleData:
         self.listeners = listeners or (lambda: {})
         # one thread: a read-only MessageStore is not made for concurrent callers, and one
         # thread keeps the console's share of the CPU small beside a busy broker
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="strata-console")
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="strata-console",
+                                           initializer=_name_os_thread)
         self.history: deque[Sample] = deque(maxlen=HISTORY_POINTS)
         self._disk: tuple[float, dict] = (0.0, {})
         self._rows: tuple[float, list | None, tuple | None] = (0.0, None, None)
