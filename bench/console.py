@@ -2,7 +2,8 @@
 
     python bench/console.py [--topics 1000] [--queues 8] [--groups 100] [--messages 200000]
                             [--fast-build] [--rounds 10] [--browser-rounds 5]
-                            [--ab-seconds 3] [--ab-rounds 5] [--baseline-src DIR] [--dir DIR]
+                            [--ab-rounds 6] [--ab-seconds 8] [--ab-warmup 3] [--producers 2]
+                            [--baseline-src DIR] [--skip-readonly] [--dir DIR]
 
 Builds a store of ``--topics`` topics of ``--queues`` queues holding ``--messages`` messages
 (bodies of 100 B) and ``--groups`` consumer groups (group i reads topic i, all its queues,
@@ -20,15 +21,20 @@ chunk of 8,192 plain bodies, round-robin over the queues) instead of ``put_batch
 * ``browser``: Debian's chromium (Playwright) loading each page: the navigation's
   ``loadEventEnd`` (HTML, CSS, scripts and the first chart data), median; target <= 1 s.
   With ``--baseline-src`` both again, alternately.
-* ``ab``: what the console costs a writer: ``put_batch`` of 100 B messages in batches of 256
-  for ``--ab-seconds`` without a console (A) and with a read-only console whose overview
-  page is polled as the browser polls it (every 2 s) besides its own sampler, started and
-  settled before its window (B); ``--ab-rounds`` rounds, each A then B or B then A
-  (alternating, so a drift of the machine's load favours neither), one ratio B / A per
-  round, and their median (target >= 0.98). On a shared machine the writer's own rate swings
-  more than that between windows, so the row also gives the console process's CPU time over
-  each B window as a share of one core (``console_cpu_share``, target <= 0.02): what it takes
-  from the writer at most.
+* ``broker_ab``: what the console's polling costs the broker's produce throughput (issue
+  25: at most 2%). ``strata serve --kafka`` over the same store takes ``--producers``
+  confluent-kafka producer processes' 100 B messages (acks=all, as fast as they go) to an
+  8-partition topic, in windows of ``--ab-seconds`` measured after ``--ab-warmup`` seconds:
+  A without the console, B with ``--http`` and a client that asks what a browser with the
+  overview, topics and groups pages open asks (each page once, then every 2 s, as
+  console.js does, ``/api/overview`` and ``/api/groups?per_page=1``), beside the console's
+  own once-a-second sampler. Each window starts its own broker (the same store). Rounds of
+  AB, BA, AB, ... (``--ab-rounds``): per round (``broker_ab_round``) the throughput ratio
+  B/A (messages the broker stored, counted from the topic's max offsets by a read-only
+  opener) and the broker process's CPU per stored message in both windows (from /proc: on
+  this shared machine steadier than the wall-clock rate), and the broker's console
+  thread's CPU as a share of a core; the summary row gives each as median, quartiles and
+  range (target: throughput ratio >= 0.98 and CPU per message ratio <= 1.02).
 """
 
 from __future__ import annotations
@@ -177,64 +183,218 @@ def measure_browser(c: Console, paths: list[str], rounds: int) -> None:
         b.close()
 
 
-def put_rate(store, seconds: float) -> float:
-    msgs = [strata.Message("ab-topic", b"y" * 100) for _ in range(256)]
-    n = 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        store.put_batch(msgs)
-        n += len(msgs)
-    return n / (time.perf_counter() - t0)
-
-
-def with_console(store, d: Path, seconds: float, cpu: list[float]) -> float:
-    """The writer's rate with a read-only console beside it, polled as the overview page
-    polls (the console is started and settled outside the window: its first sample ran);
-    the console's CPU time over the window / the window goes to ``cpu`` (a core's share)."""
-    c = Console(d)
-    try:
-        c.get("/api/overview")
-        time.sleep(1.0)
-        stop = threading.Event()
-
-        def poll() -> None:
-            while not stop.is_set():
-                c.get("/api/overview")
-                stop.wait(2.0)
-        poller = threading.Thread(target=poll)
-        cpu0, t0 = c.cpu_s(), time.perf_counter()
-        poller.start()
+# A Kafka producer process: connects, says READY, reads END from stdin, then sends 100 B
+# messages to every partition of TOPIC, PACE a second (0: as fast as it goes), until the
+# monotonic clock (shared by the processes of one machine) passes END; acks=all, linger
+# 5 ms, delivery reports for errors only (the broker's side is what is counted)
+PRODUCER = r"""
+import sys, time
+from confluent_kafka import Producer
+boot, topic, parts = sys.argv[1], sys.argv[2], int(sys.argv[3])
+pace = float(sys.argv[4])      # messages a second from this producer (0: as fast as it goes)
+p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5,
+              "broker.address.family": "v4", "enable.idempotence": False,
+              "delivery.report.only.error": True})
+body = b"y" * 100
+p.produce(topic, body, partition=0)
+p.flush(60)                    # connected, the topic's partitions known
+print("READY", flush=True)
+end = float(sys.stdin.readline())
+i = 0
+t0 = time.monotonic()
+while time.monotonic() < end:
+    for _ in range(100):
         try:
-            return put_rate(store, seconds)
-        finally:
-            stop.set()
-            poller.join()
-            cpu.append((c.cpu_s() - cpu0) / (time.perf_counter() - t0))
+            p.produce(topic, body, partition=i % parts)
+        except BufferError:
+            p.poll(0.005)
+        i += 1
+    if pace:
+        ahead = t0 + i / pace - time.monotonic()
+        if ahead < -0.1:       # fell behind (the machine is busy): no burst to catch up
+            t0, i, ahead = time.monotonic(), 0, 0.0
+    p.poll(0)                  # serves the client's events
+    if pace and ahead > 0:
+        time.sleep(ahead)      # (poll(timeout) returns at its first event: no pacing)
+p.flush(60)
+"""
+
+AB_TOPIC = "ab-kafka"
+AB_QUEUES = 8
+REFRESH_S = 2.0      # console.js REFRESH_MS: how often an open overview or groups page polls
+
+
+def proc_cpu_s(pid: int, task: str | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` (or of its thread ``task``), /proc."""
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def console_threads_cpu_s(pid: int) -> float:
+    """CPU seconds of the broker's console thread(s) (``strata-console_N``: the sampler's
+    readings and every API answer's store reads; the event loop's part — HTTP and JSON —
+    is not in it, the broker's CPU per message is)."""
+    total = 0.0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if Path(f"/proc/{pid}/task/{task}/comm").read_text().startswith("strata-console"):
+                total += proc_cpu_s(pid, task)
+        except FileNotFoundError:
+            continue
+    return total
+
+
+class Broker:
+    """``strata serve --kafka`` over the bench's store, with the console (``--http``) or
+    without it."""
+
+    def __init__(self, d: Path, log: Path, console: bool) -> None:
+        cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(d), "--kafka",
+               "127.0.0.1:0", "--exit-with-parent", "--store-option", "prefault=false"]
+        if console:
+            cmd += ["--http", "127.0.0.1:0"]
+        self.log = log
+        out = open(log, "w")
+        self.proc = subprocess.Popen(cmd, stderr=out, stdout=subprocess.DEVNULL)
+        out.close()
+        deadline = time.monotonic() + 120
+        while True:
+            text = log.read_text()
+            m = re.search(r"([\d.]+:\d+) \(kafka\)", text)
+            if m:
+                self.boot = m.group(1)
+                h = re.search(r"console (http://[\d.]+:\d+)/", text)
+                self.url = h.group(1) if h else None
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("strata serve did not start: " + text)
+            threading.Event().wait(0.05)       # no event tells us a child printed a line
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def stored(reader) -> int:
+    """Commit-log bytes the broker confirmed so far (``reader``: the store opened read-only
+    beside it, which follows it). Bytes, not the queues' max offsets: those move with the
+    dispatch thread, which a busy machine holds back for a while now and then; a put is
+    confirmed when the producer's request is answered."""
+    return reader.confirmed_offset()
+
+
+def record_size(reader) -> int:
+    """The size of one of the producers' records (all alike: same topic, 100 B body)."""
+    q = max(range(AB_QUEUES), key=lambda q: reader.max_offset(AB_TOPIC, q))
+    got = reader.get(AB_TOPIC, q, reader.max_offset(AB_TOPIC, q) - 1, 1)
+    return got.messages[0].size
+
+
+def page_poller(url: str, stop: threading.Event) -> threading.Thread:
+    """What a browser with the overview, topics and groups pages open asks: each page once,
+    then every REFRESH_S the overview's /api/overview and the groups page's lag chart
+    (/api/groups?per_page=1); the topics page does not poll."""
+    def run() -> None:
+        for path in ("/", "/topics", "/groups"):
+            with urllib.request.urlopen(url + path, timeout=60) as r:
+                r.read()
+        while not stop.is_set():
+            for path in ("/api/overview", "/api/groups?per_page=1"):
+                with urllib.request.urlopen(url + path, timeout=60) as r:
+                    r.read()
+            stop.wait(REFRESH_S)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def broker_window(d: Path, work: Path, console: bool, producers: int, warmup: float,
+                  seconds: float, pace: float) -> dict:
+    """One window: a broker (with the console polled as the pages poll it, or without a
+    console) takes ``producers`` Kafka producer processes' messages; after ``warmup`` s the
+    next ``seconds`` are measured: messages stored, the broker's CPU, its console thread's."""
+    b = Broker(d, work / f"serve-{'b' if console else 'a'}.log", console)
+    stop = threading.Event()
+    procs = []
+    reader = strata.open(d, readonly=True)
+    try:
+        poller = page_poller(b.url, stop) if console else None
+        procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, b.boot, AB_TOPIC,
+                                   str(AB_QUEUES), repr(pace / producers)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for _ in range(producers)]
+        for p in procs:
+            if p.stdout.readline().strip() != "READY":
+                raise RuntimeError("a producer did not connect")
+        t_start = time.monotonic()
+        for p in procs:
+            p.stdin.write(f"{t_start + warmup + seconds + 0.5!r}\n")
+            p.stdin.flush()
+        threading.Event().wait(warmup)
+        n0, c0, k0, t0 = stored(reader), proc_cpu_s(b.proc.pid), \
+            console_threads_cpu_s(b.proc.pid), time.monotonic()
+        threading.Event().wait(seconds)
+        n1, c1, k1, t1 = stored(reader), proc_cpu_s(b.proc.pid), \
+            console_threads_cpu_s(b.proc.pid), time.monotonic()
+        for p in procs:
+            p.wait(120)
+        stop.set()
+        if poller is not None:
+            poller.join(60)
+        size = record_size(reader)
     finally:
-        c.stop()
+        stop.set()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        reader.close()
+        b.stop()
+    msgs = (n1 - n0) / size
+    return {"msgs_s": msgs / (t1 - t0), "cpu_us_per_msg": (c1 - c0) / max(1, msgs) * 1e6,
+            "broker_cpu_share": (c1 - c0) / (t1 - t0),
+            "console_cpu_share": (k1 - k0) / (t1 - t0)}
 
 
-def measure_ab(store, d: Path, seconds: float, rounds: int) -> None:
-    ratios, without, with_, cpu = [], [], [], []
+def spread(xs: list[float]) -> dict:
+    q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
+    return {"p50": round(statistics.median(xs), 4), "q1": round(q[0], 4),
+            "q3": round(q[2], 4), "min": round(min(xs), 4), "max": round(max(xs), 4)}
+
+
+def measure_broker_ab(d: Path, work: Path, rounds: int, producers: int, warmup: float,
+                      seconds: float, pace: float) -> None:
+    """Rounds of two windows, A (no console) and B (console open and polled), in the order
+    AB, BA, AB, ... (ABBA across rounds: a drift of the machine's load favours neither);
+    per round the throughput ratio B/A and the CPU per message of both."""
+    rows = []
     for r in range(rounds):
-        if r % 2 == 0:              # A B, then B A: a drift of the load favours neither
-            a = put_rate(store, seconds)
-            b = with_console(store, d, seconds, cpu)
-        else:
-            b = with_console(store, d, seconds, cpu)
-            a = put_rate(store, seconds)
-        without.append(a)
-        with_.append(b)
-        ratios.append(b / a)
-        emit(case="ab_round", round=r, order="AB" if r % 2 == 0 else "BA",
-             without_msgs_s=round(a), with_console_msgs_s=round(b), ratio=round(b / a, 3),
-             console_cpu_share=round(cpu[-1], 4))
-    ratio = statistics.median(ratios)
-    emit(case="ab", rounds=rounds, without_msgs_s=round(statistics.median(without)),
-         with_console_msgs_s=round(statistics.median(with_)), median_ratio=round(ratio, 3),
-         ratios=[round(x, 3) for x in ratios], target_ratio=0.98, met=ratio >= 0.98,
-         console_cpu_share_p50=round(statistics.median(cpu), 4),
-         cpu_target=0.02, cpu_met=statistics.median(cpu) <= 0.02)
+        order = (False, True) if r % 2 == 0 else (True, False)
+        got = {c: broker_window(d, work, c, producers, warmup, seconds, pace)
+               for c in order}
+        a, b = got[False], got[True]
+        row = {"round": r, "order": "AB" if r % 2 == 0 else "BA",
+               "without_msgs_s": round(a["msgs_s"]), "with_console_msgs_s": round(b["msgs_s"]),
+               "ratio": round(b["msgs_s"] / a["msgs_s"], 4),
+               "without_cpu_us_per_msg": round(a["cpu_us_per_msg"], 2),
+               "with_console_cpu_us_per_msg": round(b["cpu_us_per_msg"], 2),
+               "cpu_per_msg_ratio": round(b["cpu_us_per_msg"] / a["cpu_us_per_msg"], 4),
+               "broker_cpu_share_without": round(a["broker_cpu_share"], 3),
+               "broker_cpu_share_with": round(b["broker_cpu_share"], 3),
+               "console_cpu_share": round(b["console_cpu_share"], 4)}
+        rows.append(row)
+        emit(case="broker_ab_round", **row)
+    col = lambda k: [x[k] for x in rows]      # noqa: E731
+    ratio = statistics.median(col("ratio"))
+    cpu = statistics.median(col("cpu_per_msg_ratio"))
+    emit(case="broker_ab", rounds=rounds, producers=producers, seconds=seconds, pace=pace,
+         throughput_ratio=spread(col("ratio")), cpu_per_msg_ratio=spread(col("cpu_per_msg_ratio")),
+         without_msgs_s=spread(col("without_msgs_s")),
+         with_console_msgs_s=spread(col("with_console_msgs_s")),
+         without_cpu_us_per_msg=spread(col("without_cpu_us_per_msg")),
+         with_console_cpu_us_per_msg=spread(col("with_console_cpu_us_per_msg")),
+         console_cpu_share=spread(col("console_cpu_share")),
+         target_ratio=0.98, met=ratio >= 0.98 and cpu <= 1.02)
 
 
 def main() -> None:
@@ -247,8 +407,17 @@ def main() -> None:
                     help="append with put_columns of plain bodies (for 10 M messages)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--browser-rounds", type=int, default=5)
-    ap.add_argument("--ab-seconds", type=float, default=3.0)
-    ap.add_argument("--ab-rounds", type=int, default=5)
+    ap.add_argument("--ab-rounds", type=int, default=6,
+                    help="rounds of the broker A/B (a window without the console and one "
+                         "with it, ABBA)")
+    ap.add_argument("--ab-seconds", type=float, default=8.0, help="measured seconds a window")
+    ap.add_argument("--ab-warmup", type=float, default=3.0,
+                    help="seconds of producing before a window's measurement starts")
+    ap.add_argument("--producers", type=int, default=2, help="Kafka producer processes")
+    ap.add_argument("--pace", type=float, default=0.0, metavar="MSGS_PER_S",
+                    help="the producers' rate in all (0: as fast as they go); a steady pace "
+                         "keeps the broker's batches alike in A and B, so its CPU per "
+                         "message compares like with like")
     ap.add_argument("--baseline-src", default=None, metavar="DIR",
                     help="also measure the writer's pages with the code in DIR (a src/), "
                          "alternately with this checkout's")
@@ -277,15 +446,16 @@ def main() -> None:
             finally:
                 c.stop()
         with strata.open(d, config()) as store:   # this process writes; the console reads
-            store.create_topic("ab-topic", queues=8)
+            store.create_topic(AB_TOPIC, queues=AB_QUEUES)
             if not a.skip_readonly:
                 c = Console(d)
                 try:
                     measure_pages(c, paths, a.rounds)
                 finally:
                     c.stop()
-            if a.ab_rounds:
-                measure_ab(store, d, a.ab_seconds, a.ab_rounds)
+        if a.ab_rounds:
+            measure_broker_ab(d, scratch, a.ab_rounds, a.producers, a.ab_warmup, a.ab_seconds,
+                              a.pace)
     finally:
         cleanup()
 

@@ -97,6 +97,37 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path, served) -> None:
     assert "Traceback" not in c.log
 
 
+def test_a_long_poll_answers_after_the_next_sample(tmp_path: Path, served) -> None:
+    """``?after=SEQ`` on /api/groups and /api/overview waits for the sampler's sample
+    numbered above SEQ, whose reading covers what was stored before it started."""
+    d = tmp_path / "store"
+    fill(d)
+    b = served(serve_cmd(d))
+    seq = b.api("/api/overview")["rates"]["seq"]
+    ov = b.api(f"/api/overview?after={seq}")
+    assert ov["rates"]["seq"] > seq
+    from broker_support import run_client
+    run_client(tmp_path, b.endpoint, """
+        p = producer("orders")
+        for i in range(7):
+            p.send(message("orders", f"later-{i}"))
+        p.shutdown()
+        out(ok=True)
+    """)
+    seq = b.api("/api/groups?per_page=1")["history"]["seq"]
+    hist = b.api(f"/api/groups?per_page=1&after={seq + 1}")["history"]
+    assert hist["seq"] > seq + 1 and len(hist["t"]) >= 3
+    # that sample started after the sends: the rates between the samples add up to them
+    r = b.api("/api/overview")["rates"]
+    assert r["seq"] >= hist["seq"]
+    t = [r["t"][0] - 1.0] + r["t"]     # (the first rate's interval: about a second)
+    assert round(sum(n * (b_ - a) for n, a, b_ in zip(r["messages_in"], t, t[1:]))) == 7
+    for bad, words in [("after=x", "after='x' is not an integer"),
+                       ("after=-1", "after=-1 is out of range")]:
+        status, got = b.get("/api/groups?" + bad)
+        assert status == 400 and words in got["error"], got
+
+
 def _tree_digest(d: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(d.rglob("*")):

@@ -34,6 +34,37 @@ DATA_KEY = web.AppKey("data", ConsoleData)
 ENV_KEY = web.AppKey("env", jinja2.Environment)
 ACTIONS_ON_KEY = web.AppKey("actions_on", bool)
 
+
+class Samples:
+    """Tells long polls (``?after=SEQ`` on /api/overview and /api/groups) that the
+    sampler took a sample: an event per sample, set by the sampler on the event loop."""
+
+    LONG_POLL_S = 30.0      # a long poll answers at the latest after this, sample or not
+
+    def __init__(self) -> None:
+        self._taken = asyncio.Event()
+
+    def taken(self) -> None:
+        self._taken.set()
+        self._taken = asyncio.Event()
+
+    async def after(self, data: ConsoleData, seq: int) -> None:
+        """Return once ``data`` holds a sample numbered above ``seq`` (at most
+        LONG_POLL_S later)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.LONG_POLL_S
+        while data.samples <= seq:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._taken.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+
+SAMPLES_KEY = web.AppKey("samples", Samples)
+
 TOPIC_PAGE = 200      # topic rows a page renders: 1,000 rows cost ~50 ms to render, ~1 s to load
 GROUP_PAGE = 20       # (group, topic) sections a page renders, each a table of its queues
 TOPIC_SORTS = {"topic", "type", "queues", "messages", "min_offset", "max_offset", "rate_in"}
@@ -123,8 +154,18 @@ def _page(request: web.Request, template: str, status: int = 200, **ctx) -> web.
 # ---------------------------------------------------------------------- JSON API
 
 
+async def _after_sample(request: web.Request) -> None:
+    """``?after=SEQ``: wait (a long poll) until the sampler took a sample numbered above
+    SEQ (the ``seq`` of an answer's ``rates`` or ``history``), so a caller waits for the
+    charts' next point on the sample itself instead of polling for it."""
+    seq = _api_int(request.query, "after", 0, 1 << 62)
+    if seq is not None:
+        await request.app[SAMPLES_KEY].after(request.app[DATA_KEY], seq)
+
+
 async def api_overview(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
+    await _after_sample(request)
     return _json(await _off_loop(request, d.overview))
 
 
@@ -193,6 +234,7 @@ async def api_topic(request: web.Request) -> web.Response:
 async def api_groups(request: web.Request) -> web.Response:
     """Groups filtered (``q``) and paged like /groups; ``history`` covers every group."""
     d = request.app[DATA_KEY]
+    await _after_sample(request)
     groups = _select_groups(await _off_loop(request, d.groups_list),
                             request.query.get("q", "").strip())
     got = _api_page(groups, request.query, GROUP_PAGE)
@@ -368,6 +410,7 @@ async def _sampler(app: web.Application) -> None:
             await loop.run_in_executor(d.executor, d.sample)
         except StrataError as exc:
             log.warning("console sample failed: %s", exc)
+        app[SAMPLES_KEY].taken()
         await asyncio.sleep(d.sample_interval())
 
 
@@ -393,6 +436,7 @@ def make_app(data: ConsoleData, acl=None, actions=None) -> web.Application:
         act.add_routes(app, actions)
     app[ACTIONS_ON_KEY] = actions is not None and not data.store.readonly
     app[DATA_KEY] = data
+    app[SAMPLES_KEY] = Samples()
     app[ENV_KEY] = make_env()
     r = app.router
     r.add_get("/api/overview", api_overview)

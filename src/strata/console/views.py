@@ -7,6 +7,7 @@ thread (``ConsoleData.executor``), never on the event loop. Nothing here writes 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -36,6 +37,15 @@ RETRY_PREFIX = "%RETRY%"
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _name_os_thread() -> None:
+    """Name the console's thread for the OS too (``top -H``, /proc/PID/task/*/comm): what
+    it costs a broker shows apart from the broker's own threads (bench/console.py)."""
+    try:
+        ctypes.CDLL(None).prctl(15, b"strata-console", 0, 0, 0)    # PR_SET_NAME (Linux)
+    except (OSError, AttributeError):
+        pass
 
 
 def _dir_bytes(path: Path) -> tuple[int, int]:
@@ -74,13 +84,15 @@ class ConsoleData:
         self.listeners = listeners or (lambda: {})
         # one thread: a read-only MessageStore is not made for concurrent callers, and one
         # thread keeps the console's share of the CPU small beside a busy broker
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="strata-console")
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="strata-console",
+                                           initializer=_name_os_thread)
         self.history: deque[Sample] = deque(maxlen=HISTORY_POINTS)
         self._disk: tuple[float, dict] = (0.0, {})
         self._rows: tuple[float, list | None, tuple | None] = (0.0, None, None)
         self._topics: tuple[object, list[dict]] = (None, [])
         self._bounds_of: tuple[list | None, dict] = (None, {})
         self.rows_cost_s = 0.0
+        self.samples = 0       # samples taken so far: the last one's sequence number
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ queues
@@ -109,26 +121,12 @@ class ConsoleData:
         if s.readonly or s.config.tier_url is not None:
             return None
         return (s.dispatched_offset(), s.min_commitlog_offset(),
-                tuple(s.topic_table.queues.items()))
+                tuple(s.queue_counts().items()))
 
     def _read_rows(self) -> list[tuple[str, int, int, int]]:
-        s = self.store
-        if s.readonly or s.config.tier_url is not None:
-            # the store's own calls: a reader follows the writer's files, a tier holds
-            # older messages than the local queues
-            return [(t, q, s.min_offset(t, q), s.max_offset(t, q))
-                    for t in s.topics() for q in range(s.queue_count(t))]
-        # the writer's consume queues are current in memory: read them directly (a fourth
-        # of the cost of two store calls per queue, which checks and locks each time)
-        counts = dict(s.topic_table.queues)
-        have = s.queues.queues
-        out = []
-        for t in sorted(counts):
-            for q in range(counts[t]):
-                cq = have.get((t, q))
-                out.append((t, q, 0, 0) if cq is None else (t, q, cq.min_offset(),
-                                                             cq.max_offset()))
-        return out
+        # a writer reads its consume queues in memory; a reader follows the writer's files,
+        # a tier holds older messages than the local queues (MessageStore.queue_bounds)
+        return self.store.queue_bounds()
 
     def sample_interval(self) -> float:
         """How often the sampler reads every queue: at least every SAMPLE_S seconds, less
@@ -158,6 +156,7 @@ class ConsoleData:
         smp = Sample(_now_ms(), self.store.confirmed_offset(), sum(per_topic.values()),
                      sum(c for c, _p, _f, _r in groups.values()), per_topic, group_lag)
         self.history.append(smp)
+        self.samples += 1
         return smp
 
     @staticmethod
@@ -181,7 +180,8 @@ class ConsoleData:
             msg_in.append(round(max(0, b.messages - a.messages) / dt, 1))
             bytes_in.append(round(max(0, b.log_end - a.log_end) / dt, 1))
             msg_out.append(round(max(0, b.consumed - a.consumed) / dt, 1))
-        return {"t": t, "messages_in": msg_in, "bytes_in": bytes_in, "messages_out": msg_out}
+        return {"t": t, "messages_in": msg_in, "bytes_in": bytes_in, "messages_out": msg_out,
+                "seq": self.samples}
 
     def _topic_rate(self, topic: str) -> float:
         h = list(self.history)
@@ -245,7 +245,7 @@ class ConsoleData:
         s = self.store
         rows = self._rows_for_pages()
         h = self.history
-        stamp = (id(rows), h[-1].t_ms if h else None, len(s.topic_table.queues))
+        stamp = (id(rows), h[-1].t_ms if h else None, len(s.queue_counts()))
         if self._topics[0] == stamp:
             return self._topics[1]
         rate = self._rates_by_topic()
@@ -372,12 +372,7 @@ class ConsoleData:
         at, rows, was = self._rows
         key = self._rows_key()
         if key is not None and (rows is None or key != was):
-            have = s.queues.queues
-            out = {}
-            for t, q in wanted:
-                cq = have.get((t, q))
-                out[(t, q)] = (0, 0) if cq is None else (cq.min_offset(), cq.max_offset())
-            return out
+            return {(t, q): (lo, hi) for t, q, lo, hi in s.queue_bounds(wanted)}
         rows = self._rows_for_pages()
         if self._bounds_of[0] is not rows:
             self._bounds_of = (rows, {(t, q): (lo, hi) for t, q, lo, hi in rows})
@@ -393,7 +388,8 @@ class ConsoleData:
         last = h[-1].group_lag if h else {}
         names = sorted(sorted(last, key=lambda g: -last[g])[:CHART_GROUPS])
         return {"t": [smp.t_ms / 1000 for smp in h],
-                "lag": {g: [smp.group_lag.get(g, 0) for smp in h] for g in names}}
+                "lag": {g: [smp.group_lag.get(g, 0) for smp in h] for g in names},
+                "seq": self.samples}
 
     # ------------------------------------------------------------------ messages
 

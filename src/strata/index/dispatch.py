@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 TX_TYPE_MASK = 0xC
 TX_PREPARED = 0x4
 TX_ROLLBACK = 0xC
+RETRY_S = 0.1          # a failed dispatch is tried again this often
 
 
 @dataclass(slots=True)
@@ -64,6 +65,10 @@ class ReputService:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        # waiters for an offset (wait_for): told on each advance and on a failure, only
+        # when one waits (the dispatch thread pays one int check per batch otherwise)
+        self._advanced = threading.Condition(threading.Lock())
+        self._waiters = 0
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
@@ -90,9 +95,34 @@ class ReputService:
                     d.dispatch(batch)
             self.reput_offset = nxt
             self.dispatched_records += len(batch)
+        if self._waiters:
+            self._notify()
         if self.on_advance is not None:
             self.on_advance(nxt)
         return len(batch)
+
+    def _notify(self) -> None:
+        with self._advanced:
+            self._advanced.notify_all()
+
+    def wait_for(self, offset: int, timeout: float, *, fail_fast: bool = True) -> bool:
+        """Block until records up to commit-log ``offset`` are dispatched (True), or
+        ``timeout`` seconds pass (False), or — with ``fail_fast`` — the dispatcher is
+        failing (``error`` set: False at once). Woken by each advance of the dispatcher
+        (and by its failures), never by polling. Wakes the dispatch thread first: the
+        caller wants progress."""
+        if self.reput_offset >= offset:
+            return True
+        self._wake.set()
+        with self._advanced:
+            self._waiters += 1
+            try:
+                return self._advanced.wait_for(
+                    lambda: self.reput_offset >= offset or
+                    (fail_fast and self.error is not None), timeout) \
+                    and self.reput_offset >= offset
+            finally:
+                self._waiters -= 1
 
     def catch_up(self, limit: int | None = None) -> int:
         """Dispatch synchronously until the confirmed offset (or ``limit``) is reached."""
@@ -115,38 +145,49 @@ class ReputService:
         try:
             return self.dispatch_once()
         except Exception as exc:
-            self.error = exc
-            log.exception("dispatch failed at offset %d", self.reput_offset)
+            self._failed(exc)
             return 0
+
+    def _failed(self, exc: BaseException) -> None:
+        self.error = exc
+        log.exception("dispatch failed at offset %d", self.reput_offset)
+        self._notify()     # waiters for an offset learn of it now, not at their timeout
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="strata-reput", daemon=True)
         self._thread.start()
 
     def wakeup(self) -> None:
+        """New records are confirmed (a put's batch, a group commit's fsync): one
+        ``Event.set`` per batch, which is all the dispatch thread waits for when idle."""
         self._wake.set()
 
     def _run(self) -> None:
+        """Dispatch while there is work; idle, sleep until ``wakeup`` (no periodic wake:
+        nothing but new confirmed records gives it work). The flag is cleared before the
+        confirmed offset is read, so a wakeup that comes while a batch is dispatched is
+        seen by the next round, never lost. After a failure (a full disk, say: nothing
+        announces that it passed) it tries again every RETRY_S."""
         load_reader()
         load_kernels()   # the put path's column encoders: their first use costs ~0.5 s too
         while not self._stop.is_set():
             before = self.reput_offset
+            self._wake.clear()
             try:
                 n = self.dispatch_once()
             except BaseException as exc:
-                self.error = exc
-                log.exception("dispatch failed at offset %d", self.reput_offset)
-                self._stop.wait(0.1)
+                self._failed(exc)
+                self._stop.wait(RETRY_S)
                 continue
             if self.error is not None and self.reput_offset != before:
                 log.warning("dispatch moving again at offset %d", self.reput_offset)
                 self.error = None  # the failure passed (e.g. space freed): stop reporting it
             if n == 0 and self.reput_offset == before:
-                self._wake.wait(0.01)
-                self._wake.clear()
+                self._wake.wait()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._notify()
         if self._thread is not None and self._thread.is_alive():
             self._thread.join()

@@ -103,16 +103,12 @@ def wait_dispatched(store, timeout: float = 30.0) -> bool:
     store._check_open()
     if store.readonly or store._reput is None:
         return True
-    target = store.confirmed_offset()
-    deadline = time.monotonic() + timeout
-    while store._reput.reput_offset < target:
-        store._reput.wakeup()
-        if store._reput.error is not None:
-            raise store._reput.error
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
+    reput = store._reput
+    if reput.wait_for(store.confirmed_offset(), timeout):   # woken by dispatch's advance
+        return True
+    if reput.error is not None:
+        raise reput.error
+    return False
 
 
 def wait_repaired(store, timeout: float = 30.0) -> bool:

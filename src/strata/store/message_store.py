@@ -30,6 +30,7 @@ from strata.index.queues import ConsumeQueueSet
 from strata.log.commit_log import CommitLog
 from strata.log.recovery import RecoveryReport
 from strata.store import background, lifecycle, put_path, read_path, tier_link, topic_admin
+from strata.store import queue_bounds as bounds
 from strata.store.config import StoreConfig
 from strata.store.geometry import stored_config
 from strata.store.history import StoreHistory
@@ -246,6 +247,8 @@ class MessageStore:
     topic_type = topic_admin.topic_type
     topics = topic_admin.topics
     queue_count = topic_admin.queue_count
+    queue_counts = bounds.queue_counts
+    queue_bounds = bounds.queue_bounds
 
     wait_dispatched = background.wait_dispatched
     dispatched_offset = background.dispatched_offset

@@ -193,7 +193,10 @@ def put_prepared_many(store, items: Sequence[tuple]) -> list:
         store._appended_end = end
         if store._group_commit is None:
             store.state.set_confirmed(end)
-            store._reput.wakeup()
+        # one wake per batch, in both modes: under sync flush a group commit that another
+        # producer's wait started may have covered this batch before its end was published
+        # here, and woken the dispatcher too early to see it (no periodic wake catches it)
+        store._reput.wakeup()
     status = PutStatus.OK
     if appended and store._group_commit is not None:
         if not store._group_commit.wait_for(end):
@@ -233,9 +236,10 @@ def wait_for_dispatch(store, limit: int, *, helps: bool = True) -> None:
         return
     began = time.monotonic()
     last, last_move = reput.reput_offset, began
-    reput.wakeup()
     while reput.behind_bytes() > limit // 2:
-        time.sleep(0.0005)
+        # woken by the dispatcher's advance (a failing one is waited out, not raised)
+        if reput.wait_for(reput.confirmed() - limit // 2, DISPATCH_STALL_S, fail_fast=False):
+            continue
         now = time.monotonic()
         if reput.reput_offset != last:
             last, last_move = reput.reput_offset, now
