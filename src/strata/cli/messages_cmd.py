@@ -19,9 +19,9 @@ from strata.store.message_store import check_messages
 @click.command()
 @click.argument("directory", metavar="DIR")
 @click.argument("topic")
-@click.argument("queue", type=int)
-@click.argument("offset", type=int)
-@click.option("-n", "--max-messages", default=32, show_default=True,
+@click.argument("queue", type=click.IntRange(0))
+@click.argument("offset", type=click.IntRange(0))
+@click.option("-n", "--max-messages", type=click.IntRange(1), default=32, show_default=True,
               help="Read at most this many messages.")
 @click.option("--tags", default=None, help='Tag filter, e.g. "a||b".')
 def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
@@ -45,11 +45,11 @@ def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
 @click.argument("directory", metavar="DIR")
 @click.argument("topic")
 @click.argument("key")
-@click.option("--begin-ms", default=0, show_default=True,
+@click.option("--begin-ms", type=click.IntRange(0), default=0, show_default=True,
               help="Only messages stored at or after this time (ms since the epoch).")
 @click.option("--end-ms", default=None, type=int,
               help="Only messages stored at or before this time (ms; default: now).")
-@click.option("-n", "--max-results", default=64, show_default=True,
+@click.option("-n", "--max-results", type=click.IntRange(1), default=64, show_default=True,
               help="Return at most this many messages.")
 def query(directory: str, topic: str, key: str, begin_ms: int, end_ms: int | None,
           max_results: int) -> None:

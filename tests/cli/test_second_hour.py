@@ -1,0 +1,110 @@
+"""What tripped a new user in their second hour (docs/guide.md), each fixed and kept so:
+negative offsets and counts refused by the option parser, a closed pipe ends a command
+quietly, a full disk's line has no ``[Errno 28]`` noise and says what to do, and a store
+opened twice in one process says so instead of blaming "another process"."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import strata
+from strata.cli.main import _strata_error_line
+from strata.errors import DiskFullError, StoreLockedError
+
+from support import small_store_config
+
+
+def strata_cmd(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "strata.cli.main", *map(str, args)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.blake2b(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def store_dir(tmp_path) -> Path:
+    path = tmp_path / "s"
+    with strata.open(path, small_store_config()) as store:
+        store.create_topic("t", queues=2)
+        store.put_batch([strata.Message("t", b"m%04d" % i + b"." * 200, keys=[f"k{i}"])
+                         for i in range(3000)])
+    return path
+
+
+@pytest.mark.parametrize("args, named", [
+    (["scan", "{d}", "--from-offset", "-1"], "--from-offset"),
+    (["scan", "{d}", "--limit", "-3"], "--limit"),
+    (["get", "{d}", "t", "0", "0", "-n", "0"], "--max-messages"),
+    (["get", "{d}", "t", "0", "--", "-4"], "OFFSET"),
+    (["query", "{d}", "t", "k1", "-n", "0"], "--max-results"),
+    (["query", "{d}", "t", "k1", "--begin-ms", "-5"], "--begin-ms"),
+])
+def test_a_negative_offset_or_count_is_refused_naming_the_option(store_dir, args, named):
+    before = tree_digest(store_dir)
+    r = strata_cmd(*[a.format(d=store_dir) for a in args])
+    assert r.returncode == 2, r.stderr                   # a usage error, before any read
+    assert "Traceback" not in r.stderr
+    assert named in r.stderr and "not in the range" in r.stderr, r.stderr
+    assert r.stdout == ""
+    assert tree_digest(store_dir) == before
+
+
+def test_a_reader_that_goes_away_ends_the_command_without_a_word(store_dir):
+    """``strata get DIR t 0 0 -n 1500 | head -1``: once the pipe closes the command stops,
+    exit 0 with nothing on stderr, as ``scan`` does (``get`` printed ``Error: BrokenPipeError:
+    Broken pipe``)."""
+    proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "get", str(store_dir),
+                             "t", "0", "0", "-n", "1500"],       # far more than a pipe holds
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()                                   # as head does after its line
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0
+    assert b'"queue_offset": 0' in first
+    assert stderr == "", stderr
+
+
+def test_a_full_disk_line_says_what_and_what_to_do_without_the_errno_prefix():
+    exc = DiskFullError(errno.ENOSPC, "no space left to reserve 4096 bytes of d/commitlog/0")
+    line = _strata_error_line(exc)
+    assert line.startswith("DiskFullError: no space left to reserve 4096 bytes of d/commitlog/0")
+    assert "[Errno" not in line
+    assert "free space" in line and "strata topics delete" in line
+
+
+def test_opening_a_store_twice_in_one_process_says_so_and_changes_nothing(store_dir):
+    with strata.open(store_dir) as store:
+        before = tree_digest(store_dir)
+        with pytest.raises(StoreLockedError) as info:
+            strata.open(store_dir)
+        message = str(info.value)
+        assert f"already open for writing in this process (pid {os.getpid()})" in message
+        assert "another process" not in message
+        assert tree_digest(store_dir) == before
+        assert store.get("t", 0, 0).status is strata.GetStatus.FOUND   # the first one works
+
+
+def test_a_store_held_by_another_process_still_names_that_process(store_dir):
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import strata, sys; s = strata.open(sys.argv[1]); "
+         "print('open', flush=True); sys.stdin.read()", str(store_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "open\n"
+        with pytest.raises(StoreLockedError) as info:
+            strata.open(store_dir)
+        assert f"by another process (pid {child.pid})" in str(info.value)
+        assert "in this process" not in str(info.value)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
