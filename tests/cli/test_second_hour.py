@@ -108,3 +108,26 @@ def test_a_store_held_by_another_process_still_names_that_process(store_dir):
     finally:
         child.stdin.close()
         child.wait(timeout=60)
+
+
+def test_verify_prints_each_problem_on_one_line_however_narrow_the_output(store_dir):
+    """``strata verify DIR 2> problems.txt`` (or ``| grep``) gets one line per problem: the
+    lines were wrapped at 80 columns, so a grep for the kind missed the detail."""
+    with strata.open(store_dir, readonly=True) as store:
+        m = store.get("t", 0, 5).messages[0]
+    seg = sorted((store_dir / "commitlog").iterdir())[0]
+    with open(seg, "r+b") as f:                 # a body byte of that record: its CRC fails
+        f.seek(4096 + m.commitlog_offset + m.size - 20)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x10]))
+    before = tree_digest(store_dir)
+    r = subprocess.run([sys.executable, "-m", "strata.cli.main", "verify", str(store_dir)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+                       env=dict(os.environ, COLUMNS="40"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines and all(ln.startswith("CORRUPT ") for ln in lines), r.stderr
+    assert any(f"offset {m.commitlog_offset}: crc-mismatch: CRC32C mismatch" in ln
+               and "passed over" in ln for ln in lines), r.stderr
+    assert tree_digest(store_dir) == before

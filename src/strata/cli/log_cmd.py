@@ -6,6 +6,7 @@ import json
 import sys
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from strata.cli.common import (_message_dict, _progress, console, err, human, open_readonly,
@@ -164,7 +165,10 @@ def verify(directory: str) -> None:
             found.problems += recovery_problems(store.recovery_report, store.log.segments)
     derived, queues, index_files = _verify_derived(directory)
     for p in [*found.problems, *derived]:
-        err.print(f"[red]CORRUPT[/red] {p.file} offset {p.offset}: {p.kind}: {p.detail}")
+        # one line per problem however narrow the output (a file, a pipe to grep), and a
+        # detail's brackets printed, not read as markup
+        line = escape(f"{p.file} offset {p.offset}: {p.kind}: {p.detail}")
+        err.print(f"[red]CORRUPT[/red] {line}", soft_wrap=True, highlight=False)
     click.echo(json.dumps({"records": found.records, "segments": found.segments,
                            "problems": len(found.problems), "queues": queues,
                            "index_files": index_files, "index_problems": len(derived)}))
