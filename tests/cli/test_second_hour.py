@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +30,18 @@ def strata_cmd(*args: str) -> subprocess.CompletedProcess:
 def tree_digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.blake2b(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def flip(store: Path, offset: int, at: int) -> None:
+    """Flip one bit of byte ``at`` of the record at commit-log ``offset`` (docs/format.md: a
+    segment is named by its first offset; its data follows a 4 KiB header page)."""
+    seg = max((p for p in (store / "commitlog").iterdir() if p.name.isdigit()
+               and int(p.name) <= offset), key=lambda p: int(p.name))
+    with open(seg, "r+b") as f:
+        f.seek(4096 + offset - int(seg.name) + at)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
 
 
 @pytest.fixture
@@ -115,12 +128,7 @@ def test_verify_prints_each_problem_on_one_line_however_narrow_the_output(store_
     lines were wrapped at 80 columns, so a grep for the kind missed the detail."""
     with strata.open(store_dir, readonly=True) as store:
         m = store.get("t", 0, 5).messages[0]
-    seg = sorted((store_dir / "commitlog").iterdir())[0]
-    with open(seg, "r+b") as f:                 # a body byte of that record: its CRC fails
-        f.seek(4096 + m.commitlog_offset + m.size - 20)
-        b = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([b[0] ^ 0x10]))
+    flip(store_dir, m.commitlog_offset, m.size - 20)     # a body byte: its CRC fails
     before = tree_digest(store_dir)
     r = subprocess.run([sys.executable, "-m", "strata.cli.main", "verify", str(store_dir)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
@@ -131,3 +139,25 @@ def test_verify_prints_each_problem_on_one_line_however_narrow_the_output(store_
     assert any(f"offset {m.commitlog_offset}: crc-mismatch: CRC32C mismatch" in ln
                and "passed over" in ln for ln in lines), r.stderr
     assert tree_digest(store_dir) == before
+
+
+def test_verify_names_a_damaged_record_once_not_as_index_problems_of_its_noise(store_dir):
+    """A bit flipped in a record's queue-offset field (record bytes 20-27): verify named the
+    record's CRC mismatch, then checked the units by the damaged fields and listed a unit
+    "missing" at queue offset 2**54 + 5 in a consume-queue file that never was, and the
+    record's own (sound) unit as a mismatch. The record is the one problem."""
+    with strata.open(store_dir, readonly=True) as store:
+        m = store.get("t", 1, 5).messages[0]
+    flip(store_dir, m.commitlog_offset, 26)
+    r = strata_cmd("verify", store_dir)
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert summary["index_problems"] == 0, r.stderr
+    assert any(f"offset {m.commitlog_offset}: crc-mismatch" in ln for ln in lines)
+    # the record, and its sealed segment's footer CRC: commit-log problems only
+    assert all(ln.startswith("CORRUPT commitlog/") for ln in lines), r.stderr
+    with strata.open(store_dir, readonly=True) as store:     # the damaged record: passed over
+        got = store.get("t", 1, 5, max_messages=2)
+        assert [c.queue_offset for c in got.corrupt] == [5]
+        assert [x.queue_offset for x in got.messages] == [6]
