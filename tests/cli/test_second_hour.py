@@ -161,3 +161,18 @@ def test_verify_names_a_damaged_record_once_not_as_index_problems_of_its_noise(s
         got = store.get("t", 1, 5, max_messages=2)
         assert [c.queue_offset for c in got.corrupt] == [5]
         assert [x.queue_offset for x in got.messages] == [6]
+
+
+@pytest.mark.parametrize("typo, meant", [("subscibe", "subscribe"), ("SubscribePatern",
+                                         "subscribePattern"), ("asign", "assign")])
+def test_a_misspelt_spark_topic_option_is_named_with_what_was_meant(typo, meant):
+    """``.option("subscibe", "orders")``: Spark hands the source every option, so the typo
+    was silent and the error said only "got none" (strata.spark.options, the read's first
+    step: source.py's schema() calls it)."""
+    from strata.spark.options import OptionError, parse_read_options
+    with pytest.raises(OptionError) as info:
+        parse_read_options({"path": "./shop", typo: "orders"})
+    assert f"option {typo!r} is not one: did you mean {meant!r}?" in str(info.value)
+    with pytest.raises(OptionError) as info:                 # nothing near: no guess
+        parse_read_options({"path": "./shop", "topic": "orders"})
+    assert "did you mean" not in str(info.value)
