@@ -176,3 +176,29 @@ def test_a_misspelt_spark_topic_option_is_named_with_what_was_meant(typo, meant)
     with pytest.raises(OptionError) as info:                 # nothing near: no guess
         parse_read_options({"path": "./shop", "topic": "orders"})
     assert "did you mean" not in str(info.value)
+
+
+def test_a_full_memory_file_system_says_why_a_first_segment_does_not_fit(tmp_path):
+    """On tmpfs every file is reserved whole (FileOps.holes_are_safe), so a 1 GiB segment
+    does not fit a small tmpfs: the DiskFullError says so and what fits, instead of only "no
+    space left to create ... (1073750016 bytes)" for a store holding nothing. The FileOps
+    seam stands in for the file system: holes unsafe (tmpfs), and fallocate short of room."""
+    from strata.files.io import FileOps
+
+    class SmallTmpfs(FileOps):
+        def holes_are_safe(self, directory):
+            return False
+
+        def fallocate(self, fd, offset, length, path):
+            if length > 1 << 20:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            super().fallocate(fd, offset, length, path)
+
+    with pytest.raises(DiskFullError) as info:
+        SmallTmpfs().create_preallocated(tmp_path / "seg.alloc", 8 << 20)
+    text = str(info.value)
+    assert "no space left to create" in text and "memory file system" in text
+    assert "segment_size" in text
+    assert not (tmp_path / "seg.alloc").exists()              # nothing left behind
+    fd = FileOps().create_preallocated(tmp_path / "ok", 4096)  # a disk with room: no change
+    os.close(fd)
