@@ -6,7 +6,6 @@ opened twice in one process says so instead of blaming "another process"."""
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import subprocess
@@ -19,17 +18,7 @@ import strata
 from strata.cli.main import _strata_error_line
 from strata.errors import DiskFullError, StoreLockedError
 
-from support import small_store_config
-
-
-def strata_cmd(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "strata.cli.main", *map(str, args)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.blake2b(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+from support import run_strata, small_store_config, tree_digest
 
 
 def flip(store: Path, offset: int, at: int) -> None:
@@ -64,7 +53,7 @@ def store_dir(tmp_path) -> Path:
 ])
 def test_a_negative_offset_or_count_is_refused_naming_the_option(store_dir, args, named):
     before = tree_digest(store_dir)
-    r = strata_cmd(*[a.format(d=store_dir) for a in args])
+    r = run_strata([a.format(d=store_dir) for a in args])
     assert r.returncode == 2, r.stderr                   # a usage error, before any read
     assert "Traceback" not in r.stderr
     assert named in r.stderr and "not in the range" in r.stderr, r.stderr
@@ -149,7 +138,7 @@ def test_verify_names_a_damaged_record_once_not_as_index_problems_of_its_noise(s
     with strata.open(store_dir, readonly=True) as store:
         m = store.get("t", 1, 5).messages[0]
     flip(store_dir, m.commitlog_offset, 26)
-    r = strata_cmd("verify", store_dir)
+    r = run_strata(["verify", store_dir])
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 1 and "Traceback" not in r.stderr
