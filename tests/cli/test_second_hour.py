@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,27 @@ def test_a_full_memory_file_system_says_why_a_first_segment_does_not_fit(tmp_pat
     assert not (tmp_path / "seg.alloc").exists()              # nothing left behind
     fd = FileOps().create_preallocated(tmp_path / "ok", 4096)  # a disk with room: no change
     os.close(fd)
+
+
+def serve_start_line(store: Path) -> str:
+    """``strata serve STORE --kafka 127.0.0.1:0``'s start line; then a clean stop."""
+    proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", str(store),
+                             "--kafka", "127.0.0.1:0", "--exit-with-parent"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "listening on" in line or "Error" in line:
+                return line
+        return ""
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+
+
+def test_serve_says_when_its_directory_held_no_store(tmp_path, store_dir):
+    """``strata serve ./shpo`` (a typo) served a new, empty store without a word; ``put`` and
+    ``topics create`` said "created a new store" already."""
+    line = serve_start_line(tmp_path / "shpo")
+    assert "listening on" in line and "a NEW store: there was none" in line, line
+    line = serve_start_line(store_dir)
+    assert "listening on" in line and "NEW" not in line, line
