@@ -169,3 +169,10 @@ def run_strata(args: list[str], *, timeout: float = 120, env: dict | None = None
         raise AssertionError(f"strata {' '.join(map(str, args))} still ran after {timeout:g} s; "
                              f"its stacks and output:\n{err[-12000:]}\n{out[-2000:]}") from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (relative path -> blake2b of its bytes): a refused command
+    or call must leave it equal, byte for byte."""
+    return {str(p.relative_to(root)): hashlib.blake2b(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}

@@ -4,7 +4,6 @@ or the operating system's) is one clear line and a non-zero exit, never a traceb
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 import strata
 from strata.store.geometry import GEOMETRY_FILE
 
-from support import SMALL_SEGMENT, small_store_config
+from support import SMALL_SEGMENT, small_store_config, tree_digest
 
 SMALL = SMALL_SEGMENT
 
@@ -22,12 +21,6 @@ SMALL = SMALL_SEGMENT
 def strata_cmd(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "strata.cli.main", *map(str, args)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """Every file under ``root`` (relative path -> blake2b of its bytes)."""
-    return {str(p.relative_to(root)): hashlib.blake2b(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def one_error_line(r: subprocess.CompletedProcess) -> str:

@@ -36,3 +36,17 @@ def test_the_walk_finds_an_option_without_help():
 
     (path, cmd), = walk(bare, ("x",))
     assert [p for p in cmd.params if isinstance(p, click.Option) and not p.help]
+
+
+def test_every_argument_but_the_store_directory_is_named_in_its_command_help():
+    """``strata get --help`` said "from OFFSET" but not what TOPIC and QUEUE are (docs/guide.md,
+    the second hour): each positional argument is named in its command's help. DIR (the store
+    directory) is explained once, by ``strata --help``."""
+    unnamed = []
+    for path, cmd in walk(cli):
+        for p in cmd.params:
+            name = p.human_readable_name
+            if isinstance(p, click.Argument) and name not in ("DIR", "DIRECTORY") \
+                    and name not in (cmd.help or ""):
+                unnamed.append(f"{' '.join(path)}: {name}")
+    assert not unnamed, "\n".join(unnamed)

@@ -15,6 +15,13 @@ The blocks are found afresh on each run, so a section someone adds is tested too
   the ones shown) and stop cleanly on SIGTERM;
 * a ``python`` block that connects to a broker (it names ``"127.0.0.1:PORT"``) runs in a child
   process against a ``strata serve`` of a fresh store, on a free port in place of PORT;
+* a ``python`` block whose first line is ``# with: strata serve DIR ...`` runs in a child
+  process against that server (e.g. ``--kafka`` for a Kafka client), its ``"127.0.0.1:PORT"``
+  the server's first listener on a free port;
+* an ``sh`` line ending in ``# exit N: TEXT`` must exit N and print TEXT (stdout or stderr):
+  the docs show an error as the user meets it, and the test keeps the words true;
+* docs/guide.md is a walk-through: its blocks run only in order, in one directory
+  (``test_the_guide_runs_in_order``), its Spark blocks in the suite's session like others;
 * ``json`` blocks must parse;
 * untagged and ``text`` blocks (usage synopses, file layouts, diagrams) are not code.
 
@@ -83,6 +90,9 @@ def doc_blocks(path: Path) -> list[Block]:
 
 BLOCKS = [b for p in DOCS for b in doc_blocks(p)]
 RUN = [b for b in BLOCKS if b.not_run is None and b.lang not in TEXT]
+GUIDE = ROOT / "docs" / "guide.md"
+IN_ORDER_ONLY = [b for b in RUN if b.path == GUIDE and not b.spark]   # they build on each other
+ALONE = [b for b in RUN if b not in IN_ORDER_ONLY]
 
 
 def test_the_docs_have_blocks_and_every_marker_gives_a_reason():
@@ -168,26 +178,41 @@ class Serve:
         return self.proc.returncode
 
 
-@pytest.mark.parametrize("block", [b for b in RUN if b.lang in PYTHON and not b.spark],
-                         ids=lambda b: b.name)
-def test_python_block_runs(block, tmp_path, monkeypatch):
-    if not BROKER_ADDRESS.search(block.body):
-        run_python(block, tmp_path, {}, monkeypatch)
-        return
-    server = Serve(tmp_path, ["serve", "./data"])
+WITH_SERVER = re.compile(r"\A#\s*with:\s*strata\s+(?P<args>serve\b[^\n]*)")
+
+
+def run_against_server(block: Block, cwd: Path) -> subprocess.CompletedProcess:
+    """A block that talks to a broker, in a child process against ``strata serve``: the one
+    its ``# with: strata serve ...`` line names, else ``strata serve ./data`` (RocketMQ)."""
+    m = WITH_SERVER.match(block.body)
+    server = Serve(cwd, shlex.split(m["args"], comments=True) if m else ["serve", "./data"])
     try:
         code = BROKER_ADDRESS.sub(json.dumps(server.address), block.body)
-        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, text=True, timeout=120,
+        r = subprocess.run([sys.executable, "-c", code], cwd=cwd, text=True, timeout=120,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           env=dict(os.environ, HOME=str(tmp_path)))  # the client logs to ~
+                           env=dict(os.environ, HOME=str(cwd)))  # the client logs to ~
     finally:
         stopped = server.stop()
     assert r.returncode == 0, f"{block.name} against {server.address}:\n{r.stderr}"
     assert stopped == 0, "".join(server.log)
+    return r
 
 
-def shell_commands(block: Block) -> list[list[str]]:
-    """The block's commands (comments dropped); each must be a ``strata`` command."""
+@pytest.mark.parametrize("block", [b for b in ALONE if b.lang in PYTHON and not b.spark],
+                         ids=lambda b: b.name)
+def test_python_block_runs(block, tmp_path, monkeypatch):
+    if BROKER_ADDRESS.search(block.body):
+        run_against_server(block, tmp_path)
+    else:
+        run_python(block, tmp_path, {}, monkeypatch)
+
+
+EXPECT_EXIT = re.compile(r"#\s*exit (?P<code>\d+):\s*(?P<text>.*?)\s*$")
+
+
+def shell_commands(block: Block) -> list[tuple[list[str], int, str]]:
+    """The block's commands (comments dropped), each a ``strata`` command, with the exit code
+    and words its ``# exit N: TEXT`` comment expects (0 and "" without one)."""
     out = []
     for line in block.body.splitlines():
         words = shlex.split(line, comments=True)
@@ -195,20 +220,30 @@ def shell_commands(block: Block) -> list[list[str]]:
             continue
         assert words[0] == "strata", (f"{block.name}: {line!r} is not a strata command; run "
                                       "only those or mark the block <!-- not run: why -->")
-        out.append(words[1:])
+        m = EXPECT_EXIT.search(line)
+        out.append((words[1:], int(m["code"]) if m else 0, m["text"] if m else ""))
     return out
 
 
-@pytest.mark.parametrize("block", [b for b in RUN if b.lang in SHELL], ids=lambda b: b.name)
+def test_an_expected_exit_comment_is_read():
+    block = Block(ROOT / "x.md", 1, "sh", "strata info ./nope   # exit 1: no such directory\n"
+                  "strata info ./data # the store\n", None)
+    assert shell_commands(block) == [(["info", "./nope"], 1, "no such directory"),
+                                     (["info", "./data"], 0, "")]
+
+
+@pytest.mark.parametrize("block", [b for b in ALONE if b.lang in SHELL], ids=lambda b: b.name)
 def test_shell_block_runs(block, tmp_path):
-    for args in shell_commands(block):
-        if args[:1] in (["serve"], ["console"]):       # a server: it must come up and stop
+    for args, code, text in shell_commands(block):
+        if args[:1] in (["serve"], ["console"]) and not code:   # a server: up, then stopped
             assert Serve(tmp_path, args).stop() == 0, f"{block.name}: strata {shlex.join(args)}"
             continue
         r = subprocess.run([sys.executable, "-m", "strata.cli.main", *args], cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=120)
-        assert r.returncode == 0, f"{block.name}: strata {shlex.join(args)}\n{r.stderr}"
+        said = f"{block.name}: strata {shlex.join(args)}\n{r.stdout}{r.stderr}"
+        assert r.returncode == code, said
+        assert text in r.stdout + r.stderr and "Traceback" not in r.stderr, said
 
 
 @pytest.mark.parametrize("block", [b for b in RUN if b.lang in JSON_LANGS], ids=lambda b: b.name)
@@ -239,6 +274,7 @@ def test_spark_block_runs(block, spark, tmp_path, monkeypatch):
     # "./data" (the quick start's store) as an absolute path: Spark's Python workers do not
     # share the test's working directory
     body = (block.body.replace('"./data"', json.dumps(str(store)))
+            .replace('"./shop"', json.dumps(str(store)))      # docs/guide.md's store
             .replace('"/out/', json.dumps(str(tmp_path / "out"))[:-1] + "/")
             .replace('"./out/', json.dumps(str(tmp_path / "out"))[:-1] + "/")
             .replace('"/chk/', json.dumps(str(tmp_path / "chk"))[:-1] + "/")
@@ -338,17 +374,25 @@ def test_the_readme_runs_in_order_after_the_quick_start(tmp_path, monkeypatch):
         if block.lang in SHELL:
             test_shell_block_runs(block, tmp_path)
         elif BROKER_ADDRESS.search(block.body):
-            server = Serve(tmp_path, ["serve", "./data"])
-            try:
-                code = BROKER_ADDRESS.sub(json.dumps(server.address), block.body)
-                r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, text=True,
-                                   timeout=120, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   env=dict(os.environ, HOME=str(tmp_path)))
-            finally:
-                stopped = server.stop()
-            assert r.returncode == 0, f"{block.name} against ./data:\n{r.stderr}"
-            assert stopped == 0, "".join(server.log)
+            r = run_against_server(block, tmp_path)
             if "received" in block.body:       # it says what it did, and got its own message
                 assert "received [b'hello from the README']" in r.stdout, r.stdout
         elif block.lang in PYTHON:
             run_python(block, tmp_path, {}, monkeypatch)
+
+
+def test_the_guide_runs_in_order(tmp_path, monkeypatch):
+    """docs/guide.md, "Your second hour", is one walk-through: its blocks build on each other
+    (the store ./shop of the first is served, consumed, broken), so they run one after another
+    in one directory, as a reader pastes them (its Spark blocks: test_spark_block_runs)."""
+    assert GUIDE.is_file()
+    assert [b.lang in SHELL for b in IN_ORDER_ONLY].count(True) >= 3 and len(IN_ORDER_ONLY) >= 6
+    for block in IN_ORDER_ONLY:
+        if block.lang in SHELL:
+            test_shell_block_runs(block, tmp_path)
+        elif BROKER_ADDRESS.search(block.body):
+            run_against_server(block, tmp_path)
+        elif block.lang in PYTHON:
+            run_python(block, tmp_path, {}, monkeypatch)
+        else:
+            json.loads(block.body)

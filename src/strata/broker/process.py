@@ -322,7 +322,9 @@ async def serve(cfg: ServeConfig) -> None:
                       if node.metrics is not None else "",
                       f", console http://{cfg.http[0]}:{http_port}/" if console else ""])
     where = ", ".join(_address(cfg, lst) for lst in listeners)
-    _say(f"listening on {where} (store {store.path}, flush {cfg.flush}, "
+    report = store.recovery_report      # a mistyped DIR makes a new, empty store: say so
+    new = ", a NEW store: there was none" if report is not None and report.new_store else ""
+    _say(f"listening on {where} (store {store.path}{new}, flush {cfg.flush}, "
          f"auto-create {'on' if cfg.auto_create else 'off'}, "
          f"{count(held_at_open, 'message')} held{extras})")
     try:

@@ -3,7 +3,10 @@ message as JSON, byte sizes, and the check that a topic or queue exists."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -74,3 +77,14 @@ def _require_queue(store: MessageStore, directory: str, topic: str,
     if queue is not None and not 0 <= queue < n:
         raise click.ClickException(f"topic {topic!r} has {n} queue(s), 0..{n - 1}; "
                                    f"there is no queue {queue}")
+
+
+def reader_gone() -> NoReturn:
+    """The reader of our output went away (``strata get ... | head -1``): stop without a
+    word and exit 0, as ``scan`` always did, and without Python's second complaint when it
+    flushes stdout at exit (stdout now leads to /dev/null)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)

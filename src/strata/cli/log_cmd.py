@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
-from strata.cli.common import _message_dict, _progress, console, err, human, open_readonly
+from strata.cli.common import (_message_dict, _progress, console, err, human, open_readonly,
+                               reader_gone)
 from strata.errors import StrataError
 from strata.log.verify import recovery_problems, verify_log
 from strata.store.message_store import MessageStore
@@ -73,8 +74,10 @@ def _writer_line(data: dict) -> str:
 
 @click.command()
 @click.argument("directory", metavar="DIR")
-@click.option("--from-offset", default=0, show_default=True, help="Commit-log offset to start at.")
-@click.option("--limit", default=0, help="Stop after this many records (0 = all).")
+@click.option("--from-offset", type=click.IntRange(0), default=0, show_default=True,
+              help="Commit-log offset to start at.")
+@click.option("--limit", type=click.IntRange(0), default=0,
+              help="Stop after this many records (0 = all).")
 @click.option("--topic", default=None, help="Only records of this topic.")
 def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> None:
     """Print records in log order, one JSON object per line.
@@ -109,7 +112,7 @@ def scan(directory: str, from_offset: int, limit: int, topic: str | None) -> Non
                         break
                 sys.stdout.flush()
             except BrokenPipeError:       # the reader (`| head`) has gone: stop quietly
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                reader_gone()
     if damaged:
         err.print(f"{len(damaged)} damaged record(s) passed over; `strata verify {directory}` "
                   "lists every damaged record", markup=False, highlight=False, soft_wrap=True)
@@ -162,7 +165,10 @@ def verify(directory: str) -> None:
             found.problems += recovery_problems(store.recovery_report, store.log.segments)
     derived, queues, index_files = _verify_derived(directory)
     for p in [*found.problems, *derived]:
-        err.print(f"[red]CORRUPT[/red] {p.file} offset {p.offset}: {p.kind}: {p.detail}")
+        # one line per problem however narrow the output (a file, a pipe to grep), and a
+        # detail's brackets printed, not read as markup
+        line = escape(f"{p.file} offset {p.offset}: {p.kind}: {p.detail}")
+        err.print(f"[red]CORRUPT[/red] {line}", soft_wrap=True, highlight=False)
     click.echo(json.dumps({"records": found.records, "segments": found.segments,
                            "problems": len(found.problems), "queues": queues,
                            "index_files": index_files, "index_problems": len(derived)}))

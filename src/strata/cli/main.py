@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from strata.cli.common import _message_dict, _progress, console, err, human, open_readonly
+from strata.cli.common import (_message_dict, _progress, console, err, human, open_readonly,
+                               reader_gone)
 from strata.cli.console_cmd import console_command
 from strata.cli.groups_cmd import groups_command
 from strata.cli.log_cmd import info, scan, verify
@@ -46,14 +47,29 @@ class StrataGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            reader_gone()
         except StrataError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+            raise click.ClickException(_strata_error_line(exc)) from None
         except OSError as exc:
             raise click.ClickException(_os_error_line(exc)) from None
         except UnicodeEncodeError as exc:   # shell bytes that are not UTF-8, as surrogates
             raise click.ClickException(
                 f"an argument is not valid UTF-8 ({exc.reason} at character {exc.start} of "
                 f"{exc.object[:40]!r}); strata takes text arguments as UTF-8") from None
+
+
+def _strata_error_line(exc: StrataError) -> str:
+    """``DiskFullError: no space left to ...`` without the ``[Errno 28]`` an OSError subclass
+    puts in front of its text, and with what to do about a full disk."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            text += (" (free space on that file system, or make room in the store: "
+                     "`strata topics delete DIR NAME --yes`, or retention; then retry)")
+    else:
+        text = str(exc)
+    return f"{type(exc).__name__}: {text}"
 
 
 def _os_error_line(exc: OSError) -> str:

@@ -19,14 +19,16 @@ from strata.store.message_store import check_messages
 @click.command()
 @click.argument("directory", metavar="DIR")
 @click.argument("topic")
-@click.argument("queue", type=int)
-@click.argument("offset", type=int)
-@click.option("-n", "--max-messages", default=32, show_default=True,
+@click.argument("queue", type=click.IntRange(0))
+@click.argument("offset", type=click.IntRange(0))
+@click.option("-n", "--max-messages", type=click.IntRange(1), default=32, show_default=True,
               help="Read at most this many messages.")
 @click.option("--tags", default=None, help='Tag filter, e.g. "a||b".')
 def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
         tags: str | None) -> None:
-    """Read messages of one queue from OFFSET (JSON lines; status on stderr)."""
+    """Read messages of TOPIC's queue QUEUE (0, 1, ...) from queue offset OFFSET: one JSON
+    line per message on stdout, the status and the next offset to read on stderr. Opens DIR
+    read-only (works beside a running writer); a topic or queue DIR lacks is an error."""
     store = open_readonly(directory)
     with store:
         _require_queue(store, directory, topic, queue)
@@ -45,11 +47,11 @@ def get(directory: str, topic: str, queue: int, offset: int, max_messages: int,
 @click.argument("directory", metavar="DIR")
 @click.argument("topic")
 @click.argument("key")
-@click.option("--begin-ms", default=0, show_default=True,
+@click.option("--begin-ms", type=click.IntRange(0), default=0, show_default=True,
               help="Only messages stored at or after this time (ms since the epoch).")
 @click.option("--end-ms", default=None, type=int,
               help="Only messages stored at or before this time (ms; default: now).")
-@click.option("-n", "--max-results", default=64, show_default=True,
+@click.option("-n", "--max-results", type=click.IntRange(1), default=64, show_default=True,
               help="Return at most this many messages.")
 def query(directory: str, topic: str, key: str, begin_ms: int, end_ms: int | None,
           max_results: int) -> None:
@@ -90,7 +92,9 @@ def _utf8(value: str | None, hint: str) -> bytes | None:
 @click.option("--sync", is_flag=True, help="Open with flush=sync (fsync before returning).")
 def put(directory: str, topic: str, body: str | None, keys: tuple[str, ...], tags: str | None,
         props: tuple[str, ...], queue_id: int | None, sync: bool) -> None:
-    """Append one message (body from --body or stdin); prints its PutResult as JSON."""
+    """Append one message to TOPIC (body from --body or stdin, born now); prints its
+    PutResult as JSON. Creates the topic (8 queues) if DIR lacks it, and the store, saying so
+    on stderr, if DIR holds none; a store another process writes (`strata serve`) is refused."""
     data = _utf8(body, "--body") if body is not None else sys.stdin.buffer.read()
     _utf8(topic, "TOPIC")
     for value, hint in [*((k, "--key") for k in keys), (tags, "--tags"),

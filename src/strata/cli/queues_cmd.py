@@ -31,7 +31,8 @@ class _TopicsGroup(click.Group):
 
 @click.group(cls=_TopicsGroup)
 def topics() -> None:
-    """List topics (strata topics [list] DIR) or create one (strata topics create)."""
+    """List topics (strata topics [list] DIR), create one (strata topics create), give one
+    more queues (add-queues) or delete one (delete)."""
 
 
 @topics.command("list")

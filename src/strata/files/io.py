@@ -46,7 +46,18 @@ class FileOps:
         Reserving the blocks up front means a full disk is reported here, as DiskFullError,
         instead of as SIGBUS when a page of the mapping is first written.
         """
-        return self._create(path, lambda fd: self.allocate(fd, size, path))
+        try:
+            return self._create(path, lambda fd: self.allocate(fd, size, path))
+        except DiskFullError as exc:
+            if self.holes_are_safe(path.parent):
+                raise
+            # tmpfs: every file is reserved whole (see holes_are_safe), so a small one is
+            # full at the first segment; say why and what fits
+            full = DiskFullError(exc.errno, f"{exc.strerror}; on a memory file system "
+                                 f"({_fs_type(path.parent)}) a store's files take their whole "
+                                 "size at once: a smaller StoreConfig.segment_size (and "
+                                 "consume_queue_units) fits")
+            raise full from exc.__cause__
 
     def create_sparse(self, path: Path, size: int, reserve: list[tuple[int, int]]) -> int:
         """Create ``path`` at ``size`` bytes with only the ``(offset, length)`` ranges of

@@ -50,6 +50,11 @@ class DirectoryLock:
             except OSError:
                 pass
             os.close(fd)
+            if holder == str(os.getpid()):      # this very process holds it: say so
+                raise StoreLockedError(
+                    f"{self.what} {self.path.parent} is already open for writing in this "
+                    f"process (pid {holder}); close that one first, or use it instead of "
+                    f"opening the {self.what} again") from None
             who = f" (pid {holder})" if holder else ""
             raise StoreLockedError(
                 f"{self.what} {self.path.parent} is open for writing by {self.by}{who}; "

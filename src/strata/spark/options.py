@@ -6,6 +6,7 @@ here at planning time so a bad option fails before any task runs.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -215,6 +216,20 @@ def _tier(opts: dict) -> tuple[str | None, str | None]:
     return loc.url, None if endpoint is None else str(endpoint)
 
 
+def _misspelt(options: Mapping[str, str], given: list[str]) -> str:
+    """'; did you mean ...' for a given option that is a misspelt topic selector
+    (``subscibe``): Spark hands a source every option, so a typo is otherwise silent."""
+    if given:
+        return ""
+    names = {"subscribe": "subscribe", "subscribepattern": "subscribePattern",
+             "assign": "assign"}
+    for key in options:
+        near = difflib.get_close_matches(str(key).lower(), names, n=1, cutoff=0.75)
+        if near:
+            return f"; option {str(key)!r} is not one: did you mean {names[near[0]]!r}?"
+    return ""
+
+
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     opts = _lower(options)
     tier_url, tier_endpoint = _tier(opts)
@@ -225,7 +240,8 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     given = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in opts]
     if len(given) != 1:
         raise OptionError("subscribe", "exactly one of 'subscribe', 'subscribePattern' or "
-                                       f"'assign' must be given, got {given or 'none'}")
+                                       f"'assign' must be given, got {given or 'none'}"
+                                       f"{_misspelt(options, given)}")
     subscribe = pattern = assign = None
     if given[0] == "subscribe":
         subscribe = tuple(t.strip() for t in str(opts["subscribe"]).split(",") if t.strip())
