@@ -4,7 +4,9 @@
 
 N keys (default 1,000,000) go into one file of N/4 slots (the default 1:4 ratio) in batches of
 1,000, each key ``topic#key-i`` on its own message; then random present and absent keys are
-queried over the whole time range. DIR defaults to a fresh temporary directory.
+queried over the whole time range, through the Python walk (``candidates``, ``query_*``) and
+the compiled one (``lookup``, ``lookup_*``), alternating key by key. DIR defaults to a fresh
+temporary directory.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def main() -> None:
         replay_s = time.perf_counter() - t
 
         rng = random.Random(1)
-        hit, miss = [], []
+        hit, miss, fast_hit, fast_miss = [], [], [], []
         for _ in range(QUERIES):
             i = rng.randrange(n)
             key = items[i][0]
@@ -56,7 +58,15 @@ def main() -> None:
             t = time.perf_counter()
             list(ki.candidates(f"TopicB#absent-{i}", 0, 1 << 62))
             miss.append(time.perf_counter() - t)
-        hit.sort(), miss.sort()
+            t = time.perf_counter()
+            got, _complete = ki.lookup(key, 0, 1 << 62)
+            fast_hit.append(time.perf_counter() - t)
+            assert i * 300 in got
+            t = time.perf_counter()
+            ki.lookup(f"TopicB#absent-{i}", 0, 1 << 62)
+            fast_miss.append(time.perf_counter() - t)
+        for xs in (hit, miss, fast_hit, fast_miss):
+            xs.sort()
         t = time.perf_counter()
         ki.flush()
         flush_s = time.perf_counter() - t
@@ -74,6 +84,10 @@ def main() -> None:
             "query_hit_p99_us": pct(hit, 0.99),
             "query_miss_p50_us": pct(miss, 0.50),
             "query_miss_p99_us": pct(miss, 0.99),
+            "lookup_hit_p50_us": pct(fast_hit, 0.50),     # the compiled walk (KeyIndex.lookup)
+            "lookup_hit_p99_us": pct(fast_hit, 0.99),
+            "lookup_miss_p50_us": pct(fast_miss, 0.50),
+            "lookup_miss_p99_us": pct(fast_miss, 0.99),
             "flush_s": round(flush_s, 3),
             "reopen_s": round(reopen_s, 3),
         }

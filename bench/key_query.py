@@ -17,7 +17,8 @@ indexed lookup on the same keys in the same run; prints JSON lines.
   (``fetchall``), one call at a time, timed call by call, in ``--chunks`` rounds (default 10)
   that run the three in turn (their order rotating) so all see the same machine load. p50 /
   p99 / p99.9 / max in µs, sqlite ÷ strata, the garbage collections that ran during strata's
-  queries (per generation); then ``scaling``: the big size ÷ the small size.
+  queries (per generation), the page faults (major: read from disk) and involuntary context
+  switches (preemptions) during them; then ``scaling``: the big size ÷ the small size.
 * ``ab_put_keys`` (with ``--ab OTHER_SRC``): put_batch of 1,024 messages with one key each
   (``--ab-messages``, default 200,000) until the dispatch has indexed them, in a child
   process per tree (this tree and ``OTHER_SRC``, e.g. ``git archive 501d160 src``), ABBA
@@ -33,6 +34,7 @@ import gc
 import json
 import os
 import random
+import resource
 import sqlite3
 import subprocess
 import sys
@@ -117,6 +119,7 @@ def query_phase(store, db, n_keys: int, queries: int, chunks: int) -> dict:
     for k in keys["strata"][:1000]:             # warm: compiled kernels, the first pages
         q(TOPIC, k)
     runs = [0, 0, 0]
+    faults = [0, 0, 0]   # during strata's queries: major, minor page faults; preemptions
 
     def on_gc(phase, info):
         if phase == "start":
@@ -140,18 +143,26 @@ def query_phase(store, db, n_keys: int, queries: int, chunks: int) -> dict:
             if frozen:
                 gc.freeze()
             gc.callbacks.append(on_gc)
+            r0 = resource.getrusage(resource.RUSAGE_SELF)
             for k in part:
                 t = pc()
                 r = q(TOPIC, k)
                 out.append(pc() - t)
                 # its key in the raw properties: no decoding (whose cache would keep objects)
                 wrong += len(r) != 1 or k.encode() not in r[0].properties_raw
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            faults[0] += r1.ru_majflt - r0.ru_majflt
+            faults[1] += r1.ru_minflt - r0.ru_minflt
+            faults[2] += r1.ru_nivcsw - r0.ru_nivcsw
             gc.callbacks.remove(on_gc)
             if frozen:
                 gc.unfreeze()
     res = {"bench": "key_query", "case": "query", "indexed_keys": n_keys,
            **{side: stats(xs) for side, xs in lat.items()},
-           "gc_runs_during_strata_queries": runs, "wrong_results": wrong}
+           "gc_runs_during_strata_queries": runs,
+           "during_strata_queries": {"major_faults": faults[0], "minor_faults": faults[1],
+                                     "involuntary_switches": faults[2]},
+           "wrong_results": wrong}
     if db is not None:
         res["sqlite_over_strata"] = {
             p: round(res["sqlite"][p] / res["strata"][p], 2) for p in ("p50_us", "p99_us")}
