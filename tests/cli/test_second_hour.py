@@ -216,3 +216,15 @@ def test_serve_says_when_its_directory_held_no_store(tmp_path, store_dir):
     assert "listening on" in line and "a NEW store: there was none" in line, line
     line = serve_start_line(store_dir)
     assert "listening on" in line and "NEW" not in line, line
+
+
+@pytest.mark.parametrize("option, said", [
+    ("segmnet_size=1", "did you mean 'segment_size'?"),
+    ("segment_size=big", "segment_size takes an integer"),
+    ("prefault=flase", "prefault takes true or false"),       # was read as False, silently
+])
+def test_a_wrong_store_option_is_refused_with_what_was_meant(tmp_path, option, said):
+    r = run_strata(["serve", tmp_path / "s", "--kafka", "127.0.0.1:0", "--store-option", option])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert said in r.stderr and "--store-option" in r.stderr, r.stderr
+    assert not (tmp_path / "s").exists()                       # refused before any store

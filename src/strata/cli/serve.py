@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import fields
 from pathlib import Path
 
@@ -11,21 +12,33 @@ import click
 from strata.store.config import StoreConfig
 
 
+_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false"}
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True,
+          "0": False, "false": False, "no": False, "off": False}
+
+
 def _store_options(pairs: tuple[str, ...]) -> dict:
-    types = {f.name: f.type for f in fields(StoreConfig)}
+    """``--store-option NAME=VALUE`` pairs as StoreConfig keyword arguments; a name that is
+    no field is refused with the nearest field's name, a value not of the field's type (a
+    bool that is not one of true/false/yes/no/on/off/1/0 too) naming the type."""
+    types = {f.name: f.type for f in fields(StoreConfig) if f.name != "flush"}
     out: dict = {}
     for p in pairs:
         name, sep, value = p.partition("=")
-        if not sep or name not in types or name == "flush":
+        if not sep or name not in types:
+            near = difflib.get_close_matches(name, types, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near and sep else ""
             raise click.BadParameter(f"{p!r}: expected NAME=VALUE with NAME a StoreConfig "
-                                     "field other than flush", param_hint="--store-option")
+                                     f"field other than flush{hint}",
+                                     param_hint="--store-option")
         kind = types[name].removesuffix(" | None")    # max_body_size: None is its default
         try:
+            if kind == "bool" and value.lower() not in _BOOLS:
+                raise ValueError(value)
             out[name] = (int(value) if kind == "int" else float(value) if kind == "float"
-                         else value.lower() in ("1", "true", "yes") if kind == "bool"
-                         else value)
+                         else _BOOLS[value.lower()] if kind == "bool" else value)
         except ValueError:
-            raise click.BadParameter(f"{p!r}: {name} takes a {kind}",
+            raise click.BadParameter(f"{p!r}: {name} takes {_KINDS.get(kind, kind)}",
                                      param_hint="--store-option") from None
     return out
 
