@@ -94,6 +94,9 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
     Plans where each record goes (rolling to a new file where the next record does not fit),
     enters the batch in the index in one ``dict.update`` (undone if an id came twice), then
     encodes each file's share of the batch with one compiled call into the write buffer."""
+    d = st._index._d
+    if not d.keys().isdisjoint(ids):     # some are stored (a fan-out write): one by one
+        return False
     n = len(ids)
     if lens is None:
         lens = list(map(len, bodies))
@@ -128,9 +131,6 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
             offs_a[first:last] += at - offs_a[first]
             where_a[first:last] = number + k
         offs, where = offs_a.tolist(), where_a.tolist()
-    d = st._index._d
-    if not d.keys().isdisjoint(ids):
-        return False
     before = len(d)
     d.update(zip(ids, zip(itertools.repeat(1), where, offs, totals.tolist())))
     if len(d) != before + n:     # an id twice in the batch: undo (all were new), go one by one
