@@ -227,3 +227,34 @@ def test_removes_and_contains_touching_a_locked_file_wait_for_the_gc(open_store)
     checker.join(30)
     assert result["A"] is False
     assert s.locate(ids["A"])[0] == 0
+
+
+def test_ops_parked_behind_a_queued_combine_survive_a_delete_finishing_first(open_store):
+    """A delete releases only its own file's parked ops; ops parked behind a combine that is
+    queued meanwhile stay parked, whole, and are applied once the combine is done."""
+    gate, entered = threading.Event(), threading.Event()
+
+    def hook(step, info):
+        if step == "delete_locked" and info["file"] == 1 and not entered.is_set():
+            entered.set()
+            assert gate.wait(20)
+
+    s = open_store(file_size_limit=4 * R, gc_garbage_ratio=0.3, fault_hook=hook)
+    c = s.client()
+    c.write_batch([(mid(i), body(i, B)) for i in range(17)])     # file k holds 4k..4k+3
+    s.sync()
+    c.remove([mid(i) for i in range(4, 8)])                      # file 1 empty: delete
+    s.sync()
+    assert entered.wait(20)                                      # the GC holds in the delete
+    c.remove([mid(8), mid(9), mid(12), mid(13)])                 # files 2 + 3 now fit in one
+    s.sync()
+    assert [f.locked for f in s.stats().files if f.number in (2, 3)] == [True, True]
+    c.remove([mid(10)])                                          # parked behind the combine
+    s.sync()
+    assert s.locate(mid(10))[0] == 1
+    gate.set()
+    st = s.wait_gc_idle(timeout=30)
+    assert s.failure is None and st.gc_deletes >= 1 and st.gc_combines == 1
+    assert s.locate(mid(10)) is None or s.locate(mid(10))[0] == 0
+    assert c.read(mid(10)) is None and c.read(mid(11)) == body(11, B)
+    assert s.message_count() == 17 - 4 - 5

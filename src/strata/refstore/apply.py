@@ -94,6 +94,9 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
     Plans where each record goes (rolling to a new file where the next record does not fit),
     enters the batch in the index in one ``dict.update`` (undone if an id came twice), then
     encodes each file's share of the batch with one compiled call into the write buffer."""
+    d = st._index._d
+    if not d.keys().isdisjoint(ids):     # some are stored (a fan-out write): one by one
+        return False
     n = len(ids)
     if lens is None:
         lens = list(map(len, bodies))
@@ -128,9 +131,6 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
             offs_a[first:last] += at - offs_a[first]
             where_a[first:last] = number + k
         offs, where = offs_a.tolist(), where_a.tolist()
-    d = st._index._d
-    if not d.keys().isdisjoint(ids):
-        return False
     before = len(d)
     d.update(zip(ids, zip(itertools.repeat(1), where, offs, totals.tolist())))
     if len(d) != before + n:     # an id twice in the batch: undo (all were new), go one by one
@@ -156,31 +156,39 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
 
 def apply_removes(st: "RefStore", client: StoreClient, ids: list) -> None:
     """A client's removes: drop one reference each (parked while the GC holds the file)."""
-    get = st._index.get
+    index = st._index
+    get = index.get
+    d = index._d
     files = st._summary.files
     summary = st._summary
     mark = client.dying_mark
     cur_number = st._cur.number
     emptied = False
+    ignored = 0
     for m in ids:
         e = get(m)
-        if e is None or e[REF] == 0:
-            if mark is None:
-                st.removes_ignored += 1
+        if e is None:
+            ignored += 1
             continue
-        if mark is not None and (e[FILE], e[OFFSET]) >= mark:
-            continue
-        info = files[e[FILE]]
-        if info.locked:
-            st._parked.append((info.number, (OP_REMOVE, client, [m])))
-            continue
-        ref = e[REF] - 1
-        st._index.put(m, (ref, e[FILE], e[OFFSET], e[SIZE]))
+        ref, number, off, size = e
         if ref == 0:
-            info.valid -= e[SIZE]
-            summary.sum_valid -= e[SIZE]
-            if info.valid == 0 and info.number != cur_number:
+            ignored += 1
+            continue
+        if mark is not None and (number, off) >= mark:
+            continue
+        info = files[number]
+        if info.locked:
+            st._parked.append((number, (OP_REMOVE, client, [m])))
+            continue
+        ref -= 1
+        d[m] = (ref, number, off, size)     # get() moved any saved entry into the dict
+        if ref == 0:
+            info.valid -= size
+            summary.sum_valid -= size
+            if info.valid == 0 and number != cur_number:
                 emptied = True
+    if mark is None:
+        st.removes_ignored += ignored
     st._maybe_gc(emptied)
 
 def apply_contains(st: "RefStore", client: StoreClient, msg_id: bytes,

@@ -423,8 +423,11 @@ class RefStore:
     def _release_parked(self, numbers) -> None:
         """Send ops parked behind the GC of ``numbers`` back to the front of the queue."""
         keep, go = [], []
-        for number, op in self._parked:
-            (go if number in numbers else keep).append(op)
+        for parked in self._parked:          # (file number, op)
+            if parked[0] in numbers:
+                go.append(parked[1])
+            else:
+                keep.append(parked)              # still parked: keeps its file number
         self._parked = keep
         if go:
             self._ops.extendleft(reversed(go))
