@@ -101,6 +101,8 @@ def test_compiled_messages_are_the_decoded_ones(kws, known_topic):
         assert same_values(pickle.loads(pickle.dumps(g)), w)   # a plain StoredMessage again
         assert w.body in g and g.count(w.body) == w.count(w.body)
         assert g.index(w.topic) == w.index(w.topic) and g + (1,) == w + (1,)
+        assert (1,) + g == (1,) + w and g + g == w + w and 2 * g == w * 2
+        assert tuple(g) == tuple(w) and [*g] == [*w] and list(reversed(g)) == list(reversed(w))
         assert not gc.is_tracked(g)   # str, bytes, int and the rows: no cycle possible
     assert got == want and want == got
     if len(got) > 1:
