@@ -101,6 +101,8 @@ def test_compiled_messages_are_the_decoded_ones(kws, known_topic):
         assert same_values(pickle.loads(pickle.dumps(g)), w)   # a plain StoredMessage again
         assert w.body in g and g.count(w.body) == w.count(w.body)
         assert g.index(w.topic) == w.index(w.topic) and g + (1,) == w + (1,)
+        assert (1,) + g == (1,) + w and g + g == w + w and 2 * g == w * 2
+        assert tuple(g) == tuple(w) and [*g] == [*w] and list(reversed(g)) == list(reversed(w))
         assert not gc.is_tracked(g)   # str, bytes, int and the rows: no cycle possible
     assert got == want and want == got
     if len(got) > 1:
@@ -192,16 +194,19 @@ def test_the_python_maker_takes_over_if_an_object_cannot_be_made(monkeypatch):
         assert len(got) == 5 and all(same_message(g, w) for g, w in zip(got, want))
 
 
-def test_columns_past_the_cache_of_ints_are_made():
+def test_columns_past_the_cache_of_ints_are_made(monkeypatch):
     kws = [dict(queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0, born_ts=i,
                 store_ts=i, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
                 store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(3)]
     buf, fields = laid_out(kws)
     wide = np.repeat(fields, 3000, axis=1)    # columns 0 .. 8999, the same 3 records
-    n = len(ro.column_ids(1))
-    got = MessageBatch(buf, wide, "t")[n:n + 3]
-    assert [m._column for m in got] == [n, n + 1, n + 2]
-    assert got == [decoded(buf, wide[:, n:n + 3])[k] for k in range(3)]
+    n = 5000
+    monkeypatch.setattr(ro, "COLUMN_CACHE", n)
+    assert len(ro.column_ids(9000)) == n
+    got = MessageBatch(buf, wide, "t")[n - 1:n + 3]
+    assert [m._column for m in got] == [n - 1, n, n + 1, n + 2]
+    assert got[0]._column is ro._COLUMN_INTS[n - 1]       # cached; the others their own
+    assert got == decoded(buf, wide[:, n - 1:n + 3])
 
 
 @pytest.mark.parametrize("n", [0, 1, 2])

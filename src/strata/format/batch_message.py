@@ -148,6 +148,11 @@ class BatchMessage(StoredMessage):
     def __add__(self, other):
         return self.values() + other
 
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return _values_of(other) + self.values()
+
     def __mul__(self, n):
         return self.values() * n
 

@@ -248,18 +248,22 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
     return count
 
 
-# ints 0..n-1 for make_lazy's columns, kept alive here; grown on demand (by whole chunks)
+# ints 0..n-1 for make_lazy's columns, kept alive here; grown on demand up to COLUMN_CACHE (a
+# column past it gets an int of its own)
+COLUMN_CACHE = 1 << 16
 _COLUMN_INTS: list[int] = []
 _COLUMN_IDS = np.zeros(0, np.int64)
 
 
 def column_ids(n: int) -> np.ndarray:
-    """Addresses of the ints 0 .. n-1 (at least), which this module keeps alive."""
+    """Addresses of the ints 0 .. min(n, COLUMN_CACHE) - 1, which this module keeps alive."""
     global _COLUMN_IDS
+    n = min(n, COLUMN_CACHE)
     if len(_COLUMN_IDS) < n:
-        _COLUMN_INTS.extend(range(len(_COLUMN_INTS), max(n, 2 * len(_COLUMN_INTS), 4096)))
+        _COLUMN_INTS.extend(range(len(_COLUMN_INTS),
+                                  min(max(n, 2 * len(_COLUMN_INTS), 4096), COLUMN_CACHE)))
         _COLUMN_IDS = np.array([id(i) for i in _COLUMN_INTS], np.int64)
-    return _COLUMN_IDS
+    return _COLUMN_IDS[:n]
 
 
 @njit("int64(int64, int64[:, :], int64, int64, int64)", cache=True)
