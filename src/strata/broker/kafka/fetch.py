@@ -109,7 +109,7 @@ async def _take_ahead(broker, conn, topics: list, lookups: list, max_bytes: int,
     ahead = conn.state.pop(AHEAD, None)
     if ahead is None:
         return None
-    if ahead.key != _key(topics, lookups, max_bytes, version):
+    if ahead.answer.cancelled() or ahead.key != _key(topics, lookups, max_bytes, version):
         ahead.answer.cancel()
         broker.fetch_ahead_dropped += 1
         return None
@@ -136,6 +136,10 @@ def _prepare_next(broker, conn, answer: FetchAnswer, topics: list, lookups: list
     for (topic, wants), (_t, parts) in zip(topics, answer.topics):
         nxt.append((topic, [w._replace(fetch_offset=p.next_offset)
                             for w, p in zip(wants, parts)]))
+    old = conn.state.pop(AHEAD, None)       # one not taken (the client asked something else)
+    if old is not None:
+        old.answer.cancel()
+        broker.fetch_ahead_dropped += 1
     loop = asyncio.get_running_loop()
     fut = loop.run_in_executor(broker.reader, _answer, broker.store, nxt, lookups, max_bytes,
                                version, 0)

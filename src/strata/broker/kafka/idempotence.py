@@ -15,10 +15,12 @@ a crash is known as a duplicate after it, and one that did not survive is not.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strata.broker.kafka import api
@@ -52,6 +54,8 @@ class Sequences:
         self.batches: dict[tuple[int, str, int], deque] = {}
         self.transactional: dict[str, int] = {}
         self._last_snapshot = time.monotonic()
+        self._writer: ThreadPoolExecutor | None = None     # persist()'s, made on first use
+        self._block: asyncio.Future | None = None     # the write of the id block in use
         self._load()
 
     # ------------------------------------------------------------------ persistence
@@ -96,27 +100,46 @@ class Sequences:
             n += 1
         return n
 
-    def _write(self, offset: int) -> None:
+    def _state(self, offset: int) -> bytes:
+        """The table as written (taken on the event loop, where it changes)."""
+        self._last_snapshot = time.monotonic()
         state = {"id_limit": self.id_limit, "offset": offset,
                  "epochs": {str(k): v for k, v in self.epochs.items()},
                  "transactional": self.transactional,
                  "batches": [[pid, topic, part, [list(e) for e in q]]
                              for (pid, topic, part), q in self.batches.items()]}
-        self.ops.write_atomic(self.path, json.dumps(state).encode("utf-8"))
-        self._last_snapshot = time.monotonic()
+        return json.dumps(state).encode("utf-8")
+
+    def _write(self, offset: int) -> None:
+        self.ops.write_atomic(self.path, self._state(offset))
 
     def snapshot(self) -> None:
-        """Write the table (and where in the log it is complete up to)."""
+        """Write the table (and where in the log it is complete up to), on this thread: at
+        start and at a clean stop, when nothing else is served."""
         self._write(self.store.max_commitlog_offset())
 
-    def maybe_snapshot(self) -> None:
+    async def persist(self) -> None:
+        """``snapshot`` while serving: the table taken here, its write and fsync on the one
+        writer thread (in order), never on the event loop."""
+        data = self._state(self.store.max_commitlog_offset())
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="kafka-producers")
+        await asyncio.get_running_loop().run_in_executor(self._writer, self.ops.write_atomic,
+                                                         self.path, data)
+
+    async def maybe_persist(self) -> None:
+        """``persist`` if the last snapshot is older than SNAPSHOT_S."""
         if time.monotonic() - self._last_snapshot > SNAPSHOT_S:
-            self.snapshot()
+            await self.persist()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
 
     # ------------------------------------------------------------------ ids
 
-    def new_producer(self, transactional_id: str | None, pid: int = -1,
-                     epoch: int = -1) -> tuple[int, int]:
+    async def new_producer(self, transactional_id: str | None, pid: int = -1,
+                           epoch: int = -1) -> tuple[int, int]:
         """(producer id, epoch) for InitProducerId."""
         if pid >= 0 and self.epochs.get(pid) == epoch:      # KIP-360: bump the epoch
             self.epochs[pid] = epoch + 1
@@ -127,9 +150,16 @@ class Sequences:
             return pid, self.epochs[pid]
         if self.next_id >= self.id_limit:
             self.id_limit = self.next_id + ID_BLOCK
-            self.snapshot()            # the block's end is durable before an id of it is used
+            self._block = asyncio.ensure_future(self.persist())
         pid = self.next_id
         self.next_id += 1
+        if self._block is not None:    # the block's end is durable before an id of it is used
+            try:                       # (also by a request that comes while it is written)
+                await asyncio.shield(self._block)
+            except Exception:
+                self.id_limit = self.next_id     # the next id writes its block again
+                self._block = None
+                raise
         self.epochs[pid] = 0
         if transactional_id is not None:
             self.transactional[transactional_id] = pid
@@ -207,6 +237,6 @@ async def init_producer_id(ctx: api.RequestContext, request):
         return InitProducerIdResponse(throttle_time_ms=0,
                                       error_code=ke.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                       producer_id=-1, producer_epoch=-1)
-    pid, epoch = seqs.new_producer(None, pid, epoch)
+    pid, epoch = await seqs.new_producer(None, pid, epoch)
     return InitProducerIdResponse(throttle_time_ms=0, error_code=ke.NONE, producer_id=pid,
                                   producer_epoch=epoch)

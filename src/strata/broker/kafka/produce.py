@@ -261,7 +261,7 @@ async def produce(ctx: api.RequestContext, request):
                     seqs.stored(entry, p.offset + first)
                 else:
                     seqs.failed(pid, p.topic, p.index, entry)
-        seqs.maybe_snapshot()
+        await seqs.maybe_persist()
     if broker.metrics is not None:
         m = broker.metrics
         for p in parts:

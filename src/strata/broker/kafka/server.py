@@ -197,6 +197,7 @@ class KafkaListener:
             await groups.close()
         seqs = self.broker.state.get("sequences")
         if seqs is not None:
+            seqs.close()
             seqs.snapshot()          # a clean stop: the next start replays nothing
         self.fsyncs = self.broker.store.fsyncs     # for summary(), after the store closed
         self.broker.close()
