@@ -460,16 +460,24 @@ class PreparedBatch:
             if n_q is None:
                 n_q = new_topics[topic] = default_queues
             n_qs.append(n_q)
-        starts = [round_robin_start(t, q, queue_next, round_robin) for t, q in zip(names, n_qs)]
+        n = len(self.totals)
+        codes = self.topic_codes if self.topic_codes is not None else np.zeros(n, np.int64)
+        shard_col, has = self.shards if self.shards is not None else (_NO_SHARDS, None)
+        if self.shards is None:       # round-robin topics: where each goes on (0: none)
+            rr_topics = range(len(names))
+        elif has is None:
+            rr_topics = ()
+        else:
+            rr_topics = np.unique(codes[~has]).tolist()
+        starts = [0] * len(names)
+        for t in rr_topics:
+            starts[t] = round_robin_start(names[t], n_qs[t], queue_next, round_robin)
         base_at = [0]
         for q in n_qs:
             base_at.append(base_at[-1] + q)
         keys = [(t, q) for t, n_q in zip(names, n_qs) for q in range(n_q)]
         nxt = np.array([queue_next.get(k, 0) for k in keys], np.int64)
         before = nxt.copy()
-        n = len(self.totals)
-        codes = self.topic_codes if self.topic_codes is not None else np.zeros(n, np.int64)
-        shard_col, has = self.shards if self.shards is not None else (_NO_SHARDS, None)
         rr_count = np.zeros(len(names), np.int64)
         qids = np.empty(n, np.int64)
         qoffs = np.empty(n, np.int64)
