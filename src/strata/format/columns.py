@@ -521,9 +521,11 @@ def born_column(born_timestamps, n: int) -> np.ndarray | int:
 
 
 def load_kernels() -> None:
-    """Load the compiled column encoders now (numba's cached code costs a process most of a
-    second on first use): the dispatch thread calls this as it starts, so that cost falls at
-    open rather than in the first put of messages with keys, tags or properties."""
+    """Load the compiled column encoders now: numba's cached code costs a process most of a
+    second on first use, which otherwise falls in the first ``put_batch`` of messages with
+    keys, tags, properties or shard keys (or the first ``put_columns``). A program that wants
+    that first put at full speed (``strata demo`` before its clock) calls this first; the
+    store does not, so that programs putting plain messages only never pay it."""
     text = message_text([("k",), ["k"]], ("t", None), ({"n": "v"}, None), ("s", 1))
     bodies = BytesColumn.trusted(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64))
     encode_records([b"p", b"q"], bodies, prefix_of=np.zeros(2, np.int64), keys=text.keys,

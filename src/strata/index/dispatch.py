@@ -12,7 +12,6 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from strata.format.columns import load_kernels
 from strata.index.dispatch_batch import DispatchBatch, TopicNames, read_batch
 from strata.log.commit_log import CommitLog
 from strata.log.record_fields import load_reader
@@ -169,7 +168,6 @@ class ReputService:
         seen by the next round, never lost. After a failure (a full disk, say: nothing
         announces that it passed) it tries again every RETRY_S."""
         load_reader()
-        load_kernels()   # the put path's column encoders: their first use costs ~0.5 s too
         while not self._stop.is_set():
             before = self.reput_offset
             self._wake.clear()

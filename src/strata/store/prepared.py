@@ -190,10 +190,11 @@ class Encoder:
                 tbs = {t: self.topic(t) for t in dict.fromkeys(topics)}
             except InvalidInputError:
                 return None
-            return self._prepare_rich(msgs, topics, tbs, bodies, columns)
+            return self._prepare_rich(msgs, topics, tbs, bodies, body_lens, columns)
         tb = self.topic(topics[0])
         if not plain:
-            return self._prepare_rich(msgs, topics, {topics[0]: tb}, bodies, columns)
+            return self._prepare_rich(msgs, topics, {topics[0]: tb}, bodies, body_lens,
+                                      columns)
         props_lens = 0
         payloads = bodies
         host = self.store_host
@@ -215,7 +216,7 @@ class Encoder:
 
     def _prepare_rich(self, msgs: Sequence[Message], topics: list[str],
                       topic_bytes: dict[str, bytes], bodies: list[bytes],
-                      columns: list[tuple]) -> "PreparedBatch | None":
+                      body_lens: list[int], columns: list[tuple]) -> "PreparedBatch | None":
         """``_prepare_plain`` for messages with keys, tags, properties, born timestamps or
         shard keys, or of several topics (``topic_bytes``: each one's encoded name, in order of
         first appearance): the values gathered into columns at C speed
@@ -235,7 +236,7 @@ class Encoder:
         prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
         try:
             enc = col.encode_records(prefixes[0] if codes is None else prefixes,
-                                     col.BytesColumn.of(bodies), prefix_of=codes,
+                                     _bodies_of(bodies, body_lens), prefix_of=codes,
                                      keys=text.keys, key_groups=text.key_groups,
                                      tags=text.tags, properties=text.properties,
                                      max_body=self.max_body, max_record=self.max_record)
@@ -309,6 +310,13 @@ def _checked_body(body) -> bytes:
         raise InvalidInputError("message body must be bytes; encode the str first "
                                 "(e.g. body.encode())")
     raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
+
+
+def _bodies_of(bodies: list[bytes], lens: list[int]) -> col.BytesColumn:
+    """Bodies known to be bytes, of lengths ``lens``, as one column (one join)."""
+    off = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=off[1:])
+    return col.BytesColumn.trusted(np.frombuffer(b"".join(bodies), np.uint8), off)
 
 
 def _bodies_column(bodies) -> col.BytesColumn:
@@ -460,16 +468,24 @@ class PreparedBatch:
             if n_q is None:
                 n_q = new_topics[topic] = default_queues
             n_qs.append(n_q)
-        starts = [round_robin_start(t, q, queue_next, round_robin) for t, q in zip(names, n_qs)]
+        n = len(self.totals)
+        codes = self.topic_codes if self.topic_codes is not None else np.zeros(n, np.int64)
+        shard_col, has = self.shards if self.shards is not None else (_NO_SHARDS, None)
+        if self.shards is None:       # round-robin topics: where each goes on (0: none)
+            rr_topics = range(len(names))
+        elif has is None:
+            rr_topics = ()
+        else:
+            rr_topics = np.unique(codes[~has]).tolist()
+        starts = [0] * len(names)
+        for t in rr_topics:
+            starts[t] = round_robin_start(names[t], n_qs[t], queue_next, round_robin)
         base_at = [0]
         for q in n_qs:
             base_at.append(base_at[-1] + q)
         keys = [(t, q) for t, n_q in zip(names, n_qs) for q in range(n_q)]
         nxt = np.array([queue_next.get(k, 0) for k in keys], np.int64)
         before = nxt.copy()
-        n = len(self.totals)
-        codes = self.topic_codes if self.topic_codes is not None else np.zeros(n, np.int64)
-        shard_col, has = self.shards if self.shards is not None else (_NO_SHARDS, None)
         rr_count = np.zeros(len(names), np.int64)
         qids = np.empty(n, np.int64)
         qoffs = np.empty(n, np.int64)
