@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -270,8 +271,9 @@ async def serve(cfg: ServeConfig) -> None:
     held_at_open = len(node.held.entries)
     node.batcher.start()
     # the store's compiled kernels load (or, with a cold cache, compile) off the loop now,
-    # not inside the first clients' calls (strata.broker.warm)
-    asyncio.get_running_loop().run_in_executor(None, warm_quietly)
+    # not inside the first clients' calls (strata.broker.warm); a daemon thread: a stop
+    # never waits for a compile that no client needs any more
+    threading.Thread(target=warm_quietly, name="strata-warm", daemon=True).start()
     for lst in listeners:
         await lst.start()
     admin = console = http_port = None

@@ -11,7 +11,8 @@ other client's heartbeat timed out with it (the CI flake of test_admin_cli's
 on a thread as it starts: a throwaway store in a temporary directory takes one put, its
 dispatch and a read (plain and by tag), so every kernel those reach is compiled (or, with a
 warm cache, loaded, which the first put and read would do anyway) before or while the first
-clients connect.
+clients connect. It runs on a daemon thread, so a broker stopped during a cold compile does
+not wait for it (its temporary directory may then stay behind, named ``strata-warm-*``).
 """
 
 from __future__ import annotations
