@@ -294,22 +294,32 @@ def record_size(reader) -> int:
     return got.messages[0].size
 
 
-def page_poller(url: str, stop: threading.Event) -> threading.Thread:
-    """What a browser with the overview, topics and groups pages open asks: each page once,
-    then every REFRESH_S the overview's /api/overview and the groups page's lag chart
-    (/api/groups?per_page=1); the topics page does not poll."""
-    def run() -> None:
-        for path in ("/", "/topics", "/groups"):
-            with urllib.request.urlopen(url + path, timeout=60) as r:
-                r.read()
+def page_poller(url: str, stop: threading.Event) -> list[threading.Thread]:
+    """What a browser with the overview, topics and groups pages open asks, as console.js
+    does: each page once; then the overview's charts and the groups page's lag chart each
+    poll their API (/api/overview, /api/groups?per_page=1), REFRESH_S after each answer,
+    with ``after`` the last sample's number (a long poll answered from the next sample);
+    the topics page does not poll."""
+    def get(path: str) -> dict | None:
+        with urllib.request.urlopen(url + path, timeout=60) as r:
+            body = r.read()
+        return json.loads(body) if path.startswith("/api/") else None
+
+    def chart(path: str, seq_of) -> None:
+        seq = None
         while not stop.is_set():
-            for path in ("/api/overview", "/api/groups?per_page=1"):
-                with urllib.request.urlopen(url + path, timeout=60) as r:
-                    r.read()
+            sep = "&" if "?" in path else "?"
+            seq = seq_of(get(path if seq is None else f"{path}{sep}after={seq}"))
             stop.wait(REFRESH_S)
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
+
+    for path in ("/", "/topics", "/groups"):
+        get(path)
+    threads = [threading.Thread(target=chart, args=a, daemon=True) for a in (
+        ("/api/overview", lambda ov: ov["rates"]["seq"]),
+        ("/api/groups?per_page=1", lambda g: g["history"]["seq"]))]
+    for t in threads:
+        t.start()
+    return threads
 
 
 def broker_window(d: Path, work: Path, console: bool, producers: int, warmup: float,
@@ -343,8 +353,8 @@ def broker_window(d: Path, work: Path, console: bool, producers: int, warmup: fl
         for p in procs:
             p.wait(120)
         stop.set()
-        if poller is not None:
-            poller.join(60)
+        for t in poller or []:
+            t.join(60)
         size = record_size(reader)
     finally:
         stop.set()
@@ -419,10 +429,10 @@ def main() -> None:
     ap.add_argument("--ab-warmup", type=float, default=3.0,
                     help="seconds of producing before a window's measurement starts")
     ap.add_argument("--producers", type=int, default=2, help="Kafka producer processes")
-    ap.add_argument("--pace", type=float, default=0.0, metavar="MSGS_PER_S",
+    ap.add_argument("--pace", default="0", metavar="MSGS_PER_S[,...]",
                     help="the producers' rate in all (0: as fast as they go); a steady pace "
                          "keeps the broker's batches alike in A and B, so its CPU per "
-                         "message compares like with like")
+                         "message compares like with like; several: one A/B each")
     ap.add_argument("--baseline-src", default=None, metavar="DIR",
                     help="also measure the writer's pages with the code in DIR (a src/), "
                          "alternately with this checkout's")
@@ -459,8 +469,9 @@ def main() -> None:
                 finally:
                     c.stop()
         if a.ab_rounds:
-            measure_broker_ab(d, scratch, a.ab_rounds, a.producers, a.ab_warmup, a.ab_seconds,
-                              a.pace)
+            for pace in (float(x) for x in a.pace.split(",")):
+                measure_broker_ab(d, scratch, a.ab_rounds, a.producers, a.ab_warmup,
+                                  a.ab_seconds, pace)
     finally:
         cleanup()
 
