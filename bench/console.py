@@ -33,8 +33,11 @@ chunk of 8,192 plain bodies, round-robin over the queues) instead of ``put_batch
   B/A (messages the broker stored, counted from the topic's max offsets by a read-only
   opener) and the broker process's CPU per stored message in both windows (from /proc: on
   this shared machine steadier than the wall-clock rate), and the broker's console
-  thread's CPU as a share of a core; the summary row gives each as median, quartiles and
-  range (target: throughput ratio >= 0.98 and CPU per message ratio <= 1.02).
+  thread's CPU as a share of a core, and ``extra_cpu_share``: the broker's CPU share with
+  the console less without (what the console costs it in all, its event loop's HTTP and
+  JSON work included; at a steady ``--pace`` both windows take the same messages); the
+  summary row gives each as median, quartiles and range (target: throughput ratio >= 0.98
+  and CPU per message ratio <= 1.02).
 """
 
 from __future__ import annotations
@@ -291,22 +294,32 @@ def record_size(reader) -> int:
     return got.messages[0].size
 
 
-def page_poller(url: str, stop: threading.Event) -> threading.Thread:
-    """What a browser with the overview, topics and groups pages open asks: each page once,
-    then every REFRESH_S the overview's /api/overview and the groups page's lag chart
-    (/api/groups?per_page=1); the topics page does not poll."""
-    def run() -> None:
-        for path in ("/", "/topics", "/groups"):
-            with urllib.request.urlopen(url + path, timeout=60) as r:
-                r.read()
+def page_poller(url: str, stop: threading.Event) -> list[threading.Thread]:
+    """What a browser with the overview, topics and groups pages open asks, as console.js
+    does: each page once; then the overview's charts and the groups page's lag chart each
+    poll their API (/api/overview, /api/groups?per_page=1), REFRESH_S after each answer,
+    with ``after`` the last sample's number (a long poll answered from the next sample);
+    the topics page does not poll."""
+    def get(path: str) -> dict | None:
+        with urllib.request.urlopen(url + path, timeout=60) as r:
+            body = r.read()
+        return json.loads(body) if path.startswith("/api/") else None
+
+    def chart(path: str, seq_of) -> None:
+        seq = None
         while not stop.is_set():
-            for path in ("/api/overview", "/api/groups?per_page=1"):
-                with urllib.request.urlopen(url + path, timeout=60) as r:
-                    r.read()
+            sep = "&" if "?" in path else "?"
+            seq = seq_of(get(path if seq is None else f"{path}{sep}after={seq}"))
             stop.wait(REFRESH_S)
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
+
+    for path in ("/", "/topics", "/groups"):
+        get(path)
+    threads = [threading.Thread(target=chart, args=a, daemon=True) for a in (
+        ("/api/overview", lambda ov: ov["rates"]["seq"]),
+        ("/api/groups?per_page=1", lambda g: g["history"]["seq"]))]
+    for t in threads:
+        t.start()
+    return threads
 
 
 def broker_window(d: Path, work: Path, console: bool, producers: int, warmup: float,
@@ -340,8 +353,8 @@ def broker_window(d: Path, work: Path, console: bool, producers: int, warmup: fl
         for p in procs:
             p.wait(120)
         stop.set()
-        if poller is not None:
-            poller.join(60)
+        for t in poller or []:
+            t.join(60)
         size = record_size(reader)
     finally:
         stop.set()
@@ -381,6 +394,7 @@ def measure_broker_ab(d: Path, work: Path, rounds: int, producers: int, warmup: 
                "cpu_per_msg_ratio": round(b["cpu_us_per_msg"] / a["cpu_us_per_msg"], 4),
                "broker_cpu_share_without": round(a["broker_cpu_share"], 3),
                "broker_cpu_share_with": round(b["broker_cpu_share"], 3),
+               "extra_cpu_share": round(b["broker_cpu_share"] - a["broker_cpu_share"], 4),
                "console_cpu_share": round(b["console_cpu_share"], 4)}
         rows.append(row)
         emit(case="broker_ab_round", **row)
@@ -394,6 +408,7 @@ def measure_broker_ab(d: Path, work: Path, rounds: int, producers: int, warmup: 
          without_cpu_us_per_msg=spread(col("without_cpu_us_per_msg")),
          with_console_cpu_us_per_msg=spread(col("with_console_cpu_us_per_msg")),
          console_cpu_share=spread(col("console_cpu_share")),
+         extra_cpu_share=spread(col("extra_cpu_share")),
          target_ratio=0.98, met=ratio >= 0.98 and cpu <= 1.02)
 
 
@@ -414,10 +429,10 @@ def main() -> None:
     ap.add_argument("--ab-warmup", type=float, default=3.0,
                     help="seconds of producing before a window's measurement starts")
     ap.add_argument("--producers", type=int, default=2, help="Kafka producer processes")
-    ap.add_argument("--pace", type=float, default=0.0, metavar="MSGS_PER_S",
+    ap.add_argument("--pace", default="0", metavar="MSGS_PER_S[,...]",
                     help="the producers' rate in all (0: as fast as they go); a steady pace "
                          "keeps the broker's batches alike in A and B, so its CPU per "
-                         "message compares like with like")
+                         "message compares like with like; several: one A/B each")
     ap.add_argument("--baseline-src", default=None, metavar="DIR",
                     help="also measure the writer's pages with the code in DIR (a src/), "
                          "alternately with this checkout's")
@@ -454,8 +469,9 @@ def main() -> None:
                 finally:
                     c.stop()
         if a.ab_rounds:
-            measure_broker_ab(d, scratch, a.ab_rounds, a.producers, a.ab_warmup, a.ab_seconds,
-                              a.pace)
+            for pace in (float(x) for x in a.pace.split(",")):
+                measure_broker_ab(d, scratch, a.ab_rounds, a.producers, a.ab_warmup,
+                                  a.ab_seconds, pace)
     finally:
         cleanup()
 

@@ -154,19 +154,23 @@ def _page(request: web.Request, template: str, status: int = 200, **ctx) -> web.
 # ---------------------------------------------------------------------- JSON API
 
 
-async def _after_sample(request: web.Request) -> None:
+async def _after_sample(request: web.Request) -> bool:
     """``?after=SEQ``: wait (a long poll) until the sampler took a sample numbered above
     SEQ (the ``seq`` of an answer's ``rates`` or ``history``), so a caller waits for the
-    charts' next point on the sample itself instead of polling for it."""
+    charts' next point on the sample itself instead of polling for it. Such an answer
+    shows that sample's reading of the queues (the page's charts poll so: they cost the
+    store no reading of their own). Returns whether the answer should read afresh."""
     seq = _api_int(request.query, "after", 0, 1 << 62)
-    if seq is not None:
-        await request.app[SAMPLES_KEY].after(request.app[DATA_KEY], seq)
+    if seq is None:
+        return True
+    await request.app[SAMPLES_KEY].after(request.app[DATA_KEY], seq)
+    return False
 
 
 async def api_overview(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
-    await _after_sample(request)
-    return _json(await _off_loop(request, d.overview))
+    fresh = await _after_sample(request)
+    return _json(await _off_loop(request, d.overview, fresh))
 
 
 API_MAX_PER_PAGE = 1000   # rows one API answer holds at most when paged
@@ -234,8 +238,8 @@ async def api_topic(request: web.Request) -> web.Response:
 async def api_groups(request: web.Request) -> web.Response:
     """Groups filtered (``q``) and paged like /groups; ``history`` covers every group."""
     d = request.app[DATA_KEY]
-    await _after_sample(request)
-    groups = _select_groups(await _off_loop(request, d.groups_list),
+    fresh = await _after_sample(request)
+    groups = _select_groups(await _off_loop(request, d.groups_list, None, fresh),
                             request.query.get("q", "").strip())
     got = _api_page(groups, request.query, GROUP_PAGE)
     return _json({"groups": got.pop("rows"), **got, "history": d.group_history()})

@@ -26,9 +26,27 @@ def _say(line: str) -> None:
 
 
 async def _watch_parent(stop: asyncio.Event) -> None:
+    """Set ``stop`` when the parent process exits: its pidfd turns readable then (Linux
+    5.3+); where there is none, a look at the parent's pid every half second."""
     parent = os.getppid()
-    while os.getppid() == parent:       # no event tells a child its parent died
-        await asyncio.sleep(0.5)
+    try:
+        fd = os.pidfd_open(parent)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None and os.getppid() == parent:     # (not gone before the pidfd was made)
+        loop = asyncio.get_running_loop()
+        gone = asyncio.Event()
+        loop.add_reader(fd, gone.set)
+        try:
+            await gone.wait()
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+    else:
+        if fd is not None:
+            os.close(fd)
+        while os.getppid() == parent:
+            await asyncio.sleep(0.5)
     _say("parent process exited; stopping")
     stop.set()
 

@@ -28,10 +28,11 @@ from strata.store.message_store import MessageStore
 
 HISTORY_POINTS = 300          # samples kept for the charts (5 minutes at one a second)
 SAMPLE_S = 1.0                # the charts' finest resolution
-SAMPLE_SHARE = 50             # the sampler takes at most 1/50 of the time (2% of a core)
+SAMPLE_SHARE = 100            # the sampler takes at most 1/100 of a core (its CPU time)
 CHART_GROUPS = 10             # the lag chart shows the groups furthest behind
 MAX_PAGE = 200                # messages per page of the browser
-DISK_CACHE_S = 10.0           # disk use is summed over many files: at most this often
+DISK_CACHE_S = 10.0           # disk use is summed over many files: at most this often,
+DISK_SHARE = 400              # and at most 1/400 of a core (8,000 queues' files: ~0.14 s)
 RETRY_PREFIX = "%RETRY%"
 
 
@@ -48,17 +49,25 @@ def _name_os_thread() -> None:
         pass
 
 
-def _dir_bytes(path: Path) -> tuple[int, int]:
-    """(bytes, files) under ``path`` (allocated size of sparse files counts as written)."""
+def _dir_bytes(path: Path | str) -> tuple[int, int]:
+    """(bytes, files) under ``path`` (allocated size of sparse files counts as written);
+    ``os.scandir``, whose entries know their type, so only files are stat'ed."""
     total = files = 0
-    for root, _dirs, names in os.walk(path):
-        for n in names:
-            try:
-                st = os.stat(os.path.join(root, n))
-            except FileNotFoundError:     # deleted by retention meanwhile
-                continue
-            total += st.st_blocks * 512
-            files += 1
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError):   # deleted by retention meanwhile
+        return 0, 0
+    for e in entries:
+        try:
+            if e.is_dir(follow_symlinks=False):
+                b, n = _dir_bytes(e.path)
+                total += b
+                files += n
+            elif e.is_file(follow_symlinks=False):
+                total += e.stat(follow_symlinks=False).st_blocks * 512
+                files += 1
+        except FileNotFoundError:
+            continue
     return total, files
 
 
@@ -88,10 +97,11 @@ class ConsoleData:
                                            initializer=_name_os_thread)
         self.history: deque[Sample] = deque(maxlen=HISTORY_POINTS)
         self._disk: tuple[float, dict] = (0.0, {})
+        self.disk_cpu_s = 0.0     # the CPU time the last disk walk took
         self._rows: tuple[float, list | None, tuple | None] = (0.0, None, None)
         self._topics: tuple[object, list[dict]] = (None, [])
         self._bounds_of: tuple[list | None, dict] = (None, {})
-        self.rows_cost_s = 0.0
+        self.sample_cpu_s = 0.0   # the CPU time the last sample took (its thread's)
         self.samples = 0       # samples taken so far: the last one's sequence number
         self._lock = threading.Lock()
 
@@ -106,9 +116,7 @@ class ConsoleData:
         at, rows, was = self._rows
         if rows is not None and (now - at <= max_age or (key is not None and key == was)):
             return rows
-        t0 = time.perf_counter()
         rows = self._read_rows()
-        self.rows_cost_s = time.perf_counter() - t0
         self._rows = (now, rows, key)
         return rows
 
@@ -130,26 +138,39 @@ class ConsoleData:
 
     def sample_interval(self) -> float:
         """How often the sampler reads every queue: at least every SAMPLE_S seconds, less
-        often where one reading costs more than 1/SAMPLE_SHARE of the time between two."""
-        return max(SAMPLE_S, self.rows_cost_s * SAMPLE_SHARE)
+        often where one sample's CPU time is more than 1/SAMPLE_SHARE of the time between
+        two (a busy writer's 8,000 queues: ~14 ms, so the charts' points come every 1.4 s
+        and the sampler takes 1% of a core)."""
+        return max(SAMPLE_S, self.sample_cpu_s * SAMPLE_SHARE)
 
-    def _rows_for_pages(self) -> list[tuple[str, int, int, int]]:
-        # a writer's queues are read fresh (~1.5 us a queue); a reader's cost ~0.2 ms a
-        # queue, so its pages reuse the sampler's reading (at most one interval old)
-        return self._queue_rows(self.sample_interval() if self.store.readonly else 0.0)
+    def _rows_for_pages(self, fresh: bool = True) -> list[tuple[str, int, int, int]]:
+        """The reading a page shows. A writer's queues are read fresh (~1.5 us a queue)
+        unless ``fresh`` is False: a chart's poll, answered right after a sample, takes that
+        sample's reading (at most one interval old, as its charts are). A reader's cost
+        ~0.2 ms a queue, so its pages always reuse the sampler's reading."""
+        if fresh and not self.store.readonly:
+            return self._queue_rows(0.0)
+        return self._queue_rows(self.sample_interval())
+
+    def _bounds_map(self, rows: list) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, queue) -> (min, max) of a reading, built once per reading."""
+        if self._bounds_of[0] is not rows:
+            self._bounds_of = (rows, {(t, q): (lo, hi) for t, q, lo, hi in rows})
+        return self._bounds_of[1]
 
     def sample(self) -> Sample:
         """Read the counters once and keep the reading for the charts."""
+        cpu0 = time.thread_time()
         rows = self._queue_rows()
         per_topic: dict[str, int] = {}
         for t, _q, _lo, hi in rows:
             per_topic[t] = per_topic.get(t, 0) + hi
         groups = self.groups.rows()
-        lag = self._lag_by_queue(rows, groups)
+        bounds = self._bounds_map(rows)
+        lag = self._lag_by_queue(bounds, groups)
         group_lag: dict[str, int] = {}
         for (g, _t, _q), behind in lag.items():
             group_lag[g] = group_lag.get(g, 0) + behind
-        bounds = {(t, q): (lo, hi) for t, q, lo, hi in rows}
         for (g, t, q), commit in self.groups.kafka_rows().items():     # Kafka groups
             lo, hi = bounds.get((t, q), (0, 0))
             group_lag[g] = group_lag.get(g, 0) + max(0, hi - max(lo, commit))
@@ -157,13 +178,13 @@ class ConsoleData:
                      sum(c for c, _p, _f, _r in groups.values()), per_topic, group_lag)
         self.history.append(smp)
         self.samples += 1
+        self.sample_cpu_s = time.thread_time() - cpu0
         return smp
 
     @staticmethod
-    def _lag_by_queue(rows, groups) -> dict[tuple[str, str, int], int]:
+    def _lag_by_queue(bounds, groups) -> dict[tuple[str, str, int], int]:
         """Lag per (group, topic, queue) the group reads: max offset minus the first offset
         not acked (never below the queue's min offset)."""
-        bounds = {(t, q): (lo, hi) for t, q, lo, hi in rows}
         out = {}
         for (g, t, q), (commit, _pop, _fly, _retry) in groups.items():
             lo, hi = bounds.get((t, q), (0, 0))
@@ -194,24 +215,30 @@ class ConsoleData:
     # ------------------------------------------------------------------ overview
 
     def disk(self) -> dict:
+        """Bytes and files per directory, summed again at most every DISK_CACHE_S seconds,
+        and no more often than takes 1/DISK_SHARE of a core (a store of many queues has
+        thousands of files to stat)."""
         now = time.monotonic()
         with self._lock:
             at, cached = self._disk
-            if now - at < DISK_CACHE_S and cached:
+            if now - at < max(DISK_CACHE_S, self.disk_cpu_s * DISK_SHARE) and cached:
                 return cached
+        cpu0 = time.thread_time()
         out = {}
         for d in (COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR, BROKER_DIR):
             b, n = _dir_bytes(self.store.path / d)
             out[d] = {"bytes": b, "files": n}
         with self._lock:
             self._disk = (now, out)
+            self.disk_cpu_s = time.thread_time() - cpu0
         return out
 
-    def overview(self) -> dict:
+    def overview(self, fresh: bool = True) -> dict:
+        """The overview page's data (``fresh``: see ``_rows_for_pages``)."""
         s = self.store
         segs = s.log.segment_list()
         report = s.recovery_report
-        rows = self._rows_for_pages()
+        rows = self._rows_for_pages(fresh)
         groups = self.groups.rows()
         cfg = s.config
         tier = None
@@ -290,9 +317,10 @@ class ConsoleData:
 
     # ------------------------------------------------------------------ groups
 
-    def groups_list(self, topic: str | None = None) -> list[dict]:
+    def groups_list(self, topic: str | None = None, fresh: bool = True) -> list[dict]:
         """One row per (group, topic) with its per-queue committed offset and lag (of one
-        topic's groups only, read fresh, with ``topic``)."""
+        topic's groups only, read fresh, with ``topic``; ``fresh``: see
+        ``_rows_for_pages``)."""
         s = self.store
         rows = self.groups.rows()
         if topic is not None:
@@ -300,7 +328,7 @@ class ConsoleData:
             bounds = {(topic, q): (s.min_offset(topic, q), s.max_offset(topic, q))
                       for q in range(s.queue_count(topic))}
         else:
-            bounds = self._bounds({(t, q) for _g, t, q in rows})
+            bounds = self._bounds({(t, q) for _g, t, q in rows}, fresh)
         by: dict[tuple[str, str], dict] = {}
         for (g, t, q), (commit, pop, flying, retry) in sorted(rows.items()):
             lo, hi = bounds.get((t, q), (0, 0))
@@ -323,9 +351,9 @@ class ConsoleData:
             d["dead_letters"] = dlq_counts[g]
             d["dlq_topic"] = dlq_topic(g)
             d["state"], d["members"] = None, []
-        return list(by.values()) + self._kafka_groups(topic)
+        return list(by.values()) + self._kafka_groups(topic, fresh)
 
-    def _kafka_groups(self, topic: str | None) -> list[dict]:
+    def _kafka_groups(self, topic: str | None, fresh: bool = True) -> list[dict]:
         """Kafka classic groups: per (group, topic) the committed offset and lag of each
         partition, the group's state and members (inside ``strata serve --kafka``; a group
         known only by its committed offsets is Empty, as Kafka lists it)."""
@@ -334,7 +362,8 @@ class ConsoleData:
         if topic is not None:
             committed = {k: v for k, v in committed.items() if k[1] == topic}
         live = self.groups.kafka_live()
-        bounds = self._bounds({(t, q) for _g, t, q in committed}) if topic is None else {
+        bounds = self._bounds({(t, q) for _g, t, q in committed}, fresh) \
+            if topic is None else {
             (topic, q): (s.min_offset(topic, q), s.max_offset(topic, q))
             for q in range(s.queue_count(topic))}
         by: dict[tuple[str, str], dict] = {}
@@ -364,19 +393,18 @@ class ConsoleData:
                                "queues": []}
         return list(by.values())
 
-    def _bounds(self, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+    def _bounds(self, wanted: set[tuple[str, int]],
+                fresh: bool = True) -> dict[tuple[str, int], tuple[int, int]]:
         """(min, max) offset of the ``wanted`` queues (and maybe others): the pages' reading
-        of every queue while it holds (see ``_rows_key``); else a writer's consume queues read
-        directly, only those wanted (a few us each, where all 8,000 cost ~40 ms)."""
+        of every queue while it holds (see ``_rows_key``; without ``fresh``, the sampler's
+        last one); else a writer's consume queues read directly, only those wanted (a few
+        us each, where all 8,000 cost ~10 ms)."""
         s = self.store
         at, rows, was = self._rows
         key = self._rows_key()
-        if key is not None and (rows is None or key != was):
+        if fresh and key is not None and (rows is None or key != was):
             return {(t, q): (lo, hi) for t, q, lo, hi in s.queue_bounds(wanted)}
-        rows = self._rows_for_pages()
-        if self._bounds_of[0] is not rows:
-            self._bounds_of = (rows, {(t, q): (lo, hi) for t, q, lo, hi in rows})
-        return self._bounds_of[1]
+        return self._bounds_map(self._rows_for_pages(fresh))
 
     def _topic_messages(self, topic: str) -> int:
         s = self.store

@@ -15,11 +15,19 @@ function chart(el, title, series, data) {
   el._plot = new uPlot(opts, data, el);
 }
 
+// After the first answer the charts ask with ?after=SEQ (the last sample they have): the
+// server answers once the sampler has taken the next one, from that sample's reading, so
+// polling costs the store no reading of its own.
+let overviewSeq = null;
+let lagSeq = null;
+
 async function refreshOverview() {
-  const resp = await fetch("/api/overview", {credentials: "same-origin"});
+  const after = overviewSeq === null ? "" : "?after=" + overviewSeq;
+  const resp = await fetch("/api/overview" + after, {credentials: "same-origin"});
   if (!resp.ok) return;
   const ov = await resp.json();
   const r = ov.rates;
+  overviewSeq = r.seq;
   const m = document.getElementById("chart-messages");
   const b = document.getElementById("chart-bytes");
   if (m) chart(m, "messages", ["in /s", "consumed /s"], [r.t, r.messages_in, r.messages_out]);
@@ -34,17 +42,20 @@ async function refreshOverview() {
 
 async function refreshLag() {
   // one group is enough: the chart reads only "history", which covers the groups it shows
-  const resp = await fetch("/api/groups?per_page=1", {credentials: "same-origin"});
+  const after = lagSeq === null ? "" : "&after=" + lagSeq;
+  const resp = await fetch("/api/groups?per_page=1" + after, {credentials: "same-origin"});
   if (!resp.ok) return;
   const g = await resp.json();
+  lagSeq = g.history.seq;
   const el = document.getElementById("chart-lag");
   const names = Object.keys(g.history.lag);
   if (el) chart(el, "lag", names, [g.history.t].concat(names.map(n => g.history.lag[n])));
 }
 
 function every(fn) {
-  fn().catch(() => {});
-  setInterval(() => fn().catch(() => {}), REFRESH_MS);
+  // the next poll REFRESH_MS after an answer (a long poll may take up to a sample interval)
+  const next = () => fn().catch(() => {}).finally(() => setTimeout(next, REFRESH_MS));
+  next();
 }
 
 function sortable(table) {
