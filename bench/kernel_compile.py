@@ -57,7 +57,8 @@ for info in pkgutil.walk_packages(strata.__path__, "strata."):
         if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == info.name:
             kernels[f"{info.name}.{name}"] = obj
 for name, disp in sorted(kernels.items()):
-    print(json.dumps({"kernel": name, "specializations": len(disp.overloads),
+    print(json.dumps({"bench": "kernel_compile", "case": "kernel", "kernel": name,
+                      "specializations": len(disp.overloads),
                       "compile_s": round(spent.get(disp, 0.0), 3),
                       "signatures": [str(s) for s in disp.signatures]}))
 other = sum(t for d, t in spent.items() if d not in kernels.values())
@@ -82,8 +83,8 @@ def main() -> None:
         for row in rows["cold"][:-1]:
             print(json.dumps(row))
         cold, warm = rows["cold"][-1], rows["warm"][-1]
-        print(json.dumps({"run": "cold vs warm cache", "cold_s": cold["seconds"],
-                          "warm_s": warm["seconds"], "cold_compiled": cold["compiled"],
+        print(json.dumps({"bench": "kernel_compile", "case": "cold vs warm cache",
+                          "cold_s": cold["seconds"], "warm_s": warm["seconds"], "cold_compiled": cold["compiled"],
                           "warm_compiled": warm["compiled"],
                           "ratio": round(cold["seconds"] / max(warm["seconds"], 1e-9), 1),
                           "numba_library_s": cold["numba_library_s"],
