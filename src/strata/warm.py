@@ -14,7 +14,8 @@ what a run compiled.
 The steps: put_batch of plain and of rich messages (keys, tags, properties, shard keys),
 put_columns, get (plain and by tag), scan, get_columns, query by key, an upload to a tier in
 a temporary directory, the ref-store's batch encoder, and, when the broker extra is
-installed, one Kafka record batch encoded and parsed. ``MODULES`` names the kernel modules
+installed, one Kafka record batch encoded and parsed and, with the spark extra, the Spark
+source's decode of the warm-up queues (what a Spark worker runs). ``MODULES`` names the kernel modules
 whose cache the run fills (the test checks each one).
 """
 
@@ -44,6 +45,7 @@ MODULES = ("format/record_kernels.py", "format/column_kernels.py",
            "format/record_objects.py", "tiered/chunk_kernels.py", "tiered/blake2b.py",
            "refstore/encode.py")
 KAFKA_MODULES = ("broker/kafka/batch_kernels.py", "broker/kafka/batch_encode_kernels.py")
+SPARK_MODULES = ("spark/kernels.py",)
 
 _SMALL = dict(segment_size=1 << 20, consume_queue_units=4096, index_slots=1024,
               index_entries=8192, prefault=False)
@@ -121,6 +123,17 @@ def _refstore() -> None:
     encode.warm()
 
 
+def _spark(path: Path, ends: list[int]) -> None:
+    """The Spark source's decode of every warm-up queue, as a Spark worker runs it."""
+    from strata.spark.planning import QueueRange
+    from strata.spark.schema import arrow_schema, read_schema
+    from strata.spark.source import read_range
+    schema = arrow_schema(read_schema(include_metadata=True, include_headers=True))
+    for q, end in enumerate(ends):
+        for _batch in read_range(str(path), QueueRange("warm", q, 0, end), schema, 1024):
+            pass
+
+
 def _kafka() -> None:
     from strata.broker.kafka import record_batch
     record_batch.warm()
@@ -128,8 +141,18 @@ def _kafka() -> None:
 
 def kafka_available() -> bool:
     """Whether the broker extra (the Kafka listener's codecs) is installed."""
+    return _importable("strata.broker.kafka.record_batch")
+
+
+def spark_available() -> bool:
+    """Whether the spark extra (PySpark's data source API, pyarrow) is installed."""
+    return _importable("strata.spark.source")
+
+
+def _importable(module: str) -> bool:
+    import importlib
     try:
-        import strata.broker.kafka.record_batch  # noqa: F401
+        importlib.import_module(module)
     except ImportError:
         return False
     return True
@@ -154,7 +177,15 @@ def run(on_step: Callable[[str], None] = lambda _name: None) -> WarmReport:
                     on_step(name)
                     step(store)
                     report.steps[name] = _take(compiles)
+                ends = [store.max_offset("warm", q)
+                        for q in range(store.queue_counts()["warm"])]
             report.steps["close"] = _take(compiles)
+            if spark_available():
+                on_step("spark decode")
+                _spark(Path(tmp, "store"), ends)
+                report.steps["spark decode"] = _take(compiles)
+            else:
+                report.skipped["spark decode"] = "the spark extra is not installed"
             on_step("refstore encode")
             _refstore()
             report.steps["refstore encode"] = _take(compiles)

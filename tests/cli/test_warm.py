@@ -62,7 +62,8 @@ def test_warm_fills_the_cache_once(tmp_path: Path) -> None:
     src = tmp_path / "src"
     shutil.copytree(SRC, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     pkg = src / "strata"
-    modules = list(warm.MODULES) + (list(warm.KAFKA_MODULES) if warm.kafka_available() else [])
+    modules = (list(warm.MODULES) + (list(warm.KAFKA_MODULES) if warm.kafka_available() else [])
+               + (list(warm.SPARK_MODULES) if warm.spark_available() else []))
     assert not list(pkg.rglob("*.nbi"))          # the copy starts with an empty cache
 
     cold = _run(src, "-m", "strata.cli.main", "warm", "--json")
