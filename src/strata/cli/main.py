@@ -22,6 +22,7 @@ from strata.cli.refstore_cmd import refstore_group
 from strata.cli.serve import serve_command
 from strata.cli.spark_cmd import spark_group
 from strata.cli.tier_cmd import tier_group
+from strata.cli.warm_cmd import warm_command
 from strata.errors import StrataError, StoreNotFoundError
 
 # imported from here by other modules and tests (their home is strata.cli.common)
@@ -112,6 +113,7 @@ cli.add_command(tier_group, "tier")
 cli.add_command(serve_command, "serve")
 cli.add_command(console_command, "console")
 cli.add_command(groups_command, "groups")
+cli.add_command(warm_command, "warm")
 
 
 def main() -> None:

@@ -1,0 +1,228 @@
+"""Compiling strata's numba kernels once, at install, instead of in the first real call.
+
+Every kernel is ``@njit(cache=True)``: its machine code is kept in ``__pycache__`` next to
+its module (or under ``NUMBA_CACHE_DIR``), one entry per argument-type specialization. A
+cold cache (a fresh checkout, an upgrade, a kernel whose source changed) costs about 25 s of
+CPU the first time a put, a read and a tier upload run, which under load pushed a
+``tier_sync(timeout_s=60)`` past its deadline. ``make setup`` therefore runs ``strata warm``
+(or ``python -m strata.warm``): it exercises the main paths on a throwaway store in a
+temporary directory, with the same argument types the real callers pass, so each kernel's
+specializations land in the cache. Run again on a warm cache it only loads them (< 2 s) and
+compiles nothing; ``numba:compile`` events, which numba fires only on a cache miss, count
+what a run compiled.
+
+The steps: put_batch of plain and of rich messages (keys, tags, properties, shard keys),
+put_columns, get (plain and by tag), scan, get_columns, query by key, an upload to a tier in
+a temporary directory, the ref-store's batch encoder, and, when the broker extra is
+installed, one Kafka record batch encoded and parsed and, with the spark extra, the Spark
+source's decode of the warm-up queues (what a Spark worker runs). ``MODULES`` names the kernel modules
+whose cache the run fills (the test checks each one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from numba.core import event
+
+import strata
+from strata.store.config import StoreConfig
+from strata.store.message import Message
+
+WAIT_S = 300.0     # a cold compile on a loaded machine; never wait forever
+
+# the kernel modules a run leaves cache entries for (relative to the strata package)
+MODULES = ("format/record_kernels.py", "format/column_kernels.py",
+           "format/property_kernels.py", "format/key_index_kernels.py",
+           "format/record_objects.py", "tiered/chunk_kernels.py", "tiered/blake2b.py",
+           "refstore/encode.py")
+KAFKA_MODULES = ("broker/kafka/batch_kernels.py", "broker/kafka/batch_encode_kernels.py")
+SPARK_MODULES = ("spark/kernels.py",)
+
+_SMALL = dict(segment_size=1 << 20, consume_queue_units=4096, index_slots=1024,
+              index_entries=8192, prefault=False)
+
+
+class _Compiles(event.Listener):
+    """Counts the kernels numba compiles (cache misses) while installed, in any thread."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._lock = threading.Lock()
+
+    def on_start(self, ev: event.Event) -> None:
+        disp = ev.data["dispatcher"]
+        with self._lock:
+            self.names.append(f"{disp.py_func.__module__}.{disp.py_func.__qualname__}")
+
+    def on_end(self, ev: event.Event) -> None:
+        pass
+
+
+@dataclass
+class WarmReport:
+    """What one run did: per step, the kernels it compiled (empty on a warm cache)."""
+    steps: dict[str, list[str]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def compiled(self) -> int:
+        return sum(len(v) for v in self.steps.values())
+
+    def as_dict(self) -> dict:
+        return {"steps": {k: len(v) for k, v in self.steps.items()}, "compiled": self.compiled,
+                "kernels": sorted({n for v in self.steps.values() for n in v}),
+                "skipped": self.skipped, "seconds": round(self.seconds, 3)}
+
+
+def _wait(store) -> None:
+    if not store.wait_dispatched(WAIT_S):
+        raise TimeoutError(f"the warm-up store's dispatch took over {WAIT_S:.0f} s")
+
+
+def _puts(store) -> None:
+    store.put_batch([Message("warm", b"plain %d" % i) for i in range(4)])
+    _wait(store)
+
+
+def _rich_puts(store) -> None:
+    store.put(Message("warm", b"one", keys=["k-0"], tags="t"))
+    store.put_batch([Message("warm", b"rich %d" % i, keys=[f"k-{i}", "k"], tags="t",
+                             properties={"p": str(i)}, shard_key=f"s-{i % 2}")
+                     for i in range(4)])
+    store.put_columns("warm", None, [b"c0", b"c1"], keys=["k", "k"], tags=["t", "t"],
+                      properties=[{"p": "0"}, {"p": "1"}])
+    _wait(store)
+
+
+def _reads(store) -> None:
+    for q in range(store.queue_counts()["warm"]):
+        store.get("warm", q, 0, 32)
+        store.get("warm", q, 0, 32, tags=frozenset({"t"}))
+        store.get_columns("warm", q, 0, 32)
+    for _ in store.scan(0, verify_crc=True):
+        pass
+    store.query("warm", "k")
+
+
+def _tier(store) -> None:
+    store.tier_sync(timeout_s=WAIT_S)
+
+
+def _refstore() -> None:
+    from strata.refstore import encode
+    encode.warm()
+
+
+def _spark(path: Path, ends: list[int]) -> None:
+    """The Spark source's decode of every warm-up queue, as a Spark worker runs it."""
+    from strata.spark.planning import QueueRange
+    from strata.spark.schema import arrow_schema, read_schema
+    from strata.spark.source import read_range
+    schema = arrow_schema(read_schema(include_metadata=True, include_headers=True))
+    for q, end in enumerate(ends):
+        for _batch in read_range(str(path), QueueRange("warm", q, 0, end), schema, 1024):
+            pass
+
+
+def _kafka() -> None:
+    from strata.broker.kafka import record_batch
+    record_batch.warm()
+
+
+def kafka_available() -> bool:
+    """Whether the broker extra (the Kafka listener's codecs) is installed."""
+    return _importable("strata.broker.kafka.record_batch")
+
+
+def spark_available() -> bool:
+    """Whether the spark extra (PySpark's data source API, pyarrow) is installed."""
+    return _importable("strata.spark.source")
+
+
+def _importable(module: str) -> bool:
+    import importlib
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def run(on_step: Callable[[str], None] = lambda _name: None) -> WarmReport:
+    """Exercise the main paths once, so that every kernel they reach is compiled into (or
+    loaded from) numba's cache; ``on_step(name)`` is called as each step starts."""
+    report = WarmReport()
+    started = time.perf_counter()
+    compiles = _Compiles()
+    with tempfile.TemporaryDirectory(prefix="strata-warm-") as tmp:
+        cfg = StoreConfig(tier_url=Path(tmp, "tier").as_uri(), **_SMALL)
+        store_steps: list[tuple[str, Callable]] = [
+            ("put_batch", _puts), ("put_batch rich", _rich_puts), ("reads", _reads),
+            ("tier upload", _tier)]
+        with event.install_listener("numba:compile", compiles):
+            on_step("open")
+            with strata.open(Path(tmp, "store"), cfg) as store:
+                report.steps["open"] = _take(compiles)
+                for name, step in store_steps:
+                    on_step(name)
+                    step(store)
+                    report.steps[name] = _take(compiles)
+                ends = [store.max_offset("warm", q)
+                        for q in range(store.queue_counts()["warm"])]
+            report.steps["close"] = _take(compiles)
+            if spark_available():
+                on_step("spark decode")
+                _spark(Path(tmp, "store"), ends)
+                report.steps["spark decode"] = _take(compiles)
+            else:
+                report.skipped["spark decode"] = "the spark extra is not installed"
+            on_step("refstore encode")
+            _refstore()
+            report.steps["refstore encode"] = _take(compiles)
+            if kafka_available():
+                on_step("kafka batches")
+                _kafka()
+                report.steps["kafka batches"] = _take(compiles)
+            else:
+                report.skipped["kafka batches"] = "the broker extra is not installed"
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _take(compiles: _Compiles) -> list[str]:
+    with compiles._lock:
+        names, compiles.names = compiles.names, []
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m strata.warm [--json]``: a progress line, then what was compiled."""
+    argv = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in argv
+    from rich.console import Console
+    err = Console(stderr=True)
+    with err.status("strata warm: compiling the numba kernels (once per install)") as status:
+        report = run(lambda name: status.update(f"strata warm: {name} (compiling the numba "
+                                                "kernels, once per install)"))
+    if as_json:
+        print(json.dumps(report.as_dict()))
+    else:
+        where = os.environ.get("NUMBA_CACHE_DIR") or "__pycache__ next to each module"
+        err.print(f"strata warm: {report.compiled} kernel specializations compiled in "
+                  f"{report.seconds:.1f} s (cache: {where})"
+                  + "".join(f"; skipped {k}: {v}" for k, v in report.skipped.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
