@@ -1,5 +1,5 @@
 """The data of Kafka's classic consumer groups, as the coordinator
-(``strata.broker.kafka.groups``) keeps them: a group's ``State``, its ``Member``\s and
+(``strata.broker.kafka.groups``) keeps them: a group's ``State``, its ``Member`` objects and
 ``Group`` record, the ``JoinResult``/``SyncResult`` answers, the ``MemberView``/``GroupView``
 that DescribeGroups shows, and the ``Pending`` answer a waiting JoinGroup or SyncGroup gets.
 
