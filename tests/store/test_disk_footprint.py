@@ -54,6 +54,12 @@ def test_a_growing_store_reserves_as_it_goes_and_reads_everything_back(tmp_path)
         assert seg.reserved >= seg.wrote > 16 * RESERVE_MIN
         assert seg.reserved < seg.data_size                         # still sparse
         store.wait_dispatched()
+        # what is reserved past the data: a quarter second of this writer's rate (issue 26;
+        # its size is checked against a fake clock in the tests above), which on a fast,
+        # quiet machine is more than this test's data
+        last = store.log.segments.last()
+        ahead = last.reserved - last.wrote
+        assert 0 <= ahead <= segment.RESERVE_MAX
     with strata.open(path) as store:
         got = [m for q in range(2) for m in drain(store, "t", q, batch=1000)]
         assert len(got) == n
@@ -61,7 +67,7 @@ def test_a_growing_store_reserves_as_it_goes_and_reads_everything_back(tmp_path)
         assert all(m.body[:-4] == body[int.from_bytes(m.body[-4:], "big") % 251:] for m in got)
         assert [m.body[-4:] for m in store.query("t", f"k{n - 1}")] == \
             [(n - 1).to_bytes(4, "big")]
-    assert allocated(path) < 2 * n * len(body) + 64 * MiB
+    assert allocated(path) < 2 * n * len(body) + ahead + 64 * MiB
 
 
 def test_without_sparse_files_the_whole_segment_is_reserved_at_once(tmp_path, monkeypatch):
