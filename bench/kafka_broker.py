@@ -99,9 +99,10 @@ import sys, time, json
 from confluent_kafka import Consumer, TopicPartition
 boot, topic, n, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 part_bytes, api = int(sys.argv[5]), sys.argv[6]
+backoff = {"fetch.queue.backoff.ms": int(sys.argv[7])} if sys.argv[7:] and sys.argv[7] else {}
 c = Consumer({"bootstrap.servers": boot, "group.id": "bench", "enable.auto.commit": False,
               "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": part_bytes,
-              "queued.max.messages.kbytes": 1048576})
+              "queued.max.messages.kbytes": 1048576, **backoff})
 c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
 got = 0
 t0 = time.time()
@@ -208,7 +209,8 @@ def result(proc: subprocess.Popen) -> dict:
 
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
          profile: float, extra_env: dict | None = None, pace: float = 0,
-         part_bytes: int = 1 << 20, consume_api: str = "batch") -> list[dict]:
+         part_bytes: int = 1 << 20, consume_api: str = "batch",
+         queue_backoff_ms: str = "") -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
     then consume; returns (and prints) its rows."""
     extra_env = dict(extra_env or {})
@@ -282,7 +284,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     spy_report(spy, tag, "produce")
     cpu0 = cpu_seconds(server.pid)
     c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts),
-                          str(part_bytes), consume_api],
+                          str(part_bytes), consume_api, queue_backoff_ms],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     spy = spy_on(root, server.pid, profile, f"consume-{flush}-{size}-{producers}")
     r = result(c)
@@ -294,7 +296,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                        mib_per_s=round(r["n"] * size / el / 2**20, 1),
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
                        client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
-                       partition_fetch_bytes=part_bytes, consume_api=consume_api)
+                       partition_fetch_bytes=part_bytes, consume_api=consume_api,
+                       fetch_queue_backoff_ms=int(queue_backoff_ms or 1000))
     ceiling(consume_row)
     server.terminate()
     server.wait(timeout=60)
@@ -341,6 +344,12 @@ def main() -> None:
     ap.add_argument("--consume-api", default="batch", choices=("batch", "poll"),
                     help="the consumer's reads: consume(10000) (batch, what a fast reader "
                          "uses) or poll() per message")
+    ap.add_argument("--fetch-queue-backoff-ms", default="",
+                    help="the consumer's fetch.queue.backoff.ms (librdkafka's default: 1000). "
+                         "librdkafka stops fetching a partition for this long once its local "
+                         "queue holds queued.min.messages (100,000): a broker that fills the "
+                         "queue faster than the application drains it leaves the consumer "
+                         "idle for up to a second at a time")
     a = ap.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
@@ -355,7 +364,7 @@ def main() -> None:
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
                                  a.partitions, a.profile, env, a.pace,
-                                 part_bytes, a.consume_api)
+                                 part_bytes, a.consume_api, a.fetch_queue_backoff_ms)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",
