@@ -39,6 +39,17 @@ def _body_size(records, headers, r, delta, off):
     return n
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _put_field(out, dst, p, src, n):
+    """A length-prefixed field at ``p``: ``n`` as a varint (-1: null), then ``n`` bytes
+    copied from address ``src``. Returns the position after it."""
+    p = _put_varint(out, p, n)
+    if n > 0:
+        memcpy(dst + p, src, n)
+        p += n
+    return p
+
+
 @njit(cache=True, nogil=True)
 def batch_sizes(size, records, headers, firsts, counts, sizes, err):
     """The encoded size of each batch (records ``firsts[b] .. firsts[b] + counts[b]`` of the
@@ -115,30 +126,16 @@ def write_batches(out, at, data, records, headers, firsts, counts, base_offsets,
             out[p] = 0
             p = _put_varint(out, p + 1, ts - base_ts)
             p = _put_varint(out, p, i)
-            klen = records[R_KEY_LEN, r]
-            p = _put_varint(out, p, klen)
-            if klen > 0:
-                memcpy(dst + p, src + records[R_KEY_AT, r], klen)
-                p += klen
-            vlen = records[R_VALUE_LEN, r]
-            p = _put_varint(out, p, vlen)
-            if vlen > 0:
-                memcpy(dst + p, src + records[R_VALUE_AT, r], vlen)
-                p += vlen
+            p = _put_field(out, dst, p, src + records[R_KEY_AT, r], records[R_KEY_LEN, r])
+            p = _put_field(out, dst, p, src + records[R_VALUE_AT, r],
+                           records[R_VALUE_LEN, r])
             hc = records[R_HEADER_COUNT, r]
             p = _put_varint(out, p, hc)
             h0 = records[R_HEADER_FIRST, r]
             for h in range(h0, h0 + hc):
-                hk = headers[H_KEY_LEN, h]
-                p = _put_varint(out, p, hk)
-                if hk > 0:
-                    memcpy(dst + p, src + headers[H_KEY_AT, h], hk)
-                    p += hk
-                hv = headers[H_VALUE_LEN, h]
-                p = _put_varint(out, p, hv)
-                if hv > 0:
-                    memcpy(dst + p, src + headers[H_VALUE_AT, h], hv)
-                    p += hv
+                p = _put_field(out, dst, p, src + headers[H_KEY_AT, h], headers[H_KEY_LEN, h])
+                p = _put_field(out, dst, p, src + headers[H_VALUE_AT, h],
+                               headers[H_VALUE_LEN, h])
         _put_be(out, start, base_offsets[b], 8)
         _put_be(out, start + P_LENGTH, p - start - LOG_OVERHEAD, 4)
         _put_be(out, start + P_LEADER_EPOCH, leader_epoch, 4)
