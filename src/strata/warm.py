@@ -114,6 +114,19 @@ def _reads(store) -> None:
     store.query("warm", "k")
 
 
+# the steps a store's clients reach; ``strata serve``'s head start (strata.broker.warm) runs
+# these too, through ``exercise_store``
+STORE_STEPS: tuple[tuple[str, Callable], ...] = (
+    ("put_batch", _puts), ("put_batch rich", _rich_puts), ("reads", _reads))
+
+
+def exercise_store(directory: str | Path) -> None:
+    """``STORE_STEPS`` on a new small store in ``directory`` (no tier; nothing reported)."""
+    with strata.open(directory, StoreConfig(**_SMALL)) as store:
+        for _name, step in STORE_STEPS:
+            step(store)
+
+
 def _tier(store) -> None:
     store.tier_sync(timeout_s=WAIT_S)
 
@@ -166,9 +179,7 @@ def run(on_step: Callable[[str], None] = lambda _name: None) -> WarmReport:
     compiles = _Compiles()
     with tempfile.TemporaryDirectory(prefix="strata-warm-") as tmp:
         cfg = StoreConfig(tier_url=Path(tmp, "tier").as_uri(), **_SMALL)
-        store_steps: list[tuple[str, Callable]] = [
-            ("put_batch", _puts), ("put_batch rich", _rich_puts), ("reads", _reads),
-            ("tier upload", _tier)]
+        store_steps = [*STORE_STEPS, ("tier upload", _tier)]
         with event.install_listener("numba:compile", compiles):
             on_step("open")
             with strata.open(Path(tmp, "store"), cfg) as store:
