@@ -42,6 +42,14 @@ _KEYS_HEADER = _entry_header(PROP_KEYS)
 _TAGS_HEADER = _entry_header(PROP_TAGS)
 
 
+def _reserved_entry(header: bytes, text: str, label: str, too_long: str) -> bytes:
+    """The entry of a key or the tags: ``header`` (its reserved name), then ``text``."""
+    b = _utf8(text, label)
+    if len(b) > 0xFFFF:
+        raise MessageTooLargeError(too_long)
+    return header + _ENTRY_LEN.pack(len(b)) + b
+
+
 def encode_properties(keys: Iterable[str], tags: str | None,
                       properties: Mapping[str, str] | None) -> bytes:
     """Encode keys, tags and user properties into the properties section."""
@@ -60,21 +68,13 @@ def encode_properties(keys: Iterable[str], tags: str | None,
     for k in keys:
         if not isinstance(k, str) or not k:
             raise InvalidInputError(f"message keys must be non-empty strings, got {k!r}")
-        kb = _utf8(k, "message key")
-        if len(kb) > 0xFFFF:
-            raise MessageTooLargeError("a message key is longer than 65535 encoded bytes")
-        add(_KEYS_HEADER)
-        add(pack(len(kb)))
-        add(kb)
+        add(_reserved_entry(_KEYS_HEADER, k, "message key",
+                            "a message key is longer than 65535 encoded bytes"))
     if tags is not None:
         if not isinstance(tags, str) or not tags:
             raise InvalidInputError(f"tags must be a non-empty string, got {tags!r}")
-        tb = _utf8(tags, "tags")
-        if len(tb) > 0xFFFF:
-            raise MessageTooLargeError("tags are longer than 65535 encoded bytes")
-        add(_TAGS_HEADER)
-        add(pack(len(tb)))
-        add(tb)
+        add(_reserved_entry(_TAGS_HEADER, tags, "tags",
+                            "tags are longer than 65535 encoded bytes"))
     if properties:
         for name, value in properties.items():
             if not isinstance(name, str) or not name:
