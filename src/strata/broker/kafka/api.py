@@ -20,7 +20,7 @@ import logging
 import pkgutil
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 import kafka.protocol
 from kafka.protocol.api_message import ApiMessage
@@ -59,6 +59,8 @@ class RequestContext:
     principal: str | None            # authenticated account (SASL), None without --acl
     connection: "KafkaConnection"    # per-connection state (SASL progress, etc.)
     broker: "KafkaBroker"            # the listener's shared state: store, core, config
+    # a Fetch's topics that --acl refused (authorize), for the handler to answer as such
+    refused_topics: Sequence = ()
 
     @property
     def flexible(self) -> bool:

@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 DENIED = TOPIC_AUTHORIZATION_FAILED
-REFUSED = "fetch_refused"      # connection state: {correlation id: a Fetch's refused topics}
 
 
 class NotAuthenticatedError(BadRequestError):
@@ -91,7 +90,7 @@ async def _fetch(ctx, reg, req):
         return await reg.handler(ctx, req)
     if ok:      # the handler answers the refused topics too (its answer is encoded off the
         req.topics = ok                                  # loop, before it comes back here)
-        ctx.connection.state.setdefault(REFUSED, {})[ctx.correlation_id] = refused
+        ctx.refused_topics = refused
         return await reg.handler(ctx, req)
     # nothing to wait for: answer at once
     resp = reg.response(version=ctx.api_version, throttle_time_ms=0, error_code=0,

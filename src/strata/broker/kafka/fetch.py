@@ -34,7 +34,6 @@ from typing import NamedTuple
 
 from strata.broker.kafka import api
 from strata.broker.kafka import errors as ke
-from strata.broker.kafka.authorize import REFUSED
 from strata.broker.kafka.fetch_answer import FetchAnswer
 from strata.broker.kafka.fetch_read import partition_answer
 from strata.broker.kafka.topics import partitions
@@ -171,7 +170,7 @@ async def fetch(ctx: api.RequestContext, request):
     version, max_bytes = ctx.api_version, request.max_bytes
     # topics the ACL refused (authorize): answered TOPIC_AUTHORIZATION_FAILED, never read
     refused = [(ft.topic, [_Want(fp.partition, 0, 0) for fp in ft.partitions])
-               for ft in ctx.connection.state.get(REFUSED, {}).pop(ctx.correlation_id, ())]
+               for ft in ctx.refused_topics]
     topics += refused
     lookups = await _lookups(broker, topics, len(refused))
     answer = await _take_ahead(broker, ctx.connection, topics, lookups, max_bytes, version,
