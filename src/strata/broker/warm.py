@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from typing import Callable
 
 from strata.warm import exercise_store
 
@@ -32,9 +33,15 @@ def warm_store() -> None:
         exercise_store(d)
 
 
-def warm_quietly() -> None:
-    """``warm_store``, logging (not raising) what went wrong: it is only a head start."""
+def quietly(load: Callable[[], object], what: str) -> None:
+    """``load()``, logging (not raising) what went wrong: loading ahead is only a head start
+    (the clients' calls load the kernels anyway)."""
     try:
-        warm_store()
-    except Exception:  # noqa: BLE001 - the clients' calls load the kernels anyway
-        log.warning("loading the store's compiled kernels ahead failed", exc_info=True)
+        load()
+    except Exception:  # noqa: BLE001
+        log.warning("loading %s ahead failed", what, exc_info=True)
+
+
+def warm_quietly() -> None:
+    """``warm_store``, quietly."""
+    quietly(warm_store, "the store's compiled kernels")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from strata.broker.arrivals import Arrivals
 from strata.broker.kafka import api, authorize
 from strata.broker.kafka import errors as ke
+from strata.broker.warm import quietly
 from strata.store.message_store import MessageStore
 
 if TYPE_CHECKING:
@@ -173,7 +174,8 @@ class KafkaListener:
         # the compiled record-batch codec loads off the loop meanwhile (a request that
         # arrives first waits for it inside numba, as it would have loaded it itself)
         from strata.broker.kafka.record_batch import warm
-        self._warm = asyncio.get_running_loop().run_in_executor(None, _warm_quietly, warm)
+        self._warm = asyncio.get_running_loop().run_in_executor(
+            None, quietly, warm, "the Kafka listener's compiled record-batch codec")
         self._server = await asyncio.start_server(self._accept, sock=self._sock,
                                                   ssl=self.ssl, limit=1 << 20)
 
@@ -272,14 +274,6 @@ async def _read_frames(broker: KafkaBroker, conn: KafkaConnection,
         # authorize.call: the handler, as --acl allows (the gate before SASL, topic rights)
         task = asyncio.ensure_future(authorize.call(ctx, reg, request))
         await queue.put((ctx, task))
-
-
-def _warm_quietly(warm) -> None:
-    try:
-        warm()
-    except Exception:  # noqa: BLE001 - only a head start: the requests load it anyway
-        log.warning("kafka: loading the compiled record-batch codec ahead failed",
-                    exc_info=True)
 
 
 def _unsupported_versions(header: api.RequestHeader) -> bytes:
