@@ -12,6 +12,11 @@ from types import ModuleType
  F_TX_OFFSET, F_RECONSUME, F_HOSTS_AT, F_TOPIC_AT, F_PROPS_AT, F_BODY_AT, F_BODY_END) = range(15)
 FIELDS = 15
 
+# Rows of the views table (``view_kernels.views_at``: int64, one column per record): the
+# columns ``get_columns`` hands out as they are, and where each properties section lies.
+(V_QUEUE_OFFSET, V_PHYS, V_STORE_TS, V_BORN_TS, V_PROPS_AT, V_BODY_AT) = range(6)
+VIEW_FIELDS = 6
+
 # What a check found at a record position.
 GOOD = 0            # a whole, intact message record of the offset asked for
 OTHER = 1           # intact, but another message than the one asked for (topic/queue/offset)

@@ -167,6 +167,48 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     return ColumnsRead(fields, bodies, body_off, props, prop_off)
 
 
+@dataclass
+class ViewsRead:
+    """Records read as Arrow views (``read_views``): the views table (``record_table.V_*``
+    rows: offsets, timestamps, positions in ``span``), ONE copy of the records (``span``), the 16-byte ``binary_view`` views of their bodies and
+    of their properties sections into it (int32, 4 a record), and how many bytes of
+    properties there are in all (0: no keys to look for)."""
+
+    fields: np.ndarray
+    span: np.ndarray
+    body_views: np.ndarray
+    prop_views: np.ndarray
+    prop_bytes: int
+
+
+def read_views(segments: list[MappedSegment], offsets: np.ndarray, limit: int, *,
+               verify_crc: bool, topic: str, queue_id: int,
+               queue_offsets: np.ndarray) -> ViewsRead | None:
+    """``read_columns`` for a reader that takes ``binary_view`` columns: the records, all in
+    one segment, checked and copied once in one compiled call (``view_kernels.views_at``: the
+    CRC32C checked over the copy), the views written over the copy. None if they are not all
+    in one segment, not all GOOD, or too many bytes for int32 views (the caller then takes
+    ``read_columns``, which handles the first and the last, or the per-record path)."""
+    from strata.format import view_kernels as vk
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    runs = offset_runs(segments, offsets)
+    if len(runs) != 1:
+        return None
+    mapped = _mapped(runs[0][2], limit)
+    if mapped is None:
+        return None
+    data, end = mapped
+    n = len(offsets)
+    table = np.empty((rk.VIEW_FIELDS, n), np.int64)
+    views = np.zeros((2, 4 * n), np.int32)
+    good, span, prop_bytes = vk.views_at(
+        data, offsets - (runs[0][2].base_offset - HEADER_AREA), offsets, end, verify_crc,
+        _topic_array(topic), queue_id, queue_offsets, table, views[0], views[1])
+    if good < n:
+        return None
+    return ViewsRead(table, span, views[0], views[1], prop_bytes)
+
+
 _TOPICS: dict[str, np.ndarray] = {}
 
 

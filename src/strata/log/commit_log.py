@@ -26,7 +26,7 @@ from strata.format import record as rec
 from strata.format.record_batch import MessageBatch, write_records
 from strata.format.record_table import F_PHYS, GOOD, OTHER
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
-from strata.log.batch_reader import OffsetsRead, read_columns, read_offsets
+from strata.log.batch_reader import OffsetsRead, read_columns, read_offsets, read_views
 from strata.log.record_fields import check_offsets
 from strata.log.record_walk import WALK_ROWS, Run, record_start, walk_log, walk_runs
 
@@ -412,6 +412,14 @@ class CommitLog:
         return read_columns(list(self.segments.segments), offsets, limit,
                             verify_crc=verify_crc, topic=topic, queue_id=queue_id,
                             queue_offsets=queue_offsets)
+
+    def read_views(self, offsets: np.ndarray, limit: int, *, verify_crc: bool, topic: str,
+                   queue_id: int, queue_offsets: np.ndarray):
+        """The records at ``offsets`` as Arrow views over one copy of them
+        (``strata.log.batch_reader.read_views``): None unless each is that queue's intact
+        message of that offset and all lie in one segment."""
+        return read_views(list(self.segments.segments), offsets, limit, verify_crc=verify_crc,
+                          topic=topic, queue_id=queue_id, queue_offsets=queue_offsets)
 
     def check_offsets(self, offsets: np.ndarray, limit: int, *, topic: bytes, queue_id: int,
                       queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

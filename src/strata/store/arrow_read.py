@@ -51,28 +51,32 @@ class ColumnsResult:
         return self.batch.num_rows
 
 
-_SCHEMA = None
+_SCHEMAS: dict[bool, object] = {}
 
 
-def schema():
+def schema(views: bool = True):
     """The record batch's schema: ``queue_offset``, ``commitlog_offset``, ``store_timestamp``
-    and ``born_timestamp`` (int64, ms), ``body`` (binary), ``keys`` (list of string: the
-    message's keys in order, without its unique key), ``properties`` (binary: the encoded
-    properties section as stored, keys, tags and user properties; docs/format.md)."""
-    global _SCHEMA
-    if _SCHEMA is not None:
-        return _SCHEMA
+    and ``born_timestamp`` (int64, ms), ``body`` (``binary_view``, or ``binary`` with
+    ``views=False``), ``keys`` (list of string: the message's keys in order, without its
+    unique key), ``properties`` (``binary_view`` / ``binary``: the encoded properties section
+    as stored, keys, tags and user properties; docs/format.md). ``binary_view`` arrays point
+    into one copy of the records (no copy of each body); some Arrow compute functions and
+    consumers take ``binary`` only, hence the choice."""
+    got = _SCHEMAS.get(views)
+    if got is not None:
+        return got
     pa = pyarrow()
-    _SCHEMA = pa.schema([("queue_offset", pa.int64()), ("commitlog_offset", pa.int64()),
-                      ("store_timestamp", pa.int64()), ("born_timestamp", pa.int64()),
-                      ("body", pa.binary()), ("keys", pa.list_(pa.string())),
-                      ("properties", pa.binary())])
-    return _SCHEMA
+    blob = pa.binary_view() if views else pa.binary()
+    got = _SCHEMAS[views] = pa.schema([
+        ("queue_offset", pa.int64()), ("commitlog_offset", pa.int64()),
+        ("store_timestamp", pa.int64()), ("born_timestamp", pa.int64()), ("body", blob),
+        ("keys", pa.list_(pa.string())), ("properties", blob)])
+    return got
 
 
-def empty_batch():
+def empty_batch(views: bool = True):
     pa = pyarrow()
-    return pa.RecordBatch.from_pylist([], schema=schema())
+    return pa.RecordBatch.from_pylist([], schema=schema(views))
 
 
 def _binary(pa, data: np.ndarray, offsets: np.ndarray, kind):
@@ -88,12 +92,14 @@ def _binary(pa, data: np.ndarray, offsets: np.ndarray, kind):
 _NO_KEYS: dict[int, object] = {}
 
 
-def _keys(pa, props: np.ndarray, prop_off: np.ndarray, n: int):
-    """The keys of every message (list<string>), found in the properties buffer by the
-    compiled properties reader."""
+def _keys(pa, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int,
+          any_props: bool):
+    """The keys of every message (list<string>), found in the properties sections
+    ``data[starts[i]:ends[i]]`` by the compiled properties reader; None if one does not parse.
+    ``any_props`` False: no message has properties, so none has keys."""
     from strata.format import column_kernels as ck
     from strata.format import property_kernels as pk
-    if prop_off[-1] == prop_off[0]:   # no properties at all: no keys (arrays are immutable)
+    if not any_props:   # no properties at all: no keys (arrays are immutable: shared)
         empty = _NO_KEYS.get(n)
         if empty is None:
             empty = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
@@ -101,12 +107,11 @@ def _keys(pa, props: np.ndarray, prop_off: np.ndarray, n: int):
             if len(_NO_KEYS) < 64:
                 _NO_KEYS[n] = empty
         return empty
-    starts, ends = prop_off[:-1], prop_off[1:]
-    cap = int(prop_off[-1]) // 8 + 1
+    cap = int((ends - starts).sum()) // 8 + 1
     tags = np.zeros(n, np.int64)
     k_row, k_hash, k_at, k_end = (np.empty(cap, np.int64) for _ in range(4))
     k_uniq = np.empty(cap, np.uint8)
-    m = pk.scan_properties(props, starts, starts, ends, tags, k_row, k_hash, k_at, k_end,
+    m = pk.scan_properties(data, starts, starts, ends, tags, k_row, k_hash, k_at, k_end,
                            k_uniq)
     if m < 0:
         return None
@@ -115,33 +120,57 @@ def _keys(pa, props: np.ndarray, prop_off: np.ndarray, n: int):
     val_off = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(k_end - k_at, out=val_off[1:])
     values = np.empty(int(val_off[-1]), np.uint8)
-    ck.gather(props, k_at, k_end, val_off, values)
+    ck.gather(data, k_at, k_end, val_off, values)
     list_off = np.zeros(n + 1, np.int32)
     np.cumsum(np.bincount(rows, minlength=n), out=list_off[1:])
     return pa.ListArray.from_arrays(pa.array(list_off), _binary(pa, values, val_off, "string"))
 
 
-def arrow_batch(read) -> object | None:
+def arrow_batch(read, views: bool = True) -> object | None:
     """The record batch of a ``read_columns`` result (None if some properties section does
-    not parse: the caller then builds it from messages)."""
+    not parse: the caller then builds it from messages); with ``views`` cast to the views
+    schema (a read across segments: rare)."""
     pa = pyarrow()
     f = read.fields
     n = f.shape[1]
-    keys = _keys(pa, read.properties, read.prop_offsets, n)
+    off = read.prop_offsets
+    keys = _keys(pa, read.properties, off[:-1], off[1:], n, bool(off[-1] != off[0]))
     if keys is None:
         return None
     cols = [pa.array(np.ascontiguousarray(f[r])) for r in
             (rk.F_QUEUE_OFFSET, rk.F_PHYS, rk.F_STORE_TS, rk.F_BORN_TS)]
     cols += [_binary(pa, read.bodies, read.body_offsets, "binary"), keys,
              _binary(pa, read.properties, read.prop_offsets, "binary")]
-    return pa.RecordBatch.from_arrays(cols, schema=schema())
+    batch = pa.RecordBatch.from_arrays(cols, schema=schema(False))
+    return batch.cast(schema(True)) if views else batch
 
 
-def batch_of_messages(messages) -> object:
+_INTS = (rk.V_QUEUE_OFFSET, rk.V_PHYS, rk.V_STORE_TS, rk.V_BORN_TS)
+
+
+def views_batch(read) -> object | None:
+    """The record batch (views schema) of a ``read_views`` result: every array wraps the
+    read's own buffers — the views table's rows, the views, the one copy of the records —
+    without copying them (None if some properties section does not parse)."""
+    pa = pyarrow()
+    f = read.fields
+    n = f.shape[1]
+    keys = _keys(pa, read.span, f[rk.V_PROPS_AT], f[rk.V_BODY_AT], n, read.prop_bytes > 0)
+    if keys is None:
+        return None
+    i64, bv, buf = pa.int64(), pa.binary_view(), pa.py_buffer
+    span = buf(read.span)
+    cols = [pa.Array.from_buffers(i64, n, [None, buf(f[r])]) for r in _INTS]
+    cols += [pa.Array.from_buffers(bv, n, [None, buf(read.body_views), span]), keys,
+             pa.Array.from_buffers(bv, n, [None, buf(read.prop_views), span])]
+    return pa.RecordBatch.from_arrays(cols, schema=schema(True))
+
+
+def batch_of_messages(messages, views: bool = True) -> object:
     """The record batch of messages made one by one (``get``'s slow path: damage, tier)."""
     pa = pyarrow()
     rows = [{"queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
              "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
              "body": m.body, "keys": list(m.keys), "properties": m.properties_raw}
             for m in messages]
-    return pa.RecordBatch.from_pylist(rows, schema=schema())
+    return pa.RecordBatch.from_pylist(rows, schema=schema(views))

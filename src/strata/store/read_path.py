@@ -140,16 +140,18 @@ def get(store, topic: str, queue_id: int, offset: int, max_messages: int = 32, *
         return GetResult(status, [], 0, 0, 0)
     return store.history.queue(topic, queue_id, cq).get(offset, max_messages, wanted)
 
-def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int = 1024
-                ) -> arrow_read.ColumnsResult:
+def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int = 1024, *,
+                views: bool = True) -> arrow_read.ColumnsResult:
     """``get`` for consumers that want arrays: up to ``max_messages`` messages of a queue
-    from ``offset`` as one Arrow record batch (``strata.store.arrow_read.schema()``:
+    from ``offset`` as one Arrow record batch (``strata.store.arrow_read.schema(views)``:
     queue and commit-log offsets, store and born timestamps, body, keys, the encoded
     properties), with ``get``'s status and offsets. Each record is checked as ``get``
-    checks it (CRC32C with ``verify_crc_on_read``) and its body and properties are copied
-    once, in compiled code, into the buffers the Arrow arrays wrap. Records ``get`` would
-    pass over as damaged are left out the same way (that case, and reads from a tier, go
-    through ``get``'s messages). Needs pyarrow."""
+    checks it (CRC32C with ``verify_crc_on_read``). With ``views`` (the default) the body
+    and properties columns are ``binary_view`` arrays over ONE copy of the records, made and
+    checked in one compiled call; ``views=False`` gives ``binary`` arrays (each body copied
+    once more, into a packed buffer) for consumers and Arrow functions that do not take
+    views. Records ``get`` would pass over as damaged are left out the same way (that case,
+    and reads from a tier, go through ``get``'s messages). Needs pyarrow."""
     store._check_open()
     if not isinstance(offset, int) or isinstance(offset, bool):
         raise InvalidInputError(f"offset must be an int, got {offset!r}")
@@ -168,18 +170,23 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
             except ValueError:   # retention deleted that file just now
                 units = None
             if units is not None and len(units) and units["size"].max() != BLANK_SIZE:
-                read = store.log.read_columns(
-                    units["offset"], store.confirmed_offset(),
-                    verify_crc=store.config.verify_crc_on_read, topic=topic,
-                    queue_id=queue_id, queue_offsets=offset + every_row(len(units)))
+                how = (units["offset"], store.confirmed_offset())
+                kw = {"verify_crc": store.config.verify_crc_on_read, "topic": topic,
+                      "queue_id": queue_id, "queue_offsets": offset + every_row(len(units))}
+                seen = store.log.read_views(*how, **kw) if views else None
+                batch = None if seen is None else arrow_read.views_batch(seen)
+                if batch is not None:
+                    return arrow_read.ColumnsResult(GetStatus.FOUND, batch,
+                                                    offset + len(units), mn, mx)
+                read = store.log.read_columns(*how, **kw)
     if read is not None:
-        batch = arrow_read.arrow_batch(read)
+        batch = arrow_read.arrow_batch(read, views)
         if batch is not None:
             return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + len(units),
                                             mn, mx)
     r = store.get(topic, queue_id, offset, max_messages)
-    batch = arrow_read.batch_of_messages(r.messages) if r.messages else \
-        arrow_read.empty_batch()
+    batch = arrow_read.batch_of_messages(r.messages, views) if r.messages else \
+        arrow_read.empty_batch(views)
     return arrow_read.ColumnsResult(r.status, batch, r.next_offset, r.min_offset,
                                     r.max_offset)
 
