@@ -21,6 +21,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from strata.format import record as rec
+from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
 from strata.format import record_kernels as rk
 from strata.format.record_kernels import (
     GOOD, _check, crc32c_at, load_i32, load_i64, load_u16, load_u32, load_u64, load_u8, memcpy)
@@ -32,6 +33,8 @@ _P_CRC = rec.POS_CRC
 _INLINE = 12                 # a view holds at most this many bytes itself
 MAX_SPAN = 2 ** 31 - 1       # a view's offset is an int32: larger reads take the binary path
 _MASK = np.uint64(0xFFFFFFFF)
+_UNIT = UNIT_SIZE            # a consume-queue unit: i64 commit-log offset, i32 size, i64 tag
+_BLANK_UNIT = BLANK_SIZE
 _HEADER = rec.HEADER_SIZE
 _BORN_V6, _STORE_V6 = rec.SYSFLAG_BORN_HOST_V6, rec.SYSFLAG_STORE_HOST_V6
 _P_SYS, _P_QID, _P_QOFF = rec.POS_SYS_FLAG, rec.POS_QUEUE_ID, rec.POS_QUEUE_OFFSET
@@ -63,10 +66,9 @@ if rk.CRC_INSTRUCTION is not None:
     _crc8 = rk._crc8
 
     @njit(cache=True, nogil=True, inline="always")
-    def copy_crc(dst, src, n):
-        """Copy ``n`` bytes from address ``src`` to ``dst`` and return their CRC32C, in one
-        pass: each 8-byte word loaded once, stored and folded into the CRC."""
-        c = _MASK
+    def _copy_tail(dst, src, n, c):
+        """Copy ``n`` bytes from address ``src`` to ``dst``, folding them into CRC state
+        ``c``; returns the state."""
         i = 0
         while i + 8 <= n:
             v = load_u64(src + i)
@@ -74,17 +76,45 @@ if rk.CRC_INSTRUCTION is not None:
             c = _crc64(c, v)
             i += 8
         while i < n:
-            b = load_u8(src + i)
-            c = _crc8(c, np.uint64(b))
+            c = _crc8(c, np.uint64(load_u8(src + i)))
             memcpy(dst + i, src + i, 1)
             i += 1
-        return np.uint32(c ^ _MASK)
+        return c
+
+    @njit(cache=True, nogil=True, inline="always")
+    def copy_crc3(d0, s0, n0, d1, s1, n1, d2, s2, n2):
+        """Copy three byte runs (``n*`` bytes from address ``s*`` to ``d*``) and return the
+        CRC32C of each, in one pass: each 8-byte word loaded once, stored and folded into its
+        run's CRC. The three CRCs are independent chains, so the CPU overlaps the CRC
+        instruction's latency (3 cycles, 1 a cycle issued)."""
+        m = min(n0, min(n1, n2)) & ~7
+        c0 = _MASK
+        c1 = _MASK
+        c2 = _MASK
+        j = 0
+        while j < m:
+            v0 = load_u64(s0 + j)
+            v1 = load_u64(s1 + j)
+            v2 = load_u64(s2 + j)
+            store_u64(d0 + j, v0)
+            store_u64(d1 + j, v1)
+            store_u64(d2 + j, v2)
+            c0 = _crc64(c0, v0)
+            c1 = _crc64(c1, v1)
+            c2 = _crc64(c2, v2)
+            j += 8
+        c0 = _copy_tail(d0 + m, s0 + m, n0 - m, c0)
+        c1 = _copy_tail(d1 + m, s1 + m, n1 - m, c1)
+        c2 = _copy_tail(d2 + m, s2 + m, n2 - m, c2)
+        return np.uint32(c0 ^ _MASK), np.uint32(c1 ^ _MASK), np.uint32(c2 ^ _MASK)
 else:   # pragma: no cover - only on CPUs without a CRC32C instruction
     @njit(cache=True, nogil=True, inline="always")
-    def copy_crc(dst, src, n):
-        """Copy ``n`` bytes from ``src`` to ``dst`` and return their CRC32C (table)."""
-        memcpy(dst, src, n)
-        return crc32c_at(dst, n)
+    def copy_crc3(d0, s0, n0, d1, s1, n1, d2, s2, n2):
+        """Copy three byte runs and return the CRC32C of each (table)."""
+        memcpy(d0, s0, n0)
+        memcpy(d1, s1, n1)
+        memcpy(d2, s2, n2)
+        return crc32c_at(d0, n0), crc32c_at(d1, n1), crc32c_at(d2, n2)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -100,74 +130,99 @@ def _view(vb, i, base, a, ln):
         store_i32(v + 12, a)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _take(s0, q, i, topic, queue_id, queue_offset, phys, table, views):
+    """Read the fields of the record copied at position ``q`` of the copy (address ``s0``)
+    into column ``i`` of ``table`` and write its views; False unless it is message
+    ``queue_offset`` of ``queue_id`` and ``topic``. Returns (ok, its properties' bytes)."""
+    a = s0 + q
+    tl = len(topic)
+    flags = load_i32(a + _P_SYS)
+    topic_at = q + _HEADER + (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
+    if load_i32(a + _P_QID) != queue_id or load_i64(a + _P_QOFF) != queue_offset or \
+            np.int64(load_u16(a + _P_TOPIC_LEN)) != tl:
+        return False, 0
+    for j in range(tl):
+        if load_u8(s0 + topic_at + j) != topic[j]:
+            return False, 0
+    props_at = topic_at + tl
+    body_at = props_at + np.int64(load_u16(a + _P_PROPS_LEN))
+    table[V_QUEUE_OFFSET, i] = queue_offset
+    table[V_PHYS, i] = phys
+    table[V_STORE_TS, i] = load_i64(a + _P_STORE)
+    table[V_BORN_TS, i] = load_i64(a + _P_BORN)
+    table[V_PROPS_AT, i] = props_at
+    table[V_BODY_AT, i] = body_at
+    _view(views.ctypes.data, i, s0, body_at, np.int64(load_u32(a + _P_BODY_LEN)))
+    _view(views.ctypes.data + 16 * table.shape[1], i, s0, props_at, body_at - props_at)
+    return True, body_at - props_at
+
+
 @njit(cache=True, nogil=True)
-def views_at(data, pos, phys, limit, crc, topic, queue_id, queue_offsets, table,
-             body_views, prop_views):
-    """Read the records at ``pos`` (byte positions in ``data``, a uint8 array; ``phys`` the
-    commit-log offset each must carry; below byte ``limit``) as views, in one pass: each must
-    be a whole record (``record_kernels._check``), message ``queue_offsets[i]`` of
+def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, table, views):
+    """Read the records of consume-queue ``units`` (their bytes, ``UNIT_SIZE`` each: the
+    record's commit-log offset, its size) as views, in one pass. A record's position in
+    ``data`` (a uint8 array, readable below byte ``limit``) is its offset less ``delta``. Each
+    must be a whole record (``record_kernels._check``), message ``first_offset + i`` of
     ``queue_id`` and ``topic``, and with ``crc`` carry the CRC32C of its bytes, computed while
-    they are copied into the one buffer returned. ``table`` (``record_table.V_*`` rows) gets
-    each record's offsets, timestamps and properties section (positions in the copy);
-    ``body_views`` / ``prop_views`` (4 × n int32, zeroed by the caller) the views of its body
-    and properties section. Returns (how many records were read, the copy, the bytes of all
-    properties sections); the read stops at the first record that is not as it must be (the
-    caller then takes the per-record path, which says why): fewer than n and an empty copy.
-    (-1, empty, 0) if the records add up to more than ``MAX_SPAN`` bytes (an int32 view
-    offset cannot reach past it)."""
+    they are copied, three records at a time, into the one buffer returned. ``table``
+    (``record_table.V_*`` rows) gets each record's offsets, timestamps and properties section
+    (positions in the copy); ``views`` (2 × 4n int32, zeroed by the caller) the views of its
+    body (row 0) and properties section (row 1). Returns (how many records were read, the
+    copy, the bytes of all properties sections); the read stops at the first record that is
+    not as it must be (the caller then takes the per-record path, which says why): fewer
+    than n and an empty copy. (-1, empty, 0) if the records add up to more than ``MAX_SPAN``
+    bytes (an int32 view offset cannot reach past it)."""
     empty = np.empty(0, np.uint8)
     base = data.ctypes.data
+    ub = units.ctypes.data
     limit = min(limit, len(data))
-    n = len(pos)
+    n = len(units) // _UNIT
     own = 0
     for i in range(n):   # the copy's size: each record's own length (checked below)
-        p = pos[i]
-        if p < 0 or p + 4 > limit:
+        p = load_i64(ub + _UNIT * i) - delta
+        if load_i32(ub + _UNIT * i + 8) == _BLANK_UNIT or p < 0 or p + 4 > limit:
             return i, empty, 0
         own += np.int64(load_u32(base + p))
     if own > MAX_SPAN:
         return -1, empty, 0
     span = np.empty(own, np.uint8)
     s0 = span.ctypes.data
-    bv = body_views.ctypes.data
-    pv = prop_views.ctypes.data
-    tp = topic.ctypes.data
-    tl = len(topic)
+    at = np.zeros(3, np.int64)     # a group's records: position in the copy, in data, length
+    src = np.zeros(3, np.int64)
+    tot = np.zeros(3, np.int64)
     q = 0
     props = 0
-    for i in range(n):
-        p = pos[i]
-        st, total = _check(base, p, phys[i], limit, False)
-        if st != GOOD or q + total > own:
-            return i, empty, 0
-        a = s0 + q
-        memcpy(a, base + p, _CRC_START)
+    i = 0
+    while i < n:
+        k = min(3, n - i)
+        for t in range(k):
+            phys = load_i64(ub + _UNIT * (i + t))
+            st, total = _check(base, phys - delta, phys, limit, False)
+            if st != GOOD or q + total > own:
+                return i + t, empty, 0
+            at[t] = s0 + q
+            src[t] = base + phys - delta
+            tot[t] = total
+            memcpy(s0 + q, src[t], _CRC_START)
+            q += total
+        for t in range(k, 3):   # a short group: its missing runs repeat the first
+            at[t], src[t], tot[t] = at[0], src[0], tot[0]
         if crc:
-            if copy_crc(a + _CRC_START, base + p + _CRC_START, total - _CRC_START) != \
-                    load_u32(a + _P_CRC):
+            c0, c1, c2 = copy_crc3(at[0] + _CRC_START, src[0] + _CRC_START, tot[0] - _CRC_START,
+                                   at[1] + _CRC_START, src[1] + _CRC_START, tot[1] - _CRC_START,
+                                   at[2] + _CRC_START, src[2] + _CRC_START, tot[2] - _CRC_START)
+            if c0 != load_u32(at[0] + _P_CRC) or c1 != load_u32(at[1] + _P_CRC) or \
+                    c2 != load_u32(at[2] + _P_CRC):
                 return i, empty, 0
         else:
-            memcpy(a + _CRC_START, base + p + _CRC_START, total - _CRC_START)
-        # the fields, from the copy: is it message queue_offsets[i] of queue_id and topic?
-        flags = load_i32(a + _P_SYS)
-        topic_at = q + _HEADER + (18 if flags & _BORN_V6 else 6) + \
-            (18 if flags & _STORE_V6 else 6)
-        if load_i32(a + _P_QID) != queue_id or load_i64(a + _P_QOFF) != queue_offsets[i] or \
-                np.int64(load_u16(a + _P_TOPIC_LEN)) != tl:
-            return i, empty, 0
-        for j in range(tl):
-            if load_u8(s0 + topic_at + j) != load_u8(tp + j):
-                return i, empty, 0
-        props_at = topic_at + tl
-        body_at = props_at + np.int64(load_u16(a + _P_PROPS_LEN))
-        table[V_QUEUE_OFFSET, i] = queue_offsets[i]
-        table[V_PHYS, i] = phys[i]
-        table[V_STORE_TS, i] = load_i64(a + _P_STORE)
-        table[V_BORN_TS, i] = load_i64(a + _P_BORN)
-        table[V_PROPS_AT, i] = props_at
-        table[V_BODY_AT, i] = body_at
-        _view(bv, i, s0, body_at, np.int64(load_u32(a + _P_BODY_LEN)))
-        _view(pv, i, s0, props_at, body_at - props_at)
-        props += body_at - props_at
-        q += total
+            for t in range(k):
+                memcpy(at[t] + _CRC_START, src[t] + _CRC_START, tot[t] - _CRC_START)
+        for t in range(k):
+            ok, pb = _take(s0, at[t] - s0, i + t, topic, queue_id, first_offset + i + t,
+                           load_i64(ub + _UNIT * (i + t)), table, views)
+            if not ok:
+                return i + t, empty, 0
+            props += pb
+        i += k
     return n, span, props

@@ -181,31 +181,33 @@ class ViewsRead:
     prop_bytes: int
 
 
-def read_views(segments: list[MappedSegment], offsets: np.ndarray, limit: int, *,
-               verify_crc: bool, topic: str, queue_id: int,
-               queue_offsets: np.ndarray) -> ViewsRead | None:
-    """``read_columns`` for a reader that takes ``binary_view`` columns: the records, all in
-    one segment, checked and copied once in one compiled call (``view_kernels.views_at``: the
-    CRC32C checked over the copy), the views written over the copy. None if they are not all
-    in one segment, not all GOOD, or too many bytes for int32 views (the caller then takes
-    ``read_columns``, which handles the first and the last, or the per-record path)."""
+def read_views(segments: list[MappedSegment], units: np.ndarray, limit: int, *,
+               verify_crc: bool, topic: str, queue_id: int, first_offset: int
+               ) -> ViewsRead | bool:
+    """``read_columns`` for a reader that takes ``binary_view`` columns: the records of
+    consume-queue ``units`` (a copy: ``UNIT_DTYPE``) — messages ``first_offset``, ``first_offset
+    + 1``, ... of the queue — all in one segment, checked and copied once in one compiled pass
+    (``view_kernels.views_at``: the CRC32C computed as the bytes are copied), the views written
+    over the copy. True if the records do not lie in one segment or add up to more than int32
+    views reach (``read_columns`` can read them), False if some record is not as it must be
+    (the per-record path says why)."""
     from strata.format import view_kernels as vk
-    offsets = np.ascontiguousarray(offsets, np.int64)
-    runs = offset_runs(segments, offsets)
+    phys = units["offset"]
+    runs = offset_runs(segments, phys)
     if len(runs) != 1:
-        return None
-    mapped = _mapped(runs[0][2], limit)
+        return True
+    seg = runs[0][2]
+    mapped = _mapped(seg, limit)
     if mapped is None:
-        return None
-    data, end = mapped
-    n = len(offsets)
+        return False
+    n = len(units)
     table = np.empty((rk.VIEW_FIELDS, n), np.int64)
     views = np.zeros((2, 4 * n), np.int32)
     good, span, prop_bytes = vk.views_at(
-        data, offsets - (runs[0][2].base_offset - HEADER_AREA), offsets, end, verify_crc,
-        _topic_array(topic), queue_id, queue_offsets, table, views[0], views[1])
+        mapped[0], units.view(np.uint8), seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
+        _topic_array(topic), queue_id, first_offset, table, views)
     if good < n:
-        return None
+        return good < 0
     return ViewsRead(table, span, views[0], views[1], prop_bytes)
 
 

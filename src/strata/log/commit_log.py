@@ -413,13 +413,13 @@ class CommitLog:
                             verify_crc=verify_crc, topic=topic, queue_id=queue_id,
                             queue_offsets=queue_offsets)
 
-    def read_views(self, offsets: np.ndarray, limit: int, *, verify_crc: bool, topic: str,
-                   queue_id: int, queue_offsets: np.ndarray):
-        """The records at ``offsets`` as Arrow views over one copy of them
-        (``strata.log.batch_reader.read_views``): None unless each is that queue's intact
-        message of that offset and all lie in one segment."""
-        return read_views(list(self.segments.segments), offsets, limit, verify_crc=verify_crc,
-                          topic=topic, queue_id=queue_id, queue_offsets=queue_offsets)
+    def read_views(self, units: np.ndarray, limit: int, *, verify_crc: bool, topic: str,
+                   queue_id: int, first_offset: int):
+        """The records of consume-queue ``units`` as Arrow views over one copy of them
+        (``strata.log.batch_reader.read_views``; True: read them with ``read_columns``;
+        False: not each is that queue's intact message of that offset)."""
+        return read_views(list(self.segments.segments), units, limit, verify_crc=verify_crc,
+                          topic=topic, queue_id=queue_id, first_offset=first_offset)
 
     def check_offsets(self, offsets: np.ndarray, limit: int, *, topic: bytes, queue_id: int,
                       queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

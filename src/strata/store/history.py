@@ -118,6 +118,11 @@ class StoreHistory:
 
     # ------------------------------------------------------------------ queues
 
+    def all_local(self, topic: str, queue_id: int, cq: "ConsumeQueue") -> bool:
+        """Whether the local files alone hold the queue whose local consume queue is ``cq``
+        (``queue(...).local_part()`` without making the queue's history: ``get_columns``)."""
+        return self._older(topic, queue_id, cq.min_offset()) is None
+
     def queue(self, topic: str, queue_id: int, cq: "ConsumeQueue") -> QueueHistory:
         """The history of the queue whose local consume queue is ``cq``."""
         local = LocalQueue(self.store, topic, queue_id, cq)

@@ -161,24 +161,27 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     arrow_read.pyarrow()
     cq, _exists = store._queue(topic, queue_id)
     read = None
-    local = None if cq is None else store.history.queue(topic, queue_id, cq).local_part()
-    if local is not None:   # the local files alone hold the queue: one compiled pass
-        mn, mx = cq.min_offset(), cq.max_offset()
+    if cq is not None and store.history.all_local(topic, queue_id, cq):
+        mn, mx = cq.min_offset(), cq.max_offset()   # the local files alone hold the queue
         if mn <= offset < mx:
             try:
                 units = cq.read_units(offset, max_messages)
             except ValueError:   # retention deleted that file just now
                 units = None
-            if units is not None and len(units) and units["size"].max() != BLANK_SIZE:
-                how = (units["offset"], store.confirmed_offset())
+            if units is not None and len(units):
                 kw = {"verify_crc": store.config.verify_crc_on_read, "topic": topic,
-                      "queue_id": queue_id, "queue_offsets": offset + every_row(len(units))}
-                seen = store.log.read_views(*how, **kw) if views else None
-                batch = None if seen is None else arrow_read.views_batch(seen)
+                      "queue_id": queue_id}
+                seen = store.log.read_views(units, store.confirmed_offset(),
+                                            first_offset=offset, **kw) if views else True
+                if seen is True and units["size"].max() != BLANK_SIZE:
+                    read = store.log.read_columns(units["offset"], store.confirmed_offset(),
+                                                  queue_offsets=offset + every_row(len(units)),
+                                                  **kw)
+                batch = None if seen is True or seen is False else \
+                    arrow_read.views_batch(seen)
                 if batch is not None:
                     return arrow_read.ColumnsResult(GetStatus.FOUND, batch,
                                                     offset + len(units), mn, mx)
-                read = store.log.read_columns(*how, **kw)
     if read is not None:
         batch = arrow_read.arrow_batch(read, views)
         if batch is not None:
