@@ -31,6 +31,7 @@ from strata.format.record_table import (
 _CRC_START = rec.CRC_START
 _P_CRC = rec.POS_CRC
 _INLINE = 12                 # a view holds at most this many bytes itself
+PAD = 16                     # bytes after the copy's last record (inline views read words)
 MAX_SPAN = 2 ** 31 - 1       # a view's offset is an int32: larger reads take the binary path
 _MASK = np.uint64(0xFFFFFFFF)
 _UNIT = UNIT_SIZE            # a consume-queue unit: i64 commit-log offset, i32 size, i64 tag
@@ -119,14 +120,26 @@ else:   # pragma: no cover - only on CPUs without a CRC32C instruction
 
 @njit(cache=True, nogil=True, inline="always")
 def _view(vb, i, base, a, ln):
-    """Write view ``i`` (16 bytes at address ``vb``, zeroed by the caller) of the ``ln``
-    bytes at position ``a`` of the buffer at address ``base`` (buffer 0)."""
+    """Write view ``i`` (16 bytes at address ``vb``) of the ``ln`` bytes at position ``a`` of
+    the buffer at address ``base`` (buffer 0), with plain loads and stores: the inline bytes
+    are read as one 8- and one 4-byte word and masked to ``ln`` (the copy has ``PAD`` bytes
+    after its last record, so the words never reach past it)."""
     v = vb + 16 * i
+    src = base + a
     store_i32(v, ln)
     if ln <= _INLINE:
-        memcpy(v + 4, base + a, ln)
+        lo = load_u64(src)
+        hi = np.uint64(load_u32(src + 8))
+        if ln < 8:
+            lo &= (np.uint64(1) << np.uint64(8 * ln)) - np.uint64(1)
+            hi = np.uint64(0)
+        else:
+            hi &= (np.uint64(1) << np.uint64(8 * (ln - 8))) - np.uint64(1)
+        store_u64(v + 4, lo)
+        store_i32(v + 12, np.int64(hi))
     else:
-        memcpy(v + 4, base + a, 4)
+        store_i32(v + 4, np.int64(load_u32(src)))
+        store_i32(v + 8, 0)
         store_i32(v + 12, a)
 
 
@@ -167,7 +180,7 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
     ``queue_id`` and ``topic``, and with ``crc`` carry the CRC32C of its bytes, computed while
     they are copied, three records at a time, into the one buffer returned. ``table``
     (``record_table.V_*`` rows) gets each record's offsets, timestamps and properties section
-    (positions in the copy); ``views`` (2 × 4n int32, zeroed by the caller) the views of its
+    (positions in the copy); ``views`` (2 × 4n int32) the views of its
     body (row 0) and properties section (row 1). Returns (how many records were read, the
     copy, the bytes of all properties sections); the read stops at the first record that is
     not as it must be (the caller then takes the per-record path, which says why): fewer
@@ -186,7 +199,8 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
         own += np.int64(load_u32(base + p))
     if own > MAX_SPAN:
         return -1, empty, 0
-    span = np.empty(own, np.uint8)
+    span = np.empty(own + PAD, np.uint8)
+    span[own:] = 0
     s0 = span.ctypes.data
     at = np.zeros(3, np.int64)     # a group's records: position in the copy, in data, length
     src = np.zeros(3, np.int64)
@@ -225,4 +239,4 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
                 return i + t, empty, 0
             props += pb
         i += k
-    return n, span, props
+    return n, span[:own], props

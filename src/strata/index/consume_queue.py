@@ -245,6 +245,18 @@ class ConsumeQueue:
         units = _units(seg, first, n)
         return _copy_units(units) if copy else units
 
+    def read_unit_bytes(self, start: int, max_units: int) -> np.ndarray:
+        """``read_units``' copy as plain bytes (uint8, ``UNIT_SIZE`` a unit): for a compiled
+        reader that parses the units itself (``get_columns``), without numpy's structured
+        views."""
+        seg = self.segments.find(start * UNIT_SIZE)
+        if seg is None:
+            return np.empty(0, np.uint8)
+        first = start - seg.base_offset // UNIT_SIZE
+        n = max(0, min(max_units, seg.committed // UNIT_SIZE - first))
+        at = HEADER_AREA + first * UNIT_SIZE
+        return np.frombuffer(seg.mm, np.uint8, n * UNIT_SIZE, at).copy()
+
     def data_end(self, n0: int, most: int) -> int:
         """One past the last unit in ``[n0, n0 + most)`` that holds any non-zero byte (``n0``
         if none)."""

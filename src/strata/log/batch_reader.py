@@ -19,6 +19,7 @@ from strata.files.segment import MappedSegment
 from strata.files.segment_queue import segment_runs
 from strata.format import record as rec
 from strata.format import record_table as rk
+from strata.format.consume_queue import UNIT_SIZE
 from strata.format.record_batch import MessageBatch, join_parts
 from strata.format.segment import HEADER_AREA
 from strata.log.record_walk import segment_map
@@ -181,30 +182,24 @@ class ViewsRead:
     prop_bytes: int
 
 
-def read_views(segments: list[MappedSegment], units: np.ndarray, limit: int, *,
-               verify_crc: bool, topic: str, queue_id: int, first_offset: int
-               ) -> ViewsRead | bool:
+def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc: bool,
+               topic: str, queue_id: int, first_offset: int) -> ViewsRead | bool:
     """``read_columns`` for a reader that takes ``binary_view`` columns: the records of
-    consume-queue ``units`` (a copy: ``UNIT_DTYPE``) — messages ``first_offset``, ``first_offset
-    + 1``, ... of the queue — all in one segment, checked and copied once in one compiled pass
-    (``view_kernels.views_at``: the CRC32C computed as the bytes are copied), the views written
-    over the copy. True if the records do not lie in one segment or add up to more than int32
-    views reach (``read_columns`` can read them), False if some record is not as it must be
-    (the per-record path says why)."""
+    consume-queue ``units`` (their bytes, a copy) — messages ``first_offset``, ``first_offset
+    + 1``, ... of the queue — all in segment ``seg``, checked and copied once in one compiled
+    pass (``view_kernels.views_at``: the CRC32C computed as the bytes are copied), the views
+    written over the copy. True if they add up to more than int32 views reach
+    (``read_columns`` can read them), False if some record is not as it must be (the
+    per-record path says why)."""
     from strata.format import view_kernels as vk
-    phys = units["offset"]
-    runs = offset_runs(segments, phys)
-    if len(runs) != 1:
-        return True
-    seg = runs[0][2]
     mapped = _mapped(seg, limit)
     if mapped is None:
         return False
-    n = len(units)
+    n = len(units) // UNIT_SIZE
     table = np.empty((rk.VIEW_FIELDS, n), np.int64)
-    views = np.zeros((2, 4 * n), np.int32)
+    views = np.empty((2, 4 * n), np.int32)
     good, span, prop_bytes = vk.views_at(
-        mapped[0], units.view(np.uint8), seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
+        mapped[0], units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
         _topic_array(topic), queue_id, first_offset, table, views)
     if good < n:
         return good < 0

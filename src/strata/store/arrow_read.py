@@ -146,6 +146,14 @@ def arrow_batch(read, views: bool = True) -> object | None:
 
 
 _INTS = (rk.V_QUEUE_OFFSET, rk.V_PHYS, rk.V_STORE_TS, rk.V_BORN_TS)
+_I64: tuple = ()
+
+
+def _types(pa) -> tuple:
+    """(int64, binary_view, py_buffer), looked up once."""
+    global _I64
+    _I64 = (pa.int64(), pa.binary_view(), pa.py_buffer)
+    return _I64
 
 
 def views_batch(read) -> object | None:
@@ -158,9 +166,9 @@ def views_batch(read) -> object | None:
     keys = _keys(pa, read.span, f[rk.V_PROPS_AT], f[rk.V_BODY_AT], n, read.prop_bytes > 0)
     if keys is None:
         return None
-    i64, bv, buf = pa.int64(), pa.binary_view(), pa.py_buffer
-    span = buf(read.span)
-    cols = [pa.Array.from_buffers(i64, n, [None, buf(f[r])]) for r in _INTS]
+    i64, bv, buf = _I64 or _types(pa)
+    span, table = buf(read.span), buf(f)
+    cols = [pa.Array.from_buffers(i64, n, [None, table], 0, r * n) for r in _INTS]
     cols += [pa.Array.from_buffers(bv, n, [None, buf(read.body_views), span]), keys,
              pa.Array.from_buffers(bv, n, [None, buf(read.prop_views), span])]
     return pa.RecordBatch.from_arrays(cols, schema=schema(True))

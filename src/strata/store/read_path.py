@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 from strata.errors import CorruptRecordError, IndexRebuildingError, InvalidInputError
 from strata.format import record as rec
-from strata.format.consume_queue import BLANK_SIZE
+from strata.format.consume_queue import BLANK_SIZE, UNIT_DTYPE, UNIT_SIZE
 from strata.index import key_index_rebuild
 from strata.store import arrow_read, time_search
 from strata.store.lifecycle import writer_alive  # noqa: F401 (re-exported)
@@ -165,28 +165,30 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
         mn, mx = cq.min_offset(), cq.max_offset()   # the local files alone hold the queue
         if mn <= offset < mx:
             try:
-                units = cq.read_units(offset, max_messages)
+                units = cq.read_unit_bytes(offset, max_messages)
             except ValueError:   # retention deleted that file just now
                 units = None
             if units is not None and len(units):
-                kw = {"verify_crc": store.config.verify_crc_on_read, "topic": topic,
-                      "queue_id": queue_id}
-                seen = store.log.read_views(units, store.confirmed_offset(),
-                                            first_offset=offset, **kw) if views else True
-                if seen is True and units["size"].max() != BLANK_SIZE:
-                    read = store.log.read_columns(units["offset"], store.confirmed_offset(),
-                                                  queue_offsets=offset + every_row(len(units)),
-                                                  **kw)
-                batch = None if seen is True or seen is False else \
-                    arrow_read.views_batch(seen)
-                if batch is not None:
-                    return arrow_read.ColumnsResult(GetStatus.FOUND, batch,
-                                                    offset + len(units), mn, mx)
+                verify, limit = store.config.verify_crc_on_read, store.confirmed_offset()
+                seen = store.log.read_views(units, limit, verify_crc=verify, topic=topic,
+                                            queue_id=queue_id, first_offset=offset) \
+                    if views else True
+                n = len(units) // UNIT_SIZE
+                if seen is True or seen is False:
+                    units = units.view(UNIT_DTYPE)
+                    if seen is True and units["size"].max() != BLANK_SIZE:
+                        read = store.log.read_columns(
+                            units["offset"], limit, verify_crc=verify, topic=topic,
+                            queue_id=queue_id, queue_offsets=offset + every_row(n))
+                else:
+                    batch = arrow_read.views_batch(seen)
+                    if batch is not None:
+                        return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + n,
+                                                        mn, mx)
     if read is not None:
         batch = arrow_read.arrow_batch(read, views)
         if batch is not None:
-            return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + len(units),
-                                            mn, mx)
+            return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + n, mn, mx)
     r = store.get(topic, queue_id, offset, max_messages)
     batch = arrow_read.batch_of_messages(r.messages, views) if r.messages else \
         arrow_read.empty_batch(views)
