@@ -135,8 +135,46 @@ if CRC_INSTRUCTION is not None:
             c = _crc8(c, np.uint64(load_u8(address + i)))
             i += 1
         return np.uint32(c ^ np.uint64(0xFFFFFFFF))
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _crc_tail(c, a, n):
+        """Continue CRC state ``c`` (not yet inverted) over ``n`` bytes at address ``a``."""
+        i = 0
+        while i + 8 <= n:
+            c = _crc64(c, load_u64(a + i))
+            i += 8
+        while i < n:
+            c = _crc8(c, np.uint64(load_u8(a + i)))
+            i += 1
+        return c
+
+    @njit(cache=True, nogil=True, inline="always")
+    def crc3(a0, n0, a1, n1, a2, n2):
+        """The CRC32C of three byte runs (``n*`` bytes at address ``a*``) as three
+        independent chains in one loop: the CPU overlaps the CRC instruction's latency (3
+        cycles; one issued a cycle), so records go up to three times as fast as one by one."""
+        m = min(n0, min(n1, n2)) & ~7
+        c0 = np.uint64(0xFFFFFFFF)
+        c1 = np.uint64(0xFFFFFFFF)
+        c2 = np.uint64(0xFFFFFFFF)
+        j = 0
+        while j < m:
+            c0 = _crc64(c0, load_u64(a0 + j))
+            c1 = _crc64(c1, load_u64(a1 + j))
+            c2 = _crc64(c2, load_u64(a2 + j))
+            j += 8
+        c0 = _crc_tail(c0, a0 + m, n0 - m)
+        c1 = _crc_tail(c1, a1 + m, n1 - m)
+        c2 = _crc_tail(c2, a2 + m, n2 - m)
+        mask = np.uint64(0xFFFFFFFF)
+        return np.uint32(c0 ^ mask), np.uint32(c1 ^ mask), np.uint32(c2 ^ mask)
 else:   # pragma: no cover - only on CPUs without a CRC32C instruction
     crc32c_at = crc32c_table
+
+    @njit(cache=True, nogil=True, inline="always")
+    def crc3(a0, n0, a1, n1, a2, n2):
+        """The CRC32C of three byte runs (table)."""
+        return crc32c_at(a0, n0), crc32c_at(a1, n1), crc32c_at(a2, n2)
 
 
 @njit(cache=True, nogil=True)

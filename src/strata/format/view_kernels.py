@@ -30,7 +30,7 @@ from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
 from strata.format import record_kernels as rk
 from strata.format.record_kernels import (
-    GOOD, _check, crc32c_at, load_i32, load_i64, load_u16, load_u32, load_u64, load_u8, memcpy)
+    GOOD, _check, crc3, load_i32, load_i64, load_u16, load_u32, load_u64, load_u8, memcpy)
 from strata.format.record_table import (
     V_BODY_AT, V_BORN_TS, V_PHYS, V_PROPS_AT, V_QUEUE_OFFSET, V_STORE_TS)
 
@@ -119,47 +119,6 @@ def _take(s0, q, i, topic, queue_id, queue_offset, phys, table, views):
     _view(views.ctypes.data, i, s0, body_at, np.int64(load_u32(a + _P_BODY_LEN)))
     _view(views.ctypes.data + 16 * table.shape[1], i, s0, props_at, body_at - props_at)
     return True, body_at - props_at
-
-
-if rk.CRC_INSTRUCTION is not None:
-    _crc64 = rk._crc64
-    _crc8 = rk._crc8
-
-    @njit(cache=True, nogil=True, inline="always")
-    def _crc_tail(c, a, n):
-        """Continue CRC state ``c`` over ``n`` bytes at address ``a``."""
-        i = 0
-        while i + 8 <= n:
-            c = _crc64(c, load_u64(a + i))
-            i += 8
-        while i < n:
-            c = _crc8(c, np.uint64(load_u8(a + i)))
-            i += 1
-        return c
-
-    @njit(cache=True, nogil=True, inline="always")
-    def crc3(a0, n0, a1, n1, a2, n2):
-        """The CRC32C of three byte runs (``n*`` bytes at address ``a*``), as three
-        independent chains in one loop: the CPU overlaps the CRC instruction's latency."""
-        m = min(n0, min(n1, n2)) & ~7
-        c0 = _MASK
-        c1 = _MASK
-        c2 = _MASK
-        j = 0
-        while j < m:
-            c0 = _crc64(c0, load_u64(a0 + j))
-            c1 = _crc64(c1, load_u64(a1 + j))
-            c2 = _crc64(c2, load_u64(a2 + j))
-            j += 8
-        c0 = _crc_tail(c0, a0 + m, n0 - m)
-        c1 = _crc_tail(c1, a1 + m, n1 - m)
-        c2 = _crc_tail(c2, a2 + m, n2 - m)
-        return np.uint32(c0 ^ _MASK), np.uint32(c1 ^ _MASK), np.uint32(c2 ^ _MASK)
-else:   # pragma: no cover - only on CPUs without a CRC32C instruction
-    @njit(cache=True, nogil=True, inline="always")
-    def crc3(a0, n0, a1, n1, a2, n2):
-        """The CRC32C of three byte runs (table)."""
-        return crc32c_at(a0, n0), crc32c_at(a1, n1), crc32c_at(a2, n2)
 
 
 @njit(cache=True, nogil=True)
