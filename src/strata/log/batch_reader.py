@@ -46,6 +46,25 @@ class OffsetsRead:
         return out
 
 
+class _Kernels:
+    """The compiled reader's functions ``read_offsets`` calls, looked up once (not two
+    imports a call)."""
+
+    def __init__(self) -> None:
+        k = rk.kernels()
+        self.check_at, self.pack_to = k.check_at, k.pack_to
+        self.new_bytes = rk.objects().new_bytes
+
+
+_KERNELS: _Kernels | None = None
+
+
+def _load_kernels() -> _Kernels:
+    global _KERNELS
+    _KERNELS = _Kernels()
+    return _KERNELS
+
+
 def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int, *,
                  verify_crc: bool, topic: str | None = None, queue_id: int = -1,
                  queue_offsets: np.ndarray | None = None,
@@ -54,11 +73,11 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     ``limit``. With ``topic`` and ``queue_id`` a record is GOOD only if it is message
     ``queue_offsets[i]`` of that queue (else OTHER: the unit leads to another record).
     ``damaged`` names each offset where that offset's record is, but damaged."""
-    kernels = rk.kernels()
-    new_bytes = rk.objects().new_bytes
+    kernels = _KERNELS or _load_kernels()
+    new_bytes = kernels.new_bytes
     offsets = np.asarray(offsets, np.int64)
     n = len(offsets)
-    status = np.full(n, rk.NO_RECORD, np.uint8)
+    status = np.empty(n, np.uint8)   # check_at writes every row it is given
     fields = np.empty((rk.FIELDS, n), np.int64)   # kept by the batch (no copy) when all good
     name = _EMPTY_TOPIC if topic is None else _topic_array(topic)
     qid = -1 if topic is None else queue_id
@@ -67,6 +86,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     damaged: dict[int, str] = {}
     for lo, hi, seg in offset_runs(segments, offsets):
         if seg is None or seg.closed:
+            status[lo:hi] = rk.NO_RECORD
             continue
         end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
         pos = offsets[lo:hi] - seg.base_offset + HEADER_AREA
