@@ -202,6 +202,17 @@ class ViewsRead:
     prop_bytes: int
 
 
+_VIEWS = None
+
+
+def _load_views():
+    """``strata.format.view_kernels``, imported on first use (numba) and kept."""
+    global _VIEWS
+    from strata.format import view_kernels
+    _VIEWS = view_kernels
+    return _VIEWS
+
+
 def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc: bool,
                topic: str, queue_id: int, first_offset: int) -> ViewsRead | bool:
     """``read_columns`` for a reader that takes ``binary_view`` columns: the records of
@@ -211,7 +222,7 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     written over the copy. True if they add up to more than int32 views reach
     (``read_columns`` can read them), False if some record is not as it must be (the
     per-record path says why)."""
-    from strata.format import view_kernels as vk
+    vk = _VIEWS or _load_views()
     mapped = _mapped(seg, limit)
     if mapped is None:
         return False

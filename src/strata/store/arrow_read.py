@@ -97,8 +97,6 @@ def _keys(pa, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int,
     """The keys of every message (list<string>), found in the properties sections
     ``data[starts[i]:ends[i]]`` by the compiled properties reader; None if one does not parse.
     ``any_props`` False: no message has properties, so none has keys."""
-    from strata.format import column_kernels as ck
-    from strata.format import property_kernels as pk
     if not any_props:   # no properties at all: no keys (arrays are immutable: shared)
         empty = _NO_KEYS.get(n)
         if empty is None:
@@ -107,6 +105,8 @@ def _keys(pa, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int,
             if len(_NO_KEYS) < 64:
                 _NO_KEYS[n] = empty
         return empty
+    from strata.format import column_kernels as ck
+    from strata.format import property_kernels as pk
     cap = int((ends - starts).sum()) // 8 + 1
     tags = np.zeros(n, np.int64)
     k_row, k_hash, k_at, k_end = (np.empty(cap, np.int64) for _ in range(4))
