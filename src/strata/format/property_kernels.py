@@ -17,37 +17,13 @@ from numba import njit
 from strata.format import key_index as kfmt
 from strata.format import record as rec
 from strata.format.column_kernels import _utf8_ok
-from strata.format.record_kernels import CRC_INSTRUCTION, _TABLE, load_u8, load_u64
+from strata.format.record_kernels import crc_more as _crc_more
 
 _KEYS = np.frombuffer(rec.PROP_KEYS.encode(), np.uint8)
 _TAGS = np.frombuffer(rec.PROP_TAGS.encode(), np.uint8)
 _UNIQ = np.frombuffer(rec.PROP_UNIQ_KEY.encode(), np.uint8)
 _HASH_MASK = kfmt.HASH_MASK
 _ENTRY = kfmt.ENTRY_BYTES
-
-if CRC_INSTRUCTION is not None:
-    from strata.format.record_kernels import _crc8, _crc64
-
-    @njit(cache=True, nogil=True)
-    def _crc_more(c, address, n):
-        """CRC32C state ``c`` (not inverted at the end) carried over ``n`` bytes at
-        ``address``."""
-        i = 0
-        while i + 8 <= n:
-            c = _crc64(c, load_u64(address + i))
-            i += 8
-        while i < n:
-            c = _crc8(c, np.uint64(load_u8(address + i)))
-            i += 1
-        return c
-else:   # pragma: no cover - only on CPUs without a CRC32C instruction
-    @njit(cache=True, nogil=True)
-    def _crc_more(c, address, n):
-        c = np.uint64(c)
-        for i in range(n):
-            c = np.uint64(_TABLE[(c ^ load_u8(address + i)) & 0xFF]) ^ (c >> np.uint64(8))
-        return c
-
 
 @njit(cache=True, nogil=True)
 def _crc(address, n):

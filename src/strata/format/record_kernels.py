@@ -123,10 +123,10 @@ if CRC_INSTRUCTION is not None:
     _crc64 = _crc_intrinsic(64)
     _crc8 = _crc_intrinsic(8)
 
-    @njit(cache=True, nogil=True)
-    def crc32c_at(address, n):
-        """CRC32C of ``n`` bytes at ``address`` on the CPU's CRC instruction."""
-        c = np.uint64(0xFFFFFFFF)
+    @njit(cache=True, nogil=True, inline="always")
+    def crc_more(c, address, n):
+        """CRC32C state ``c`` (uint64; not inverted at the end) carried over ``n`` bytes at
+        ``address``, 8 bytes a step."""
         i = 0
         while i + 8 <= n:
             c = _crc64(c, load_u64(address + i))
@@ -134,19 +134,12 @@ if CRC_INSTRUCTION is not None:
         while i < n:
             c = _crc8(c, np.uint64(load_u8(address + i)))
             i += 1
-        return np.uint32(c ^ np.uint64(0xFFFFFFFF))
-
-    @njit(cache=True, nogil=True, inline="always")
-    def _crc_tail(c, a, n):
-        """Continue CRC state ``c`` (not yet inverted) over ``n`` bytes at address ``a``."""
-        i = 0
-        while i + 8 <= n:
-            c = _crc64(c, load_u64(a + i))
-            i += 8
-        while i < n:
-            c = _crc8(c, np.uint64(load_u8(a + i)))
-            i += 1
         return c
+
+    @njit(cache=True, nogil=True)
+    def crc32c_at(address, n):
+        """CRC32C of ``n`` bytes at ``address`` on the CPU's CRC instruction."""
+        return np.uint32(crc_more(np.uint64(0xFFFFFFFF), address, n) ^ np.uint64(0xFFFFFFFF))
 
     @njit(cache=True, nogil=True, inline="always")
     def crc3(a0, n0, a1, n1, a2, n2):
@@ -163,13 +156,21 @@ if CRC_INSTRUCTION is not None:
             c1 = _crc64(c1, load_u64(a1 + j))
             c2 = _crc64(c2, load_u64(a2 + j))
             j += 8
-        c0 = _crc_tail(c0, a0 + m, n0 - m)
-        c1 = _crc_tail(c1, a1 + m, n1 - m)
-        c2 = _crc_tail(c2, a2 + m, n2 - m)
+        c0 = crc_more(c0, a0 + m, n0 - m)
+        c1 = crc_more(c1, a1 + m, n1 - m)
+        c2 = crc_more(c2, a2 + m, n2 - m)
         mask = np.uint64(0xFFFFFFFF)
         return np.uint32(c0 ^ mask), np.uint32(c1 ^ mask), np.uint32(c2 ^ mask)
 else:   # pragma: no cover - only on CPUs without a CRC32C instruction
     crc32c_at = crc32c_table
+
+    @njit(cache=True, nogil=True)
+    def crc_more(c, address, n):
+        """CRC32C state ``c`` carried over ``n`` bytes at ``address`` (table)."""
+        c = np.uint64(c)
+        for i in range(n):
+            c = np.uint64(_TABLE[(c ^ load_u8(address + i)) & 0xFF]) ^ (c >> np.uint64(8))
+        return c
 
     @njit(cache=True, nogil=True, inline="always")
     def crc3(a0, n0, a1, n1, a2, n2):
