@@ -213,27 +213,40 @@ _P_BODY_LEN, _P_TOPIC_LEN, _P_PROPS_LEN = \
 _CRC_START = rec.CRC_START
 
 
-@njit(cache=True, nogil=True)
-def _check(base, p, phys, limit, crc):
-    """The record at byte ``p`` (address ``base + p``) below ``limit``: (status, total)."""
+@njit(cache=True, nogil=True, inline="always")
+def frame(base, p, phys, limit):
+    """The structure of the record at byte ``p`` (address ``base + p``) below ``limit``:
+    magic, length at both ends, field lengths adding up, its own commit-log offset ``phys``.
+    Returns its length, or 0 if one of those does not hold."""
     if p < 0 or p + _MIN_RECORD > limit:
-        return NO_RECORD, 0
+        return 0
     a = base + p
     total = np.int64(load_u32(a))
     if load_u32(a + _P_MAGIC) != _MAGIC or total < _MIN_RECORD or p + total > limit or \
             load_i64(a + _P_PHYS) != phys or np.int64(load_u32(a + total - _TRAILER)) != total:
-        return NO_RECORD, 0
+        return 0
     flags = load_i32(a + _P_SYS)
     hosts = (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
     if _HEADER + hosts + np.int64(load_u16(a + _P_TOPIC_LEN)) + \
             np.int64(load_u16(a + _P_PROPS_LEN)) + np.int64(load_u32(a + _P_BODY_LEN)) + \
             _TRAILER != total:
+        return 0
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _check(base, p, phys, limit, crc):
+    """The record at byte ``p`` (address ``base + p``) below ``limit``: (status, total)."""
+    total = frame(base, p, phys, limit)
+    if total == 0:
         return NO_RECORD, 0
+    a = base + p
     if crc and crc32c_at(a + _CRC_START, total - _CRC_START) != load_u32(a + _P_CRC):
         return CRC_MISMATCH, total
-    t = a + _HEADER + hosts   # a topic name is ASCII (record.decode_topic)
-    for j in range(np.int64(load_u16(a + _P_TOPIC_LEN))):
-        if load_u8(t + j) >= 0x80:
+    flags = load_i32(a + _P_SYS)
+    t = a + _HEADER + (18 if flags & _BORN_V6 else 6) + (18 if flags & _STORE_V6 else 6)
+    for j in range(np.int64(load_u16(a + _P_TOPIC_LEN))):   # a topic name is ASCII
+        if load_u8(t + j) >= 0x80:                          # (record.decode_topic)
             return NO_RECORD, 0
     return GOOD, total
 

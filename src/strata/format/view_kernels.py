@@ -3,7 +3,7 @@
 ``views_at`` reads the records of consume-queue units: it copies them into one new buffer —
 ONE ``memcpy`` when they lie back to back, as the records of a queue written alone do — and
 then reads everything from that copy, so the bytes handed out are exactly the bytes checked:
-each record's structure (``record_kernels._check``), that it is the unit's message, its
+each record's structure (``record_kernels.frame``), that it is the unit's message, its
 CRC32C (three records at a time, over the copy while it is in cache), its offsets and
 timestamps, and the 16-byte Arrow views of its body and its properties section. Arrow's
 ``binary_view`` layout (the Arrow columnar format, "Variable-size Binary View Layout"): int32
@@ -30,7 +30,7 @@ from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
 from strata.format import record_kernels as rk
 from strata.format.record_kernels import (
-    GOOD, _check, crc3, load_i32, load_i64, load_u16, load_u32, load_u64, load_u8, memcpy)
+    crc3, frame, load_i32, load_i64, load_u16, load_u32, load_u64, load_u8, memcpy)
 from strata.format.record_table import (
     V_BODY_AT, V_BORN_TS, V_PHYS, V_PROPS_AT, V_QUEUE_OFFSET, V_STORE_TS)
 
@@ -128,7 +128,7 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
     array, readable below byte ``limit``) is its offset less ``delta``. The records are copied
     into one new buffer (ONE ``memcpy`` when they lie back to back, as a queue written alone
     does, else one per record), and everything after is read from that copy, so the bytes
-    handed out are the bytes checked: each must be a whole record (``record_kernels._check``),
+    handed out are the bytes checked: each must be a whole record (``record_kernels.frame``),
     message ``first_offset + i`` of ``queue_id`` and ``topic``, and with ``crc`` carry the
     CRC32C of its bytes (three records at a time, over the copy still in cache). ``table``
     (``record_table.V_*`` rows) gets each record's offsets, timestamps and properties section
@@ -175,8 +175,7 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
         k = min(3, n - i)
         for t in range(k):
             phys = load_i64(ub + _UNIT * (i + t))
-            st, total = _check(s0, at[i + t], phys, own, False)
-            if st != GOOD:
+            if frame(s0, at[i + t], phys, own) == 0:   # (its topic is compared below)
                 return i + t, empty, 0
         if crc:
             a0 = s0 + at[i]
