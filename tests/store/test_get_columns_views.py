@@ -57,6 +57,7 @@ def test_views_equal_get(store, topic, q, offset, n):
         (g.status, g.next_offset, g.min_offset, g.max_offset)
     assert r.batch.schema == strata.store.arrow_read.schema(True)
     assert r.batch.to_pylist() == as_rows(g.messages)
+    r.batch.validate(full=True)   # views, prefixes, buffer index and offsets as Arrow checks
     if g.messages:
         assert shares_one_copy(r.batch)
 
