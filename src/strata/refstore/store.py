@@ -491,7 +491,7 @@ class RefStore:
     def message_count(self) -> int:
         """Messages with at least one reference (walks the index)."""
         with self._lock:
-            return sum(1 for _, e in self._index.items() if e[REF] > 0)
+            return self._index.live_count()
 
     @property
     def recovered_clean(self) -> bool:
