@@ -245,3 +245,33 @@ class MessageIndex:
             n += int(np.count_nonzero(self._base_ref[~self._taken] > 0))
         return n
 
+
+
+def warm() -> None:
+    """Load (or compile) every hash-table kernel with the argument types the store passes,
+    so no client's first read or batch waits for it (0.1–0.5 s once per process from numba's
+    cache). The store's server thread calls it as it starts; ``strata warm`` too."""
+    from . import snapshot
+    idx = MessageIndex()
+    ids = [bytes([k]) * 16 for k in range(4)]
+    raw = b"".join(ids)
+    cols = snapshot.decode_index(snapshot.encode_index(
+        raw[:32], np.ones(2, dtype=np.int64), np.zeros(2, dtype=np.int64),
+        np.array([0, 30], dtype=np.int64), np.full(2, 30, dtype=np.int64)))
+    idx.load_base(*cols)
+    idx.get(ids[0])                                   # get_one, put_many (base entry)
+    idx.prefetch(ids)
+    offs = np.array([60, 90], dtype=np.int64)
+    one = np.ones(2, dtype=np.int64)
+    idx.insert_new(keys_of(b"".join(ids[2:])), one, offs, one * 30)
+    idx.incref_known(keys_of(raw))
+    idx.decref(keys_of(raw), None, np.zeros(1, dtype=np.int64))
+    idx.refs_at(ids, 0, offs[[0, 1, 0, 1]])
+    idx.relocate(ids, 0, offs[[0, 1, 0, 1]], 1, offs[[0, 1, 0, 1]])
+    idx.delete_at(ids, 1, offs[[0, 1, 0, 1]])
+    idx.insert_absent(keys_of(raw), one[[0, 1, 0, 1]], 2, offs[[0, 1, 0, 1]], one[[0] * 4])
+    idx.put(ids[0], (1, 2, 3, 40))
+    idx.insert(bytes(16), 1, 2, 3, 40)
+    idx.delete(ids[1])
+    idx.ensure_room(len(idx._slots))                 # rehash
+    idx.columns()

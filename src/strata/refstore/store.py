@@ -21,7 +21,7 @@ from strata.errors import InvalidConfigError, StoreClosedError, StrataError
 from strata.files.io import fsync_dir
 from strata.format import refstore_record as rec
 
-from . import encode, opening, snapshot
+from . import encode, index, opening, snapshot
 from .apply import (OP_CONTAINS, OP_DELETE, OP_DYING, OP_REMOVE, OP_SYNC, OP_TERMINATE,
                     OP_WRITE, apply_contains, apply_removes, apply_writes)
 from .cache import WriteBackCache
@@ -107,6 +107,7 @@ class RefStore:
         self._confirm_due: float | None = None
         self._sync_waiters: list[_Reply] = []
         self._unsynced: list[CurrentFile] = []
+        self._dir_unsynced = True      # a data file was created: fsync the directory at sync
         self._in_flight = 0
         self._paused = False
         self._closing = False
@@ -264,6 +265,7 @@ class RefStore:
         lock = self._lock
         try:
             encode.warm()
+            index.warm()
             while True:
                 after: list = []
                 with lock:
@@ -295,6 +297,8 @@ class RefStore:
                         cur = self._cur
                         rolled = self._unsynced
                         self._unsynced = []
+                        dir_unsynced = self._dir_unsynced
+                        self._dir_unsynced = False
                         confirms = self._confirms
                         self._confirms = {}
                         self._confirm_due = None
@@ -303,6 +307,8 @@ class RefStore:
                 if sync:
                     for old in rolled:      # files rolled since the last sync, off the lock
                         old.close()
+                    if dir_unsynced:        # new files' names durable before any confirm
+                        fsync_dir(self.directory)
                     cur.sync()
                     for client, ids in confirms.items():
                         if client.on_disk is not None and ids:
@@ -373,7 +379,7 @@ class RefStore:
         number = old.number + 1
         self._summary.add(number)
         self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit, old.take_buffer())
-        fsync_dir(self.directory)
+        self._dir_unsynced = True      # the new file's name: fsynced by the next sync
         self._maybe_gc(self._summary.files[old.number].valid == 0)
 
     # ================================================================== GC coordination
