@@ -286,15 +286,16 @@ class RefStore:
                             wait = None
                         self._work.wait(wait)
                     n = 0
-                    while self._ops and not self._paused and n < 64:
+                    cur = self._cur
+                    while self._ops and not self._paused and n < 64 and not cur.sealed:
                         self._apply(self._ops.popleft(), after)
                         n += 1
+                        cur = self._cur
                     stopping = self._stop_server and not self._ops
                     sync = (stopping or bool(self._sync_waiters) or bool(self._unsynced) or (
                         self._confirm_due is not None and time.monotonic() >= self._confirm_due))
                     if sync:
-                        self._cur.flush()
-                        cur = self._cur
+                        cur.seal()
                         rolled = self._unsynced
                         self._unsynced = []
                         dir_unsynced = self._dir_unsynced
@@ -304,6 +305,11 @@ class RefStore:
                         self._confirm_due = None
                         waiters = self._sync_waiters
                         self._sync_waiters = []
+                    pending = list(cur.sealed)
+                if pending:       # full buffers to the OS without the lock, then mark them
+                    cur.write_sealed(pending)
+                    with lock:
+                        cur.sealed_written(pending)
                 if sync:
                     for old in rolled:      # files rolled since the last sync, off the lock
                         old.close()
@@ -378,7 +384,7 @@ class RefStore:
         self._unsynced.append(old)     # fsynced and closed by the next sync, off the lock
         number = old.number + 1
         self._summary.add(number)
-        self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit, old.take_buffer())
+        self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit, old.take_buffers())
         self._dir_unsynced = True      # the new file's name: fsynced by the next sync
         self._maybe_gc(self._summary.files[old.number].valid == 0)
 
