@@ -167,6 +167,13 @@ class CurrentFile:
             file_ops().fdatasync(self.path, self.fd)
             self.synced = target
 
+    def sync_to(self, target: int) -> None:
+        """fdatasync if bytes up to ``target`` (written before the call) may not be durable
+        (the sync thread; a closed file was synced as it closed)."""
+        if self.fd >= 0 and self.synced < target:
+            file_ops().fdatasync(self.path, self.fd)
+            self.synced = max(self.synced, target)
+
     def read_buffered(self, offset: int, total: int) -> bytes | None:
         """The bytes of a record still in a buffer, or None if the OS already has it."""
         if offset < self.flushed:

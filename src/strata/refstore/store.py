@@ -18,7 +18,6 @@ import uuid
 from typing import Iterable
 
 from strata.errors import InvalidConfigError, StoreClosedError, StrataError
-from strata.files.io import fsync_dir
 from strata.format import refstore_record as rec
 
 from . import encode, index, opening, snapshot
@@ -29,6 +28,7 @@ from .client import OnDisk, StoreClient
 from .files import CurrentFile, FileReaders, lock_directory
 from .flying import FlyingTable
 from .gc import GarbageCollector
+from .syncer import Syncer, SyncJob
 from .index import FILE, OFFSET, REF, SIZE, MessageIndex
 from .model import (DEFAULT_FILE_SIZE_LIMIT, DEFAULT_GC_GARBAGE_RATIO,  # noqa: F401 - re-exported
                     DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SYNC_INTERVAL,
@@ -126,8 +126,10 @@ class RefStore:
         self._cur = CurrentFile(self.directory, newest.number, newest.size, write_buffer_size)
         if newest.size >= file_size_limit:
             self._roll()
+        self._syncer = Syncer(self.directory, self._callback, self._sync_failed)
         self._server = threading.Thread(target=self._serve, name="refstore-server",
                                         daemon=True)
+        self._syncer.start()
         self._server.start()
         self._gc.start()
         with self._lock:
@@ -217,7 +219,9 @@ class RefStore:
             self._enqueue((_DEL, client))
 
     def _on_server_thread(self) -> bool:
-        return threading.current_thread() is self._server
+        """True on the server thread or the sync thread (which runs the callbacks)."""
+        t = threading.current_thread()
+        return t is self._server or t is self._syncer.thread
 
     def _refuse_on_server_thread(self, what: str) -> None:
         if self._on_server_thread():
@@ -272,6 +276,8 @@ class RefStore:
                     while True:
                         if self._crashed:
                             return
+                        if self._syncer.failure is not None:
+                            raise self._syncer.failure
                         if self._ops and not self._paused:
                             break
                         if self._stop_server and not self._ops:
@@ -310,20 +316,13 @@ class RefStore:
                     cur.write_sealed(pending)
                     with lock:
                         cur.sealed_written(pending)
-                if sync:
-                    for old in rolled:      # files rolled since the last sync, off the lock
-                        old.close()
-                    if dir_unsynced:        # new files' names durable before any confirm
-                        fsync_dir(self.directory)
-                    cur.sync()
-                    for client, ids in confirms.items():
-                        if client.on_disk is not None and ids:
-                            self._callback(client, ids)
-                    for w in waiters:
-                        w.set()
+                if sync:        # fdatasync and confirms on the sync thread, in order
+                    self._syncer.submit(SyncJob(rolled, dir_unsynced, cur, cur.flushed,
+                                                confirms, waiters))
                 for fn in after:
                     fn()
                 if sync and stopping:
+                    self._syncer.stop()
                     return
         except BaseException as exc:   # a bug or an I/O failure: stop, and say why
             log.exception("ref store %s: server thread failed", self.directory)
@@ -335,6 +334,14 @@ class RefStore:
                 for w in self._sync_waiters:
                     w.fail(StrataError(f"ref store failed: {exc!r}"))
                 self._changed.notify_all()
+            self._syncer.stop()
+
+    def _sync_failed(self, exc: BaseException) -> None:
+        """The sync thread stopped on an error: the store stops too (server, waiters)."""
+        with self._lock:
+            self.failure = self.failure or exc
+            self._work.notify_all()
+            self._changed.notify_all()
 
     def _callback(self, client: StoreClient, ids) -> None:
         try:
@@ -558,6 +565,7 @@ class RefStore:
             self._changed.notify_all()
         self._gc.stop(join_timeout=10)
         self._server.join(10)
+        self._syncer.stop(10, drop_pending=True)
         for f in self._unsynced + [self._cur]:
             try:
                 os.close(f.fd)             # the write buffer is dropped, as in a real crash
