@@ -292,6 +292,30 @@ def relocate(slots, keys, file, off, to_file, to_off):
             slots[i, 3] = (slots[i, 3] & ~_LOW) | np.uint64(to_off[j])
 
 
+@njit(cache=True, nogil=True)
+def base_find(base, m):
+    """Row of id ``m`` (bytes) in ``base`` ((n, 16) uint8, rows in byte-wise order: the saved
+    index), or -1: a binary search without numpy's per-call conversion of the key."""
+    lo = 0
+    hi = base.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        c = 0
+        for b in range(16):
+            x = base[mid, b]
+            y = m[b]
+            if x != y:
+                c = -1 if x < y else 1
+                break
+        if c < 0:
+            lo = mid + 1
+        elif c > 0:
+            hi = mid
+        else:
+            return mid
+    return -1
+
+
 # ---------------------------------------------------------------------- whole table
 
 @njit(cache=True, nogil=True)

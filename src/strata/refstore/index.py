@@ -37,7 +37,7 @@ def keys_of(ids_raw) -> np.ndarray:
 class MessageIndex:
     """Where every known message is, and how many references it has."""
 
-    __slots__ = ("_slots", "_meta", "_base_ids", "_base_raw", "_base_ref", "_base_file",
+    __slots__ = ("_slots", "_meta", "_base_ids", "_base_u8", "_base_raw", "_base_ref", "_base_file",
                  "_base_off", "_base_size", "_taken", "_base_left")
 
     def __init__(self) -> None:
@@ -47,6 +47,7 @@ class MessageIndex:
 
     def _clear_base(self) -> None:
         self._base_ids = np.empty(0, dtype=ID_DTYPE)
+        self._base_u8 = np.empty((0, 16), dtype=np.uint8)
         self._base_raw = b""
         self._base_ref = self._base_file = self._base_off = self._base_size = None
         self._taken = None
@@ -57,6 +58,7 @@ class MessageIndex:
         n = len(ids_raw) // 16
         self._base_raw = ids_raw
         self._base_ids = np.frombuffer(ids_raw, dtype=ID_DTYPE)
+        self._base_u8 = np.frombuffer(ids_raw, dtype=np.uint8).reshape(n, 16)
         self._base_ref, self._base_file = ref, file
         self._base_off, self._base_size = offset, size
         self._taken = np.zeros(n, dtype=bool)
@@ -86,13 +88,17 @@ class MessageIndex:
         return None
 
     def _take(self, msg_id: bytes) -> Entry | None:
-        i = int(np.searchsorted(self._base_ids, msg_id))
-        if i >= len(self._base_ids) or self._taken[i] or \
-                self._base_raw[i * 16:i * 16 + 16] != msg_id:
+        i = hk.base_find(self._base_u8, msg_id)
+        if i < 0 or self._taken[i]:
             return None
         e = (int(self._base_ref[i]), int(self._base_file[i]), int(self._base_off[i]),
              int(self._base_size[i]))
-        self._move_base(np.array([i]))
+        self.ensure_room(1)
+        hk.put_one(self._slots, self._meta, msg_id, *e)
+        self._taken[i] = True
+        self._base_left -= 1
+        if not self._base_left:
+            self._clear_base()
         return e
 
     def prefetch(self, msg_ids: list[bytes]) -> None:

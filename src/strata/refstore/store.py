@@ -1,8 +1,9 @@
 """RefStore: the reference-counted message store (RabbitMQ's msg_store design, in Python).
 
 One *server* thread applies clients' writes, removes, contains calls and terminations in the
-order they were issued; one *GC* thread deletes emptied files and combines pairs of files.
-Clients read directly (cache, current write buffer, or ``pread`` of a pinned file) without
+order they were issued and hands full write buffers to the OS without the lock; one *sync*
+thread (``syncer.py``) fdatasyncs behind it and delivers confirms; one *GC* thread deletes
+emptied files and combines pairs of files. Clients read directly (cache, current write buffer, or ``pread`` of a pinned file) without
 going through the server. Everything shared is guarded by one lock, held briefly.
 """
 
@@ -243,7 +244,7 @@ class RefStore:
                 e = self._index.get(msg_id)
                 if e is None or e[REF] == 0:
                     return None
-                number, off, total = e[FILE], e[OFFSET], e[SIZE]
+                _ref, number, off, total = e
                 if number == self._cur.number:
                     raw = self._cur.read_buffered(off, total)
                     if raw is not None:
@@ -271,7 +272,6 @@ class RefStore:
             encode.warm()
             index.warm()
             while True:
-                after: list = []
                 with lock:
                     while True:
                         if self._crashed:
@@ -294,7 +294,7 @@ class RefStore:
                     n = 0
                     cur = self._cur
                     while self._ops and not self._paused and n < 64 and not cur.sealed:
-                        self._apply(self._ops.popleft(), after)
+                        self._apply(self._ops.popleft())
                         n += 1
                         cur = self._cur
                     stopping = self._stop_server and not self._ops
@@ -319,8 +319,6 @@ class RefStore:
                 if sync:        # fdatasync and confirms on the sync thread, in order
                     self._syncer.submit(SyncJob(rolled, dir_unsynced, cur, cur.flushed,
                                                 confirms, waiters))
-                for fn in after:
-                    fn()
                 if sync and stopping:
                     self._syncer.stop()
                     return
@@ -350,7 +348,7 @@ class RefStore:
             log.exception("ref store %s: on_disk callback of client %r raised",
                           self.directory, client.ref)
 
-    def _apply(self, op, after: list) -> None:
+    def _apply(self, op) -> None:
         code = op[0]
         if code == _W:
             apply_writes(self, op[1], op[2], op[3], op[5])
