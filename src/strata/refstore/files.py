@@ -237,6 +237,20 @@ class FileReaders:
             os.close(fd)
 
 
+def scan_columns(data) -> tuple[list[int], list[int], list[bytes]]:
+    """Offsets, sizes and ids of the whole records in ``data`` (``refstore_record.scan``),
+    as three lists: ints and bytes are not tracked by Python's cycle collector, so a file of
+    thousands of records does not set off collections the way a list of tuples does."""
+    offs: list[int] = []
+    totals: list[int] = []
+    ids: list[bytes] = []
+    for off, total, m in rec.scan(data):
+        offs.append(off)
+        totals.append(total)
+        ids.append(m)
+    return offs, totals, ids
+
+
 def read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()

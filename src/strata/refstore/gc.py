@@ -30,10 +30,9 @@ import numpy as np
 
 from strata.errors import StrataError
 from strata.files.io import fsync_dir
-from strata.format import refstore_record as rec
 
 from . import layout
-from .files import append_and_sync, read_file, truncate_and_sync
+from .files import append_and_sync, read_file, scan_columns, truncate_and_sync
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import RefStore
@@ -181,9 +180,8 @@ class GarbageCollector:
         st._fault("delete_locked", file=number)
         self._wait_no_readers(number)
         path = layout.data_path(st.directory, number)
-        found = [(off, m) for off, _total, m in rec.scan(read_file(path))]
-        ids = [m for _off, m in found]
-        offs = np.fromiter((off for off, _m in found), dtype=np.int64, count=len(found))
+        offs_l, _totals, ids = scan_columns(read_file(path))
+        offs = np.array(offs_l, dtype=np.int64)
         with st._lock:
             index = st._index
             refs = index.refs_at(ids, number, offs)
@@ -212,15 +210,13 @@ class GarbageCollector:
         """Records of ``data`` that the index says are live there (lock held); ref-0 entries
         pointing into the file are dropped on the way."""
         index = self.store._index
-        found = list(rec.scan(data))
-        ids = [m for _off, _total, m in found]
-        offs = np.fromiter((off for off, _total, _m in found), dtype=np.int64,
-                           count=len(found))
+        offs_l, totals, ids = scan_columns(data)
+        offs = np.array(offs_l, dtype=np.int64)
         refs = index.refs_at(ids, number, offs)
         dead = np.flatnonzero(refs == 0)
         if len(dead):
             index.delete_at([ids[j] for j in dead.tolist()], number, offs[dead])
-        return [found[j] for j in np.flatnonzero(refs > 0).tolist()]
+        return [(offs_l[j], totals[j], ids[j]) for j in np.flatnonzero(refs > 0).tolist()]
 
     def _combine(self, left: int, right: int) -> None:
         st = self.store

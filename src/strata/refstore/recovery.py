@@ -18,7 +18,7 @@ from strata.files.io import file_ops, fsync_dir
 
 from . import layout, snapshot
 from .errors import CorruptSnapshotError
-from .files import read_file, truncate_and_sync
+from .files import read_file, scan_columns, truncate_and_sync
 from .index import MessageIndex, keys_of
 from .summary import FileSummary
 
@@ -89,11 +89,14 @@ def rebuild(directory: str, recover_refs, reason: str) -> Recovered:
         path = layout.data_path(directory, number)
         data = read_file(path)
         scanned += len(data)
-        found = list(rec.scan(data))
-        last_end = found[-1][0] + found[-1][1] if found else 0
+        offs, totals, ids = scan_columns(data)
+        last_end = offs[-1] + totals[-1] if offs else 0
         if not keep_all:                        # only the messages the owners reference
-            found = [r for r in found if r[2] in wanted]
-        valid = _enter_first_copies(index, found, number, wanted)
+            keep = [j for j, m in enumerate(ids) if m in wanted]
+            offs = [offs[j] for j in keep]
+            totals = [totals[j] for j in keep]
+            ids = [ids[j] for j in keep]
+        valid = _enter_first_copies(index, offs, totals, ids, number, wanted)
         is_last = i == len(numbers) - 1
         size = len(data)
         if is_last and size != last_end:
@@ -133,17 +136,17 @@ def load_clean(directory: str, snap: snapshot.Snapshot) -> Recovered:
     return Recovered(index, summary, True, list(snap.client_refs))
 
 
-def _enter_first_copies(index: MessageIndex, found: list, number: int, wanted) -> int:
-    """Enter the records ``found`` ((offset, size, id), in file order) of file ``number``
+def _enter_first_copies(index: MessageIndex, offs: list, totals: list, ids: list, number: int,
+                        wanted) -> int:
+    """Enter the records (``offs``, ``totals``, ``ids``, in file order) of file ``number``
     whose ids the index does not hold yet — an earlier file's or record's copy wins — with
     their count from ``wanted`` (1 each if None); returns the bytes entered."""
-    if not found:
+    if not ids:
         return 0
-    ids = [m for _off, _total, m in found]
     n = len(ids)
-    offs = np.fromiter((off for off, _total, _m in found), dtype=np.int64, count=n)
-    totals = np.fromiter((total for _off, total, _m in found), dtype=np.int64, count=n)
+    sizes = np.array(totals, dtype=np.int64)
     refs = np.ones(n, dtype=np.int64) if wanted is None else \
         np.fromiter(map(wanted.__getitem__, ids), dtype=np.int64, count=n)
-    inserted = index.insert_absent(keys_of(b"".join(ids)), refs, number, offs, totals)
-    return int(totals[inserted].sum())
+    inserted = index.insert_absent(keys_of(b"".join(ids)), refs, number,
+                                   np.array(offs, dtype=np.int64), sizes)
+    return int(sizes[inserted].sum())
