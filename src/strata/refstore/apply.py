@@ -55,41 +55,61 @@ def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
 
 def _apply_one_by_one(st: "RefStore", client: StoreClient, ids: list, bodies: list,
                       applies: list | None) -> None:
+    """Writes one at a time (the caller prefetched saved entries of ``ids``): a new id or
+    another reference is one compiled call (``MessageIndex.write_one``), given the place
+    the record would go; a dying client's writes look their entry up first."""
     index = st._index
     mark = client.dying_mark
     files = st._summary.files
     summary = st._summary
     limit = st.file_size_limit
-    get = index.get
+    write_one = index.write_one
     for k, (m, b) in enumerate(zip(ids, bodies)):
         if applies is not None and not applies[k]:
             st.writes_eliminated += 1
             continue
-        e = get(m)
-        if mark is not None and (e is None or (e[FILE], e[OFFSET]) >= mark):
-            st.writes_ignored += 1
-            continue
-        if e is not None and e[REF] > 0:
-            index.put(m, (e[REF] + 1, e[FILE], e[OFFSET], e[SIZE]))
-            continue
-        if e is not None:            # kept at ref 0 for a late fan-out write
-            info = files.get(e[FILE])
-            if info is not None and not info.locked:
-                index.put(m, (1, e[FILE], e[OFFSET], e[SIZE]))
-                info.valid += e[SIZE]
-                summary.sum_valid += e[SIZE]
+        total = len(b) + rec.OVERHEAD
+        if mark is None:
+            cur = st._cur
+            roll = cur.size + total > limit and cur.size > 0
+            e = write_one(m, cur.number + roll, 0 if roll else cur.size, total)
+            if e[0] == 1:            # stored: one more reference
                 continue
-            index.delete(m)          # its copy is being collected: write again
-        if st._cur.size + len(b) + rec.OVERHEAD > limit and st._cur.size > 0:
-            st._roll()
-        cur = st._cur
-        off, total = cur.append(m, b)
-        index.put(m, (1, cur.number, off, total))
-        info = files[cur.number]
-        info.valid += total
-        info.size += total
-        summary.sum_valid += total
-        summary.sum_size += total
+            if e[0] == 0:            # entered where it is appended now
+                if roll:
+                    st._roll()
+                _append_entered(st, m, b)
+                continue
+            e = e[1:]                # stored at count 0: (ref, file, offset, size)
+        else:
+            e = index.get(m)
+            if e is None or (e[FILE], e[OFFSET]) >= mark:
+                st.writes_ignored += 1
+                continue
+            if e[REF] > 0:
+                index.set_ref(m, e[REF] + 1)
+                continue
+        info = files.get(e[FILE])    # kept at ref 0 for a late fan-out write
+        if info is not None and not info.locked:
+            index.set_ref(m, 1)
+            info.valid += e[SIZE]
+            summary.sum_valid += e[SIZE]
+            continue
+        if st._cur.size + total > limit and st._cur.size > 0:   # its copy is being
+            st._roll()                                          # collected: write again
+        index.put(m, (1, st._cur.number, st._cur.size, total))
+        _append_entered(st, m, b)
+
+
+def _append_entered(st: "RefStore", m: bytes, b: bytes) -> None:
+    """Append the record whose index entry names the current file's end (no roll due)."""
+    cur = st._cur
+    _off, total = cur.append(m, b)
+    info = st._summary.files[cur.number]
+    info.valid += total
+    info.size += total
+    st._summary.sum_valid += total
+    st._summary.sum_size += total
 
 
 def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None) -> bool:
@@ -212,7 +232,7 @@ def _remove_one_by_one(st: "RefStore", client: StoreClient, ids: list) -> None:
         if files[number].locked:
             st._parked.append((number, (OP_REMOVE, client, [m])))
             continue
-        index.put(m, (ref - 1, number, off, size))
+        index.set_ref(m, ref - 1)
         if ref == 1:
             emptied = _lose_live(st, [number], [size]) or emptied
     if mark is None:

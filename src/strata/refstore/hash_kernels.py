@@ -140,6 +140,37 @@ def put_one(slots, meta, m, ref, file, off, size):
 
 
 @njit(cache=True, nogil=True)
+def write_one(slots, meta, m, file, off, size):
+    """One write of id ``m``: ``(status, ref, file, offset, size)``. Status 0: the id was
+    absent and is now entered with one reference at (``file``, ``off``, ``size``), where the
+    caller appends it; 1: it was stored with references and has one more; 2: it is stored at
+    count 0 (returned, nothing changed: the caller decides). Room for one made by the caller."""
+    k0, k1 = _key_of(m)
+    i, found = _find_or_free(slots, k0, k1)
+    if not found:
+        _store(slots, meta, i, k0, k1, 1, file, off, size)
+        return (0, 1, file, off, size)
+    a = slots[i, 2]
+    b = slots[i, 3]
+    if (a & _LOW) != _ZERO:
+        slots[i, 2] = a + _ONE
+        return (1, np.int64(a & _LOW) + 1, np.int64(a >> _S32), np.int64(b & _LOW),
+                np.int64(b >> _S32))
+    return (2, 0, np.int64(a >> _S32), np.int64(b & _LOW), np.int64(b >> _S32))
+
+
+@njit(cache=True, nogil=True)
+def set_ref_one(slots, m, ref):
+    """Set the count of id ``m``'s entry; False if it has none."""
+    k0, k1 = _key_of(m)
+    i = _find(slots, k0, k1)
+    if i < 0:
+        return False
+    slots[i, 2] = (slots[i, 2] & ~_LOW) | np.uint64(ref)
+    return True
+
+
+@njit(cache=True, nogil=True)
 def delete_one(slots, meta, m):
     """Drop the entry of id ``m``; True if there was one."""
     k0, k1 = _key_of(m)

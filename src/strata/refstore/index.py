@@ -37,12 +37,13 @@ def keys_of(ids_raw) -> np.ndarray:
 class MessageIndex:
     """Where every known message is, and how many references it has."""
 
-    __slots__ = ("_slots", "_meta", "_base_ids", "_base_u8", "_base_raw", "_base_ref", "_base_file",
+    __slots__ = ("_slots", "_meta", "_room", "_base_ids", "_base_u8", "_base_raw", "_base_ref", "_base_file",
                  "_base_off", "_base_size", "_taken", "_base_left")
 
     def __init__(self) -> None:
         self._slots = np.zeros((MIN_CAPACITY, 4), dtype=np.uint64)
         self._meta = np.zeros(2, dtype=np.int64)
+        self._room = 0
         self._clear_base()
 
     def _clear_base(self) -> None:
@@ -66,16 +67,22 @@ class MessageIndex:
 
     def ensure_room(self, n: int) -> None:
         """Grow (or clean of tombstones) the table so that ``n`` more entries fit under 3/4
-        load; after a rehash it is at most half full."""
-        cap = len(self._slots)
-        if int(self._meta[hk.USED]) + n <= cap * 3 // 4:
+        load; after a rehash it is at most half full. ``_room`` counts inserts known to fit
+        (every insert takes at most one slot), so most calls read no numpy scalar."""
+        if n <= self._room:
+            self._room -= n
             return
-        need = (int(self._meta[hk.ENTRIES]) + n) * 2
-        while cap < need:
-            cap *= 2
-        new = np.zeros((cap, 4), dtype=np.uint64)
-        hk.rehash(self._slots, new, self._meta)
-        self._slots = new
+        cap = len(self._slots)
+        slack = cap * 3 // 4 - int(self._meta[hk.USED])
+        if n > slack:
+            need = (int(self._meta[hk.ENTRIES]) + n) * 2
+            while cap < need:
+                cap *= 2
+            new = np.zeros((cap, 4), dtype=np.uint64)
+            hk.rehash(self._slots, new, self._meta)
+            self._slots = new
+            slack = cap * 3 // 4 - int(self._meta[hk.USED])
+        self._room = slack - n
 
     # ------------------------------------------------------------------ lookups
 
@@ -138,6 +145,20 @@ class MessageIndex:
         """Replace the entry of an id ``get`` just returned (or add it)."""
         self.ensure_room(1)
         hk.put_one(self._slots, self._meta, msg_id, *entry)
+
+    def write_one(self, msg_id: bytes, file: int, offset: int,
+                  size: int) -> tuple[int, int, int, int, int]:
+        """A write of one id: enter it if absent, count one more reference if it has some;
+        ``(status, ref, file, offset, size)`` (``hash_kernels.write_one``)."""
+        if self._room > 0:
+            self._room -= 1
+        else:
+            self.ensure_room(1)
+        return hk.write_one(self._slots, self._meta, msg_id, file, offset, size)
+
+    def set_ref(self, msg_id: bytes, ref: int) -> None:
+        """Set the count of an id ``get`` just returned."""
+        hk.set_ref_one(self._slots, msg_id, ref)
 
     def delete(self, msg_id: bytes) -> None:
         """Drop an entry previously returned by ``get``."""
@@ -277,6 +298,9 @@ def warm() -> None:
     idx.delete_at(ids, 1, offs[[0, 1, 0, 1]])
     idx.insert_absent(keys_of(raw), one[[0, 1, 0, 1]], 2, offs[[0, 1, 0, 1]], one[[0] * 4])
     idx.put(ids[0], (1, 2, 3, 40))
+    idx.write_one(ids[0], 1, 2, 40)
+    idx.write_one(bytes(range(16)), 1, 2, 40)
+    idx.set_ref(ids[0], 0)
     idx.insert(bytes(16), 1, 2, 3, 40)
     idx.delete(ids[1])
     idx.ensure_room(len(idx._slots))                 # rehash
