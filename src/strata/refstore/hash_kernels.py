@@ -113,13 +113,19 @@ def _key_of(m):
     return k0, k1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _slot_of(slots, m):
+    """Slot of id ``m`` (bytes), or -1."""
+    k0, k1 = _key_of(m)
+    return _find(slots, k0, k1)
+
+
 # ---------------------------------------------------------------------- one id (bytes)
 
 @njit(cache=True, nogil=True)
 def get_one(slots, m):
     """(ref, file, offset, size) of id ``m`` (bytes), ref -1 if absent."""
-    k0, k1 = _key_of(m)
-    i = _find(slots, k0, k1)
+    i = _slot_of(slots, m)
     if i < 0:
         return (-1, 0, 0, 0)
     a = slots[i, 2]
@@ -162,23 +168,19 @@ def write_one(slots, meta, m, file, off, size):
 @njit(cache=True, nogil=True)
 def set_ref_one(slots, m, ref):
     """Set the count of id ``m``'s entry; False if it has none."""
-    k0, k1 = _key_of(m)
-    i = _find(slots, k0, k1)
-    if i < 0:
-        return False
-    slots[i, 2] = (slots[i, 2] & ~_LOW) | np.uint64(ref)
-    return True
+    i = _slot_of(slots, m)
+    if i >= 0:
+        slots[i, 2] = (slots[i, 2] & ~_LOW) | np.uint64(ref)
+    return i >= 0
 
 
 @njit(cache=True, nogil=True)
 def delete_one(slots, meta, m):
     """Drop the entry of id ``m``; True if there was one."""
-    k0, k1 = _key_of(m)
-    i = _find(slots, k0, k1)
-    if i < 0:
-        return False
-    _kill(slots, meta, i)
-    return True
+    i = _slot_of(slots, m)
+    if i >= 0:
+        _kill(slots, meta, i)
+    return i >= 0
 
 
 # ---------------------------------------------------------------------- batches (keys: (n, 2))
