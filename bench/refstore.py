@@ -29,6 +29,9 @@ from strata.format.refstore_record import OVERHEAD
 
 
 def emit(**fields) -> None:
+    """One JSON line, with the 1-minute load average (the machine is shared: read every
+    wall-clock figure next to it)."""
+    fields["load"] = round(os.getloadavg()[0], 2)
     print(json.dumps(fields), flush=True)
 
 
@@ -292,6 +295,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--throughput-rounds", type=int, default=1,
+                   help="repeat the throughput part (each round measures the disk again)")
     p.add_argument("--body", type=int, default=1024)
     p.add_argument("--gc-messages", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=30)
@@ -307,7 +312,8 @@ def main(argv=None) -> int:
     emit(bench="env", python=sys.version.split()[0], cpus=os.cpu_count(), dir=base)
     try:
         if a.only in (None, "throughput"):
-            bench_throughput(base, a.messages, a.batch, a.body)
+            for _ in range(a.throughput_rounds):
+                bench_throughput(base, a.messages, a.batch, a.body)
         if a.only in (None, "gc"):
             bench_gc(base, a.gc_messages, a.body)
         if a.only in (None, "utilisation"):

@@ -43,7 +43,7 @@ WAIT_S = 300.0     # a cold compile on a loaded machine; never wait forever
 MODULES = ("format/record_kernels.py", "format/column_kernels.py",
            "format/property_kernels.py", "format/key_index_kernels.py",
            "format/record_objects.py", "tiered/chunk_kernels.py", "tiered/blake2b.py",
-           "refstore/encode.py")
+           "refstore/encode.py", "refstore/hash_kernels.py")
 KAFKA_MODULES = ("broker/kafka/batch_kernels.py", "broker/kafka/batch_encode_kernels.py")
 SPARK_MODULES = ("spark/kernels.py",)
 
@@ -132,8 +132,9 @@ def _tier(store) -> None:
 
 
 def _refstore() -> None:
-    from strata.refstore import encode
+    from strata.refstore import encode, index
     encode.warm()
+    index.warm()
 
 
 def _spark(path: Path, ends: list[int]) -> None:

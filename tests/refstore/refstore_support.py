@@ -20,7 +20,7 @@ def body(i: int, size: int = 100) -> bytes:
 
 
 class Confirms:
-    """Collects on_disk callbacks (called from the store's server thread)."""
+    """Collects on_disk callbacks (called from the store's sync thread)."""
 
     def __init__(self) -> None:
         self.ids: list[bytes] = []

@@ -5,8 +5,6 @@ the store, moved out of ``store.py`` as they were (``self`` became ``st``)."""
 
 from __future__ import annotations
 
-import collections
-import itertools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,8 +12,9 @@ import numpy as np
 from strata.format import refstore_record as rec
 
 from . import encode
+from . import hash_kernels as hk
 from .client import StoreClient
-from .index import FILE, OFFSET, REF, SIZE
+from .index import FILE, OFFSET, REF, SIZE, keys_of
 from .model import _Reply
 
 if TYPE_CHECKING:
@@ -35,14 +34,19 @@ def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
     reference where the message is stored, else append it to the current file.
 
     A batch of ids the store has never seen (the common case) takes the batch path
-    (``_append_new``): one compiled encoding per file it lands in, the index updated in one
-    dict call. Anything else goes message by message."""
+    (``_append_new``): one compiled index insert, one compiled encoding per file it lands in;
+    a batch of ids all stored (a fan-out write) is one compiled count update. Anything else
+    goes message by message."""
     applies = st._flying.server_write_many(client.ref, ids)
     index = st._index
     index.prefetch(ids)
     confirms = st._want_confirm(client)
-    if applies is not None or client.dying_mark is not None or len(ids) < BATCH_PATH_MIN or \
-            not _append_new(st, ids, bodies, lens):
+    batched = False
+    if applies is None and client.dying_mark is None and len(ids) >= BATCH_PATH_MIN:
+        ids_raw = b"".join(ids)
+        batched = _append_new(st, ids_raw, bodies, lens) or \
+            index.incref_known(keys_of(ids_raw))
+    if not batched:
         _apply_one_by_one(st, client, ids, bodies, applies)
     st._cache.done_many(ids)
     if confirms is not None:
@@ -51,53 +55,71 @@ def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
 
 def _apply_one_by_one(st: "RefStore", client: StoreClient, ids: list, bodies: list,
                       applies: list | None) -> None:
+    """Writes one at a time (the caller prefetched saved entries of ``ids``): a new id or
+    another reference is one compiled call (``MessageIndex.write_one``), given the place
+    the record would go; a dying client's writes look their entry up first."""
     index = st._index
     mark = client.dying_mark
     files = st._summary.files
     summary = st._summary
     limit = st.file_size_limit
-    get = index.get
+    write_one = index.write_one
     for k, (m, b) in enumerate(zip(ids, bodies)):
         if applies is not None and not applies[k]:
             st.writes_eliminated += 1
             continue
-        e = get(m)
-        if mark is not None and (e is None or (e[FILE], e[OFFSET]) >= mark):
-            st.writes_ignored += 1
-            continue
-        if e is not None and e[REF] > 0:
-            index.put(m, (e[REF] + 1, e[FILE], e[OFFSET], e[SIZE]))
-            continue
-        if e is not None:            # kept at ref 0 for a late fan-out write
-            info = files.get(e[FILE])
-            if info is not None and not info.locked:
-                index.put(m, (1, e[FILE], e[OFFSET], e[SIZE]))
-                info.valid += e[SIZE]
-                summary.sum_valid += e[SIZE]
+        total = len(b) + rec.OVERHEAD
+        if mark is None:
+            cur = st._cur
+            roll = cur.size + total > limit and cur.size > 0
+            e = write_one(m, cur.number + roll, 0 if roll else cur.size, total)
+            if e[0] == 1:            # stored: one more reference
                 continue
-            index.delete(m)          # its copy is being collected: write again
-        if st._cur.size + len(b) + rec.OVERHEAD > limit and st._cur.size > 0:
-            st._roll()
-        cur = st._cur
-        off, total = cur.append(m, b)
-        index.put(m, (1, cur.number, off, total))
-        info = files[cur.number]
-        info.valid += total
-        info.size += total
-        summary.sum_valid += total
-        summary.sum_size += total
+            if e[0] == 0:            # entered where it is appended now
+                if roll:
+                    st._roll()
+                _append_entered(st, m, b)
+                continue
+            e = e[1:]                # stored at count 0: (ref, file, offset, size)
+        else:
+            e = index.get(m)
+            if e is None or (e[FILE], e[OFFSET]) >= mark:
+                st.writes_ignored += 1
+                continue
+            if e[REF] > 0:
+                index.set_ref(m, e[REF] + 1)
+                continue
+        info = files.get(e[FILE])    # kept at ref 0 for a late fan-out write
+        if info is not None and not info.locked:
+            index.set_ref(m, 1)
+            info.valid += e[SIZE]
+            summary.sum_valid += e[SIZE]
+            continue
+        if st._cur.size + total > limit and st._cur.size > 0:   # its copy is being
+            st._roll()                                          # collected: write again
+        index.put(m, (1, st._cur.number, st._cur.size, total))
+        _append_entered(st, m, b)
 
 
-def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> bool:
+def _append_entered(st: "RefStore", m: bytes, b: bytes) -> None:
+    """Append the record whose index entry names the current file's end (no roll due)."""
+    cur = st._cur
+    _off, total = cur.append(m, b)
+    info = st._summary.files[cur.number]
+    info.valid += total
+    info.size += total
+    st._summary.sum_valid += total
+    st._summary.sum_size += total
+
+
+def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None) -> bool:
     """Append a batch of ids that are all new and distinct; False (nothing done) otherwise.
 
     Plans where each record goes (rolling to a new file where the next record does not fit),
-    enters the batch in the index in one ``dict.update`` (undone if an id came twice), then
-    encodes each file's share of the batch with one compiled call into the write buffer."""
-    d = st._index._d
-    if not d.keys().isdisjoint(ids):     # some are stored (a fan-out write): one by one
-        return False
-    n = len(ids)
+    enters the batch in the index in one compiled call (which refuses, changing nothing, if
+    an id is known or comes twice), then encodes each file's share of the batch with one
+    compiled call into the write buffer."""
+    n = len(bodies)
     if lens is None:
         lens = list(map(len, bodies))
     sizes = np.fromiter(lens, dtype=np.int64, count=n)
@@ -121,22 +143,15 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
         done += span
         off += span
         first = last
-    if len(plan) == 1 and plan[0][2] == 0:
-        offs = (ends - totals + cur.size).tolist()
-        where = itertools.repeat(number)
-    else:
-        offs_a = ends - totals
-        where_a = np.empty(n, dtype=np.int64)
-        for first, last, k, at in plan:
-            offs_a[first:last] += at - offs_a[first]
-            where_a[first:last] = number + k
-        offs, where = offs_a.tolist(), where_a.tolist()
-    before = len(d)
-    d.update(zip(ids, zip(itertools.repeat(1), where, offs, totals.tolist())))
-    if len(d) != before + n:     # an id twice in the batch: undo (all were new), go one by one
-        collections.deque(map(d.pop, ids, itertools.repeat(None)), 0)
-        return False
-    ids_a, bodies_a, starts = encode.batch_arrays(ids, bodies, sizes)
+    offs = ends - totals
+    where = np.empty(n, dtype=np.int64)
+    for first, last, k, at in plan:
+        offs[first:last] += at - offs[first]
+        where[first:last] = number + k
+    if st._index.insert_new(keys_of(ids_raw), where, offs, totals):
+        return False             # an id is stored, or came twice: one by one
+    ids_a = np.frombuffer(ids_raw, dtype=np.uint8)
+    bodies_a, starts = encode.batch_bodies(bodies, sizes)
     summary = st._summary
     for first, last, k, at in plan:
         if k != st._cur.number - number:
@@ -155,14 +170,52 @@ def _append_new(st: "RefStore", ids: list, bodies: list, lens: list | None) -> b
 
 
 def apply_removes(st: "RefStore", client: StoreClient, ids: list) -> None:
-    """A client's removes: drop one reference each (parked while the GC holds the file)."""
+    """A client's removes: drop one reference each (parked while the GC holds the file).
+
+    A batch of at least ``BATCH_PATH_MIN`` goes through the index in one compiled call; the
+    file summary then takes one update per file that lost live bytes."""
+    if len(ids) < BATCH_PATH_MIN:
+        _remove_one_by_one(st, client, ids)
+        return
+    index = st._index
+    index.prefetch(ids)
+    files = st._summary.files
+    locked = np.fromiter((k for k, info in files.items() if info.locked), dtype=np.int64)
+    status, at_file, freed = index.decref(keys_of(b"".join(ids)), client.dying_mark, locked)
+    if client.dying_mark is None:
+        st.removes_ignored += int(np.count_nonzero(status == hk.ABSENT))
+    for j in np.flatnonzero(status == hk.PARKED).tolist():
+        st._parked.append((int(at_file[j]), (OP_REMOVE, client, [ids[j]])))
+    gone = np.flatnonzero(freed)
+    emptied = False
+    if len(gone):
+        numbers, which = np.unique(at_file[gone], return_inverse=True)
+        lost = np.bincount(which, weights=freed[gone]).astype(np.int64)
+        emptied = _lose_live(st, numbers.tolist(), lost.tolist())
+    st._maybe_gc(emptied)
+
+
+def _lose_live(st: "RefStore", numbers: list, sizes: list) -> bool:
+    """Take bytes that stopped being live off the summary; True if a file (not the current
+    one) has none left."""
+    summary = st._summary
+    files = summary.files
+    cur_number = st._cur.number
+    emptied = False
+    for number, size in zip(numbers, sizes):
+        info = files[number]
+        info.valid -= size
+        summary.sum_valid -= size
+        if info.valid == 0 and number != cur_number:
+            emptied = True
+    return emptied
+
+
+def _remove_one_by_one(st: "RefStore", client: StoreClient, ids: list) -> None:
     index = st._index
     get = index.get
-    d = index._d
     files = st._summary.files
-    summary = st._summary
     mark = client.dying_mark
-    cur_number = st._cur.number
     emptied = False
     ignored = 0
     for m in ids:
@@ -176,20 +229,16 @@ def apply_removes(st: "RefStore", client: StoreClient, ids: list) -> None:
             continue
         if mark is not None and (number, off) >= mark:
             continue
-        info = files[number]
-        if info.locked:
+        if files[number].locked:
             st._parked.append((number, (OP_REMOVE, client, [m])))
             continue
-        ref -= 1
-        d[m] = (ref, number, off, size)     # get() moved any saved entry into the dict
-        if ref == 0:
-            info.valid -= size
-            summary.sum_valid -= size
-            if info.valid == 0 and number != cur_number:
-                emptied = True
+        index.set_ref(m, ref - 1)
+        if ref == 1:
+            emptied = _lose_live(st, [number], [size]) or emptied
     if mark is None:
         st.removes_ignored += ignored
     st._maybe_gc(emptied)
+
 
 def apply_contains(st: "RefStore", client: StoreClient, msg_id: bytes,
                    reply: _Reply) -> None:

@@ -59,6 +59,8 @@ class WriteBackCache:
         return self._d
 
     def get(self, msg_id: bytes):
+        if not self._batches:             # nothing in flight by batch: no conversion
+            return self._d.get(msg_id) if self._d else None
         return self._by_id().get(msg_id)
 
     def done_many(self, msg_ids: list) -> None:

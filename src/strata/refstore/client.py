@@ -18,8 +18,8 @@ class StoreClient:
     """Writes, reads, removes and contains for one owner of references.
 
     Writes and removes are asynchronous: they return at once and the store's server thread
-    applies them in order. ``on_disk(msg_ids)`` is called from that thread once the writes are
-    durable (fsynced), or once a write was cancelled by a remove that overtook it.
+    applies them in order. ``on_disk(msg_ids)`` is called from the store's sync thread once the
+    writes are durable (fsynced), or once a write was cancelled by a remove that overtook it.
     """
 
     __slots__ = ("_store", "ref", "on_disk", "dying_mark", "closed", "_max_body")
@@ -52,8 +52,11 @@ class StoreClient:
 
     def read(self, msg_id: bytes) -> bytes | None:
         """The body stored under ``msg_id``, or None if the store does not hold it."""
-        self._check_open()
-        return self._store._read(rec.check_msg_id(msg_id))
+        if self.closed:
+            self._check_open()
+        if type(msg_id) is not bytes or len(msg_id) != rec.MSG_ID_SIZE:
+            msg_id = rec.check_msg_id(msg_id)
+        return self._store._read(msg_id)
 
     def read_many(self, msg_ids: Sequence[bytes]) -> list[bytes | None]:
         self._check_open()

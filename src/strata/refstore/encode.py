@@ -55,12 +55,11 @@ def encode_records(out, at, ids, bodies, starts, first, last):
     return p
 
 
-def batch_arrays(ids: list, bodies: list, lens: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ``ids``, ``bodies`` and ``starts`` arguments of ``encode_records`` for a batch."""
+def batch_bodies(bodies: list, lens) -> tuple[np.ndarray, np.ndarray]:
+    """The ``bodies`` and ``starts`` arguments of ``encode_records`` for a batch."""
     starts = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=starts[1:])
-    return (np.frombuffer(b"".join(ids), dtype=np.uint8),
-            np.frombuffer(b"".join(bodies), dtype=np.uint8), starts)
+    return np.frombuffer(b"".join(bodies), dtype=np.uint8), starts
 
 
 def warm() -> None:

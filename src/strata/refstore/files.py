@@ -42,17 +42,23 @@ def _write_all(fd: int, data, pos: int) -> None:
 
 
 class CurrentFile:
-    """The file new records are appended to, with a write buffer in front of it.
+    """The file new records are appended to, with write buffers in front of it.
 
     ``size`` counts buffered bytes too; ``flushed`` is how far the OS has the bytes. Only the
-    store's server thread appends; readers copy from the buffer under the store lock. The
-    buffer is one numpy array reused for every flush (and handed on to the next file at a
-    roll), so the batch encoder writes into memory that is already mapped: a fresh 1 MiB
-    buffer per flush costs a page fault per 4 KiB, about as much as the encoding itself.
+    store's server thread appends. A buffer that fills up is *sealed*: it keeps its bytes
+    unchanged until the server thread has written it (``write_sealed``, called without the
+    store lock, so clients and readers are not held up by the copy into the page cache) and
+    then marked written (``sealed_written``, under the lock), which is when ``flushed``
+    moves past it. Readers copy a record from the active or a sealed buffer under the store
+    lock while it is at or past ``flushed``: they never ``pread`` bytes the OS does not have.
+
+    Buffers are numpy arrays reused (and handed on to the next file at a roll), so the batch
+    encoder writes into memory that is already mapped: a fresh 1 MiB buffer per flush costs
+    a page fault per 4 KiB, about as much as the encoding itself.
     """
 
     def __init__(self, directory: str, number: int, size: int, buffer_limit: int,
-                 buffer: np.ndarray | None = None) -> None:
+                 buffers: list[np.ndarray] | None = None) -> None:
         self.number = number
         self.path = layout.data_path(directory, number)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -62,34 +68,43 @@ class CurrentFile:
         self.flushed = size
         self.synced = size
         self.buffer_limit = buffer_limit
-        self.buf = buffer if buffer is not None else np.empty(buffer_limit, dtype=np.uint8)
+        self._spare = buffers or []
+        self.buf = self._fresh(buffer_limit)
         self._mv = memoryview(self.buf)
+        self.buf_start = size              # file position of the active buffer's byte 0
+        self.sealed: list[tuple[int, np.ndarray, int]] = []   # (position, buffer, length)
+
+    def _fresh(self, n: int) -> np.ndarray:
+        for k, b in enumerate(self._spare):
+            if len(b) >= n:
+                return self._spare.pop(k)
+        return np.empty(max(n, self.buffer_limit), dtype=np.uint8)
 
     @property
     def fill(self) -> int:
-        """Bytes in the write buffer (not yet handed to the OS)."""
-        return self.size - self.flushed
+        """Bytes in the active write buffer."""
+        return self.size - self.buf_start
 
     def reserve(self, n: int) -> int:
-        """Make room for ``n`` more bytes in the buffer (flushing or growing it); returns the
-        buffer position they go to."""
-        fill = self.size - self.flushed
+        """Make room for ``n`` more bytes in the active buffer (sealing it and taking a
+        fresh one, at least ``n`` long); returns the buffer position they go to."""
+        fill = self.size - self.buf_start
         if fill + n > len(self.buf):
-            if fill:
-                self.flush()
-                fill = 0
+            self.seal()
             if n > len(self.buf):
                 self._mv.release()
-                self.buf = np.empty(n, dtype=np.uint8)
+                self._spare.append(self.buf)
+                self.buf = self._fresh(n)
                 self._mv = memoryview(self.buf)
+            fill = 0
         return fill
 
     def wrote(self, n: int) -> None:
-        """``n`` bytes were put in the buffer at ``reserve``'s position: count them, and hand
-        the buffer to the OS once it holds ``buffer_limit`` bytes."""
+        """``n`` bytes were put in the buffer at ``reserve``'s position: count them, and seal
+        the buffer once it holds ``buffer_limit`` bytes."""
         self.size += n
-        if self.size - self.flushed >= self.buffer_limit:
-            self.flush()
+        if self.size - self.buf_start >= self.buffer_limit:
+            self.seal()
 
     def append(self, msg_id: bytes, body: bytes) -> tuple[int, int]:
         """Buffer one record; returns (offset, total size)."""
@@ -104,17 +119,46 @@ class CurrentFile:
         self.wrote(total)
         return offset, total
 
-    def flush(self) -> None:
-        """Hand the buffer to the OS."""
-        fill = self.size - self.flushed
-        if fill:
-            _write_all(self.fd, self._mv[:fill], self.flushed)
-            self.flushed = self.size
+    def seal(self) -> None:
+        """Queue the active buffer's bytes for writing; continue in a fresh buffer."""
+        fill = self.size - self.buf_start
+        if not fill:
+            return
+        self.sealed.append((self.buf_start, self.buf, fill))
+        self._mv.release()
+        self.buf = self._fresh(self.buffer_limit)
+        self._mv = memoryview(self.buf)
+        self.buf_start = self.size
 
-    def take_buffer(self) -> np.ndarray:
-        """The (flushed) buffer, for the next current file to reuse."""
+    def write_sealed(self, sealed: list[tuple[int, np.ndarray, int]]) -> None:
+        """pwrite sealed buffers (a prefix of ``self.sealed``, in order). Server thread only;
+        needs no lock: nobody changes a sealed buffer, and ``flushed`` does not move yet."""
+        for pos, buf, n in sealed:
+            _write_all(self.fd, buf[:n], pos)
+
+    def sealed_written(self, sealed: list[tuple[int, np.ndarray, int]]) -> None:
+        """``write_sealed(sealed)`` returned: the OS has those bytes (store lock held)."""
+        if not sealed:
+            return
+        del self.sealed[:len(sealed)]
+        pos, _buf, n = sealed[-1]
+        self.flushed = pos + n
+        self._spare.extend(buf for _pos, buf, _n in sealed)
+
+    def flush(self) -> None:
+        """Hand every buffered byte to the OS now."""
+        self.seal()
+        pending = list(self.sealed)
+        self.write_sealed(pending)
+        self.sealed_written(pending)
+
+    def take_buffers(self) -> list[np.ndarray]:
+        """The (flushed) buffers, for the next current file to reuse."""
         self.flush()
-        return self.buf
+        self._mv.release()
+        out = self._spare + [self.buf]
+        self._spare = []
+        return out
 
     def sync(self) -> None:
         """Make everything flushed durable (fdatasync)."""
@@ -123,12 +167,24 @@ class CurrentFile:
             file_ops().fdatasync(self.path, self.fd)
             self.synced = target
 
+    def sync_to(self, target: int) -> None:
+        """fdatasync if bytes up to ``target`` (written before the call) may not be durable
+        (the sync thread; a closed file was synced as it closed)."""
+        if self.fd >= 0 and self.synced < target:
+            file_ops().fdatasync(self.path, self.fd)
+            self.synced = max(self.synced, target)
+
     def read_buffered(self, offset: int, total: int) -> bytes | None:
-        """The bytes of a record still in the buffer, or None if the OS already has it."""
+        """The bytes of a record still in a buffer, or None if the OS already has it."""
         if offset < self.flushed:
             return None
-        start = offset - self.flushed
-        return self.buf[start:start + total].tobytes()
+        if offset >= self.buf_start:
+            start = offset - self.buf_start
+            return self.buf[start:start + total].tobytes()
+        for pos, buf, n in self.sealed:
+            if pos <= offset < pos + n:
+                return buf[offset - pos:offset - pos + total].tobytes()
+        return None
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -179,6 +235,20 @@ class FileReaders:
             self._fds.clear()
         for fd in fds:
             os.close(fd)
+
+
+def scan_columns(data) -> tuple[list[int], list[int], list[bytes]]:
+    """Offsets, sizes and ids of the whole records in ``data`` (``refstore_record.scan``),
+    as three lists: ints and bytes are not tracked by Python's cycle collector, so a file of
+    thousands of records does not set off collections the way a list of tuples does."""
+    offs: list[int] = []
+    totals: list[int] = []
+    ids: list[bytes] = []
+    for off, total, m in rec.scan(data):
+        offs.append(off)
+        totals.append(total)
+        ids.append(m)
+    return offs, totals, ids
 
 
 def read_file(path: str) -> bytes:

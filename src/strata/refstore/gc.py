@@ -26,13 +26,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from strata.errors import StrataError
 from strata.files.io import fsync_dir
-from strata.format import refstore_record as rec
 
 from . import layout
-from .files import append_and_sync, read_file, truncate_and_sync
-from .index import FILE, OFFSET, REF, SIZE
+from .files import append_and_sync, read_file, scan_columns, truncate_and_sync
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import RefStore
@@ -180,22 +180,22 @@ class GarbageCollector:
         st._fault("delete_locked", file=number)
         self._wait_no_readers(number)
         path = layout.data_path(st.directory, number)
-        found = [(off, m) for off, _total, m in rec.scan(read_file(path))]
+        offs_l, _totals, ids = scan_columns(read_file(path))
+        offs = np.array(offs_l, dtype=np.int64)
         with st._lock:
             index = st._index
-            for off, m in found:
-                e = index.get(m)
-                if e is not None and e[FILE] == number and e[OFFSET] == off and e[REF] > 0:
-                    log.error("ref store %s: file %d looked empty but message %s in it has "
-                              "%d references; the file is kept", st.directory, number,
-                              m.hex(), e[REF])
-                    info = st._summary.files[number]
-                    info.locked = info.pending_delete = False
-                    st._release_parked({number})
-                    st._changed.notify_all()
-                    return
-            for off, m in found:
-                index.delete_if_at(m, number, off)
+            refs = index.refs_at(ids, number, offs)
+            if len(refs) and refs.max() > 0:
+                j = int(np.argmax(refs))
+                log.error("ref store %s: file %d looked empty but message %s in it has "
+                          "%d references; the file is kept", st.directory, number,
+                          ids[j].hex(), int(refs[j]))
+                info = st._summary.files[number]
+                info.locked = info.pending_delete = False
+                st._release_parked({number})
+                st._changed.notify_all()
+                return
+            index.delete_at(ids, number, offs)
             st._summary.remove(number)
             st._release_parked({number})
             st._changed.notify_all()
@@ -210,15 +210,13 @@ class GarbageCollector:
         """Records of ``data`` that the index says are live there (lock held); ref-0 entries
         pointing into the file are dropped on the way."""
         index = self.store._index
-        live = []
-        for off, total, m in rec.scan(data):
-            e = index.get(m)
-            if e is not None and e[FILE] == number and e[OFFSET] == off:
-                if e[REF] > 0:
-                    live.append((off, total, m))
-                else:
-                    index.delete(m)
-        return live
+        offs_l, totals, ids = scan_columns(data)
+        offs = np.array(offs_l, dtype=np.int64)
+        refs = index.refs_at(ids, number, offs)
+        dead = np.flatnonzero(refs == 0)
+        if len(dead):
+            index.delete_at([ids[j] for j in dead.tolist()], number, offs[dead])
+        return [(offs_l[j], totals[j], ids[j]) for j in np.flatnonzero(refs > 0).tolist()]
 
     def _combine(self, left: int, right: int) -> None:
         st = self.store
@@ -268,18 +266,8 @@ class GarbageCollector:
         st._fault("right_appended", left=left, right=right)
 
         with st._lock:
-            index = st._index
-            pos = prefix_end
-            for off, total, m in scattered:
-                e = index.get(m)
-                if e is not None and e[FILE] == left and e[OFFSET] == off:
-                    index.put(m, (e[REF], left, pos, e[SIZE]))
-                pos += total
-            for off, total, m in live_r:
-                e = index.get(m)
-                if e is not None and e[FILE] == right and e[OFFSET] == off:
-                    index.put(m, (e[REF], left, pos, e[SIZE]))
-                pos += total
+            pos = _relocate(st._index, scattered, left, left, prefix_end)
+            _relocate(st._index, live_r, right, left, pos)
             s = st._summary
             linfo = s.files[left]
             s.remove(right)
@@ -296,3 +284,17 @@ class GarbageCollector:
         os.unlink(rpath)
         fsync_dir(d)
         st._fault("right_deleted", left=left, right=right)
+
+
+def _relocate(index, records: list, file: int, to_file: int, at: int) -> int:
+    """Point the index entries of ``records`` ((offset, size, id) in ``file``) at the same
+    records laid back to back in ``to_file`` from ``at``; returns the end."""
+    if not records:
+        return at
+    offs = np.fromiter((off for off, _total, _m in records), dtype=np.int64,
+                       count=len(records))
+    totals = np.fromiter((total for _off, total, _m in records), dtype=np.int64,
+                         count=len(records))
+    to = np.cumsum(totals) - totals + at
+    index.relocate([m for _off, _total, m in records], file, offs, to_file, to)
+    return at + int(totals.sum())

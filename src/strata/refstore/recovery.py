@@ -11,13 +11,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
+
 from strata.format import refstore_record as rec
 from strata.files.io import file_ops, fsync_dir
 
 from . import layout, snapshot
 from .errors import CorruptSnapshotError
-from .files import read_file, truncate_and_sync
-from .index import MessageIndex
+from .files import read_file, scan_columns, truncate_and_sync
+from .index import MessageIndex, keys_of
 from .summary import FileSummary
 
 KEEP_ALL = "keep-all"
@@ -87,21 +89,14 @@ def rebuild(directory: str, recover_refs, reason: str) -> Recovered:
         path = layout.data_path(directory, number)
         data = read_file(path)
         scanned += len(data)
-        valid = 0
-        last_end = 0
-        get = index.get
-        for off, total, msg_id in rec.scan(data):
-            last_end = off + total
-            if get(msg_id) is not None:
-                continue                        # a later copy of a claimed message
-            if keep_all:
-                ref = 1
-            else:
-                ref = wanted.get(msg_id)
-                if ref is None:
-                    continue
-            index.insert(msg_id, ref, number, off, total)
-            valid += total
+        offs, totals, ids = scan_columns(data)
+        last_end = offs[-1] + totals[-1] if offs else 0
+        if not keep_all:                        # only the messages the owners reference
+            keep = [j for j, m in enumerate(ids) if m in wanted]
+            offs = [offs[j] for j in keep]
+            totals = [totals[j] for j in keep]
+            ids = [ids[j] for j in keep]
+        valid = _enter_first_copies(index, offs, totals, ids, number, wanted)
         is_last = i == len(numbers) - 1
         size = len(data)
         if is_last and size != last_end:
@@ -139,3 +134,19 @@ def load_clean(directory: str, snap: snapshot.Snapshot) -> Recovered:
     index = MessageIndex()
     index.load_base(snap.ids_raw, snap.ref, snap.file, snap.offset, snap.size)
     return Recovered(index, summary, True, list(snap.client_refs))
+
+
+def _enter_first_copies(index: MessageIndex, offs: list, totals: list, ids: list, number: int,
+                        wanted) -> int:
+    """Enter the records (``offs``, ``totals``, ``ids``, in file order) of file ``number``
+    whose ids the index does not hold yet — an earlier file's or record's copy wins — with
+    their count from ``wanted`` (1 each if None); returns the bytes entered."""
+    if not ids:
+        return 0
+    n = len(ids)
+    sizes = np.array(totals, dtype=np.int64)
+    refs = np.ones(n, dtype=np.int64) if wanted is None else \
+        np.fromiter(map(wanted.__getitem__, ids), dtype=np.int64, count=n)
+    inserted = index.insert_absent(keys_of(b"".join(ids)), refs, number,
+                                   np.array(offs, dtype=np.int64), sizes)
+    return int(sizes[inserted].sum())

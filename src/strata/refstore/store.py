@@ -1,8 +1,9 @@
 """RefStore: the reference-counted message store (RabbitMQ's msg_store design, in Python).
 
 One *server* thread applies clients' writes, removes, contains calls and terminations in the
-order they were issued; one *GC* thread deletes emptied files and combines pairs of files.
-Clients read directly (cache, current write buffer, or ``pread`` of a pinned file) without
+order they were issued and hands full write buffers to the OS without the lock; one *sync*
+thread (``syncer.py``) fdatasyncs behind it and delivers confirms; one *GC* thread deletes
+emptied files and combines pairs of files. Clients read directly (cache, current write buffer, or ``pread`` of a pinned file) without
 going through the server. Everything shared is guarded by one lock, held briefly.
 """
 
@@ -18,10 +19,9 @@ import uuid
 from typing import Iterable
 
 from strata.errors import InvalidConfigError, StoreClosedError, StrataError
-from strata.files.io import fsync_dir
 from strata.format import refstore_record as rec
 
-from . import encode, opening, snapshot
+from . import encode, index, opening, snapshot
 from .apply import (OP_CONTAINS, OP_DELETE, OP_DYING, OP_REMOVE, OP_SYNC, OP_TERMINATE,
                     OP_WRITE, apply_contains, apply_removes, apply_writes)
 from .cache import WriteBackCache
@@ -29,6 +29,7 @@ from .client import OnDisk, StoreClient
 from .files import CurrentFile, FileReaders, lock_directory
 from .flying import FlyingTable
 from .gc import GarbageCollector
+from .syncer import Syncer, SyncJob
 from .index import FILE, OFFSET, REF, SIZE, MessageIndex
 from .model import (DEFAULT_FILE_SIZE_LIMIT, DEFAULT_GC_GARBAGE_RATIO,  # noqa: F401 - re-exported
                     DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SYNC_INTERVAL,
@@ -107,6 +108,7 @@ class RefStore:
         self._confirm_due: float | None = None
         self._sync_waiters: list[_Reply] = []
         self._unsynced: list[CurrentFile] = []
+        self._dir_unsynced = True      # a data file was created: fsync the directory at sync
         self._in_flight = 0
         self._paused = False
         self._closing = False
@@ -125,8 +127,10 @@ class RefStore:
         self._cur = CurrentFile(self.directory, newest.number, newest.size, write_buffer_size)
         if newest.size >= file_size_limit:
             self._roll()
+        self._syncer = Syncer(self.directory, self._callback, self._sync_failed)
         self._server = threading.Thread(target=self._serve, name="refstore-server",
                                         daemon=True)
+        self._syncer.start()
         self._server.start()
         self._gc.start()
         with self._lock:
@@ -216,7 +220,9 @@ class RefStore:
             self._enqueue((_DEL, client))
 
     def _on_server_thread(self) -> bool:
-        return threading.current_thread() is self._server
+        """True on the server thread or the sync thread (which runs the callbacks)."""
+        t = threading.current_thread()
+        return t is self._server or t is self._syncer.thread
 
     def _refuse_on_server_thread(self, what: str) -> None:
         if self._on_server_thread():
@@ -238,7 +244,7 @@ class RefStore:
                 e = self._index.get(msg_id)
                 if e is None or e[REF] == 0:
                     return None
-                number, off, total = e[FILE], e[OFFSET], e[SIZE]
+                _ref, number, off, total = e
                 if number == self._cur.number:
                     raw = self._cur.read_buffered(off, total)
                     if raw is not None:
@@ -264,12 +270,14 @@ class RefStore:
         lock = self._lock
         try:
             encode.warm()
+            index.warm()
             while True:
-                after: list = []
                 with lock:
                     while True:
                         if self._crashed:
                             return
+                        if self._syncer.failure is not None:
+                            raise self._syncer.failure
                         if self._ops and not self._paused:
                             break
                         if self._stop_server and not self._ops:
@@ -284,34 +292,35 @@ class RefStore:
                             wait = None
                         self._work.wait(wait)
                     n = 0
-                    while self._ops and not self._paused and n < 64:
-                        self._apply(self._ops.popleft(), after)
+                    cur = self._cur
+                    while self._ops and not self._paused and n < 64 and not cur.sealed:
+                        self._apply(self._ops.popleft())
                         n += 1
+                        cur = self._cur
                     stopping = self._stop_server and not self._ops
                     sync = (stopping or bool(self._sync_waiters) or bool(self._unsynced) or (
                         self._confirm_due is not None and time.monotonic() >= self._confirm_due))
                     if sync:
-                        self._cur.flush()
-                        cur = self._cur
+                        cur.seal()
                         rolled = self._unsynced
                         self._unsynced = []
+                        dir_unsynced = self._dir_unsynced
+                        self._dir_unsynced = False
                         confirms = self._confirms
                         self._confirms = {}
                         self._confirm_due = None
                         waiters = self._sync_waiters
                         self._sync_waiters = []
-                if sync:
-                    for old in rolled:      # files rolled since the last sync, off the lock
-                        old.close()
-                    cur.sync()
-                    for client, ids in confirms.items():
-                        if client.on_disk is not None and ids:
-                            self._callback(client, ids)
-                    for w in waiters:
-                        w.set()
-                for fn in after:
-                    fn()
+                    pending = list(cur.sealed)
+                if pending:       # full buffers to the OS without the lock, then mark them
+                    cur.write_sealed(pending)
+                    with lock:
+                        cur.sealed_written(pending)
+                if sync:        # fdatasync and confirms on the sync thread, in order
+                    self._syncer.submit(SyncJob(rolled, dir_unsynced, cur, cur.flushed,
+                                                confirms, waiters))
                 if sync and stopping:
+                    self._syncer.stop()
                     return
         except BaseException as exc:   # a bug or an I/O failure: stop, and say why
             log.exception("ref store %s: server thread failed", self.directory)
@@ -323,6 +332,14 @@ class RefStore:
                 for w in self._sync_waiters:
                     w.fail(StrataError(f"ref store failed: {exc!r}"))
                 self._changed.notify_all()
+            self._syncer.stop()
+
+    def _sync_failed(self, exc: BaseException) -> None:
+        """The sync thread stopped on an error: the store stops too (server, waiters)."""
+        with self._lock:
+            self.failure = self.failure or exc
+            self._work.notify_all()
+            self._changed.notify_all()
 
     def _callback(self, client: StoreClient, ids) -> None:
         try:
@@ -331,7 +348,7 @@ class RefStore:
             log.exception("ref store %s: on_disk callback of client %r raised",
                           self.directory, client.ref)
 
-    def _apply(self, op, after: list) -> None:
+    def _apply(self, op) -> None:
         code = op[0]
         if code == _W:
             apply_writes(self, op[1], op[2], op[3], op[5])
@@ -372,8 +389,8 @@ class RefStore:
         self._unsynced.append(old)     # fsynced and closed by the next sync, off the lock
         number = old.number + 1
         self._summary.add(number)
-        self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit, old.take_buffer())
-        fsync_dir(self.directory)
+        self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit, old.take_buffers())
+        self._dir_unsynced = True      # the new file's name: fsynced by the next sync
         self._maybe_gc(self._summary.files[old.number].valid == 0)
 
     # ================================================================== GC coordination
@@ -491,7 +508,7 @@ class RefStore:
     def message_count(self) -> int:
         """Messages with at least one reference (walks the index)."""
         with self._lock:
-            return sum(1 for _, e in self._index.items() if e[REF] > 0)
+            return self._index.live_count()
 
     @property
     def recovered_clean(self) -> bool:
@@ -546,6 +563,7 @@ class RefStore:
             self._changed.notify_all()
         self._gc.stop(join_timeout=10)
         self._server.join(10)
+        self._syncer.stop(10, drop_pending=True)
         for f in self._unsynced + [self._cur]:
             try:
                 os.close(f.fd)             # the write buffer is dropped, as in a real crash
