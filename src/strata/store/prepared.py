@@ -19,12 +19,17 @@ from crc32c import crc32c
 
 from strata.errors import InvalidInputError, MessageTooLargeError
 from strata.format import columns as col
+from strata.format import object_gather
 from strata.format import record as rec
 from strata.format.record_batch import HEADER_DTYPE
 from strata.store.message import EXT_DEFAULTS, EXT_NAMES, Message
 
 BLANK_HEADER = bytes(rec.HEADER_SIZE)
 COLUMNAR_BATCH = 32  # from this many messages on, queue choice and headers use numpy
+# A message that gives no born timestamp is born at its put: the store timestamp of its batch
+# (a producer stamps its send time; in the embedded store the put call is the producer). In
+# the born columns below it stands for "not given" (a given one is >= 0).
+BORN_AT_PUT = col.BORN_AT_PUT
 
 # One attribute over all messages at a time: a list per field is half the cost of one tuple
 # of fields per message. Message._ext is None for a message of topic and body only.
@@ -38,6 +43,7 @@ _NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i not in (_BORN_A
 _ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
 _NO_SHARDS = col.BytesColumn.trusted(np.zeros(0, np.uint8), np.zeros(1, np.int64))
 _ALL = np.zeros(0, bool)   # every message has a shard key
+_NO_TEXT = col.MessageText(None, None, None, None, None, None)   # plain messages' text
 
 
 def round_robin_start(topic: str, n_q: int, queue_next: dict[tuple[str, int], int],
@@ -133,7 +139,7 @@ class Encoder:
                 pb = b""
                 total = fixed + len(tb) + blen
                 bh = store_host
-                born.append(0)
+                born.append(BORN_AT_PUT)
             else:
                 (keys, tags, props, queue_id, shard_key, born_ts, flag, born_host,
                  reconsume, sys_flag, tx_offset) = ext
@@ -148,7 +154,7 @@ class Encoder:
                     bh, sys_flag = self._special(born_host, sys_flag)
                     total = fixed - len(store_host) + len(bh) + len(tb) + len(pb) + blen
                     b.special.append((i, flag, sys_flag, tx_offset, reconsume))
-                born.append(born_ts or 0)
+                born.append(BORN_AT_PUT if born_ts is None else born_ts)
             if total > max_record:
                 raise MessageTooLargeError(f"record of {total} bytes cannot fit a segment of "
                                            f"{self.segment_size} bytes")
@@ -174,9 +180,13 @@ class Encoder:
         one_topic = topics.count(topics[0]) == n
         exts = list(map(_GET_EXT, msgs))
         plain = exts.count(None) == n
-        columns = [(EXT_DEFAULTS[i],) * n for i in range(len(EXT_DEFAULTS))] if plain else \
-            list(zip(*(exts if None not in exts else [e or EXT_DEFAULTS for e in exts])))
-        if not plain:  # keys, tags, properties, born timestamps, shard keys; no routing, flags
+        # keys, tags, properties, born timestamps, shard keys (no routing, flags): one
+        # compiled walk over the objects, or (unusual values) C-speed passes per field
+        gathered = (_NO_TEXT, None) if plain else object_gather.message_text(exts)
+        columns = None
+        if not plain and gathered is None:
+            columns = list(zip(*(exts if None not in exts else
+                                 [e or EXT_DEFAULTS for e in exts])))
             if any(columns[i].count(EXT_DEFAULTS[i]) != n for i in _NOT_PLAIN):
                 return None
         bodies = list(map(_GET_BODY, msgs))
@@ -190,11 +200,11 @@ class Encoder:
                 tbs = {t: self.topic(t) for t in dict.fromkeys(topics)}
             except InvalidInputError:
                 return None
-            return self._prepare_rich(msgs, topics, tbs, bodies, body_lens, columns)
+            return self._prepare_rich(msgs, topics, tbs, bodies, body_lens, columns, gathered)
         tb = self.topic(topics[0])
         if not plain:
             return self._prepare_rich(msgs, topics, {topics[0]: tb}, bodies, body_lens,
-                                      columns)
+                                      columns, gathered)
         props_lens = 0
         payloads = bodies
         host = self.store_host
@@ -206,7 +216,7 @@ class Encoder:
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = totals, body_lens, props_lens
         b.topic_lens = len(tb)
-        b.born = 0     # plain messages only here: no born timestamps
+        b.born = None  # plain messages only here: all born at the put
         # all records in one join: each payload between the previous record's (zero) trailer
         # and its own prefix; write_records fills in headers and trailers
         b.blob = b"".join((prefix, (_ZERO_TRAILER + prefix).join(payloads), _ZERO_TRAILER))
@@ -216,12 +226,15 @@ class Encoder:
 
     def _prepare_rich(self, msgs: Sequence[Message], topics: list[str],
                       topic_bytes: dict[str, bytes], bodies: list[bytes],
-                      body_lens: list[int], columns: list[tuple]) -> "PreparedBatch | None":
+                      body_lens: list[int], columns: list[tuple] | None,
+                      gathered: tuple | None) -> "PreparedBatch | None":
         """``_prepare_plain`` for messages with keys, tags, properties, born timestamps or
         shard keys, or of several topics (``topic_bytes``: each one's encoded name, in order of
-        first appearance): the values gathered into columns at C speed
-        (``strata.format.columns``), the records laid out in compiled code. None when some
-        value is not of the usual kind (the message-by-message path then names it)."""
+        first appearance): the values gathered into columns by one compiled walk
+        (``gathered``: ``object_gather.message_text``'s) or else at C speed from ``columns``
+        (one tuple per ``Message._ext`` field, ``strata.format.columns``), the records laid
+        out in compiled code. None when some value is not of the usual kind (the
+        message-by-message path then names it)."""
         n = len(msgs)
         names = list(topic_bytes)
         if len(names) > 1:
@@ -229,9 +242,16 @@ class Encoder:
             codes = np.fromiter(map(code_of.__getitem__, topics), np.int64, n)
         else:
             codes = None
-        text = col.message_text(columns[0], columns[1], columns[2], columns[_SHARD_AT])
-        if text is None:
-            return None
+        if gathered is not None:
+            text, born = gathered
+        else:
+            text = col.message_text(columns[0], columns[1], columns[2], columns[_SHARD_AT])
+            if text is None:
+                return None
+            born_ts = columns[_BORN_AT]
+            no_born = born_ts.count(None)
+            born = None if no_born == n else born_ts if not no_born else \
+                [BORN_AT_PUT if t is None else t for t in born_ts]
         host = self.store_host
         prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
         try:
@@ -246,9 +266,7 @@ class Encoder:
         b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
         topic_lens = np.array([len(tb) for tb in topic_bytes.values()], np.int64)
         b.topic_lens = int(topic_lens[0]) if codes is None else topic_lens[codes]
-        born_ts = columns[_BORN_AT]
-        no_born = born_ts.count(None)
-        b.born = 0 if no_born == n else born_ts if not no_born else [t or 0 for t in born_ts]
+        b.born = born
         b.blob = enc.blob
         b.single_topic = names[0] if codes is None else None
         b.topic_names, b.topic_codes = names, codes
@@ -351,7 +369,8 @@ class PreparedBatch:
         self.body_lens: list[int] = []
         self.props_lens: list[int] | int = []
         self.topic_lens: list[int] | int = []
-        self.born: list[int] | int = []
+        # born timestamps (ms), one per message (BORN_AT_PUT: not given), or None: none given
+        self.born: list[int] | np.ndarray | None = []
         # (index, flag, sys_flag, prepared_transaction_offset, reconsume_times) of messages
         # that set any of them or a born host; every other record has the default values
         self.special: list[tuple[int, int, int, int, int]] = []
@@ -522,23 +541,39 @@ class PreparedBatch:
         """All records back to back, for ``CommitLog.append_headers``."""
         return self.blob if self.blob is not None else b"".join(self.images)
 
-    def records(self) -> list[list]:
+    def born_at(self, store_ts: int) -> list[int] | np.ndarray | int:
+        """The born timestamps to write, a message that gave none born at ``store_ts`` (its
+        batch's store timestamp): one per message, or one int for all."""
+        born = self.born
+        if born is None:
+            return store_ts
+        if isinstance(born, np.ndarray):
+            return np.where(born == BORN_AT_PUT, store_ts, born) if \
+                (born == BORN_AT_PUT).any() else born
+        if BORN_AT_PUT in born:
+            return [store_ts if t == BORN_AT_PUT else t for t in born]
+        return born
+
+    def records(self, store_ts: int) -> list[list]:
         """Per-record lists for ``CommitLog.append_batch``: [total, queue_id, flag,
         queue_offset, sys_flag, born_ts, tx_offset, reconsume, body_len, topic_len,
-        props_len, image]."""
+        props_len, image]; ``store_ts``: the batch's store timestamp (``born_at``)."""
         sys_flag = self.default_sys
+        born = self.born_at(store_ts)
         out = [[t, q, 0, o, sys_flag, b, 0, 0, bl, tl, pl, image]
                for t, q, o, b, bl, tl, pl, image in zip(
                    self.totals, _as_list(self.queue_ids), _as_list(self.queue_offsets),
-                   self.born, self.body_lens, self.topic_lens, self.props_lens, self.images)]
+                   repeat(born) if isinstance(born, int) else _as_list(born), self.body_lens,
+                   self.topic_lens, self.props_lens, self.images)]
         for i, flag, sys_flag, tx, reconsume in self.special:
             r = out[i]
             r[2], r[4], r[6], r[7] = flag, sys_flag, tx, reconsume
         return out
 
-    def headers(self) -> np.ndarray:
+    def headers(self, store_ts: int) -> np.ndarray:
         """Fixed headers (HEADER_DTYPE) for ``CommitLog.append_headers``; the writer fills in
-        the physical offsets, the store timestamp and the CRCs."""
+        the physical offsets, the store timestamp and the CRCs. ``store_ts``: the batch's
+        store timestamp (``born_at``)."""
         n = len(self.totals)
         h = np.zeros(n, HEADER_DTYPE)
         h["total"] = self.totals
@@ -546,7 +581,7 @@ class PreparedBatch:
         h["queue_id"] = self.queue_ids
         h["queue_offset"] = self.queue_offsets
         h["sys_flag"] = self.default_sys
-        h["born_ts"] = self.born
+        h["born_ts"] = self.born_at(store_ts)
         h["body_len"] = self.body_lens
         h["topic_len"] = self.topic_lens
         h["props_len"] = self.props_lens

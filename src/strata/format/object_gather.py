@@ -1,0 +1,378 @@
+"""The text fields of a batch of ``Message``s gathered into columns by ONE compiled walk over
+the Python objects (numba reading CPython's object layout), for ``columns.message_text``.
+
+Why: a rich message is about a dozen small objects (its field tuple, keys list, key strings,
+properties dict, names, values, shard key, born int). Gathering them with C-speed Python
+passes (``zip``, ``count``, ``str.join`` over chained iterators) walks those objects several
+times, and on a batch of 1,024 each walk pays the cache misses again; here each object is
+read once. ASCII text (the usual case) is copied straight from each str's inline bytes; a
+dict is walked with ``PyDict_Next``.
+
+Anything unusual — a non-ASCII or NUL-holding text, an empty key or tag, a container or value
+of another type, routing, flags, a born host — makes ``gather`` return None, and the caller
+takes its general path (``message_text``), which handles or names it. The layout facts it
+relies on (CPython 3.11's list, tuple, compact-ASCII str and int objects) are checked by a
+probe at import; if the probe fails, ``gather`` always returns None.
+
+The kernel holds the GIL (it reads live objects, which the caller keeps alive) and allocates
+nothing; its output goes into per-thread scratch buffers that are grown when a batch does not
+fit, so the columns it returns are views valid until the same thread's next call. Pure: no
+file I/O.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_I64 = ir.IntType(64)
+_OBJ = ir.IntType(8).as_pointer()
+
+# CPython 3.11 object layout (checked by _probe): the size field of a list, tuple, str and int,
+# a list's item pointer, a tuple's inline items, a str's state bits and inline ASCII data, an
+# int's 30-bit digits.
+_SIZE_AT = 16
+_ITEMS_AT = 24
+_STATE_AT = 32
+_ASCII_AT = 48
+_COMPACT_ASCII = 0x60   # state bits: compact (0x20) and ascii (0x40)
+_DIGITS_AT = 24
+_EXT_LEN = 11           # Message._ext: keys, tags, properties, queue_id, shard_key, born, ...
+
+# result codes
+OK, UNUSUAL, FULL = 0, 1, 2
+# info[]: what the batch had
+I_KEYS, I_TAGS, I_PROP_MSGS, I_PROPS, I_SHARDS, I_BORN = range(6)
+
+
+@intrinsic
+def _i64(typingctx, addr):
+    """``*(int64 *)addr``."""
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], _I64.as_pointer()))
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def _u32(typingctx, addr):
+    """``*(uint32 *)addr``."""
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        return builder.zext(builder.load(builder.inttoptr(args[0], i32.as_pointer())), _I64)
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def _u8(typingctx, addr):
+    """``*(uint8 *)addr``."""
+    def codegen(context, builder, signature, args):
+        i8 = ir.IntType(8)
+        return builder.zext(builder.load(builder.inttoptr(args[0], i8.as_pointer())), _I64)
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def _set_i64(typingctx, addr, value):
+    """``*(int64 *)addr = value``."""
+    def codegen(context, builder, signature, args):
+        builder.store(args[1], builder.inttoptr(args[0], _I64.as_pointer()))
+        return context.get_dummy_value()
+    return types.none(types.int64, types.int64), codegen
+
+
+@intrinsic
+def _dict_next(typingctx, d, ppos, pkey, pvalue):
+    """``PyDict_Next(d, ppos, pkey, pvalue)`` (addresses; the key and value are borrowed)."""
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [_OBJ] * 4)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "PyDict_Next")
+        return builder.sext(builder.call(fn, [builder.inttoptr(a, _OBJ) for a in args]), _I64)
+    return types.int64(types.int64, types.int64, types.int64, types.int64), codegen
+
+
+@njit(cache=True, inline="always")
+def _text(s, str_type, data, at):
+    """Copy str ``s`` (compact ASCII, no NUL) into ``data`` from ``at``; returns the end, -1 if
+    ``s`` is not like that, -2 if ``data`` is full."""
+    if _i64(s + 8) != str_type or (_u32(s + _STATE_AT) & _COMPACT_ASCII) != _COMPACT_ASCII:
+        return -1
+    n = _i64(s + _SIZE_AT)
+    if at + n > len(data):
+        return -2
+    src = s + _ASCII_AT
+    for j in range(n):
+        c = _u8(src + j)
+        if c == 0:
+            return -1
+        data[at + j] = c
+    return at + n
+
+
+@njit(cache=True)
+def gather(exts, n, kinds, pos_at, key_data, key_off, key_groups, tag_data, tag_off,
+           name_data, name_off, value_data, value_off, prop_groups, shard_data, shard_off,
+           has_shard, born, info):
+    """Walk the ``n`` items of the list at address ``exts`` (each message's ``_ext``: None or
+    its 11-tuple) and fill the columns (see ``Gathered``); ``kinds``: addresses of None, the
+    int 0, and the types str, tuple, list, dict, int. ``pos_at``: the address of 3 int64 for
+    PyDict_Next (position, key, value).
+    Returns OK, UNUSUAL (take the general path) or FULL (a buffer is too small)."""
+    none, zero, str_t, tuple_t, list_t, dict_t, int_t = (kinds[0], kinds[1], kinds[2],
+                                                         kinds[3], kinds[4], kinds[5], kinds[6])
+    items = _i64(exts + _ITEMS_AT)
+    nk = np_ = 0
+    kb = tb = nb = vb = sb = 0
+    tags = prop_msgs = shards = borns = 0
+    key_off[0] = tag_off[0] = name_off[0] = value_off[0] = shard_off[0] = 0
+    key_groups[0] = prop_groups[0] = 0
+    for i in range(n):
+        e = _i64(items + 8 * i)
+        if e == none:
+            key_groups[i + 1] = nk
+            tag_off[i + 1] = tb
+            prop_groups[i + 1] = np_
+            shard_off[i + 1] = sb
+            has_shard[i] = False
+            born[i] = -1
+            continue
+        if _i64(e + 8) != tuple_t or _i64(e + _SIZE_AT) != _EXT_LEN:
+            return UNUSUAL
+        f = e + _ITEMS_AT
+        # routing, flags, born host: defaults only (queue_id, flag, born_host, reconsume,
+        # sys_flag, prepared transaction offset)
+        if _i64(f + 24) != none or _i64(f + 48) != zero or _i64(f + 56) != none or \
+                _i64(f + 64) != zero or _i64(f + 72) != zero or _i64(f + 80) != zero:
+            return UNUSUAL
+        keys = _i64(f)
+        kt = _i64(keys + 8)
+        if kt == tuple_t:
+            karr = keys + _ITEMS_AT
+        elif kt == list_t:
+            karr = _i64(keys + _ITEMS_AT)
+        else:
+            return UNUSUAL
+        for j in range(_i64(keys + _SIZE_AT)):
+            if nk + 1 >= len(key_off):
+                return FULL
+            end = _text(_i64(karr + 8 * j), str_t, key_data, kb)
+            if end == -2:
+                return FULL
+            if end <= kb:   # not compact ASCII, a NUL, or empty
+                return UNUSUAL
+            kb = end
+            nk += 1
+            key_off[nk] = kb
+        key_groups[i + 1] = nk
+        tag = _i64(f + 8)
+        if tag != none:
+            end = _text(tag, str_t, tag_data, tb)
+            if end == -2:
+                return FULL
+            if end <= tb:
+                return UNUSUAL
+            tb = end
+            tags += 1
+        tag_off[i + 1] = tb
+        props = _i64(f + 16)
+        if props != none:
+            if _i64(props + 8) != dict_t:
+                return UNUSUAL
+            prop_msgs += 1
+            _set_i64(pos_at, 0)
+            while _dict_next(props, pos_at, pos_at + 8, pos_at + 16):
+                if np_ + 1 >= len(name_off):
+                    return FULL
+                end = _text(_i64(pos_at + 8), str_t, name_data, nb)
+                if end == -2:
+                    return FULL
+                if end < nb:
+                    return UNUSUAL
+                nb = end
+                end = _text(_i64(pos_at + 16), str_t, value_data, vb)
+                if end == -2:
+                    return FULL
+                if end < vb:
+                    return UNUSUAL
+                vb = end
+                np_ += 1
+                name_off[np_] = nb
+                value_off[np_] = vb
+        prop_groups[i + 1] = np_
+        shard = _i64(f + 32)
+        if shard != none:
+            end = _text(shard, str_t, shard_data, sb)
+            if end == -2:
+                return FULL
+            if end < sb:
+                return UNUSUAL
+            sb = end
+            shards += 1
+            has_shard[i] = True
+        else:
+            has_shard[i] = False
+        shard_off[i + 1] = sb
+        b = _i64(f + 40)
+        if b == none:
+            born[i] = -1
+        else:
+            if _i64(b + 8) != int_t:
+                return UNUSUAL
+            size = _i64(b + _SIZE_AT)
+            if size < 0 or size > 3:
+                return UNUSUAL
+            v = 0
+            for d in range(size):
+                digit = _u32(b + _DIGITS_AT + 4 * d)
+                if d == 2 and digit >= 8:
+                    return UNUSUAL   # past 2**63 - 1
+                v |= digit << (30 * d)
+            born[i] = v
+            borns += 1
+    info[I_KEYS] = nk
+    info[I_TAGS] = tags
+    info[I_PROP_MSGS] = prop_msgs
+    info[I_PROPS] = np_
+    info[I_SHARDS] = shards
+    info[I_BORN] = borns
+    return OK
+
+
+class Gathered:
+    """The columns of a gathered batch (views into the calling thread's scratch buffers):
+    every key and its message's group; one tag, shard key per message (empty: none); property
+    names and values and each message's group of them; born (-1: none given); ``info``."""
+
+    __slots__ = ("key_data", "key_off", "key_groups", "tag_data", "tag_off", "name_data",
+                 "name_off", "value_data", "value_off", "prop_groups", "shard_data",
+                 "shard_off", "has_shard", "born", "info")
+
+
+class _Scratch(threading.local):
+    """Per-thread output buffers, grown (doubled) when a batch does not fit."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.per_msg = 64     # bytes a message each text buffer starts with
+        self.items = 8        # keys / properties a message each offset array starts with
+        self.bufs: tuple = ()
+        self.dict_pos = np.zeros(3, np.int64)
+
+    def buffers(self, n: int) -> tuple:
+        if n > self.n:
+            self.n = max(n, 2 * self.n)
+            self.bufs = ()
+        if not self.bufs:
+            m = self.n
+            u8 = lambda: np.empty(m * self.per_msg, np.uint8)    # noqa: E731
+            offs = lambda k: np.empty(k + 1, np.int64)           # noqa: E731
+            self.bufs = (u8(), offs(m * self.items), offs(m), u8(), offs(m), u8(),
+                         offs(m * self.items), u8(), offs(m * self.items), offs(m), u8(),
+                         offs(m), np.empty(m, bool))
+        return self.bufs
+
+    def grow(self) -> None:
+        self.per_msg *= 2
+        self.items *= 2
+        self.bufs = ()
+
+
+_SCRATCH = _Scratch()
+
+
+def _probe() -> bool:
+    """True if this interpreter lays out lists, tuples, ASCII strs and ints as ``gather``
+    reads them (read back here through ctypes from known objects)."""
+    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
+        return False
+    try:
+        def word(addr: int) -> int:
+            return ctypes.c_int64.from_address(addr).value
+
+        s = "probe-text"
+        lst = [s, 7]
+        tup = (s, None)
+        big = 1_700_000_000_123
+        state = ctypes.c_uint32.from_address(id(s) + _STATE_AT).value
+        digits = [ctypes.c_uint32.from_address(id(big) + _DIGITS_AT + 4 * d).value
+                  for d in range(word(id(big) + _SIZE_AT))]
+        return (word(id(s) + 8) == id(str) and word(id(s) + _SIZE_AT) == len(s)
+                and state & _COMPACT_ASCII == _COMPACT_ASCII
+                and ctypes.string_at(id(s) + _ASCII_AT, len(s)) == s.encode()
+                and "é".isascii() is False
+                and ctypes.c_uint32.from_address(id("é") + _STATE_AT).value & 0x40 == 0
+                and word(id(lst) + _SIZE_AT) == 2 and word(word(id(lst) + _ITEMS_AT)) == id(s)
+                and word(id(tup) + _SIZE_AT) == 2 and word(id(tup) + _ITEMS_AT) == id(s)
+                and sum(d << (30 * i) for i, d in enumerate(digits)) == big
+                and word(id(0) + _SIZE_AT) == 0)
+    except Exception:   # noqa: BLE001 - any surprise means: do not use the kernel
+        return False
+
+
+USABLE = _probe()
+_KINDS = np.array([id(None), id(0), id(str), id(tuple), id(list), id(dict), id(int)], np.int64)
+
+
+def gather_exts(exts: list) -> Gathered | None:
+    """The text columns of the messages whose ``_ext`` values are ``exts`` (a list), or None
+    when some value is unusual (see the module's docstring) or the layout probe failed."""
+    if not USABLE:
+        return None
+    n = len(exts)
+    sc = _SCRATCH
+    info = np.zeros(6, np.int64)
+    born = np.empty(n, np.int64)
+    while True:
+        bufs = sc.buffers(n)
+        code = gather(id(exts), n, _KINDS, sc.dict_pos.ctypes.data, *bufs, born, info)
+        if code != FULL:
+            break
+        sc.grow()
+    if code != OK:
+        return None
+    g = Gathered()
+    (g.key_data, g.key_off, g.key_groups, g.tag_data, g.tag_off, g.name_data, g.name_off,
+     g.value_data, g.value_off, g.prop_groups, g.shard_data, g.shard_off,
+     g.has_shard) = bufs
+    g.born, g.info = born, info
+    return g
+
+
+def message_text(exts: list) -> tuple | None:
+    """``columns.message_text`` of the messages whose ``_ext`` values are ``exts``, and their
+    born timestamps (an int64 array, BORN_AT_PUT where none was given, or None when none
+    was), from one compiled walk: ``(MessageText, born)``. None when the walk cannot take the
+    batch (the caller then gathers with ``columns.message_text``, which also names bad input)
+    or a property name is empty, reserved or too long (as ``message_text``). The shard-key
+    column is a copy (a prepared batch keeps it until its put); the others are views into
+    this thread's scratch buffers, to be encoded before its next call."""
+    from strata.format import columns as col
+    g = gather_exts(exts)
+    if g is None:
+        return None
+    n = len(exts)
+    n_keys, n_tags, _prop_msgs, n_props, n_shards, n_born = g.info.tolist()
+    keys = groups = tags = props = shards = has = None
+    if n_keys:
+        keys = col.BytesColumn.trusted(g.key_data, g.key_off[:n_keys + 1])
+        groups = g.key_groups[:n + 1]
+    if n_tags:
+        tags = col.BytesColumn.trusted(g.tag_data, g.tag_off[:n + 1])
+    if n_props:
+        props = col.entries_column(g.name_data, g.name_off[:n_props + 1],
+                                   g.value_off[:n_props + 1], g.prop_groups[:n + 1],
+                                   g.value_data)
+        if props is None:
+            return None
+    if n_shards:
+        off = g.shard_off[:n + 1].copy()
+        shards = col.BytesColumn.trusted(g.shard_data[:int(off[-1])].copy(), off)
+        has = None if n_shards == n else g.has_shard[:n].copy()
+    born = None if not n_born else g.born
+    return col.MessageText(keys, groups, tags, props, shards, has), born
