@@ -115,10 +115,37 @@ def _text(s, str_type, data, at):
     return at + n
 
 
+@njit(cache=True, inline="always")
+def _entry(s, str_t, data, at):
+    """A property entry's half: u16 little-endian length, then str ``s``'s bytes (as
+    ``_text``), into ``data`` from ``at``; returns the end, -1 (unusual: also longer than
+    65535), -2 (full)."""
+    if at + 2 > len(data):
+        return -2
+    end = _text(s, str_t, data, at + 2)
+    if end < 0:
+        return end
+    n = end - at - 2
+    if n > 0xFFFF:
+        return -1
+    data[at] = n & 0xFF
+    data[at + 1] = n >> 8
+    return end
+
+
+@njit(cache=True, inline="always")
+def _reserved(data, at, end):
+    """Is ``data[at:end]`` KEYS or TAGS (names a property may not have)?"""
+    if end - at != 4:
+        return False
+    return (data[at] == 75 and data[at + 1] == 69 and data[at + 2] == 89 and
+            data[at + 3] == 83) or (data[at] == 84 and data[at + 1] == 65 and
+                                    data[at + 2] == 71 and data[at + 3] == 83)
+
+
 @njit(cache=True)
 def gather(exts, n, kinds, pos_at, key_data, key_off, key_groups, tag_data, tag_off,
-           name_data, name_off, value_data, value_off, prop_groups, shard_data, shard_off,
-           has_shard, born, info):
+           prop_data, prop_off, shard_data, shard_off, has_shard, born, info):
     """Walk the ``n`` items of the list at address ``exts`` (each message's ``_ext``: None or
     its 11-tuple) and fill the columns (see ``Gathered``); ``kinds``: addresses of None, the
     int 0, and the types str, tuple, list, dict, int. ``pos_at``: the address of 3 int64 for
@@ -128,16 +155,15 @@ def gather(exts, n, kinds, pos_at, key_data, key_off, key_groups, tag_data, tag_
                                                          kinds[3], kinds[4], kinds[5], kinds[6])
     items = _i64(exts + _ITEMS_AT)
     nk = np_ = 0
-    kb = tb = nb = vb = sb = 0
+    kb = tb = pb = sb = 0
     tags = prop_msgs = shards = borns = 0
-    key_off[0] = tag_off[0] = name_off[0] = value_off[0] = shard_off[0] = 0
-    key_groups[0] = prop_groups[0] = 0
+    key_off[0] = tag_off[0] = prop_off[0] = shard_off[0] = key_groups[0] = 0
     for i in range(n):
         e = _i64(items + 8 * i)
         if e == none:
             key_groups[i + 1] = nk
             tag_off[i + 1] = tb
-            prop_groups[i + 1] = np_
+            prop_off[i + 1] = pb
             shard_off[i + 1] = sb
             has_shard[i] = False
             born[i] = -1
@@ -187,24 +213,20 @@ def gather(exts, n, kinds, pos_at, key_data, key_off, key_groups, tag_data, tag_
             prop_msgs += 1
             _set_i64(pos_at, 0)
             while _dict_next(props, pos_at, pos_at + 8, pos_at + 16):
-                if np_ + 1 >= len(name_off):
-                    return FULL
-                end = _text(_i64(pos_at + 8), str_t, name_data, nb)
+                end = _entry(_i64(pos_at + 8), str_t, prop_data, pb)
                 if end == -2:
                     return FULL
-                if end < nb:
-                    return UNUSUAL
-                nb = end
-                end = _text(_i64(pos_at + 16), str_t, value_data, vb)
+                if end <= pb + 2 or _reserved(prop_data, pb + 2, end):
+                    return UNUSUAL   # not ASCII, NUL, too long, empty or reserved
+                pb = end
+                end = _entry(_i64(pos_at + 16), str_t, prop_data, pb)
                 if end == -2:
                     return FULL
-                if end < vb:
+                if end < 0:
                     return UNUSUAL
-                vb = end
+                pb = end
                 np_ += 1
-                name_off[np_] = nb
-                value_off[np_] = vb
-        prop_groups[i + 1] = np_
+        prop_off[i + 1] = pb
         shard = _i64(f + 32)
         if shard != none:
             end = _text(shard, str_t, shard_data, sb)
@@ -246,12 +268,11 @@ def gather(exts, n, kinds, pos_at, key_data, key_off, key_groups, tag_data, tag_
 
 class Gathered:
     """The columns of a gathered batch (views into the calling thread's scratch buffers):
-    every key and its message's group; one tag, shard key per message (empty: none); property
-    names and values and each message's group of them; born (-1: none given); ``info``."""
+    every key and its message's group; one tag, encoded properties section (docs/format.md's
+    entries) and shard key per message (empty: none); born (-1: none given); ``info``."""
 
-    __slots__ = ("key_data", "key_off", "key_groups", "tag_data", "tag_off", "name_data",
-                 "name_off", "value_data", "value_off", "prop_groups", "shard_data",
-                 "shard_off", "has_shard", "born", "info")
+    __slots__ = ("key_data", "key_off", "key_groups", "tag_data", "tag_off", "prop_data",
+                 "prop_off", "shard_data", "shard_off", "has_shard", "born", "info")
 
 
 class _Scratch(threading.local):
@@ -272,9 +293,9 @@ class _Scratch(threading.local):
             m = self.n
             u8 = lambda: np.empty(m * self.per_msg, np.uint8)    # noqa: E731
             offs = lambda k: np.empty(k + 1, np.int64)           # noqa: E731
-            self.bufs = (u8(), offs(m * self.items), offs(m), u8(), offs(m), u8(),
-                         offs(m * self.items), u8(), offs(m * self.items), offs(m), u8(),
-                         offs(m), np.empty(m, bool))
+            self.bufs = (u8(), offs(m * self.items), offs(m), u8(), offs(m),
+                         np.empty(m * self.per_msg * 4, np.uint8), offs(m), u8(), offs(m),
+                         np.empty(m, bool))
         return self.bufs
 
     def grow(self) -> None:
@@ -337,9 +358,8 @@ def gather_exts(exts: list) -> Gathered | None:
     if code != OK:
         return None
     g = Gathered()
-    (g.key_data, g.key_off, g.key_groups, g.tag_data, g.tag_off, g.name_data, g.name_off,
-     g.value_data, g.value_off, g.prop_groups, g.shard_data, g.shard_off,
-     g.has_shard) = bufs
+    (g.key_data, g.key_off, g.key_groups, g.tag_data, g.tag_off, g.prop_data, g.prop_off,
+     g.shard_data, g.shard_off, g.has_shard) = bufs
     g.born, g.info = born, info
     return g
 
@@ -348,8 +368,8 @@ def message_text(exts: list) -> tuple | None:
     """``columns.message_text`` of the messages whose ``_ext`` values are ``exts``, and their
     born timestamps (an int64 array, BORN_AT_PUT where none was given, or None when none
     was), from one compiled walk: ``(MessageText, born)``. None when the walk cannot take the
-    batch (the caller then gathers with ``columns.message_text``, which also names bad input)
-    or a property name is empty, reserved or too long (as ``message_text``). The shard-key
+    batch (the caller then gathers with ``columns.message_text``, which also names bad input:
+    e.g. a property name empty, reserved or too long). The shard-key
     column is a copy (a prepared batch keeps it until its put); the others are views into
     this thread's scratch buffers, to be encoded before its next call."""
     from strata.format import columns as col
@@ -365,11 +385,7 @@ def message_text(exts: list) -> tuple | None:
     if n_tags:
         tags = col.BytesColumn.trusted(g.tag_data, g.tag_off[:n + 1])
     if n_props:
-        props = col.entries_column(g.name_data, g.name_off[:n_props + 1],
-                                   g.value_off[:n_props + 1], g.prop_groups[:n + 1],
-                                   g.value_data)
-        if props is None:
-            return None
+        props = col.BytesColumn.trusted(g.prop_data, g.prop_off[:n + 1])
     if n_shards:
         off = g.shard_off[:n + 1].copy()
         shards = col.BytesColumn.trusted(g.shard_data[:int(off[-1])].copy(), off)
