@@ -547,3 +547,5 @@ def load_kernels() -> None:
                             two.copy(), two.copy())
     properties_column(BytesColumn.of([b"", b""]), 2)
     check_text(BytesColumn(b"\xc3\xa9", [0, 2]), "key")
+    from strata.format import object_gather   # the walk over Message objects
+    object_gather.gather_exts([None, (["k"], "t", {"n": "v"}, None, "s", 5, 0, None, 0, 0, 0)])
