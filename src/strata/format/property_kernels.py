@@ -40,6 +40,11 @@ if CRC_INSTRUCTION is not None:
             c = _crc8(c, np.uint64(load_u8(address + i)))
             i += 1
         return c
+
+    @njit(cache=True, nogil=True)
+    def _crc_more_byte(c, byte):
+        """CRC32C state ``c`` carried over one byte (no buffer: this runs once a key)."""
+        return _crc8(c, np.uint64(byte))
 else:   # pragma: no cover - only on CPUs without a CRC32C instruction
     @njit(cache=True, nogil=True)
     def _crc_more(c, address, n):
@@ -47,6 +52,11 @@ else:   # pragma: no cover - only on CPUs without a CRC32C instruction
         for i in range(n):
             c = np.uint64(_TABLE[(c ^ load_u8(address + i)) & 0xFF]) ^ (c >> np.uint64(8))
         return c
+
+    @njit(cache=True, nogil=True)
+    def _crc_more_byte(c, byte):
+        c = np.uint64(c)
+        return np.uint64(_TABLE[(c ^ np.uint64(byte)) & np.uint64(0xFF)]) ^ (c >> np.uint64(8))
 
 
 @njit(cache=True, nogil=True)
@@ -62,13 +72,6 @@ def _key_hash(base, topic_at, topic_len, a, n):
     c = _crc_more_byte(c, 35)
     c = _crc_more(c, base + a, n)
     return np.int64(((c ^ np.uint64(0xFFFFFFFF)) & np.uint64(0xFFFFFFFF)) & _HASH_MASK)
-
-
-@njit(cache=True, nogil=True)
-def _crc_more_byte(c, byte):
-    one = np.empty(1, np.uint8)
-    one[0] = byte
-    return _crc_more(c, one.ctypes.data, 1)
 
 
 @njit(cache=True, nogil=True)
