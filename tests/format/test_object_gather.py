@@ -52,18 +52,18 @@ def columns(text: col.MessageText) -> list:
 def test_the_walk_gives_what_the_general_path_gives(rows):
     msgs = [message(r) for r in rows]
     exts = [m._ext for m in msgs]
-    got = og.message_text(exts)
-    if any(m._ext is not None for m in msgs):
-        assert got is not None                       # ASCII, no NUL: the walk takes it
-    text, born = got if got is not None else (None, None)
+    got = og.walk(msgs, strata.Message, 1 << 20)
+    assert got is not None                           # ASCII, no NUL: the walk takes it
+    text, born = got.text, got.born
+    assert got.bodies.to_list() == [r["body"] for r in rows]
+    assert got.one_topic
     ext_cols = list(zip(*[e or strata.store.message.EXT_DEFAULTS for e in exts]))
     want = col.message_text(ext_cols[0], ext_cols[1], ext_cols[2], ext_cols[4])
-    if got is not None:
-        assert columns(text) == columns(want)
-        given_born = [r["born"] for r in rows]
-        assert (born is None) == all(t is None for t in given_born)
-        if born is not None:
-            assert born.tolist() == [col.BORN_AT_PUT if t is None else t for t in given_born]
+    assert columns(text) == columns(want)
+    given_born = [r["born"] for r in rows]
+    assert (born is None) == all(t is None for t in given_born)
+    if born is not None:
+        assert born.tolist() == [col.BORN_AT_PUT if t is None else t for t in given_born]
     if len(rows) >= COLUMNAR_BATCH:
         enc = Encoder(("127.0.0.1", 10911), 1 << 20, 1 << 24, 1 << 24)
         batch = enc.prepare(msgs)
@@ -90,27 +90,39 @@ UNUSUAL = {
     "flag": dict(flag=3),
     "born host": dict(born_host=("10.0.0.1", 5)),
     "bool born": None,
+    "body not bytes": dict(body=bytearray(b"x")),
+    "body over max_body": dict(body=b"x" * 101),
 }
 
 
 @pytest.mark.parametrize("case", sorted(UNUSUAL))
 def test_unusual_values_go_to_the_general_path(case):
     msgs = [strata.Message("t", b"x", keys=["k"], properties={"a": "b"}) for _ in range(40)]
+    kw = dict(UNUSUAL[case] or {})
+    bad = strata.Message("t", kw.pop("body", b"x"), **kw)
     if UNUSUAL[case] is None:
-        bad = strata.Message("t", b"x")
         bad._ext = ((), None, None, None, None, True, 0, None, 0, 0, 0)   # past the checks
-    else:
-        bad = strata.Message("t", b"x", **UNUSUAL[case])
-    assert og.message_text([m._ext for m in msgs]) is not None
-    assert og.message_text([m._ext for m in msgs[:20]] + [bad._ext] +
-                           [m._ext for m in msgs[20:]]) is None
+    assert og.walk(msgs, strata.Message, 100) is not None
+    assert og.walk(msgs[:20] + [bad] + msgs[20:], strata.Message, 100) is None
+
+
+def test_several_topics_and_plain_messages_among_rich_ones():
+    msgs = [strata.Message("t", b"a", keys=["k"]), strata.Message("t", b"bb"),
+            strata.Message("u", b"", tags="x")]
+    got = og.walk(msgs, strata.Message, 100)
+    assert not got.one_topic
+    assert got.bodies.to_list() == [b"a", b"bb", b""]
+    assert got.text.keys.to_list() == [b"k"] and got.text.key_groups.tolist() == [0, 1, 1, 1]
+    assert got.text.tags.to_list() == [b"", b"", b"x"]
+    assert og.walk(msgs, dict, 100) is None   # not a class laid out as Message
 
 
 def test_scratch_grows_for_a_large_batch_and_big_texts():
     big = "k" * 5000
     msgs = [strata.Message("t", b"x", keys=[big, f"k{i}"] * 6, properties={
         f"n{j}": big for j in range(5)}, shard_key=big) for i in range(300)]
-    text, born = og.message_text([m._ext for m in msgs])
+    got = og.walk(msgs, strata.Message, 100)
+    text, born = got.text, got.born
     assert born is None
     assert text.keys.to_list()[:3] == [big.encode(), b"k0", big.encode()]
     assert text.shard_keys.to_list() == [big.encode()] * 300

@@ -548,4 +548,9 @@ def load_kernels() -> None:
     properties_column(BytesColumn.of([b"", b""]), 2)
     check_text(BytesColumn(b"\xc3\xa9", [0, 2]), "key")
     from strata.format import object_gather   # the walk over Message objects
-    object_gather.gather_exts([None, (["k"], "t", {"n": "v"}, None, "s", 5, 0, None, 0, 0, 0)])
+
+    class Probe:   # laid out as strata.Message
+        __slots__ = ("topic", "body", "_ext")
+    m = Probe()
+    m.topic, m.body, m._ext = "t", b"b", (["k"], "t", {"n": "v"}, None, "s", 5, 0, None, 0, 0, 0)
+    object_gather.walk([m, m], Probe, 8)

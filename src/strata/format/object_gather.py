@@ -25,12 +25,15 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from strata.format.record_kernels import memcpy
 
 _I64 = ir.IntType(64)
 _OBJ = ir.IntType(8).as_pointer()
@@ -44,12 +47,13 @@ _STATE_AT = 32
 _ASCII_AT = 48
 _COMPACT_ASCII = 0x60   # state bits: compact (0x20) and ascii (0x40)
 _DIGITS_AT = 24
+_BYTES_AT = bytes.__basicsize__ - 1   # a bytes object's inline data (after its hash)
 _EXT_LEN = 11           # Message._ext: keys, tags, properties, queue_id, shard_key, born, ...
 
 # result codes
 OK, UNUSUAL, FULL = 0, 1, 2
 # info[]: what the batch had
-I_KEYS, I_TAGS, I_PROP_MSGS, I_PROPS, I_SHARDS, I_BORN = range(6)
+I_KEYS, I_TAGS, I_PROP_MSGS, I_PROPS, I_SHARDS, I_BORN, I_ONE_TOPIC = range(7)
 
 
 @intrinsic
@@ -144,22 +148,41 @@ def _reserved(data, at, end):
 
 
 @njit(cache=True)
-def gather(exts, n, kinds, pos_at, key_data, key_off, key_groups, tag_data, tag_off,
-           prop_data, prop_off, shard_data, shard_off, has_shard, born, info):
-    """Walk the ``n`` items of the list at address ``exts`` (each message's ``_ext``: None or
-    its 11-tuple) and fill the columns (see ``Gathered``); ``kinds``: addresses of None, the
-    int 0, and the types str, tuple, list, dict, int. ``pos_at``: the address of 3 int64 for
+def gather(msgs, n, kinds, slots, max_body, pos_at, body_at, body_len, key_data, key_off,
+           key_groups, tag_data, tag_off, prop_data, prop_off, shard_data, shard_off,
+           has_shard, born, info):
+    """Walk the ``n`` Messages of the list at address ``msgs`` and fill the columns (see
+    ``Gathered``): each body's address and length (bytes objects of at most ``max_body``),
+    and the fields of its ``_ext`` (None or the 11-tuple). ``kinds``: addresses of None, the
+    int 0, and the types str, tuple, list, dict, int, bytes, Message; ``slots``: where a
+    Message keeps its topic, body and _ext. ``pos_at``: the address of 3 int64 for
     PyDict_Next (position, key, value).
     Returns OK, UNUSUAL (take the general path) or FULL (a buffer is too small)."""
     none, zero, str_t, tuple_t, list_t, dict_t, int_t = (kinds[0], kinds[1], kinds[2],
                                                          kinds[3], kinds[4], kinds[5], kinds[6])
-    items = _i64(exts + _ITEMS_AT)
+    bytes_t, msg_t = kinds[7], kinds[8]
+    topic_at, body_slot, ext_at = slots[0], slots[1], slots[2]
+    items = _i64(msgs + _ITEMS_AT)
+    first_topic = 0
+    one_topic = 1
     nk = np_ = 0
     kb = tb = pb = sb = 0
     tags = prop_msgs = shards = borns = 0
     key_off[0] = tag_off[0] = prop_off[0] = shard_off[0] = key_groups[0] = 0
     for i in range(n):
-        e = _i64(items + 8 * i)
+        m = _i64(items + 8 * i)
+        if _i64(m + 8) != msg_t:
+            return UNUSUAL
+        if i == 0:
+            first_topic = _i64(m + topic_at)
+        elif _i64(m + topic_at) != first_topic:
+            one_topic = 0
+        body = _i64(m + body_slot)
+        if _i64(body + 8) != bytes_t or _i64(body + _SIZE_AT) > max_body:
+            return UNUSUAL
+        body_at[i] = body + _BYTES_AT
+        body_len[i] = _i64(body + _SIZE_AT)
+        e = _i64(m + ext_at)
         if e == none:
             key_groups[i + 1] = nk
             tag_off[i + 1] = tb
@@ -263,7 +286,18 @@ def gather(exts, n, kinds, pos_at, key_data, key_off, key_groups, tag_data, tag_
     info[I_PROPS] = np_
     info[I_SHARDS] = shards
     info[I_BORN] = borns
+    info[I_ONE_TOPIC] = one_topic
     return OK
+
+
+@njit(cache=True, nogil=True)
+def copy_bodies(body_at, body_len, off, out):
+    """The bodies (addresses and lengths from ``gather``; their objects kept alive by the
+    caller) back to back into ``out``; ``off`` gets the n + 1 offsets."""
+    off[0] = 0
+    for i in range(len(body_at)):
+        off[i + 1] = off[i] + body_len[i]
+        memcpy(out.ctypes.data + off[i], body_at[i], body_len[i])
 
 
 class Gathered:
@@ -338,57 +372,95 @@ def _probe() -> bool:
 
 USABLE = _probe()
 _KINDS = np.array([id(None), id(0), id(str), id(tuple), id(list), id(dict), id(int)], np.int64)
+# PyMemberDescrObject's d_member (after PyObject_HEAD, d_type, d_name, d_qualname) and
+# PyMemberDef's offset (after name, type)
+_MEMBER_DEF_AT = 40
+_MEMBER_OFFSET_AT = 16
 
 
-def gather_exts(exts: list) -> Gathered | None:
-    """The text columns of the messages whose ``_ext`` values are ``exts`` (a list), or None
-    when some value is unusual (see the module's docstring) or the layout probe failed."""
-    if not USABLE:
+_CLASS_SLOTS: dict[type, np.ndarray | None] = {}
+
+
+def _slots_of(cls: type, sample) -> np.ndarray | None:
+    """Where instances of ``cls`` (a message class with ``__slots__`` topic, body, _ext) keep
+    those three (byte offsets, read from the slot descriptors' ``PyMemberDef``), checked on
+    the instance ``sample``; None if ``cls`` is not like that."""
+    try:
+        offsets = []
+        for name in ("topic", "body", "_ext"):
+            d = cls.__dict__[name]
+            if type(d).__name__ != "member_descriptor":
+                return None
+            member = ctypes.c_void_p.from_address(id(d) + _MEMBER_DEF_AT).value
+            offsets.append(ctypes.c_ssize_t.from_address(member + _MEMBER_OFFSET_AT).value)
+        ok = all(ctypes.c_int64.from_address(id(sample) + o).value == id(getattr(sample, name))
+                 for o, name in zip(offsets, ("topic", "body", "_ext")))
+        return np.array(offsets, np.int64) if ok else None
+    except Exception:   # noqa: BLE001 - any surprise means: do not use the kernel
         return None
-    n = len(exts)
+
+
+class Walked(NamedTuple):
+    """A batch read by ``walk``: its text columns (``columns.MessageText``), born timestamps
+    (int64, BORN_AT_PUT where none was given; None when none was), bodies, and whether every
+    message has the first one's topic object."""
+
+    text: object
+    born: np.ndarray | None
+    bodies: object
+    one_topic: bool
+
+
+def walk(msgs: list, cls: type, max_body: int) -> Walked | None:
+    """``msgs`` (a list of ``cls``, the store's Message class) read by one compiled walk:
+    their keys, tags, properties, shard keys and born timestamps as ``columns.message_text``
+    gives them, and their bodies. None when the walk cannot take the batch (a value unusual
+    in the sense of the module's docstring, a body not bytes or over ``max_body``, or the
+    layout probe failed): the caller then takes its general path, which also names bad
+    input. The shard-key and body columns are the caller's; the others are views into this
+    thread's scratch buffers, to be encoded before its next call."""
+    from strata.format import columns as col
+    n = len(msgs)
+    if not USABLE or not n:
+        return None
+    slots = _CLASS_SLOTS.get(cls, False)
+    if slots is False:
+        slots = _CLASS_SLOTS[cls] = _slots_of(cls, msgs[0])
+    if slots is None:
+        return None
+    kinds = np.append(_KINDS, [id(bytes), id(cls)])
     sc = _SCRATCH
-    info = np.zeros(6, np.int64)
+    info = np.zeros(7, np.int64)
     born = np.empty(n, np.int64)
+    body_at = np.empty(n, np.int64)
+    body_len = np.empty(n, np.int64)
     while True:
         bufs = sc.buffers(n)
-        code = gather(id(exts), n, _KINDS, sc.dict_pos.ctypes.data, *bufs, born, info)
+        code = gather(id(msgs), n, kinds, slots, max_body, sc.dict_pos.ctypes.data, body_at,
+                      body_len, *bufs, born, info)
         if code != FULL:
             break
         sc.grow()
     if code != OK:
         return None
-    g = Gathered()
-    (g.key_data, g.key_off, g.key_groups, g.tag_data, g.tag_off, g.prop_data, g.prop_off,
-     g.shard_data, g.shard_off, g.has_shard) = bufs
-    g.born, g.info = born, info
-    return g
-
-
-def message_text(exts: list) -> tuple | None:
-    """``columns.message_text`` of the messages whose ``_ext`` values are ``exts``, and their
-    born timestamps (an int64 array, BORN_AT_PUT where none was given, or None when none
-    was), from one compiled walk: ``(MessageText, born)``. None when the walk cannot take the
-    batch (the caller then gathers with ``columns.message_text``, which also names bad input:
-    e.g. a property name empty, reserved or too long). The shard-key
-    column is a copy (a prepared batch keeps it until its put); the others are views into
-    this thread's scratch buffers, to be encoded before its next call."""
-    from strata.format import columns as col
-    g = gather_exts(exts)
-    if g is None:
-        return None
-    n = len(exts)
-    n_keys, n_tags, _prop_msgs, n_props, n_shards, n_born = g.info.tolist()
+    (key_data, key_off, key_groups, tag_data, tag_off, prop_data, prop_off, shard_data,
+     shard_off, has_shard) = bufs
+    n_keys, n_tags, _prop_msgs, n_props, n_shards, n_born, one_topic = info.tolist()
     keys = groups = tags = props = shards = has = None
     if n_keys:
-        keys = col.BytesColumn.trusted(g.key_data, g.key_off[:n_keys + 1])
-        groups = g.key_groups[:n + 1]
+        keys = col.BytesColumn.trusted(key_data, key_off[:n_keys + 1])
+        groups = key_groups[:n + 1]
     if n_tags:
-        tags = col.BytesColumn.trusted(g.tag_data, g.tag_off[:n + 1])
+        tags = col.BytesColumn.trusted(tag_data, tag_off[:n + 1])
     if n_props:
-        props = col.BytesColumn.trusted(g.prop_data, g.prop_off[:n + 1])
+        props = col.BytesColumn.trusted(prop_data, prop_off[:n + 1])
     if n_shards:
-        off = g.shard_off[:n + 1].copy()
-        shards = col.BytesColumn.trusted(g.shard_data[:int(off[-1])].copy(), off)
-        has = None if n_shards == n else g.has_shard[:n].copy()
-    born = None if not n_born else g.born
-    return col.MessageText(keys, groups, tags, props, shards, has), born
+        off = shard_off[:n + 1].copy()
+        shards = col.BytesColumn.trusted(shard_data[:int(off[-1])].copy(), off)
+        has = None if n_shards == n else has_shard[:n].copy()
+    body_off = np.empty(n + 1, np.int64)
+    body_data = np.empty(int(body_len.sum()), np.uint8)
+    copy_bodies(body_at, body_len, body_off, body_data)
+    return Walked(col.MessageText(keys, groups, tags, props, shards, has),
+                  born if n_born else None, col.BytesColumn.trusted(body_data, body_off),
+                  bool(one_topic))

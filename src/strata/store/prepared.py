@@ -176,35 +176,32 @@ class Encoder:
         n = len(msgs)
         if set(map(type, msgs)) != {Message}:
             return None
-        topics = list(map(_GET_TOPIC, msgs))
-        one_topic = topics.count(topics[0]) == n
         exts = list(map(_GET_EXT, msgs))
         plain = exts.count(None) == n
-        # keys, tags, properties, born timestamps, shard keys (no routing, flags): one
-        # compiled walk over the objects, or (unusual values) C-speed passes per field
-        gathered = (_NO_TEXT, None) if plain else object_gather.message_text(exts)
         columns = None
-        if not plain and gathered is None:
+        if not plain:   # keys, tags, properties, born timestamps, shard keys; no routing, flags
+            walked = object_gather.walk(msgs, Message, self.max_body)   # one compiled walk
+            if walked is not None:
+                return self._prepare_rich(msgs, [msgs[0].topic] if walked.one_topic else
+                                          list(map(_GET_TOPIC, msgs)), walked.bodies,
+                                          (walked.text, walked.born), None)
+            # unusual values: gathered by C-speed passes per field
             columns = list(zip(*(exts if None not in exts else
                                  [e or EXT_DEFAULTS for e in exts])))
             if any(columns[i].count(EXT_DEFAULTS[i]) != n for i in _NOT_PLAIN):
                 return None
+        topics = list(map(_GET_TOPIC, msgs))
+        one_topic = topics.count(topics[0]) == n
         bodies = list(map(_GET_BODY, msgs))
         if set(map(type, bodies)) != {bytes}:
             return None
         body_lens = list(map(len, bodies))
         if max(body_lens) > self.max_body:
             return None
-        if not one_topic:
-            try:
-                tbs = {t: self.topic(t) for t in dict.fromkeys(topics)}
-            except InvalidInputError:
-                return None
-            return self._prepare_rich(msgs, topics, tbs, bodies, body_lens, columns, gathered)
+        if not plain or not one_topic:
+            return self._prepare_rich(msgs, topics, _bodies_of(bodies, body_lens),
+                                      (_NO_TEXT, None) if plain else None, columns)
         tb = self.topic(topics[0])
-        if not plain:
-            return self._prepare_rich(msgs, topics, {topics[0]: tb}, bodies, body_lens,
-                                      columns, gathered)
         props_lens = 0
         payloads = bodies
         host = self.store_host
@@ -225,17 +222,20 @@ class Encoder:
         return b
 
     def _prepare_rich(self, msgs: Sequence[Message], topics: list[str],
-                      topic_bytes: dict[str, bytes], bodies: list[bytes],
-                      body_lens: list[int], columns: list[tuple] | None,
-                      gathered: tuple | None) -> "PreparedBatch | None":
+                      bodies: col.BytesColumn, gathered: tuple | None,
+                      columns: list[tuple] | None) -> "PreparedBatch | None":
         """``_prepare_plain`` for messages with keys, tags, properties, born timestamps or
-        shard keys, or of several topics (``topic_bytes``: each one's encoded name, in order of
-        first appearance): the values gathered into columns by one compiled walk
-        (``gathered``: ``object_gather.message_text``'s) or else at C speed from ``columns``
-        (one tuple per ``Message._ext`` field, ``strata.format.columns``), the records laid
-        out in compiled code. None when some value is not of the usual kind (the
+        shard keys, or of several topics (``topics``: each message's, or the first alone when
+        all have it): the values gathered into columns by one compiled walk (``gathered``:
+        ``(MessageText, born)`` from ``object_gather.walk``) or else at C speed from
+        ``columns`` (one tuple per ``Message._ext`` field, ``strata.format.columns``), the
+        records laid out in compiled code. None when some value is not of the usual kind (the
         message-by-message path then names it)."""
         n = len(msgs)
+        try:
+            topic_bytes = {t: self.topic(t) for t in dict.fromkeys(topics)}
+        except InvalidInputError:
+            return None
         names = list(topic_bytes)
         if len(names) > 1:
             code_of = {t: i for i, t in enumerate(names)}
@@ -256,7 +256,7 @@ class Encoder:
         prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
         try:
             enc = col.encode_records(prefixes[0] if codes is None else prefixes,
-                                     _bodies_of(bodies, body_lens), prefix_of=codes,
+                                     bodies, prefix_of=codes,
                                      keys=text.keys, key_groups=text.key_groups,
                                      tags=text.tags, properties=text.properties,
                                      max_body=self.max_body, max_record=self.max_record)
