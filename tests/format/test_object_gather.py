@@ -56,7 +56,7 @@ def test_the_walk_gives_what_the_general_path_gives(rows):
     assert got is not None                           # ASCII, no NUL: the walk takes it
     text, born = got.text, got.born
     assert got.bodies.to_list() == [r["body"] for r in rows]
-    assert got.one_topic
+    assert got.topics == ["t"] and got.topic_codes is None
     ext_cols = list(zip(*[e or strata.store.message.EXT_DEFAULTS for e in exts]))
     want = col.message_text(ext_cols[0], ext_cols[1], ext_cols[2], ext_cols[4])
     assert columns(text) == columns(want)
@@ -110,11 +110,13 @@ def test_several_topics_and_plain_messages_among_rich_ones():
     msgs = [strata.Message("t", b"a", keys=["k"]), strata.Message("t", b"bb"),
             strata.Message("u", b"", tags="x")]
     got = og.walk(msgs, strata.Message, 100)
-    assert not got.one_topic
+    assert got.topics == ["t", "u"] and got.topic_codes.tolist() == [0, 0, 1]
     assert got.bodies.to_list() == [b"a", b"bb", b""]
     assert got.text.keys.to_list() == [b"k"] and got.text.key_groups.tolist() == [0, 1, 1, 1]
     assert got.text.tags.to_list() == [b"", b"", b"x"]
     assert og.walk(msgs, dict, 100) is None   # not a class laid out as Message
+    many = [strata.Message(f"t{i % (og.MAX_TOPICS + 1)}", b"x", tags="a") for i in range(200)]
+    assert og.walk(many, strata.Message, 100).topics is None   # too many to number
 
 
 def test_scratch_grows_for_a_large_batch_and_big_texts():
@@ -128,3 +130,15 @@ def test_scratch_grows_for_a_large_batch_and_big_texts():
     assert text.shard_keys.to_list() == [big.encode()] * 300
     assert text.properties.to_list()[0] == rec.encode_properties(None, None,
                                                                  msgs[0].properties)
+
+
+def test_equal_topics_held_by_different_objects_are_one_topic():
+    """The walk numbers topics by object; names that are equal but not the same object are
+    merged by the encoder (a batch of one topic, as the per-message path sees it)."""
+    from strata.store.prepared import Encoder
+    names = ["".join(["to", "pic"]) for _ in range(2)]
+    assert names[0] == names[1] and names[0] is not names[1]
+    msgs = [strata.Message(names[i % 2], b"x", keys=[f"k{i}"]) for i in range(40)]
+    assert og.walk(msgs, strata.Message, 100).topics == names
+    batch = Encoder(("127.0.0.1", 10911), 1 << 20, 1 << 24, 1 << 24).prepare(msgs)
+    assert batch.single_topic == "topic" and batch.topic_codes is None

@@ -53,7 +53,8 @@ _EXT_LEN = 11           # Message._ext: keys, tags, properties, queue_id, shard_
 # result codes
 OK, UNUSUAL, FULL = 0, 1, 2
 # info[]: what the batch had
-I_KEYS, I_TAGS, I_PROP_MSGS, I_PROPS, I_SHARDS, I_BORN, I_ONE_TOPIC = range(7)
+I_KEYS, I_TAGS, I_PROP_MSGS, I_PROPS, I_SHARDS, I_BORN, I_TOPICS = range(7)
+MAX_TOPICS = 64   # distinct topic objects a walk numbers
 
 
 @intrinsic
@@ -148,12 +149,14 @@ def _reserved(data, at, end):
 
 
 @njit(cache=True)
-def gather(msgs, n, kinds, slots, max_body, pos_at, body_at, body_len, key_data, key_off,
-           key_groups, tag_data, tag_off, prop_data, prop_off, shard_data, shard_off,
-           has_shard, born, info):
+def gather(msgs, n, kinds, slots, max_body, pos_at, topics, topic_codes, body_at, body_len,
+           key_data, key_off, key_groups, tag_data, tag_off, prop_data, prop_off, shard_data,
+           shard_off, has_shard, born, info):
     """Walk the ``n`` Messages of the list at address ``msgs`` and fill the columns (see
-    ``Gathered``): each body's address and length (bytes objects of at most ``max_body``),
-    and the fields of its ``_ext`` (None or the 11-tuple). ``kinds``: addresses of None, the
+    ``walk``): each message's topic numbered by object (``topic_codes``; ``topics`` gets the
+    first message of each, up to its length: past that info[I_TOPICS] is 0 and the codes
+    are not filled), each body's address and length (bytes objects of at most
+    ``max_body``), and the fields of its ``_ext`` (None or the 11-tuple). ``kinds``: addresses of None, the
     int 0, and the types str, tuple, list, dict, int, bytes, Message; ``slots``: where a
     Message keeps its topic, body and _ext. ``pos_at``: the address of 3 int64 for
     PyDict_Next (position, key, value).
@@ -163,8 +166,8 @@ def gather(msgs, n, kinds, slots, max_body, pos_at, body_at, body_len, key_data,
     bytes_t, msg_t = kinds[7], kinds[8]
     topic_at, body_slot, ext_at = slots[0], slots[1], slots[2]
     items = _i64(msgs + _ITEMS_AT)
-    first_topic = 0
-    one_topic = 1
+    n_topics = 0
+    last_topic = last_code = -1
     nk = np_ = 0
     kb = tb = pb = sb = 0
     tags = prop_msgs = shards = borns = 0
@@ -173,10 +176,23 @@ def gather(msgs, n, kinds, slots, max_body, pos_at, body_at, body_len, key_data,
         m = _i64(items + 8 * i)
         if _i64(m + 8) != msg_t:
             return UNUSUAL
-        if i == 0:
-            first_topic = _i64(m + topic_at)
-        elif _i64(m + topic_at) != first_topic:
-            one_topic = 0
+        t = _i64(m + topic_at)
+        if t != last_topic and n_topics >= 0:
+            last_code = -1
+            for k in range(n_topics):
+                if _i64(_i64(items + 8 * topics[k]) + topic_at) == t:
+                    last_code = k
+                    break
+            if last_code < 0:
+                if n_topics == len(topics):
+                    n_topics = -1   # too many: the caller numbers them
+                else:
+                    topics[n_topics] = i
+                    last_code = n_topics
+                    n_topics += 1
+            last_topic = t
+        if n_topics >= 0:
+            topic_codes[i] = last_code
         body = _i64(m + body_slot)
         if _i64(body + 8) != bytes_t or _i64(body + _SIZE_AT) > max_body:
             return UNUSUAL
@@ -286,7 +302,7 @@ def gather(msgs, n, kinds, slots, max_body, pos_at, body_at, body_len, key_data,
     info[I_PROPS] = np_
     info[I_SHARDS] = shards
     info[I_BORN] = borns
-    info[I_ONE_TOPIC] = one_topic
+    info[I_TOPICS] = max(n_topics, 0)
     return OK
 
 
@@ -402,13 +418,15 @@ def _slots_of(cls: type, sample) -> np.ndarray | None:
 
 class Walked(NamedTuple):
     """A batch read by ``walk``: its text columns (``columns.MessageText``), born timestamps
-    (int64, BORN_AT_PUT where none was given; None when none was), bodies, and whether every
-    message has the first one's topic object."""
+    (int64, BORN_AT_PUT where none was given; None when none was), bodies, and its topics:
+    the distinct topic objects in order of first appearance and each message's index in
+    them (None: all have the first), or ``topics`` None if there were too many to number."""
 
     text: object
     born: np.ndarray | None
     bodies: object
-    one_topic: bool
+    topics: list | None
+    topic_codes: np.ndarray | None
 
 
 def walk(msgs: list, cls: type, max_body: int) -> Walked | None:
@@ -434,10 +452,12 @@ def walk(msgs: list, cls: type, max_body: int) -> Walked | None:
     born = np.empty(n, np.int64)
     body_at = np.empty(n, np.int64)
     body_len = np.empty(n, np.int64)
+    firsts = np.empty(MAX_TOPICS, np.int64)
+    codes = np.empty(n, np.int64)
     while True:
         bufs = sc.buffers(n)
-        code = gather(id(msgs), n, kinds, slots, max_body, sc.dict_pos.ctypes.data, body_at,
-                      body_len, *bufs, born, info)
+        code = gather(id(msgs), n, kinds, slots, max_body, sc.dict_pos.ctypes.data, firsts,
+                      codes, body_at, body_len, *bufs, born, info)
         if code != FULL:
             break
         sc.grow()
@@ -445,7 +465,7 @@ def walk(msgs: list, cls: type, max_body: int) -> Walked | None:
         return None
     (key_data, key_off, key_groups, tag_data, tag_off, prop_data, prop_off, shard_data,
      shard_off, has_shard) = bufs
-    n_keys, n_tags, _prop_msgs, n_props, n_shards, n_born, one_topic = info.tolist()
+    n_keys, n_tags, _prop_msgs, n_props, n_shards, n_born, n_topics = info.tolist()
     keys = groups = tags = props = shards = has = None
     if n_keys:
         keys = col.BytesColumn.trusted(key_data, key_off[:n_keys + 1])
@@ -461,6 +481,7 @@ def walk(msgs: list, cls: type, max_body: int) -> Walked | None:
     body_off = np.empty(n + 1, np.int64)
     body_data = np.empty(int(body_len.sum()), np.uint8)
     copy_bodies(body_at, body_len, body_off, body_data)
+    topics = [msgs[i].topic for i in firsts[:n_topics].tolist()] if n_topics else None
     return Walked(col.MessageText(keys, groups, tags, props, shards, has),
                   born if n_born else None, col.BytesColumn.trusted(body_data, body_off),
-                  bool(one_topic))
+                  topics, codes if n_topics > 1 else None)

@@ -26,9 +26,8 @@ from strata.store.message import EXT_DEFAULTS, EXT_NAMES, Message
 
 BLANK_HEADER = bytes(rec.HEADER_SIZE)
 COLUMNAR_BATCH = 32  # from this many messages on, queue choice and headers use numpy
-# A message that gives no born timestamp is born at its put: the store timestamp of its batch
-# (a producer stamps its send time; in the embedded store the put call is the producer). In
-# the born columns below it stands for "not given" (a given one is >= 0).
+# A message without a born timestamp is born at its put (its batch's store timestamp: in the
+# embedded store the put call is the producer); in the born columns: "not given".
 BORN_AT_PUT = col.BORN_AT_PUT
 
 # One attribute over all messages at a time: a list per field is half the cost of one tuple
@@ -182,8 +181,10 @@ class Encoder:
         if not plain:   # keys, tags, properties, born timestamps, shard keys; no routing, flags
             walked = object_gather.walk(msgs, Message, self.max_body)   # one compiled walk
             if walked is not None:
-                return self._prepare_rich(msgs, [msgs[0].topic] if walked.one_topic else
-                                          list(map(_GET_TOPIC, msgs)), walked.bodies,
+                names, codes = walked.topics, walked.topic_codes
+                if names is None or len(set(names)) < len(names):   # many, or equal objects
+                    names, codes = _numbered(list(map(_GET_TOPIC, msgs)))
+                return self._prepare_rich(msgs, names, codes, walked.bodies,
                                           (walked.text, walked.born), None)
             # unusual values: gathered by C-speed passes per field
             columns = list(zip(*(exts if None not in exts else
@@ -199,7 +200,7 @@ class Encoder:
         if max(body_lens) > self.max_body:
             return None
         if not plain or not one_topic:
-            return self._prepare_rich(msgs, topics, _bodies_of(bodies, body_lens),
+            return self._prepare_rich(msgs, *_numbered(topics), _bodies_of(bodies, body_lens),
                                       (_NO_TEXT, None) if plain else None, columns)
         tb = self.topic(topics[0])
         props_lens = 0
@@ -221,27 +222,22 @@ class Encoder:
         b.default_sys = self.default_sys
         return b
 
-    def _prepare_rich(self, msgs: Sequence[Message], topics: list[str],
-                      bodies: col.BytesColumn, gathered: tuple | None,
-                      columns: list[tuple] | None) -> "PreparedBatch | None":
+    def _prepare_rich(self, msgs: Sequence[Message], names: list[str],
+                      codes: np.ndarray | None, bodies: col.BytesColumn,
+                      gathered: tuple | None, columns: list[tuple] | None
+                      ) -> "PreparedBatch | None":
         """``_prepare_plain`` for messages with keys, tags, properties, born timestamps or
-        shard keys, or of several topics (``topics``: each message's, or the first alone when
-        all have it): the values gathered into columns by one compiled walk (``gathered``:
+        shard keys, or of several topics (``names``, in order of first appearance, and each
+        message's index in them, None: all to the first): the values gathered into columns by one compiled walk (``gathered``:
         ``(MessageText, born)`` from ``object_gather.walk``) or else at C speed from
         ``columns`` (one tuple per ``Message._ext`` field, ``strata.format.columns``), the
         records laid out in compiled code. None when some value is not of the usual kind (the
         message-by-message path then names it)."""
         n = len(msgs)
         try:
-            topic_bytes = {t: self.topic(t) for t in dict.fromkeys(topics)}
+            topic_bytes = {t: self.topic(t) for t in names}
         except InvalidInputError:
             return None
-        names = list(topic_bytes)
-        if len(names) > 1:
-            code_of = {t: i for i, t in enumerate(names)}
-            codes = np.fromiter(map(code_of.__getitem__, topics), np.int64, n)
-        else:
-            codes = None
         if gathered is not None:
             text, born = gathered
         else:
@@ -328,6 +324,13 @@ def _checked_body(body) -> bytes:
         raise InvalidInputError("message body must be bytes; encode the str first "
                                 "(e.g. body.encode())")
     raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
+
+
+def _numbered(topics: list[str]) -> tuple[list[str], np.ndarray | None]:
+    """The distinct topics in first-appearance order, each item's index in them (None: one)."""
+    code_of = {t: i for i, t in enumerate(dict.fromkeys(topics))}
+    return list(code_of), (None if len(code_of) == 1 else
+                           np.fromiter(map(code_of.__getitem__, topics), np.int64, len(topics)))
 
 
 def _bodies_of(bodies: list[bytes], lens: list[int]) -> col.BytesColumn:
@@ -548,8 +551,7 @@ class PreparedBatch:
         if born is None:
             return store_ts
         if isinstance(born, np.ndarray):
-            return np.where(born == BORN_AT_PUT, store_ts, born) if \
-                (born == BORN_AT_PUT).any() else born
+            return np.where(born == BORN_AT_PUT, store_ts, born)
         if BORN_AT_PUT in born:
             return [store_ts if t == BORN_AT_PUT else t for t in born]
         return born
