@@ -133,12 +133,19 @@ def test_scratch_grows_for_a_large_batch_and_big_texts():
 
 
 def test_equal_topics_held_by_different_objects_are_one_topic():
-    """The walk numbers topics by object; names that are equal but not the same object are
-    merged by the encoder (a batch of one topic, as the per-message path sees it)."""
+    """The walk numbers topics by object or ASCII text: names that are equal but not the
+    same object are one topic (as the per-message path sees them)."""
     from strata.store.prepared import Encoder
+    enc = Encoder(("127.0.0.1", 10911), 1 << 20, 1 << 24, 1 << 24)
     names = ["".join(["to", "pic"]) for _ in range(2)]
     assert names[0] == names[1] and names[0] is not names[1]
     msgs = [strata.Message(names[i % 2], b"x", keys=[f"k{i}"]) for i in range(40)]
-    assert og.walk(msgs, strata.Message, 100).topics == names
-    batch = Encoder(("127.0.0.1", 10911), 1 << 20, 1 << 24, 1 << 24).prepare(msgs)
+    assert og.walk(msgs, strata.Message, 100).topics == names[:1]   # compared by text
+    batch = enc.prepare(msgs)
     assert batch.single_topic == "topic" and batch.topic_codes is None
+    # a name no topic may have: the walk numbers it by object, the encoder refuses it
+    odd = ["".join(["tó", "pico"]) for _ in range(2)]
+    msgs = [strata.Message(odd[i % 2], b"x", keys=[f"k{i}"]) for i in range(40)]
+    assert og.walk(msgs, strata.Message, 100).topics == odd
+    with pytest.raises(strata.errors.InvalidInputError, match="topic"):
+        enc.prepare(msgs)

@@ -121,6 +121,23 @@ def _text(s, str_type, data, at):
 
 
 @njit(cache=True, inline="always")
+def _same_text(a, b, str_type):
+    """Are ``a`` and ``b`` the same object, or compact ASCII strs of equal text?"""
+    if a == b:
+        return True
+    if _i64(a + 8) != str_type or _i64(b + 8) != str_type or \
+            (_u32(a + _STATE_AT) & _u32(b + _STATE_AT) & _COMPACT_ASCII) != _COMPACT_ASCII:
+        return False
+    n = _i64(a + _SIZE_AT)
+    if _i64(b + _SIZE_AT) != n:
+        return False
+    for j in range(n):
+        if _u8(a + _ASCII_AT + j) != _u8(b + _ASCII_AT + j):
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
 def _entry(s, str_t, data, at):
     """A property entry's half: u16 little-endian length, then str ``s``'s bytes (as
     ``_text``), into ``data`` from ``at``; returns the end, -1 (unusual: also longer than
@@ -153,7 +170,8 @@ def gather(msgs, n, kinds, slots, max_body, pos_at, topics, topic_codes, body_at
            key_data, key_off, key_groups, tag_data, tag_off, prop_data, prop_off, shard_data,
            shard_off, has_shard, born, info):
     """Walk the ``n`` Messages of the list at address ``msgs`` and fill the columns (see
-    ``walk``): each message's topic numbered by object (``topic_codes``; ``topics`` gets the
+    ``walk``): each message's topic numbered (same object or equal ASCII text: one number;
+    ``topic_codes``; ``topics`` gets the
     first message of each, up to its length: past that info[I_TOPICS] is 0 and the codes
     are not filled), each body's address and length (bytes objects of at most
     ``max_body``), and the fields of its ``_ext`` (None or the 11-tuple). ``kinds``: addresses of None, the
@@ -180,7 +198,7 @@ def gather(msgs, n, kinds, slots, max_body, pos_at, topics, topic_codes, body_at
         if t != last_topic and n_topics >= 0:
             last_code = -1
             for k in range(n_topics):
-                if _i64(_i64(items + 8 * topics[k]) + topic_at) == t:
+                if _same_text(_i64(_i64(items + 8 * topics[k]) + topic_at), t, str_t):
                     last_code = k
                     break
             if last_code < 0:
@@ -419,7 +437,8 @@ def _slots_of(cls: type, sample) -> np.ndarray | None:
 class Walked(NamedTuple):
     """A batch read by ``walk``: its text columns (``columns.MessageText``), born timestamps
     (int64, BORN_AT_PUT where none was given; None when none was), bodies, and its topics:
-    the distinct topic objects in order of first appearance and each message's index in
+    the distinct topics in order of first appearance (told apart by object, or by text when
+    ASCII: a non-ASCII name held by two objects appears twice) and each message's index in
     them (None: all have the first), or ``topics`` None if there were too many to number."""
 
     text: object
