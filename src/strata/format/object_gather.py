@@ -33,7 +33,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from strata.format.record_kernels import memcpy
+from strata.format.record_kernels import load_i64 as _i64, load_u8 as _u8, \
+    load_u32 as _u32, memcpy
 
 _I64 = ir.IntType(64)
 _OBJ = ir.IntType(8).as_pointer()
@@ -58,41 +59,6 @@ MAX_TOPICS = 64   # distinct topic objects a walk numbers
 
 
 @intrinsic
-def _i64(typingctx, addr):
-    """``*(int64 *)addr``."""
-    def codegen(context, builder, signature, args):
-        return builder.load(builder.inttoptr(args[0], _I64.as_pointer()))
-    return types.int64(types.int64), codegen
-
-
-@intrinsic
-def _u32(typingctx, addr):
-    """``*(uint32 *)addr``."""
-    def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        return builder.zext(builder.load(builder.inttoptr(args[0], i32.as_pointer())), _I64)
-    return types.int64(types.int64), codegen
-
-
-@intrinsic
-def _u8(typingctx, addr):
-    """``*(uint8 *)addr``."""
-    def codegen(context, builder, signature, args):
-        i8 = ir.IntType(8)
-        return builder.zext(builder.load(builder.inttoptr(args[0], i8.as_pointer())), _I64)
-    return types.int64(types.int64), codegen
-
-
-@intrinsic
-def _set_i64(typingctx, addr, value):
-    """``*(int64 *)addr = value``."""
-    def codegen(context, builder, signature, args):
-        builder.store(args[1], builder.inttoptr(args[0], _I64.as_pointer()))
-        return context.get_dummy_value()
-    return types.none(types.int64, types.int64), codegen
-
-
-@intrinsic
 def _dict_next(typingctx, d, ppos, pkey, pvalue):
     """``PyDict_Next(d, ppos, pkey, pvalue)`` (addresses; the key and value are borrowed)."""
     def codegen(context, builder, signature, args):
@@ -103,19 +69,22 @@ def _dict_next(typingctx, d, ppos, pkey, pvalue):
 
 
 @njit(cache=True, inline="always")
-def _text(s, str_type, data, at):
-    """Copy str ``s`` (compact ASCII, no NUL) into ``data`` from ``at``; returns the end, -1 if
-    ``s`` is not like that, -2 if ``data`` is full."""
+def _text(s, str_type, data, at, least):
+    """Copy str ``s`` (compact ASCII, no NUL, at least ``least`` characters) into ``data``
+    from ``at``; returns the end, -UNUSUAL if ``s`` is not like that, -FULL if ``data`` is
+    full."""
     if _i64(s + 8) != str_type or (_u32(s + _STATE_AT) & _COMPACT_ASCII) != _COMPACT_ASCII:
-        return -1
+        return -UNUSUAL
     n = _i64(s + _SIZE_AT)
+    if n < least:
+        return -UNUSUAL
     if at + n > len(data):
-        return -2
+        return -FULL
     src = s + _ASCII_AT
     for j in range(n):
         c = _u8(src + j)
         if c == 0:
-            return -1
+            return -UNUSUAL
         data[at + j] = c
     return at + n
 
@@ -138,18 +107,18 @@ def _same_text(a, b, str_type):
 
 
 @njit(cache=True, inline="always")
-def _entry(s, str_t, data, at):
+def _entry(s, str_t, data, at, least):
     """A property entry's half: u16 little-endian length, then str ``s``'s bytes (as
-    ``_text``), into ``data`` from ``at``; returns the end, -1 (unusual: also longer than
-    65535), -2 (full)."""
+    ``_text``), into ``data`` from ``at``; returns the end, -UNUSUAL (also: longer than
+    65535), -FULL."""
     if at + 2 > len(data):
-        return -2
-    end = _text(s, str_t, data, at + 2)
+        return -FULL
+    end = _text(s, str_t, data, at + 2, least)
     if end < 0:
         return end
     n = end - at - 2
     if n > 0xFFFF:
-        return -1
+        return -UNUSUAL
     data[at] = n & 0xFF
     data[at + 1] = n >> 8
     return end
@@ -166,7 +135,7 @@ def _reserved(data, at, end):
 
 
 @njit(cache=True)
-def gather(msgs, n, kinds, slots, max_body, pos_at, topics, topic_codes, body_at, body_len,
+def gather(msgs, n, kinds, slots, max_body, pos, topics, topic_codes, body_at, body_len,
            key_data, key_off, key_groups, tag_data, tag_off, prop_data, prop_off, shard_data,
            shard_off, has_shard, born, info):
     """Walk the ``n`` Messages of the list at address ``msgs`` and fill the columns (see
@@ -176,12 +145,13 @@ def gather(msgs, n, kinds, slots, max_body, pos_at, topics, topic_codes, body_at
     are not filled), each body's address and length (bytes objects of at most
     ``max_body``), and the fields of its ``_ext`` (None or the 11-tuple). ``kinds``: addresses of None, the
     int 0, and the types str, tuple, list, dict, int, bytes, Message; ``slots``: where a
-    Message keeps its topic, body and _ext. ``pos_at``: the address of 3 int64 for
-    PyDict_Next (position, key, value).
+    Message keeps its topic, body and _ext. ``pos``: 3 int64 for PyDict_Next (position,
+    key, value).
     Returns OK, UNUSUAL (take the general path) or FULL (a buffer is too small)."""
     none, zero, str_t, tuple_t, list_t, dict_t, int_t = (kinds[0], kinds[1], kinds[2],
                                                          kinds[3], kinds[4], kinds[5], kinds[6])
     bytes_t, msg_t = kinds[7], kinds[8]
+    pos_at = pos.ctypes.data
     topic_at, body_slot, ext_at = slots[0], slots[1], slots[2]
     items = _i64(msgs + _ITEMS_AT)
     n_topics = 0
@@ -244,22 +214,18 @@ def gather(msgs, n, kinds, slots, max_body, pos_at, topics, topic_codes, body_at
         for j in range(_i64(keys + _SIZE_AT)):
             if nk + 1 >= len(key_off):
                 return FULL
-            end = _text(_i64(karr + 8 * j), str_t, key_data, kb)
-            if end == -2:
-                return FULL
-            if end <= kb:   # not compact ASCII, a NUL, or empty
-                return UNUSUAL
+            end = _text(_i64(karr + 8 * j), str_t, key_data, kb, 1)   # a key is not empty
+            if end < 0:
+                return -end
             kb = end
             nk += 1
             key_off[nk] = kb
         key_groups[i + 1] = nk
         tag = _i64(f + 8)
         if tag != none:
-            end = _text(tag, str_t, tag_data, tb)
-            if end == -2:
-                return FULL
-            if end <= tb:
-                return UNUSUAL
+            end = _text(tag, str_t, tag_data, tb, 1)
+            if end < 0:
+                return -end
             tb = end
             tags += 1
         tag_off[i + 1] = tb
@@ -268,29 +234,24 @@ def gather(msgs, n, kinds, slots, max_body, pos_at, topics, topic_codes, body_at
             if _i64(props + 8) != dict_t:
                 return UNUSUAL
             prop_msgs += 1
-            _set_i64(pos_at, 0)
+            pos[0] = 0
             while _dict_next(props, pos_at, pos_at + 8, pos_at + 16):
-                end = _entry(_i64(pos_at + 8), str_t, prop_data, pb)
-                if end == -2:
-                    return FULL
-                if end <= pb + 2 or _reserved(prop_data, pb + 2, end):
-                    return UNUSUAL   # not ASCII, NUL, too long, empty or reserved
-                pb = end
-                end = _entry(_i64(pos_at + 16), str_t, prop_data, pb)
-                if end == -2:
-                    return FULL
+                end = _entry(_i64(pos_at + 8), str_t, prop_data, pb, 1)   # a name: not empty
                 if end < 0:
+                    return -end
+                if _reserved(prop_data, pb + 2, end):
                     return UNUSUAL
+                end = _entry(_i64(pos_at + 16), str_t, prop_data, end, 0)
+                if end < 0:
+                    return -end
                 pb = end
                 np_ += 1
         prop_off[i + 1] = pb
         shard = _i64(f + 32)
         if shard != none:
-            end = _text(shard, str_t, shard_data, sb)
-            if end == -2:
-                return FULL
-            if end < sb:
-                return UNUSUAL
+            end = _text(shard, str_t, shard_data, sb, 0)
+            if end < 0:
+                return -end
             sb = end
             shards += 1
             has_shard[i] = True
@@ -475,7 +436,7 @@ def walk(msgs: list, cls: type, max_body: int) -> Walked | None:
     codes = np.empty(n, np.int64)
     while True:
         bufs = sc.buffers(n)
-        code = gather(id(msgs), n, kinds, slots, max_body, sc.dict_pos.ctypes.data, firsts,
+        code = gather(id(msgs), n, kinds, slots, max_body, sc.dict_pos, firsts,
                       codes, body_at, body_len, *bufs, born, info)
         if code != FULL:
             break
