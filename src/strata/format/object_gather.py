@@ -1,23 +1,26 @@
-"""The text fields of a batch of ``Message``s gathered into columns by ONE compiled walk over
-the Python objects (numba reading CPython's object layout), for ``columns.message_text``.
+"""A batch of ``Message``s read into columns by ONE compiled walk over the Python objects
+(numba reading CPython's object layout): what ``columns.message_text`` gathers (keys, tags,
+properties, shard keys), the born timestamps, the bodies and the topics.
 
-Why: a rich message is about a dozen small objects (its field tuple, keys list, key strings,
-properties dict, names, values, shard key, born int). Gathering them with C-speed Python
-passes (``zip``, ``count``, ``str.join`` over chained iterators) walks those objects several
-times, and on a batch of 1,024 each walk pays the cache misses again; here each object is
-read once. ASCII text (the usual case) is copied straight from each str's inline bytes; a
-dict is walked with ``PyDict_Next``.
+Why: a rich message is about a dozen small objects (the Message, its field tuple, keys list,
+key strings, properties dict, names, values, shard key, born int, body). Gathering them with
+C-speed Python passes (``zip``, ``count``, ``str.join`` over chained iterators) walks those
+objects several times, and on a batch of 1,024 each walk pays the cache misses again; here
+each object is read once. ASCII text (the usual case) is copied straight from each str's
+inline bytes, properties are written as the record's entries, a dict is walked with
+``PyDict_Next``.
 
-Anything unusual — a non-ASCII or NUL-holding text, an empty key or tag, a container or value
-of another type, routing, flags, a born host — makes ``gather`` return None, and the caller
-takes its general path (``message_text``), which handles or names it. The layout facts it
-relies on (CPython 3.11's list, tuple, compact-ASCII str and int objects) are checked by a
-probe at import; if the probe fails, ``gather`` always returns None.
+Anything unusual — a non-ASCII or NUL-holding text, an empty key, tag or property name, a
+reserved or too long name, a container or value of another type, routing, flags, a born host,
+a body not bytes or too large — makes ``walk`` return None, and the caller takes its general
+path (``columns.message_text``), which handles or names it. The layout facts it relies on
+(CPython 3.11's list, tuple, bytes, compact-ASCII str and int objects; the Message's slots,
+read from its descriptors) are checked by a probe at import and on the first message of the
+class; if a check fails, ``walk`` always returns None.
 
-The kernel holds the GIL (it reads live objects, which the caller keeps alive) and allocates
-nothing; its output goes into per-thread scratch buffers that are grown when a batch does not
-fit, so the columns it returns are views valid until the same thread's next call. Pure: no
-file I/O.
+The kernels hold the GIL (they read live objects, which the caller's list keeps alive). The
+text goes into per-thread scratch buffers grown when a batch does not fit, so those columns
+are views valid until the same thread's next call. Pure: no file I/O.
 """
 
 from __future__ import annotations
@@ -285,10 +288,11 @@ def gather(msgs, n, kinds, slots, max_body, pos, topics, topic_codes, body_at, b
     return OK
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def copy_bodies(body_at, body_len, off, out):
     """The bodies (addresses and lengths from ``gather``; their objects kept alive by the
-    caller) back to back into ``out``; ``off`` gets the n + 1 offsets."""
+    caller's list) back to back into ``out``; ``off`` gets the n + 1 offsets. Holds the GIL:
+    another thread could otherwise drop a message from the list, and its body, meanwhile."""
     off[0] = 0
     for i in range(len(body_at)):
         off[i + 1] = off[i] + body_len[i]
