@@ -2,6 +2,7 @@
 JSON lines.
 
     python bench/rich_put.py [--batches B] [--batch 1024] [--body 100] [--rounds R] [--dir D]
+                             [--cases plain,rich,...] [--stages]
 
 Cases (each round runs all of them in a rotating order, each on its own topic of one store
 per round; 8 queues; async flush; the dispatch pipeline runs in the background as usual):
@@ -16,6 +17,12 @@ per round; 8 queues; async flush; the dispatch pipeline runs in the background a
 * ``demo``: messages shaped as ``strata demo``'s: four topics in every batch (round-robin
   over them), two keys, a tag, three properties and a shard key each, born now (run it with
   ``--batch 512`` for the demo's batches).
+
+``--stages``: instead, the CPU of each stage per message (``time.thread_time``, best of
+``--rounds``, fresh messages per batch): ``prepare`` (validation and encoding, before the put
+lock), ``write`` (queue choice and append under it) and ``dispatch`` (the dispatch thread's
+work — consume queues, key index — held back during the puts and run on the caller with
+``catch_up``, so that its CPU is counted too).
 
 Messages are built before the clock starts (not counted). ``msgs_s`` is the rate of the put
 calls alone; ``with_dispatch_msgs_s`` also waits until queues and key index have the batch
@@ -109,6 +116,51 @@ def run_case(store, case: str, batches: int, batch: int, body: int) -> dict:
             "cpu_s": round(time.process_time() - c0, 3)}
 
 
+def run_stages(store, case: str, batches: int, batch: int, body: int) -> dict:
+    """µs of thread CPU per message of each stage of ``put_batch`` (see the docstring)."""
+    from strata.store import put_path
+    for t in ([f"demo_{name}" for name in DEMO_TOPICS] if case == "demo" else [case]):
+        store.create_topic(t, queues=8)
+    work = [build(case, case, [bytes([65 + (j + i) % 26]) * body for j in range(batch)],
+                  i * batch) for i in range(batches + 1)]
+    store.put_batch(work[0])   # warm-up (compiled code, segment)
+    store.wait_dispatched(60)
+    store._reput.stop()        # dispatch held back: run below, on this thread
+    prep = write = 0.0
+    for w in work[1:]:
+        c0 = time.thread_time()
+        prepared = store._encoder.prepare(w)
+        c1 = time.thread_time()
+        put_path.put_prepared(store, prepared, w)
+        c2 = time.thread_time()
+        prep, write = prep + c1 - c0, write + c2 - c1
+    c0 = time.thread_time()
+    store._reput.catch_up()
+    n = batches * batch / 1e6
+    return {"prepare_us": prep / n, "write_us": write / n,
+            "dispatch_us": (time.thread_time() - c0) / n}
+
+
+def stages(a, cases: list[str], scratch: Path) -> None:
+    best: dict[str, dict] = {}
+    for r in range(a.rounds):
+        for case in cases:
+            cfg = strata.StoreConfig(segment_size=256 << 20, flush="async")
+            with strata.open(scratch / f"s{r}{case}", cfg) as store:
+                row = run_stages(store, case, a.batches, a.batch, a.body)
+            old = best.setdefault(case, row)
+            for k, v in row.items():
+                old[k] = min(old[k], v)
+    plain = best.get("plain")
+    for case, row in best.items():
+        out = {"bench": "rich_put", "case": f"stages_{case}",
+               **{k: round(v, 3) for k, v in row.items()},
+               "total_us": round(sum(row.values()), 3)}
+        if plain and case != "plain":
+            out["cpu_vs_plain"] = round(sum(plain.values()) / sum(row.values()), 3)
+        print(json.dumps(out), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", type=int, default=48)
@@ -117,10 +169,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--dir")
+    ap.add_argument("--stages", action="store_true", help="CPU per stage (see the docstring)")
     a = ap.parse_args()
     cases = a.cases.split(",")
     scratch, cleanup = scratch_dir("rich_put", a.dir)
     best: dict[str, dict] = {}
+    if a.stages:
+        try:
+            return stages(a, cases, scratch)
+        finally:
+            cleanup()
     try:
         for r in range(a.rounds):
             cfg = strata.StoreConfig(segment_size=256 << 20, flush="async")

@@ -42,8 +42,8 @@ WAIT_S = 300.0     # a cold compile on a loaded machine; never wait forever
 # the kernel modules a run leaves cache entries for (relative to the strata package)
 MODULES = ("format/record_kernels.py", "format/column_kernels.py",
            "format/property_kernels.py", "format/key_index_kernels.py",
-           "format/record_objects.py", "tiered/chunk_kernels.py", "tiered/blake2b.py",
-           "refstore/encode.py", "refstore/hash_kernels.py")
+           "format/record_objects.py", "format/object_gather.py", "tiered/chunk_kernels.py",
+           "tiered/blake2b.py", "refstore/encode.py", "refstore/hash_kernels.py")
 KAFKA_MODULES = ("broker/kafka/batch_kernels.py", "broker/kafka/batch_encode_kernels.py")
 SPARK_MODULES = ("spark/kernels.py",)
 
@@ -101,6 +101,10 @@ def _rich_puts(store) -> None:
                      for i in range(4)])
     store.put_columns("warm", None, [b"c0", b"c1"], keys=["k", "k"], tags=["t", "t"],
                       properties=[{"p": "0"}, {"p": "1"}])
+    # a large batch takes the compiled walk over the messages (format/object_gather.py)
+    store.put_batch([Message("warm", b"walk %d" % i, keys=[f"k-{i}"], tags="t",
+                             properties={"p": str(i)}, shard_key=f"s-{i % 2}",
+                             born_timestamp=1_700_000_000_000 + i) for i in range(40)])
     _wait(store)
 
 

@@ -198,6 +198,8 @@ def test_demo_stamps_born_times_and_shows_the_plain_batch_rate_beside_its_own(tm
     assert len(rich) == len(plain) == 600
     assert [m.body for m in plain] == [m.body for m in rich]
     assert all(m.born_timestamp >= before for m in rich)
+    # the plain messages give no born time: each is born at its put
+    assert all(m.born_timestamp == m.store_timestamp >= before for m in plain)
 
 
 def test_stat_shows_disk_use_and_apparent_size_and_info_human_units(tmp_path):

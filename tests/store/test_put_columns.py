@@ -40,9 +40,11 @@ def as_messages(topic: str, queue_id: int, rows: list[dict]) -> list[strata.Mess
             for r in rows]
 
 
-def columns_of(rows: list[dict], form: str) -> dict:
+def columns_of(rows: list[dict], form: str, now: int) -> dict:
     """The rows as put_columns' arguments: Python sequences, or BytesColumns (keys one per
-    message where each has at most one)."""
+    message where each has at most one). A numpy born column cannot leave one item out: a
+    message without a born timestamp gets ``now``, the store time of the put (which is what
+    a message without one is born at), or the column is None when none has one."""
     if form == "python":
         return dict(bodies=[r["body"] for r in rows], keys=[r["keys"] for r in rows],
                     tags=[r["tags"] for r in rows], properties=[r["props"] for r in rows],
@@ -51,7 +53,8 @@ def columns_of(rows: list[dict], form: str) -> dict:
               tags=BytesColumn.of([(r["tags"] or "").encode() for r in rows]),
               properties=BytesColumn.of([rec.encode_properties(None, None, r["props"])
                                          for r in rows]),
-              born_timestamps=np.array([r["born"] or 0 for r in rows], np.int64))
+              born_timestamps=None if all(r["born"] is None for r in rows) else
+              np.array([now if r["born"] is None else r["born"] for r in rows], np.int64))
     if all(len(r["keys"]) <= 1 for r in rows):
         kw["keys"] = BytesColumn.of([(r["keys"] or [""])[0].encode() for r in rows])
     else:
@@ -72,7 +75,7 @@ def test_put_columns_writes_what_put_batch_writes(tmp_path_factory, clock, batch
         ra, rb = [], []
         for rows in batches:
             ra += a.put_batch(as_messages("t", 2, rows))
-            rb += b.put_columns("t", 2, **columns_of(rows, form))
+            rb += b.put_columns("t", 2, **columns_of(rows, form, clock.t))
         assert ra == rb
         settle(a)
         settle(b)

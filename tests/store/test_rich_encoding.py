@@ -62,7 +62,9 @@ def test_rich_batches_encode_as_message_by_message(kinds, n):
     assert list(batch.body_lens) == [len(r["body"]) for r in rows]
     queues = {"t": 5, "other": 3, "third_topic": 8}
     batch.choose_queues(queues, 4, {}, {})
-    assert batch.headers()["born_ts"].tolist() == [r["born"] or 0 for r in rows]
+    # a message without a born timestamp is born at the put (the batch's store timestamp)
+    assert batch.headers(1234)["born_ts"].tolist() == \
+        [1234 if r["born"] is None else r["born"] for r in rows]
     for r, q in zip(rows, batch.queue_ids):
         if r["shard"] is not None:
             assert q == crc32c(str(r["shard"]).encode()) % queues[r["topic"]]

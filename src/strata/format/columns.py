@@ -24,6 +24,9 @@ from strata.format import record as rec
 KEY_ENTRY = 2 + len(rec.PROP_KEYS) + 2
 TAG_ENTRY = 2 + len(rec.PROP_TAGS) + 2
 MAX_TEXT = 0xFFFF   # a key, tag, property name or value: at most this many UTF-8 bytes
+# In a born-timestamp column: not given, born at the put (the batch's store timestamp). A given
+# born timestamp is >= 0.
+BORN_AT_PUT = -1
 
 _EMPTY_U8 = np.zeros(0, np.uint8)
 _NO_ITEMS = np.zeros(1, np.int64)
@@ -339,7 +342,7 @@ def message_text(keys: Sequence, tags: Sequence, properties: Sequence,
             return None   # an empty tag
         at += n
     if n_props:
-        prop_col = _entries_column(data, off[at:at + n_props + 1],
+        prop_col = entries_column(data, off[at:at + n_props + 1],
                                    off[at + n_props:at + 2 * n_props + 1], prop_groups)
         if prop_col is None:
             return None
@@ -377,11 +380,13 @@ def _joined_items(parts: list, count: int) -> tuple[np.ndarray, np.ndarray] | No
     return data, off
 
 
-def _entries_column(data: np.ndarray, name_off: np.ndarray, value_off: np.ndarray,
-                    groups: np.ndarray) -> BytesColumn | None:
-    """Property sections from names and values (items of ``data``): message i's section holds
-    entries groups[i] .. groups[i + 1] - 1. None if a name is empty or reserved, or a name or
-    value too long."""
+def entries_column(data: np.ndarray, name_off: np.ndarray, value_off: np.ndarray,
+                   groups: np.ndarray, value_data: np.ndarray | None = None
+                   ) -> BytesColumn | None:
+    """Property sections from names (items of ``data``) and values (of ``value_data``, or
+    ``data`` too): message i's section holds entries groups[i] .. groups[i + 1] - 1. None if
+    a name is empty or reserved, or a name or value too long."""
+    values = data if value_data is None else value_data
     nlen, vlen = np.diff(name_off), np.diff(value_off)
     if len(nlen) and (max(int(nlen.max()), int(vlen.max())) > MAX_TEXT or
                       kernels().names_bad(data, name_off) >= 0):
@@ -391,7 +396,7 @@ def _entries_column(data: np.ndarray, name_off: np.ndarray, value_off: np.ndarra
     out_off = entry[groups]
     out = np.empty(int(out_off[-1]), np.uint8)
     if len(nlen):
-        kernels().encode_entries(data, name_off, data, value_off, groups, out_off, out)
+        kernels().encode_entries(data, name_off, values, value_off, groups, out_off, out)
     return BytesColumn.trusted(out, out_off)
 
 
@@ -412,7 +417,7 @@ def _dicts_column(props: list) -> BytesColumn | None:
     if split is None:
         return None
     data, off = split
-    return _entries_column(data, off[:count + 1], off[count:], groups)
+    return entries_column(data, off[:count + 1], off[count:], groups)
 
 
 class EncodedRecords:
@@ -501,13 +506,15 @@ def encode_records(prefix: bytes | list[bytes], bodies: BytesColumn, *,
     return EncodedRecords(out, totals, body_lens, props_lens)
 
 
-def born_column(born_timestamps, n: int) -> np.ndarray | int:
-    """Born timestamps (ms) as an int64 array of ``n`` (None: 0, the default), or 0 for all."""
+def born_column(born_timestamps, n: int) -> np.ndarray | None:
+    """Born timestamps (ms) as an int64 array of ``n``, BORN_AT_PUT for an item that is None
+    (born at the put: the writer puts the batch's store timestamp there); None when
+    ``born_timestamps`` is None (every message born at the put). An explicit 0 stays 0."""
     if born_timestamps is None:
-        return 0
+        return None
+    some_none = isinstance(born_timestamps, Sequence) and None in born_timestamps
     try:
-        born = np.asarray(born_timestamps if not isinstance(born_timestamps, Sequence) or
-                          None not in born_timestamps else
+        born = np.asarray(born_timestamps if not some_none else
                           [0 if t is None else t for t in born_timestamps])
     except (TypeError, ValueError):
         born = None
@@ -517,7 +524,10 @@ def born_column(born_timestamps, n: int) -> np.ndarray | int:
         raise InvalidInputError(f"born_timestamps has {len(born)} items for {n} messages")
     if len(born) and (int(born.min()) < 0 or int(born.max()) > 2 ** 63 - 1):
         raise InvalidInputError("born_timestamps must be milliseconds in 0..2**63-1")
-    return born.astype(np.int64, copy=False)
+    born = born.astype(np.int64, copy=False)
+    if some_none:
+        born[np.fromiter((t is None for t in born_timestamps), bool, n)] = BORN_AT_PUT
+    return born
 
 
 def load_kernels() -> None:
@@ -537,3 +547,10 @@ def load_kernels() -> None:
                             two.copy(), two.copy())
     properties_column(BytesColumn.of([b"", b""]), 2)
     check_text(BytesColumn(b"\xc3\xa9", [0, 2]), "key")
+    from strata.format import object_gather   # the walk over Message objects
+
+    class Probe:   # laid out as strata.Message
+        __slots__ = ("topic", "body", "_ext")
+    m = Probe()
+    m.topic, m.body, m._ext = "t", b"b", (["k"], "t", {"n": "v"}, None, "s", 5, 0, None, 0, 0, 0)
+    object_gather.walk([m, m], Probe, 8)

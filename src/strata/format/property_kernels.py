@@ -17,6 +17,7 @@ from numba import njit
 from strata.format import key_index as kfmt
 from strata.format import record as rec
 from strata.format.column_kernels import _utf8_ok
+from strata.format.record_kernels import CRC_INSTRUCTION, _TABLE
 from strata.format.record_kernels import crc_more as _crc_more
 
 _KEYS = np.frombuffer(rec.PROP_KEYS.encode(), np.uint8)
@@ -24,6 +25,20 @@ _TAGS = np.frombuffer(rec.PROP_TAGS.encode(), np.uint8)
 _UNIQ = np.frombuffer(rec.PROP_UNIQ_KEY.encode(), np.uint8)
 _HASH_MASK = kfmt.HASH_MASK
 _ENTRY = kfmt.ENTRY_BYTES
+
+if CRC_INSTRUCTION is not None:
+    from strata.format.record_kernels import _crc8
+
+    @njit(cache=True, nogil=True)
+    def _crc_more_byte(c, byte):
+        """CRC32C state ``c`` carried over one byte (no buffer: this runs once a key)."""
+        return _crc8(c, np.uint64(byte))
+else:   # pragma: no cover - only on CPUs without a CRC32C instruction
+    @njit(cache=True, nogil=True)
+    def _crc_more_byte(c, byte):
+        c = np.uint64(c)
+        return np.uint64(_TABLE[(c ^ np.uint64(byte)) & np.uint64(0xFF)]) ^ (c >> np.uint64(8))
+
 
 @njit(cache=True, nogil=True)
 def _crc(address, n):
@@ -38,13 +53,6 @@ def _key_hash(base, topic_at, topic_len, a, n):
     c = _crc_more_byte(c, 35)
     c = _crc_more(c, base + a, n)
     return np.int64(((c ^ np.uint64(0xFFFFFFFF)) & np.uint64(0xFFFFFFFF)) & _HASH_MASK)
-
-
-@njit(cache=True, nogil=True)
-def _crc_more_byte(c, byte):
-    one = np.empty(1, np.uint8)
-    one[0] = byte
-    return _crc_more(c, one.ctypes.data, 1)
 
 
 @njit(cache=True, nogil=True)

@@ -19,12 +19,16 @@ from crc32c import crc32c
 
 from strata.errors import InvalidInputError, MessageTooLargeError
 from strata.format import columns as col
+from strata.format import object_gather
 from strata.format import record as rec
 from strata.format.record_batch import HEADER_DTYPE
 from strata.store.message import EXT_DEFAULTS, EXT_NAMES, Message
 
 BLANK_HEADER = bytes(rec.HEADER_SIZE)
 COLUMNAR_BATCH = 32  # from this many messages on, queue choice and headers use numpy
+# A message without a born timestamp is born at its put (its batch's store timestamp: in the
+# embedded store the put call is the producer); in the born columns: "not given".
+BORN_AT_PUT = col.BORN_AT_PUT
 
 # One attribute over all messages at a time: a list per field is half the cost of one tuple
 # of fields per message. Message._ext is None for a message of topic and body only.
@@ -38,6 +42,7 @@ _NOT_PLAIN = [i for i in range(_ROUTING_AT, len(EXT_NAMES)) if i not in (_BORN_A
 _ZERO_TRAILER = bytes(rec.TRAILER_SIZE)
 _NO_SHARDS = col.BytesColumn.trusted(np.zeros(0, np.uint8), np.zeros(1, np.int64))
 _ALL = np.zeros(0, bool)   # every message has a shard key
+_NO_TEXT = col.MessageText(None, None, None, None, None, None)   # plain messages' text
 
 
 def round_robin_start(topic: str, n_q: int, queue_next: dict[tuple[str, int], int],
@@ -133,7 +138,7 @@ class Encoder:
                 pb = b""
                 total = fixed + len(tb) + blen
                 bh = store_host
-                born.append(0)
+                born.append(BORN_AT_PUT)
             else:
                 (keys, tags, props, queue_id, shard_key, born_ts, flag, born_host,
                  reconsume, sys_flag, tx_offset) = ext
@@ -148,7 +153,7 @@ class Encoder:
                     bh, sys_flag = self._special(born_host, sys_flag)
                     total = fixed - len(store_host) + len(bh) + len(tb) + len(pb) + blen
                     b.special.append((i, flag, sys_flag, tx_offset, reconsume))
-                born.append(born_ts or 0)
+                born.append(BORN_AT_PUT if born_ts is None else born_ts)
             if total > max_record:
                 raise MessageTooLargeError(f"record of {total} bytes cannot fit a segment of "
                                            f"{self.segment_size} bytes")
@@ -170,31 +175,34 @@ class Encoder:
         n = len(msgs)
         if set(map(type, msgs)) != {Message}:
             return None
-        topics = list(map(_GET_TOPIC, msgs))
-        one_topic = topics.count(topics[0]) == n
         exts = list(map(_GET_EXT, msgs))
         plain = exts.count(None) == n
-        columns = [(EXT_DEFAULTS[i],) * n for i in range(len(EXT_DEFAULTS))] if plain else \
-            list(zip(*(exts if None not in exts else [e or EXT_DEFAULTS for e in exts])))
-        if not plain:  # keys, tags, properties, born timestamps, shard keys; no routing, flags
+        columns = None
+        if not plain:   # keys, tags, properties, born timestamps, shard keys; no routing, flags
+            walked = object_gather.walk(msgs, Message, self.max_body)   # one compiled walk
+            if walked is not None:
+                names, codes = walked.topics, walked.topic_codes
+                if names is None or len(set(names)) < len(names):   # many, or equal objects
+                    names, codes = _numbered(list(map(_GET_TOPIC, msgs)))
+                return self._prepare_rich(msgs, names, codes, walked.bodies,
+                                          (walked.text, walked.born), None)
+            # unusual values: gathered by C-speed passes per field
+            columns = list(zip(*(exts if None not in exts else
+                                 [e or EXT_DEFAULTS for e in exts])))
             if any(columns[i].count(EXT_DEFAULTS[i]) != n for i in _NOT_PLAIN):
                 return None
+        topics = list(map(_GET_TOPIC, msgs))
+        one_topic = topics.count(topics[0]) == n
         bodies = list(map(_GET_BODY, msgs))
         if set(map(type, bodies)) != {bytes}:
             return None
         body_lens = list(map(len, bodies))
         if max(body_lens) > self.max_body:
             return None
-        if not one_topic:
-            try:
-                tbs = {t: self.topic(t) for t in dict.fromkeys(topics)}
-            except InvalidInputError:
-                return None
-            return self._prepare_rich(msgs, topics, tbs, bodies, body_lens, columns)
+        if not plain or not one_topic:
+            return self._prepare_rich(msgs, *_numbered(topics), _bodies_of(bodies, body_lens),
+                                      (_NO_TEXT, None) if plain else None, columns)
         tb = self.topic(topics[0])
-        if not plain:
-            return self._prepare_rich(msgs, topics, {topics[0]: tb}, bodies, body_lens,
-                                      columns)
         props_lens = 0
         payloads = bodies
         host = self.store_host
@@ -206,7 +214,7 @@ class Encoder:
         b = PreparedBatch(msgs)
         b.totals, b.body_lens, b.props_lens = totals, body_lens, props_lens
         b.topic_lens = len(tb)
-        b.born = 0     # plain messages only here: no born timestamps
+        b.born = None  # plain messages only here: all born at the put
         # all records in one join: each payload between the previous record's (zero) trailer
         # and its own prefix; write_records fills in headers and trailers
         b.blob = b"".join((prefix, (_ZERO_TRAILER + prefix).join(payloads), _ZERO_TRAILER))
@@ -214,29 +222,37 @@ class Encoder:
         b.default_sys = self.default_sys
         return b
 
-    def _prepare_rich(self, msgs: Sequence[Message], topics: list[str],
-                      topic_bytes: dict[str, bytes], bodies: list[bytes],
-                      body_lens: list[int], columns: list[tuple]) -> "PreparedBatch | None":
+    def _prepare_rich(self, msgs: Sequence[Message], names: list[str],
+                      codes: np.ndarray | None, bodies: col.BytesColumn,
+                      gathered: tuple | None, columns: list[tuple] | None
+                      ) -> "PreparedBatch | None":
         """``_prepare_plain`` for messages with keys, tags, properties, born timestamps or
-        shard keys, or of several topics (``topic_bytes``: each one's encoded name, in order of
-        first appearance): the values gathered into columns at C speed
-        (``strata.format.columns``), the records laid out in compiled code. None when some
-        value is not of the usual kind (the message-by-message path then names it)."""
+        shard keys, or of several topics (``names``, in order of first appearance, and each
+        message's index in them, None: all to the first): the values gathered into columns by one compiled walk (``gathered``:
+        ``(MessageText, born)`` from ``object_gather.walk``) or else at C speed from
+        ``columns`` (one tuple per ``Message._ext`` field, ``strata.format.columns``), the
+        records laid out in compiled code. None when some value is not of the usual kind (the
+        message-by-message path then names it)."""
         n = len(msgs)
-        names = list(topic_bytes)
-        if len(names) > 1:
-            code_of = {t: i for i, t in enumerate(names)}
-            codes = np.fromiter(map(code_of.__getitem__, topics), np.int64, n)
-        else:
-            codes = None
-        text = col.message_text(columns[0], columns[1], columns[2], columns[_SHARD_AT])
-        if text is None:
+        try:
+            topic_bytes = {t: self.topic(t) for t in names}
+        except InvalidInputError:
             return None
+        if gathered is not None:
+            text, born = gathered
+        else:
+            text = col.message_text(columns[0], columns[1], columns[2], columns[_SHARD_AT])
+            if text is None:
+                return None
+            born_ts = columns[_BORN_AT]
+            no_born = born_ts.count(None)
+            born = None if no_born == n else born_ts if not no_born else \
+                [BORN_AT_PUT if t is None else t for t in born_ts]
         host = self.store_host
         prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
         try:
             enc = col.encode_records(prefixes[0] if codes is None else prefixes,
-                                     _bodies_of(bodies, body_lens), prefix_of=codes,
+                                     bodies, prefix_of=codes,
                                      keys=text.keys, key_groups=text.key_groups,
                                      tags=text.tags, properties=text.properties,
                                      max_body=self.max_body, max_record=self.max_record)
@@ -246,9 +262,7 @@ class Encoder:
         b.totals, b.body_lens, b.props_lens = enc.totals, enc.body_lens, enc.props_lens
         topic_lens = np.array([len(tb) for tb in topic_bytes.values()], np.int64)
         b.topic_lens = int(topic_lens[0]) if codes is None else topic_lens[codes]
-        born_ts = columns[_BORN_AT]
-        no_born = born_ts.count(None)
-        b.born = 0 if no_born == n else born_ts if not no_born else [t or 0 for t in born_ts]
+        b.born = born
         b.blob = enc.blob
         b.single_topic = names[0] if codes is None else None
         b.topic_names, b.topic_codes = names, codes
@@ -312,6 +326,13 @@ def _checked_body(body) -> bytes:
     raise InvalidInputError(f"message body must be bytes, got {type(body).__name__}")
 
 
+def _numbered(topics: list[str]) -> tuple[list[str], np.ndarray | None]:
+    """The distinct topics in first-appearance order, each item's index in them (None: one)."""
+    code_of = {t: i for i, t in enumerate(dict.fromkeys(topics))}
+    return list(code_of), (None if len(code_of) == 1 else
+                           np.fromiter(map(code_of.__getitem__, topics), np.int64, len(topics)))
+
+
 def _bodies_of(bodies: list[bytes], lens: list[int]) -> col.BytesColumn:
     """Bodies known to be bytes, of lengths ``lens``, as one column (one join)."""
     off = np.zeros(len(lens) + 1, np.int64)
@@ -351,7 +372,8 @@ class PreparedBatch:
         self.body_lens: list[int] = []
         self.props_lens: list[int] | int = []
         self.topic_lens: list[int] | int = []
-        self.born: list[int] | int = []
+        # born timestamps (ms), one per message (BORN_AT_PUT: not given), or None: none given
+        self.born: list[int] | np.ndarray | None = []
         # (index, flag, sys_flag, prepared_transaction_offset, reconsume_times) of messages
         # that set any of them or a born host; every other record has the default values
         self.special: list[tuple[int, int, int, int, int]] = []
@@ -522,23 +544,38 @@ class PreparedBatch:
         """All records back to back, for ``CommitLog.append_headers``."""
         return self.blob if self.blob is not None else b"".join(self.images)
 
-    def records(self) -> list[list]:
+    def born_at(self, store_ts: int) -> list[int] | np.ndarray | int:
+        """The born timestamps to write, a message that gave none born at ``store_ts`` (its
+        batch's store timestamp): one per message, or one int for all."""
+        born = self.born
+        if born is None:
+            return store_ts
+        if isinstance(born, np.ndarray):
+            return np.where(born == BORN_AT_PUT, store_ts, born)
+        if BORN_AT_PUT in born:
+            return [store_ts if t == BORN_AT_PUT else t for t in born]
+        return born
+
+    def records(self, store_ts: int) -> list[list]:
         """Per-record lists for ``CommitLog.append_batch``: [total, queue_id, flag,
         queue_offset, sys_flag, born_ts, tx_offset, reconsume, body_len, topic_len,
-        props_len, image]."""
+        props_len, image]; ``store_ts``: the batch's store timestamp (``born_at``)."""
         sys_flag = self.default_sys
+        born = self.born_at(store_ts)
         out = [[t, q, 0, o, sys_flag, b, 0, 0, bl, tl, pl, image]
                for t, q, o, b, bl, tl, pl, image in zip(
                    self.totals, _as_list(self.queue_ids), _as_list(self.queue_offsets),
-                   self.born, self.body_lens, self.topic_lens, self.props_lens, self.images)]
+                   repeat(born) if isinstance(born, int) else _as_list(born), self.body_lens,
+                   self.topic_lens, self.props_lens, self.images)]
         for i, flag, sys_flag, tx, reconsume in self.special:
             r = out[i]
             r[2], r[4], r[6], r[7] = flag, sys_flag, tx, reconsume
         return out
 
-    def headers(self) -> np.ndarray:
+    def headers(self, store_ts: int) -> np.ndarray:
         """Fixed headers (HEADER_DTYPE) for ``CommitLog.append_headers``; the writer fills in
-        the physical offsets, the store timestamp and the CRCs."""
+        the physical offsets, the store timestamp and the CRCs. ``store_ts``: the batch's
+        store timestamp (``born_at``)."""
         n = len(self.totals)
         h = np.zeros(n, HEADER_DTYPE)
         h["total"] = self.totals
@@ -546,7 +583,7 @@ class PreparedBatch:
         h["queue_id"] = self.queue_ids
         h["queue_offset"] = self.queue_offsets
         h["sys_flag"] = self.default_sys
-        h["born_ts"] = self.born
+        h["born_ts"] = self.born_at(store_ts)
         h["body_len"] = self.body_lens
         h["topic_len"] = self.topic_lens
         h["props_len"] = self.props_lens

@@ -37,7 +37,8 @@ def check_batch(store, msgs: Sequence[Message]) -> None:
 
 
 def put_batch(store, msgs: Sequence[Message]) -> PutResults:
-    """Append messages in order; all get the same store timestamp. Returns one
+    """Append messages in order; all get the same store timestamp, which is also the born
+    timestamp of a message that gives none (the put call is its producer). Returns one
     ``PutResult`` per message (a ``PutResults`` sequence, made when first read).
 
     Invalid input raises (InvalidInputError and subclasses) before anything is written.
@@ -77,8 +78,9 @@ def put_columns(store, topic: str, queue_id: int | None, bodies, *, keys=None, t
       length, the UTF-8 name, a u16 value length, the UTF-8 value: docs/format.md's
       properties encoding; empty: none; names KEYS and TAGS refused), or a sequence of
       mappings of str to str (or None).
-    - ``born_timestamps``: None (0 for all), or ms since the epoch per message (a numpy
-      integer array or a sequence of int / None).
+    - ``born_timestamps``: None (every message born at the put: the batch's store
+      timestamp), or ms since the epoch per message (a numpy integer array, or a sequence of
+      int / None, None: born at the put).
 
     Invalid input raises (InvalidInputError and subclasses, naming the message) before
     anything is written."""
@@ -174,10 +176,11 @@ def put_prepared_many(store, items: Sequence[tuple]) -> list:
                 store.key_index.ensure_spare()
                 store_ts = max(now_ms(), store.log.last_store_timestamp)
                 if batch.columnar:
-                    offsets = store.log.append_headers(batch.headers(), batch.record_bytes(),
+                    offsets = store.log.append_headers(batch.headers(store_ts),
+                                                      batch.record_bytes(),
                                                       store_ts)
                 else:
-                    offsets = store.log.append_batch(batch.records(), store_ts)
+                    offsets = store.log.append_batch(batch.records(store_ts), store_ts)
             except Exception as exc:
                 if not appended:
                     raise               # nothing written: the caller's put failed whole
