@@ -97,7 +97,8 @@ def test_a_receive_answers_within_the_clients_deadline_and_gives_a_late_pop_back
     """The CI flake's shape: a store read slower than the client's whole receive deadline
     (there: numba compiling the read kernels of a fresh checkout, 7.8 s). The receive answers
     MESSAGE_NOT_FOUND before the deadline instead of DEADLINE_EXCEEDED, and what its pop
-    found once the read went on is handed out again at once, not after its invisible time."""
+    found once the read went on is handed out again at once, not after its invisible time,
+    as its first attempt (no client saw the late pop's)."""
     b = HeldReadBroker(tmp_path / "store").start()
     try:
         got = run_client(tmp_path, b.endpoint, RAW + '''
@@ -113,4 +114,42 @@ out(sent=sent, late=late, again=again)
         b.stop(signal.SIGTERM)
     assert got["sent"] == "OK"
     assert got["late"] == ["MESSAGE_NOT_FOUND", []]
-    assert got["again"] == ["OK", [["m1", 2]]]      # its second attempt: the first was made
+    assert got["again"] == ["OK", [["m1", 1]]]      # its first attempt: nobody saw the late one
+
+
+def test_late_pops_past_the_max_attempts_never_dead_letter_a_message(tmp_path, monkeypatch):
+    """A store slower than the clients' deadlines more times in a row than the group's max
+    delivery attempts: each late pop is given back with the attempt count it had, so the
+    message is then delivered as its first attempt, not sent to %DLQ%g unseen."""
+    fifo = tmp_path / "held.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("STRATA_TEST_HELD_FIFO", str(fifo))
+    monkeypatch.setenv("STRATA_TEST_HOLD_POPS", "4")
+    b = HeldReadBroker(tmp_path / "store", "--max-delivery-attempts", "2").start()
+    try:
+        got = run_client(tmp_path, b.endpoint, RAW + '''
+import os, signal, threading
+fifo, pid = json.loads(sys.argv[2])
+
+def line():
+    with open(fifo) as f:
+        return f.readline().strip()
+
+sent = send(s, "held-read", b"m1", "consumer")
+rounds = []
+for _ in range(4):               # 4 late pops, twice the max delivery attempts
+    r = {}
+    t = threading.Thread(target=lambda: r.update(r=receive("held-read", 1, 2.5)))
+    t.start()
+    held = line()                # the pop's store read is held ...
+    t.join(30)                   # ... past the receive's deadline
+    os.kill(pid, signal.SIGUSR1)
+    rounds.append([held, r.get("r"), line()])
+final = receive("held-read", poll_s=5, timeout=10)
+out(sent=sent, rounds=rounds, final=final)
+''', args=[str(fifo), b.proc.pid])
+    finally:
+        b.stop(signal.SIGTERM)
+    assert got["sent"] == "OK"
+    assert got["rounds"] == [["held", ["MESSAGE_NOT_FOUND", []], "given back 1"]] * 4
+    assert got["final"] == ["OK", [["m1", 1]]]
