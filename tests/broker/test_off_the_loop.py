@@ -1,7 +1,8 @@
 """A store read that takes long (one that goes to S3 through the tier) holds the receive that
 made it, never the broker: while a pop's read is held (tests/broker/held_read.py), another
 client's QueryRoute, Heartbeat and Send are answered, and the held receive gets its message
-once the read goes on."""
+once the read goes on. The same for a held-message journal append (tests/broker/
+held_append.py): it holds the delay send that waits for it, nobody else."""
 
 import os
 import signal
@@ -19,6 +20,10 @@ HERE = Path(__file__).parent
 
 class HeldReadBroker(Broker):
     command = (sys.executable, str(HERE / "held_read.py"))
+
+
+class HeldAppendBroker(Broker):
+    command = (sys.executable, str(HERE / "held_append.py"))
 
 
 RAW = '''
@@ -153,3 +158,56 @@ out(sent=sent, rounds=rounds, final=final)
     assert got["sent"] == "OK"
     assert got["rounds"] == [["held", ["MESSAGE_NOT_FOUND", []], "given back 1"]] * 4
     assert got["final"] == ["OK", [["m1", 1]]]
+
+
+def test_a_held_journal_append_holds_only_the_delay_send_waiting_for_it(tmp_path, monkeypatch):
+    """A delay message's HOLD record is appended off the event loop: while that append is
+    held, another client's QueryRoute, Heartbeat and Send are answered; the delay send is
+    answered once the append goes on."""
+    fifo = tmp_path / "held.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("STRATA_TEST_HELD_FIFO", str(fifo))
+    b = HeldAppendBroker(tmp_path / "store").start()
+    try:
+        got = run_client(tmp_path, b.endpoint, RAW + '''
+import os, signal, threading
+fifo, pid = json.loads(sys.argv[2])
+
+def answered(call):
+    try:
+        return pb.Code.Name(call().status.code)
+    except grpc.RpcError as e:                  # the broker did not answer in time
+        return e.code().name
+
+def send_delayed():
+    m = pb.Message(topic=pb.Resource(name="delayed"), body=b"later")
+    m.system_properties.message_id = "off-loop-delay"
+    m.system_properties.message_type = pb.MessageType.DELAY
+    m.system_properties.delivery_timestamp.seconds = int(time.time()) + 3600
+    return answered(lambda: s.SendMessage(svc.SendMessageRequest(messages=[m]),
+                                          metadata=[("x-mq-client-id", "producer")],
+                                          timeout=60))
+
+sent = {}
+t = threading.Thread(target=lambda: sent.update(r=send_delayed()))
+t.start()
+with open(fifo) as f:            # its HOLD append is held
+    f.readline()
+other = stub()
+meta2 = [("x-mq-client-id", "other")]
+route = answered(lambda: other.QueryRoute(
+    svc.QueryRouteRequest(topic=pb.Resource(name="elsewhere")), metadata=meta2, timeout=5))
+beat = answered(lambda: other.Heartbeat(
+    svc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER), metadata=meta2, timeout=5))
+try:
+    normal = send(other, "elsewhere", b"x", "other")
+except grpc.RpcError as e:
+    normal = e.code().name
+held = "r" not in sent           # all the while the delay send waited for its append
+os.kill(pid, signal.SIGUSR1)     # the append goes on
+t.join(60)
+out(route=route, beat=beat, normal=normal, held=held, delayed=sent.get("r"))
+''', args=[str(fifo), b.proc.pid])
+    finally:
+        b.stop(signal.SIGTERM)
+    assert got == {"route": "OK", "beat": "OK", "normal": "OK", "held": True, "delayed": "OK"}
