@@ -111,7 +111,7 @@ class HeldMessages:
         self._syncing: asyncio.Task | None = None
         self._compacting = False  # a compaction is queued on the writer
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._writer = GroupWorker("strata-held-journal")
+        self._writer = GroupWorker("strata-held-journal", "held-journal")
         self.journal = Journal(directory / JOURNAL_NAME, magic=hj.MAGIC, decode=hj.decode,
                                version=hj.VERSION, readable=(hj.VERSION,))
         moving: dict[bytes, int] = {}        # id -> log offset its copy may start at
