@@ -349,7 +349,9 @@ class HeldMessages:
                     if e.moved_from is None:
                         e.moved_from = offset
                 raise
-            await self._release(moved, hj.Reason.MOVED)
+            # not waited for: the copies are stored, and a crash before the RELEASE is
+            # written finds them through the MOVING record (one hop less per move)
+            await self._release(moved, hj.Reason.MOVED, wait=False)
             return moved
         finally:
             self._moving -= 1
@@ -368,7 +370,10 @@ class HeldMessages:
             for e in entries:
                 e.busy = False
 
-    async def _release(self, entries: list[HeldEntry], reason: hj.Reason) -> None:
+    async def _release(self, entries: list[HeldEntry], reason: hj.Reason, *,
+                       wait: bool = True) -> None:
+        """Release held messages: out of the entries now, their RELEASE queued on the writer
+        (waited for unless ``wait`` is False), their bodies removed once it is written."""
         gone = [e for e in entries if e.id in self.entries]
         if not gone:
             return
@@ -377,17 +382,23 @@ class HeldMessages:
         written = self._writer.submit(self._append_now,
                                       hj.encode_release(reason, [e.id for e in gone]))
         written.add_done_callback(lambda f: self._released(f, gone))
-        await asyncio.shield(written)
+        if wait:
+            await asyncio.shield(written)
 
     def _released(self, written: asyncio.Future, gone: list[HeldEntry]) -> None:
-        """(On the loop.) Their RELEASE is written: the bodies go. Not written (a full
-        disk): they are held again, as the file says."""
-        if written.exception() is not None:
+        """(On the loop.) Their RELEASE is written: the bodies go. The write failed (a full
+        disk): they are held again, as the file says. The writer stopped first (the loop
+        ends): the closing compaction writes the state, without them."""
+        exc = written.exception()
+        if isinstance(exc, OSError):
+            log.error("held messages %s: their RELEASE was not written (%s); they stay held",
+                      ", ".join(e.id.hex() for e in gone[:4]), exc)
             for e in gone:
                 self.entries.setdefault(e.id, e)
             return
         self.client.remove([e.id for e in gone])
-        self._maybe_compact()
+        if exc is None:
+            self._maybe_compact()
 
     def _maybe_compact(self) -> None:
         """Queue a compaction on the writer once the journal is past its size (never while
