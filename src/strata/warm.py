@@ -12,23 +12,35 @@ compiles nothing; ``numba:compile`` events, which numba fires only on a cache mi
 what a run compiled.
 
 The steps: put_batch of plain and of rich messages (keys, tags, properties, shard keys),
-put_columns, get (plain and by tag), scan, get_columns, query by key, an upload to a tier in
-a temporary directory, the ref-store's batch encoder, and, when the broker extra is
-installed, one Kafka record batch encoded and parsed and, with the spark extra, the Spark
-source's decode of the warm-up queues (what a Spark worker runs). ``MODULES`` names the kernel modules
-whose cache the run fills (the test checks each one).
+small (message by message) and large (``COLUMNAR_BATCH`` or more: the columnar encoder, the
+compiled queue choice and key-index entries), of one topic and of several; put_columns, get
+(plain and by tag), scan, get_columns, query by key, an upload to a tier in a temporary
+directory and reads that the tier answers (its compiled record check), the ref-store's batch
+encoder, and, when the broker extra is installed, one Kafka record batch encoded and parsed
+and, with the spark extra, the Spark source's decode of the warm-up queues (what a Spark
+worker runs). ``MODULES`` names the kernel modules whose cache the run fills (the test
+checks each one).
+
+The throwaway directories are ``strata-warm-<pid>-*`` in the temporary directory; a process
+killed in its warm-up (a broker SIGKILLed as it starts) leaves its own behind, so each warm
+first removes those whose process is gone (``warm_directory``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
+import shutil
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from numba.core import event
@@ -36,6 +48,9 @@ from numba.core import event
 import strata
 from strata.store.config import StoreConfig
 from strata.store.message import Message
+from strata.store.prepared import COLUMNAR_BATCH
+
+log = logging.getLogger(__name__)
 
 WAIT_S = 300.0     # a cold compile on a loaded machine; never wait forever
 
@@ -49,6 +64,9 @@ SPARK_MODULES = ("spark/kernels.py",)
 
 _SMALL = dict(segment_size=1 << 20, consume_queue_units=4096, index_slots=1024,
               index_entries=8192, prefault=False)
+DIR_PREFIX = "strata-warm-"
+_OWNED = re.compile(re.escape(DIR_PREFIX) + r"(\d+)-")      # strata-warm-<pid>-<random>
+_LARGE = COLUMNAR_BATCH + 8     # a batch the columnar encoder takes (not message by message)
 
 
 class _Compiles(event.Listener):
@@ -90,15 +108,25 @@ def _wait(store) -> None:
 
 
 def _puts(store) -> None:
-    store.put_batch([Message("warm", b"plain %d" % i) for i in range(4)])
+    for n in (4, _LARGE):
+        store.put_batch([Message("warm", b"plain %d" % i) for i in range(n)])
     _wait(store)
+
+
+def _rich(topic: str, n: int, **extra) -> list[Message]:
+    return [Message(topic, b"rich %d" % i, keys=[f"k-{i}", "k"], tags="t",
+                    properties={"p": str(i)}, **extra) for i in range(n)]
 
 
 def _rich_puts(store) -> None:
     store.put(Message("warm", b"one", keys=["k-0"], tags="t"))
-    store.put_batch([Message("warm", b"rich %d" % i, keys=[f"k-{i}", "k"], tags="t",
-                             properties={"p": str(i)}, shard_key=f"s-{i % 2}")
-                     for i in range(4)])
+    for n in (4, _LARGE):       # message by message, then columnar (compiled queue choice)
+        store.put_batch([Message("warm", b"rich %d" % i, keys=[f"k-{i}", "k"], tags="t",
+                                 properties={"p": str(i)}, shard_key=f"s-{i % 2}")
+                         for i in range(n)])
+    store.put_batch([Message("warm", b"keyed %d" % i, keys=[f"k-{i}"],
+                             tags="t" if i % 2 else None) for i in range(_LARGE)])
+    store.put_batch([*_rich("warm", _LARGE // 2), *_rich("warm-2", _LARGE // 2)])  # gathered
     store.put_columns("warm", None, [b"c0", b"c1"], keys=["k", "k"], tags=["t", "t"],
                       properties=[{"p": "0"}, {"p": "1"}])
     # a large batch takes the compiled walk over the messages (format/object_gather.py)
@@ -133,6 +161,25 @@ def exercise_store(directory: str | Path) -> None:
 
 def _tier(store) -> None:
     store.tier_sync(timeout_s=WAIT_S)
+
+
+def _tier_reads(directory: Path) -> None:
+    """Reads the tier answers: a store of two segments whose first one, uploaded, local
+    retention deleted; then its reads from offset 0 go to the tier (a store of its own, so
+    that the main one keeps its whole history for the steps after)."""
+    cfg = StoreConfig(tier_url=Path(directory, "tier").as_uri(), **_SMALL)
+    body = bytes(16 << 10)
+    later = int((datetime.now() + timedelta(days=30)).timestamp() * 1000)  # all expired
+    with strata.open(Path(directory, "store"), cfg) as store:
+        for _ in range(2):          # 2 x 40 x 16 KiB: past the first 1 MiB segment
+            store.put_batch([Message("warm", body, keys=["k"], tags="t" if i % 2 else None)
+                             for i in range(_LARGE)])
+        store.tier_sync(timeout_s=WAIT_S)
+        store.clean_expired(later)
+        _wait(store)
+        if store.log.min_offset() == 0:
+            raise RuntimeError("the warm-up tier store kept its first segment locally")
+        _reads(store)
 
 
 def _refstore() -> None:
@@ -176,13 +223,59 @@ def _importable(module: str) -> bool:
     return True
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale(parent: str | Path | None = None) -> list[Path]:
+    """Remove the warm-up directories (``strata-warm-<pid>-*`` in ``parent``, the temporary
+    directory by default) of this user whose process is gone; returns them. Only those: a
+    directory whose process runs (or whose name carries no pid) is left alone."""
+    root = Path(parent if parent is not None else tempfile.gettempdir())
+    removed = []
+    try:
+        found = list(root.iterdir())
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for d in found:
+        m = _OWNED.match(d.name)
+        if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+            continue
+        try:
+            if not d.is_dir() or d.is_symlink() or d.stat().st_uid != uid:
+                continue
+            shutil.rmtree(d)
+        except OSError as exc:
+            log.warning("could not remove the stale warm-up directory %s: %s", d, exc)
+            continue
+        removed.append(d)
+    return removed
+
+
+@contextlib.contextmanager
+def warm_directory() -> Iterator[Path]:
+    """A new throwaway directory for a warm-up, removed after it; the stale ones of killed
+    warm-ups are removed first (``remove_stale``)."""
+    for d in remove_stale():
+        log.info("removed %s, left by a warm-up whose process is gone", d)
+    with tempfile.TemporaryDirectory(prefix=f"{DIR_PREFIX}{os.getpid()}-") as d:
+        yield Path(d)
+
+
 def run(on_step: Callable[[str], None] = lambda _name: None) -> WarmReport:
     """Exercise the main paths once, so that every kernel they reach is compiled into (or
     loaded from) numba's cache; ``on_step(name)`` is called as each step starts."""
     report = WarmReport()
     started = time.perf_counter()
     compiles = _Compiles()
-    with tempfile.TemporaryDirectory(prefix="strata-warm-") as tmp:
+    with warm_directory() as tmp:
         cfg = StoreConfig(tier_url=Path(tmp, "tier").as_uri(), **_SMALL)
         store_steps = [*STORE_STEPS, ("tier upload", _tier)]
         with event.install_listener("numba:compile", compiles):
@@ -196,6 +289,9 @@ def run(on_step: Callable[[str], None] = lambda _name: None) -> WarmReport:
                 ends = [store.max_offset("warm", q)
                         for q in range(store.queue_counts()["warm"])]
             report.steps["close"] = _take(compiles)
+            on_step("tier reads")
+            _tier_reads(Path(tmp, "tiered"))
+            report.steps["tier reads"] = _take(compiles)
             if spark_available():
                 on_step("spark decode")
                 _spark(Path(tmp, "store"), ends)

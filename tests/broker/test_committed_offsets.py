@@ -68,19 +68,23 @@ def test_a_bad_metadata_length_is_a_torn_record(tmp_path):
     assert [r.offset for r in records] == [1] and end == 16 + len(good)
 
 
-@pytest.mark.parametrize("version", [jr.RENEW_VERSION, jr.COMMIT_VERSION])
-def test_older_journals_are_read_and_rewritten_as_version_4(tmp_path, version):
+@pytest.mark.parametrize("version", [jr.RENEW_VERSION, jr.COMMIT_VERSION, jr.MEMBERS_VERSION])
+def test_older_journals_are_read_and_rewritten_as_version_5(tmp_path, version):
     path = tmp_path / JOURNAL_NAME
-    older = jr.encode_pop("G", "t", 0, 4, 1000, [(3, 1, 9)])
-    if version == jr.COMMIT_VERSION:
+    older = jr.encode_pop("G", "t", 0, 4, 1000, [(3, 1, 9), (2, 0, 0)])  # 2: held back (FIFO)
+    if version >= jr.COMMIT_VERSION:
         older += jr.encode_commit("K", "t", 1, 17, -1, None, 5)
     path.write_bytes(jr.encode_header(version=version) + older)
     g = ConsumerGroups(tmp_path)
-    assert g.queue("G", "t", 0).pop_offset == 4
+    q = g.queue("G", "t", 0)
+    assert q.pop_offset == 4
+    assert q.in_flight[2].held and not q.in_flight[3].held
+    assert q.due(now_ms=10**6, limit=10) == [(3, 1)]            # the held one never by time
     assert g.committed_offsets("K") == ({("t", 1): Committed(17, -1, None, 5)}
-                                        if version == jr.COMMIT_VERSION else {})
+                                        if version >= jr.COMMIT_VERSION else {})
     assert g.memberships == {}
-    assert struct.unpack_from("<I", path.read_bytes(), 8)[0] == jr.GROUPS_VERSION == 4
+    assert struct.unpack_from("<I", path.read_bytes(), 8)[0] == jr.GROUPS_VERSION == 5
+    assert ConsumerGroups(tmp_path).queue("G", "t", 0).in_flight[2].held     # rewritten
 
 
 def test_memberships_replay_last_one_wins_empty_deletes_and_survive_compaction(tmp_path):

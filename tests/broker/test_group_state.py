@@ -396,12 +396,32 @@ def test_a_renewed_delivery_is_not_due_while_its_client_may_still_renew_it(tmp_p
     assert g.next_deadline(now_ms=2_000) == 1000
 
 
-def test_a_pop_nobody_sent_is_given_back_due_at_once(tmp_path):
+def test_a_pop_nobody_sent_is_given_back_due_at_once_with_its_attempts_before(tmp_path):
     g = ConsumerGroups(tmp_path)
     h = g.pop("g", "t", 0, 0, [(0, 0), (1, 0)], 2, deadline_ms=60_000, renew=("c1", 10**9))
     g.ack([_receipt(g, 1, h[1], 60_000)], now_ms=10)
     assert g.give_back([_receipt(g, 0, h[0], 60_000), _receipt(g, 1, h[1], 60_000)],
                        now_ms=20) == 1                               # offset 1 was acked
-    assert g.queue("g", "t", 0).due(now_ms=20, limit=10) == [(0, 1)]
+    q = g.queue("g", "t", 0)
+    assert q.due(now_ms=20, limit=10) == [(0, 0)]       # never delivered: no attempt counted
+    assert not q.in_flight[0].held and q.pop_offset == 2
     assert g.renewing_clients() == []
-    assert ConsumerGroups(tmp_path).queue("g", "t", 0).due(now_ms=20, limit=10) == [(0, 1)]
+    assert ConsumerGroups(tmp_path).queue("g", "t", 0).due(now_ms=20, limit=10) == [(0, 0)]
+
+
+def test_late_pops_given_back_many_times_never_raise_the_attempt(tmp_path):
+    """A store slower than the clients' deadlines, over and over: each late pop is given
+    back, and the message's next real delivery is the attempt it would have been."""
+    g = ConsumerGroups(tmp_path)
+    h = g.pop("g", "t", 0, 0, [(0, 0)], 1, deadline_ms=100)        # delivered once (seen)
+    for i in range(40):                                  # far past any max attempts
+        now = 1_000 + i
+        (off, attempt), = g.queue("g", "t", 0).due(now_ms=now, limit=10)
+        assert (off, attempt) == (0, 1)
+        h = g.pop("g", "t", 0, 1, [(0, attempt)], 1, deadline_ms=now + 60_000)
+        assert g.give_back([_receipt(g, 0, h[0], now + 60_000)], now_ms=now) == 1
+    g.compact()
+    reopened = ConsumerGroups(tmp_path)
+    for groups in (g, reopened):
+        assert groups.queue("g", "t", 0).due(now_ms=2_000, limit=10) == [(0, 1)]
+    assert g.give_back([_receipt(g, 0, h[0], 60_000)], now_ms=3_000) == 0  # twice: no-op

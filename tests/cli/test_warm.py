@@ -1,7 +1,8 @@
 """``strata warm`` on a copy of the sources with an empty numba cache: it leaves cache entries
 for every kernel module it promises, a second run compiles nothing, and afterwards a put, a
-read and a tier upload in a new process (what ``/tmp/tierdbg``'s slow first tier_sync did)
-compile nothing either."""
+read and a tier upload in a new process (what ``/tmp/tierdbg``'s slow first tier_sync did),
+large keyed batches as a broker puts them, and reads the tier answers compile nothing
+either."""
 
 from __future__ import annotations
 
@@ -34,9 +35,12 @@ def _run(src: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
-# a new process using the store the way tierdbg's t.py did; prints the kernels it compiled
+# a new process using the store the way tierdbg's t.py did, then as a broker does (large
+# batches of keyed messages, of one topic and gathered from several: the columnar encoder,
+# the compiled queue choice and key-index entries) and reading what only the tier holds
+# (local retention deleted the first segment); prints the kernels it compiled
 _FIRST_CALLS = textwrap.dedent("""
-    import json, sys, threading
+    import json, sys, threading, time
     from pathlib import Path
     from numba.core import event
     import strata
@@ -47,6 +51,7 @@ _FIRST_CALLS = textwrap.dedent("""
     d = Path(sys.argv[1])
     cfg = strata.StoreConfig(segment_size=1 << 20, consume_queue_units=4096, index_slots=1024,
                              index_entries=8192, tier_url=(d / "tier").as_uri())
+    later = int(time.time() * 1000) + 30 * 86_400_000
     with event.install_listener("numba:compile", L()):
         with strata.open(d / "store", cfg) as store:
             store.put(strata.Message("orders", b"hello", keys=["o-1"]))
@@ -54,6 +59,23 @@ _FIRST_CALLS = textwrap.dedent("""
             store.wait_dispatched(600)
             store.get("orders", 0, 0, 8)
             store.query("orders", "o-1")
+            body = bytes(20_000)
+            for b in range(2):
+                store.put_batch([strata.Message("orders", body, keys=[f"o-{b}-{i}"],
+                                                tags="x" if i % 3 else None)
+                                 for i in range(50)])
+            store.put_batch([strata.Message(t, b"gathered", keys=["g"], tags="y",
+                                            properties={"p": "v"})
+                             for t in ("orders", "users") * 25])
+            store.tier_sync(timeout_s=600)
+            store.clean_expired(later)
+            store.wait_dispatched(600)
+            assert store.log.min_offset() > 0          # the oldest reads go to the tier
+            for q in range(store.queue_count("orders")):
+                store.get("orders", q, 0, 8)
+                store.get("orders", q, 0, 8, tags="x")
+                store.get_columns("orders", q, 0, 8)
+            store.query("orders", "o-0-1")
     print(json.dumps(names))
 """)
 

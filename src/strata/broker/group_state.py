@@ -60,7 +60,9 @@ def nobody_connected(client: str) -> int:
 class Delivery:
     """A message handed out and not acked yet; or (attempt 0, handle id 0) one of a FIFO
     topic that a pop passed over and held back because its message group had a message in
-    flight (it is delivered once it heads its group: ``strata.broker.fifo``)."""
+    flight (it is delivered once it heads its group: ``strata.broker.fifo``). A delivery
+    given back before any client saw it (``ConsumerGroups.give_back``) keeps a handle id but
+    has the attempt count it had before that pop: 0 if it was never delivered."""
 
     deadline_ms: int
     attempt: int
@@ -70,7 +72,7 @@ class Delivery:
 
     @property
     def held(self) -> bool:
-        return self.attempt == 0
+        return self.handle_id == 0
 
     def due_ms(self, connected_until: ConnectedUntil) -> int:
         """When the delivery may go to another consumer: its deadline or, for a push
@@ -231,7 +233,7 @@ class ConsumerGroups:
         if rec.kind is jr.Kind.STATE:
             q = self.queues[key] = QueueState(rec.offset)
             for e in rec.entries:
-                q.put(e.offset, HELD if e.attempt == 0 else
+                q.put(e.offset, HELD if e.handle_id == 0 else
                       Delivery(e.deadline_ms, e.attempt, e.handle_id))
                 self.next_handle_id = max(self.next_handle_id, e.handle_id + 1)
             return
@@ -242,7 +244,7 @@ class ConsumerGroups:
             q.pop_offset = max(q.pop_offset, rec.offset)
             deadline, put, top = rec.deadline_ms, q.put, 0
             for o, attempt, handle, _d, _u in rec.entries:
-                put(o, HELD if attempt == 0 else Delivery(deadline, attempt, handle))
+                put(o, HELD if handle == 0 else Delivery(deadline, attempt, handle))
                 if handle > top:
                     top = handle
             self.next_handle_id = max(self.next_handle_id, top + 1)
@@ -384,19 +386,28 @@ class ConsumerGroups:
         return results
 
     def give_back(self, receipts: list[Receipt], now_ms: int) -> int:
-        """Deliveries made but never sent (their receive gave up first): due again at once
-        (their attempt stays counted, as any redelivery's). Returns how many."""
-        changes = []
-        for r in receipts:
-            q = self.queues.get((r.group, r.topic, r.queue_id))
+        """Deliveries made but never sent (their receive gave up first): due again at once,
+        with the attempt count they had before that pop — no client saw them, so a store
+        slow past the clients' deadlines many times in a row never walks a message to the
+        dead-letter topic. One POP record per queue (its pop offset unchanged; each entry
+        under a new handle id, its attempt possibly 0: due, never delivered). Returns how
+        many."""
+        back: dict[QueueKey, list[jr.Entry]] = {}
+        handle = self.next_handle_id        # new handles: the unsent receipt stops working,
+        for r in receipts:                  # so nothing is given back twice
+            key = (r.group, r.topic, r.queue_id)
+            q = self.queues.get(key)
             d = q.in_flight.get(r.queue_offset) if q is not None else None
-            if d is not None and d.handle_id == r.handle_id:
-                changes.append(_change((r.group, r.topic, r.queue_id), r.queue_offset,
-                                       now_ms, r.handle_id))
-        if changes:
-            self._log_and_apply(changes)
+            if d is not None and not d.held and d.handle_id == r.handle_id:
+                back.setdefault(key, []).append(
+                    jr.Entry(r.queue_offset, max(d.attempt - 1, 0), handle, now_ms))
+                handle += 1
+        if back:
+            self._log_and_apply([
+                jr.JournalRecord(jr.Kind.POP, *key, self.queues[key].pop_offset, now_ms,
+                                 tuple(entries)) for key, entries in back.items()])
             self._maybe_compact()
-        return len(changes)
+        return sum(len(e) for e in back.values())
 
     def forget(self, group: str, topic: str, queue_id: int, offsets: list[int]) -> None:
         """Take deliveries out of flight without a receipt (their message is gone)."""

@@ -40,10 +40,12 @@ def _run_all(jobs: list[Job]) -> list[tuple[bool, Any]]:
 
 
 class GroupWorker:
-    """One thread for the consumer groups' operations (used from one event loop)."""
+    """One thread for the consumer groups' operations (used from one event loop); the held
+    messages' journal writer (``strata.broker.held``) is another of its kind."""
 
-    def __init__(self, name: str = "strata-groups") -> None:
+    def __init__(self, name: str = "strata-groups", what: str = "consumer-group") -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._what = what       # whose operations (for the log)
         self._pending: list[Job] = []
         self._drainer: asyncio.Task | None = None
         self.batches = 0        # hops to the thread
@@ -96,8 +98,8 @@ class GroupWorker:
             for (_fn, fut), (ok, value) in zip(jobs, results):
                 if fut.done():                # its caller was cancelled meanwhile
                     if not ok:
-                        log.error("a consumer-group operation failed after its caller left: "
-                                  "%s", value)
+                        log.error("a %s operation failed after its caller left: %s",
+                                  self._what, value)
                     continue
                 if ok:
                     fut.set_result(value)

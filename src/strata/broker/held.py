@@ -13,8 +13,14 @@ a MOVING record names the commit-log offset its copies start at, so after a cras
 put and the RELEASE the open finds the copies already stored and releases them instead of
 putting them again.
 
-Runs on the server's event loop (one thread); the ref store's confirms arrive on its own
-thread and are handed to the loop.
+Runs on the server's event loop (one thread), except the journal's writes: its appends and
+compactions run on a writer thread of their own (a ``GroupWorker``: in the order asked, the
+ones asked while it is busy in one hop), so a write the disk holds up (a full page cache, a
+compaction's fsync) holds only the sends, moves and resolutions that wait for it, never
+another client's call. The state in memory changes on the loop, before its record is queued:
+a compaction (which copies the entries on the loop and is queued behind the appends asked
+before it) then writes what the file holds once those appends are in. The ref store's
+confirms arrive on its own thread and are handed to the loop.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Awaitable, Callable, Sequence
 
 import strata.refstore as refstore
 from strata.broker import held_journal as hj
+from strata.broker.group_worker import GroupWorker
 from strata.broker.properties import PROP_HELD_ID, PROP_MESSAGE_GROUP
 from strata.broker.journal import Journal
 from strata.errors import CorruptRecordError
@@ -102,7 +109,9 @@ class HeldMessages:
         self._appended = 0        # records appended (counted for the group fsync)
         self._synced = 0          # of which an fsync covers this many
         self._syncing: asyncio.Task | None = None
+        self._compacting = False  # a compaction is queued on the writer
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._writer = GroupWorker("strata-held-journal", "held-journal")
         self.journal = Journal(directory / JOURNAL_NAME, magic=hj.MAGIC, decode=hj.decode,
                                version=hj.VERSION, readable=(hj.VERSION,))
         moving: dict[bytes, int] = {}        # id -> log offset its copy may start at
@@ -153,14 +162,6 @@ class HeldMessages:
                 self.entries.pop(i, None)
                 moving.pop(i, None)
 
-    def _already_moved(self, moving: dict[bytes, int]) -> list[bytes]:
-        """Of the held ids whose move began at the given commit-log offsets, those whose copy
-        is in the commit log (RELEASEd here, never put twice; the caller drops their
-        reference in the held store)."""
-        found = self._stored_copies(moving)
-        self._released_as_moved(found)
-        return found
-
     def _stored_copies(self, moving: dict[bytes, int]) -> list[bytes]:
         """Of the held ids whose move began at the given commit-log offsets, those whose copy
         is in the commit log (a scan of the log: any thread)."""
@@ -172,33 +173,42 @@ class HeldMessages:
                 found.append(wanted.pop(hid))
         return found
 
-    def _released_as_moved(self, found: list[bytes]) -> None:
-        if found:
-            self._append(hj.encode_release(hj.Reason.MOVED, found))
-            for i in found:
-                del self.entries[i]
+    def _released_as_moved(self, found: list[bytes]) -> bytes:
+        """Take ``found`` out of the entries; their RELEASE record (b"" if none) for the
+        caller to append."""
+        if not found:
+            return b""
+        for i in found:
+            del self.entries[i]
+        return hj.encode_release(hj.Reason.MOVED, found)
 
     def _finish_moves(self, moving: dict[bytes, int]) -> list[bytes]:
         """Moves a crash cut short: copies found in the commit log are released, the rest
         stay held (and move again when due / committed). Returns the ids found."""
         if not moving:
             return []
-        found = self._already_moved(moving)
+        found = self._stored_copies(moving)
+        self._append_now(self._released_as_moved(found))
         log.info("held messages: %d moves cut short by a crash were already stored, %d will "
                  "be moved again", len(found), len(moving) - len(found))
         return found
 
     def compact(self) -> None:
         """Rewrite the journal as one HOLD per held message (atomically), and one MOVING per
-        failed move whose copies may be stored."""
+        failed move whose copies may be stored. Here and now: at open and close, and on the
+        writer thread (``_maybe_compact``)."""
+        self._rewrite(list(self.entries.values()))
+
+    def _rewrite(self, entries: list[HeldEntry]) -> None:
         failed: dict[int, list[bytes]] = {}
-        for e in self.entries.values():
+        for e in entries:
             if e.moved_from is not None:
                 failed.setdefault(e.moved_from, []).append(e.id)
+        upto = self._appended
         self.journal.rewrite([*(hj.encode_hold(e.id, e.kind, e.due_ms, e.checks, e.topic,
-                                               e.message_id) for e in self.entries.values()),
+                                               e.message_id) for e in entries),
                               *(hj.encode_moving(o, ids) for o, ids in failed.items())])
-        self._synced = self._appended       # written whole and fsynced
+        self._synced = max(self._synced, upto)       # written whole and fsynced
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -216,9 +226,17 @@ class HeldMessages:
             if fut is not None and not fut.done():
                 fut.set_result(None)
 
-    def _append(self, data: bytes) -> None:
-        self.journal.append(data)
-        self._appended += 1
+    def _append_now(self, data: bytes) -> None:
+        """Append records here and now (at open; on the writer thread)."""
+        if data:
+            self.journal.append(data)
+            self._appended += 1
+
+    async def _append(self, data: bytes) -> None:
+        """Append records on the writer thread, after every write asked before; returns once
+        they are written (a process crash keeps them; ``_sync_journal`` for a power cut).
+        A caller cancelled meanwhile leaves the write going on (it is in the queue)."""
+        await asyncio.shield(self._writer.submit(self._append_now, data))
 
     async def _sync_journal(self) -> None:
         """Under sync flush: return once an fsync covers every record appended so far.
@@ -265,10 +283,18 @@ class HeldMessages:
             raise
         entries = [HeldEntry(i, kind, due, 0, m.topic, mid)
                    for i, (m, kind, due, mid) in zip(ids, msgs)]
-        self._append(b"".join(hj.encode_hold(e.id, e.kind, e.due_ms, 0, e.topic,
-                                             e.message_id) for e in entries))
-        for e in entries:        # before any await: a compaction must keep their HOLDs
+        for e in entries:        # before their HOLDs are queued: a compaction keeps them
             self.entries[e.id] = e
+        try:
+            await self._append(b"".join(hj.encode_hold(e.id, e.kind, e.due_ms, 0, e.topic,
+                                                       e.message_id) for e in entries))
+        except asyncio.CancelledError:
+            raise                # the HOLDs are written all the same: held, unanswered
+        except BaseException:    # not written (a full disk): nothing of it stays behind
+            for e in entries:
+                self.entries.pop(e.id, None)
+            self.client.remove(ids)
+            raise
         await self._sync_journal()
         return entries
 
@@ -292,8 +318,8 @@ class HeldMessages:
             retried = {e.id: e.moved_from for e in entries if e.moved_from is not None}
             if retried:          # a put that failed may have stored some copies after all
                 done = await loop.run_in_executor(None, self._stored_copies, retried)
-                self._released_as_moved(done)
                 if done:
+                    await self._append(self._released_as_moved(done))
                     self.client.remove(done)
                     entries = [e for e in entries if e.id not in set(done)]
             msgs, moved, bad = [], [], []
@@ -310,11 +336,11 @@ class HeldMessages:
                               e.id.hex(), e.topic, exc)
                     bad.append(e)
             if bad:
-                self._release(bad, hj.Reason.DROPPED)
+                await self._release(bad, hj.Reason.DROPPED)
             if not moved:
                 return []
             offset = self.store.max_commitlog_offset()
-            self._append(hj.encode_moving(offset, [e.id for e in moved]))
+            await self._append(hj.encode_moving(offset, [e.id for e in moved]))
             await self._sync_journal()
             try:
                 await self.put(msgs)
@@ -323,7 +349,9 @@ class HeldMessages:
                     if e.moved_from is None:
                         e.moved_from = offset
                 raise
-            self._release(moved, hj.Reason.MOVED)
+            # not waited for: the copies are stored, and a crash before the RELEASE is
+            # written finds them through the MOVING record (one hop less per move)
+            await self._release(moved, hj.Reason.MOVED, wait=False)
             return moved
         finally:
             self._moving -= 1
@@ -336,36 +364,75 @@ class HeldMessages:
         for e in entries:
             e.busy = True
         try:
-            self._release(entries, reason)
+            await self._release(entries, reason)
             await self._sync_journal()
         finally:
             for e in entries:
                 e.busy = False
 
-    def _release(self, entries: list[HeldEntry], reason: hj.Reason) -> None:
-        ids = [e.id for e in entries if e.id in self.entries]
-        if not ids:
+    async def _release(self, entries: list[HeldEntry], reason: hj.Reason, *,
+                       wait: bool = True) -> None:
+        """Release held messages: out of the entries now, their RELEASE queued on the writer
+        (waited for unless ``wait`` is False), their bodies removed once it is written."""
+        gone = [e for e in entries if e.id in self.entries]
+        if not gone:
             return
-        self._append(hj.encode_release(reason, ids))
-        for i in ids:
-            del self.entries[i]
-        self.client.remove(ids)
-        self._maybe_compact()
+        for e in gone:
+            del self.entries[e.id]
+        written = self._writer.submit(self._append_now,
+                                      hj.encode_release(reason, [e.id for e in gone]))
+        written.add_done_callback(lambda f: self._released(f, gone))
+        if wait:
+            await asyncio.shield(written)
+
+    def _released(self, written: asyncio.Future, gone: list[HeldEntry]) -> None:
+        """(On the loop.) Their RELEASE is written: the bodies go. The write failed (a full
+        disk): they are held again, as the file says. The writer stopped first (the loop
+        ends): the closing compaction writes the state, without them."""
+        exc = written.exception()
+        if isinstance(exc, OSError):
+            log.error("held messages %s: their RELEASE was not written (%s); they stay held",
+                      ", ".join(e.id.hex() for e in gone[:4]), exc)
+            for e in gone:
+                self.entries.setdefault(e.id, e)
+            return
+        self.client.remove([e.id for e in gone])
+        if exc is None:
+            self._maybe_compact()
 
     def _maybe_compact(self) -> None:
-        if self.journal.size > COMPACT_BYTES and not self._moving and self._syncing is None:
-            self.compact()      # never while a MOVING record may be needed or an fsync runs
+        """Queue a compaction on the writer once the journal is past its size (never while
+        a MOVING record may be needed, an fsync runs, or one is queued already)."""
+        if self.journal.size > COMPACT_BYTES and not self._moving and \
+                self._syncing is None and not self._compacting:
+            self._compacting = True
+            done = self._writer.submit(self._rewrite, list(self.entries.values()))
+            done.add_done_callback(self._compacted)
 
-    def checked(self, e: HeldEntry, checks: int, next_ms: int) -> None:
+    def _compacted(self, fut: asyncio.Future) -> None:
+        self._compacting = False
+        if not fut.cancelled() and fut.exception() is not None:
+            log.error("compacting %s failed (it stays as it is, open for appends): %s",
+                      self.journal.path, fut.exception())
+
+    async def checked(self, e: HeldEntry, checks: int, next_ms: int) -> None:
+        """A half message was checked back: its count and next check time (journaled)."""
         e.checks, e.due_ms = checks, next_ms
-        self._append(hj.encode_checked(e.id, checks, next_ms))
+        await self._append(hj.encode_checked(e.id, checks, next_ms))
 
     # ------------------------------------------------------------------ close
 
+    async def stop(self) -> None:
+        """Finish the journal writes asked so far and stop the writer thread."""
+        await self._writer.close()
+
     def close(self) -> None:
-        """Compact and close the journal, close the ref store (clean shutdown)."""
+        """Compact and close the journal, close the ref store (clean shutdown; off any
+        event loop). A write still queued is not lost: the compaction writes the state in
+        memory, which has every change already."""
         for fut in self._waiting.values():
             fut.cancel()
+        self._writer.shutdown()
         self.compact()
         self.journal.close()
         self.client.terminate()

@@ -33,8 +33,11 @@ MAGIC = b"STRATAGJ"
 VERSION = 1               # the groups journal before RENEW records
 RENEW_VERSION = 2         # the groups journal since RENEW records
 COMMIT_VERSION = 3        # the groups journal since COMMIT records
-GROUPS_VERSION = 4        # the groups journal since MEMBERS records (it reads 1 to 3 too)
-GROUPS_READABLE = (VERSION, RENEW_VERSION, COMMIT_VERSION, GROUPS_VERSION)
+MEMBERS_VERSION = 4       # the groups journal since MEMBERS records
+# the groups journal since given-back deliveries (a POP or STATE entry with attempt 0 and a
+# handle id: due, never delivered; before, attempt 0 meant held back); it reads 1 to 4 too
+GROUPS_VERSION = 5
+GROUPS_READABLE = (VERSION, RENEW_VERSION, COMMIT_VERSION, MEMBERS_VERSION, GROUPS_VERSION)
 HEADER = struct.Struct("<8sII")           # magic, version, crc32c of the first 12 bytes
 RECORD_HEAD = framing.FRAME              # payload length, crc32c(payload)
 MAX_PAYLOAD = framing.MAX_PAYLOAD
@@ -113,7 +116,8 @@ _frame = framing.frame
 def encode_pop(group: str, topic: str, queue_id: int, pop_offset: int, deadline_ms: int,
                entries: list[tuple[int, int, int]]) -> bytes:
     """A POP record: ``entries`` are (queue offset, attempt, handle id); (offset, 0, 0) is a
-    message of a FIFO topic passed over and held back, not delivered."""
+    message of a FIFO topic passed over and held back, not delivered; (offset, 0, handle) a
+    delivery given back before any client saw it (due at the deadline, never delivered)."""
     pack = _POP_ENTRY.pack
     return _pop_frame(group, topic, queue_id, pop_offset, deadline_ms, len(entries),
                       b"".join([pack(*e) for e in entries]))

@@ -12,24 +12,24 @@ on a thread as it starts: a throwaway store in a temporary directory takes the s
 ``strata warm`` (``strata.warm.STORE_STEPS``: plain and rich puts, their dispatch, reads), so
 every kernel those reach is compiled (or, with a warm cache, loaded, which the first put and
 read would do anyway) before or while the first clients connect. It runs on a daemon
-thread, so a broker stopped during a cold compile does not wait for it (its temporary
-directory may then stay behind, named ``strata-warm-*``).
+thread, so a broker stopped during a cold compile does not wait for it; its temporary
+directory (``strata-warm-<pid>-*``, ``strata.warm.warm_directory``) may then stay behind,
+and the next warm-up removes it once its process is gone.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
 from typing import Callable
 
-from strata.warm import exercise_store
+from strata.warm import exercise_store, warm_directory
 
 log = logging.getLogger(__name__)
 
 
 def warm_store() -> None:
     """Run each store kernel a broker's clients reach once, on a throwaway store."""
-    with tempfile.TemporaryDirectory(prefix="strata-warm-") as d:
+    with warm_directory() as d:
         exercise_store(d)
 
 

@@ -112,6 +112,7 @@ class MessagingService(Renewal, Consuming, svc_grpc.MessagingServiceServicer):
         self.sessions.close_all()
         await self.timer.close()
         await self.transactions.close()
+        await self.held.stop()
         if self._own_batcher:
             await self.batcher.close()
         if self._own_worker:

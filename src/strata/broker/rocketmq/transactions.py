@@ -120,7 +120,7 @@ class Transactions(DueQueue):
             self.dropped += 1
             await self.held.drop([e], hj.Reason.DROPPED)
             return
-        self.held.checked(e, checks, now + self.check_interval_ms)
+        await self.held.checked(e, checks, now + self.check_interval_ms)
         self.push(e.due_ms, e.id)
         s = self.sessions.producer_for(e.topic, self._senders.get(e.id, ""))
         if s is None:
