@@ -5,12 +5,15 @@
                           [--flush async,sync] [--partitions P] [--profile SECONDS]
                           [--cprofile] [--pace MSGS_PER_S] [--peers rabbitmq,nats]
                           [--partition-fetch-bytes B] [--consume-api batch|poll]
+                          [--partitioner librdkafka|explicit] [--fetch-queue-backoff-ms MS]
 
 For each flush mode, size and producer count a fresh store is served on 127.0.0.1; after
 an untimed warm-up (20,000 messages produced and consumed on another topic: numba's cached
 kernels load on first use, 0.1-0.3 s each, a one-time cost that is not a message's) the
 producers send ``--messages`` messages in total (``linger.ms`` 5, acks=all, no
-compression: the broker's own work is measured), then one consumer reads them all with
+compression: the broker's own work is measured; keyless, partitioned by librdkafka's own
+sticky partitioner, or round-robin by the bench with ``--partitioner explicit``; the
+delivery callback set once in the configuration, reporting failures only), then one consumer reads them all with
 assign() from the beginning (``consume(10000)`` per call, or ``poll()`` per message with
 ``--consume-api poll``; ``max.partition.fetch.bytes`` from ``--partition-fetch-bytes``).
 Rows: ``op`` produce/consume, ``msgs_per_s`` (wall time from the first producer's start
@@ -54,13 +57,7 @@ import sys, time, json
 from confluent_kafka import Producer
 boot, topic, n, size, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 pace = float(sys.argv[6])      # messages per second (0: as fast as produce() takes them)
-# unpaced: librdkafka reports failed deliveries only (every message is still acked by the
-# broker, flush() waits for all; a Python callback per message would double the client's
-# CPU); paced: a report per message, for its latency
-p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5,
-              "batch.size": 1000000, "queue.buffering.max.messages": 1000000,
-              "enable.idempotence": False, "delivery.report.only.error": not pace})
-body = b"x" * size
+explicit = sys.argv[7:8] == ["explicit"]   # the bench picks each message's partition
 errs = [0]
 lat = []
 def cb(e, m):
@@ -68,6 +65,17 @@ def cb(e, m):
         errs[0] += 1
     else:
         lat.append(m.latency())
+# unpaced: librdkafka reports failed deliveries only (every message is still acked by the
+# broker with acks=all, flush() waits for all, and a failure still reaches cb and is
+# counted; a Python callback per message would double the client's CPU); paced: a report
+# per message, for its latency. The callback is set once, in the configuration, not passed
+# with every produce() call
+p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 5,
+              "batch.size": 1000000, "queue.buffering.max.messages": 1000000,
+              "enable.idempotence": False, "delivery.report.only.error": not pace,
+              "on_delivery": cb})
+body = b"x" * size
+produce = p.produce
 print("READY", flush=True)
 sys.stdin.readline()
 t0 = time.time()
@@ -75,7 +83,10 @@ c0 = time.process_time()
 for i in range(n):
     while True:
         try:
-            p.produce(topic, body, partition=i % parts, on_delivery=cb)
+            if explicit:
+                produce(topic, body, partition=i % parts)
+            else:                  # librdkafka's partitioner (keyless: sticky, then the next)
+                produce(topic, body)
             break
         except BufferError:
             p.poll(0.01)
@@ -210,7 +221,7 @@ def result(proc: subprocess.Popen) -> dict:
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
          profile: float, extra_env: dict | None = None, pace: float = 0,
          part_bytes: int = 1 << 20, consume_api: str = "batch",
-         queue_backoff_ms: str = "") -> list[dict]:
+         queue_backoff_ms: str = "", partitioner: str = "librdkafka") -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
     then consume; returns (and prints) its rows."""
     extra_env = dict(extra_env or {})
@@ -256,7 +267,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
-                               str(size), str(parts), str(pace / producers)], stdin=subprocess.PIPE,
+                               str(size), str(parts), str(pace / producers), partitioner],
+                              stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(producers)]
     for p in procs:
@@ -271,7 +283,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     sent = each * producers
     el = max(r["t1"] for r in res) - min(r["t0"] for r in res)
     tag = dict(system="strata", flush=flush, size=size, producers=producers, partitions=parts,
-               pace=pace)
+               pace=pace, partitioner=partitioner)
     produce_row = dict(tag, op="produce", messages=sent, seconds=round(el, 3),
                        msgs_per_s=round(sent / el), mib_per_s=round(sent * size / el / 2**20, 1),
                        broker_cpu_us_per_msg=round((cpu1 - cpu0) / sent * 1e6, 2),
@@ -350,6 +362,12 @@ def main() -> None:
                          "queue holds queued.min.messages (100,000): a broker that fills the "
                          "queue faster than the application drains it leaves the consumer "
                          "idle for up to a second at a time")
+    ap.add_argument("--partitioner", default="librdkafka", choices=("librdkafka", "explicit"),
+                    help="who picks each message's partition: librdkafka's own partitioner "
+                         "(keyless messages: sticky to one partition for "
+                         "sticky.partitioning.linger.ms, then the next; what a producer "
+                         "without keys does) or the bench, round-robin per message "
+                         "(produce(..., partition=i % P): ~0.3 µs more client CPU a message)")
     a = ap.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
@@ -364,7 +382,8 @@ def main() -> None:
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
                                  a.partitions, a.profile, env, a.pace,
-                                 part_bytes, a.consume_api, a.fetch_queue_backoff_ms)
+                                 part_bytes, a.consume_api, a.fetch_queue_backoff_ms,
+                                 a.partitioner)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",

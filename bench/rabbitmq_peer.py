@@ -210,7 +210,8 @@ def classic_consume(node: Node, queue: str, n: int) -> float:
     return el
 
 
-async def stream_produce(node: Node, stream: str, n: int, body: bytes, window: int) -> float:
+async def stream_produce(node: Node, stream: str, n: int, body: bytes, window: int,
+                         batch: int = 500) -> float:
     from rstream import Producer
     confirmed = [0]
     room = asyncio.Event()
@@ -222,14 +223,14 @@ async def stream_produce(node: Node, stream: str, n: int, body: bytes, window: i
 
     async with Producer("127.0.0.1", node.stream, username="guest", password="guest") as p:
         await p.create_stream(stream, exists_ok=True)
-        chunk = [body] * 500
+        chunk = [body] * batch
         sent = 0
         t0 = time.perf_counter()
         while sent < n:
             while sent - confirmed[0] >= window:
                 room.clear()
                 await room.wait()
-            k = min(500, n - sent)
+            k = min(batch, n - sent)
             await p.send_batch(stream, chunk[:k], on_publish_confirm=on_confirm)
             sent += k
         while confirmed[0] < n:
@@ -270,6 +271,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="100")
     ap.add_argument("--kinds", default="classic,stream")
     ap.add_argument("--window", type=int, default=1000)
+    ap.add_argument("--stream-batch", type=int, default=500,
+                    help="messages per rstream send_batch call")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, _stopped)   # a SIGTERM still stops the node (finally:)
     root = Path(tempfile.mkdtemp(prefix="strata-rabbit-peer-"))
@@ -280,7 +283,8 @@ def main() -> None:
             body = os.urandom(size)
             for kind in a.kinds.split(","):
                 name = f"bench-{kind}-{size}"
-                tag = dict(system=f"rabbitmq-{kind}", size=size, window=a.window)
+                tag = dict(system=f"rabbitmq-{kind}", size=size, window=a.window,
+                           **({"stream_batch": a.stream_batch} if kind == "stream" else {}))
                 for op in ("produce", "consume"):
                     cpu0, mine0 = node.cpu(), time.process_time()
                     if kind == "classic":
@@ -288,7 +292,7 @@ def main() -> None:
                               if op == "produce" else classic_consume(node, name, a.messages))
                     else:
                         el = asyncio.run(stream_produce(node, name, a.messages, body,
-                                                        a.window * 10)
+                                                        a.window * 10, a.stream_batch)
                                          if op == "produce" else
                                          stream_consume(node, name, a.messages))
                     cpu, mine = node.cpu() - cpu0, time.process_time() - mine0

@@ -129,6 +129,15 @@ class FileOps:
         written, which may be short (appenders loop; a fault layer cuts writes here)."""
         return os.write(fd, data)
 
+    def pwrite(self, path: Path, fd: int, data, offset: int) -> None:
+        """Write all of ``data`` to the open file ``fd`` (``path`` names it) at ``offset``
+        (``os.pwrite``, repeated after a short write). Into a file that is also mapped shared,
+        this lands in the same page cache pages the mapping shows."""
+        with memoryview(data) as view, view.cast("B") as rest:
+            done = 0
+            while done < len(rest):
+                done += os.pwrite(fd, rest[done:], offset + done)
+
     def fsync(self, path: Path, fd: int) -> None:
         """Make the data and metadata of the open file ``fd`` (``path`` names it) durable."""
         os.fsync(fd)

@@ -43,14 +43,30 @@ def write_records(buf, pos: int, headers: np.ndarray, blob) -> None:
 
     ``blob`` holds the records' bytes one after the other (bytes or a memoryview), each with its
     fixed header and its trailer left as zeros (or already filled in); ``headers`` are those
-    headers (HEADER_DTYPE, CRC field ignored). The blob is copied in one piece, the headers and
-    trailers scattered over it with one numpy assignment each, then each record's CRC32C is
-    stored.
+    headers (HEADER_DTYPE, CRC field ignored). The blob is copied in one piece, then the
+    headers, trailers and CRCs are filled in where it landed (``seal_records``' work).
     """
-    n = len(headers)
-    if n == 0:
+    if len(headers) == 0:
         return
-    end = pos + len(blob)
+    spans = _spans(headers, pos, pos + len(blob))   # checked before a byte is written
+    buf[pos:pos + len(blob)] = blob
+    _seal(buf, pos + len(blob), headers, *spans)
+
+
+def seal_records(buf, pos: int, end: int, headers: np.ndarray) -> None:
+    """Finish the records lying back to back in ``buf[pos:end]`` (writable; each with its fixed
+    header and trailer as zeros, or already filled in): ``headers`` (HEADER_DTYPE, CRC field
+    ignored) scattered over them with one numpy assignment, the trailers with another, then
+    each record's CRC32C stored. ``buf`` may be the records' own buffer, so a writer can
+    finish them in memory and hand the file one ``pwrite`` (``CommitLog.append_headers``)."""
+    if len(headers):
+        _seal(buf, end, headers, *_spans(headers, pos, end))
+
+
+def _spans(headers: np.ndarray, pos: int, end: int) -> tuple:
+    """(starts, stops, totals) of the records ``headers`` describe from ``pos``; ValueError if
+    they do not end exactly at ``end``."""
+    n = len(headers)
     totals = headers["total"].astype(np.int64)
     starts = np.empty(n, np.int64)
     starts[0] = pos
@@ -59,14 +75,18 @@ def write_records(buf, pos: int, headers: np.ndarray, blob) -> None:
     stops = starts + totals
     if int(stops[-1]) != end:
         raise ValueError(f"record sizes add up to {int(stops[-1]) - pos} bytes, the blob "
-                         f"holds {len(blob)}")
-    buf[pos:end] = blob
+                         f"holds {end - pos}")
+    return starts, stops, totals
+
+
+def _seal(buf, end: int, headers: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+          totals: np.ndarray) -> None:
     with memoryview(buf) as mv:
         header_windows(mv, end)[starts] = headers.view(HEADER_BYTES)
         u32_windows(mv, end)[stops - rec.TRAILER_SIZE] = totals
-        if n >= COMPILED_CRC_FROM:
+        if len(headers) >= COMPILED_CRC_FROM:
             # one compiled call for every record's CRC (a Python call each cost ~0.3 µs)
-            crcs = np.empty(n, np.uint32)
+            crcs = np.empty(len(headers), np.uint32)
             rk.kernels().crc32c_ranges(np.frombuffer(mv, np.uint8), starts + rec.CRC_START,
                                        stops, crcs)
         else:

@@ -25,7 +25,7 @@ from strata.files.segment_queue import SegmentQueue
 from strata.format import key_index_kernels as kk
 from strata.format import record as rec
 from strata.format.consume_queue import UNIT_SIZE
-from strata.format.record_batch import MessageBatch, write_records
+from strata.format.record_batch import MessageBatch, seal_records
 from strata.format.record_table import F_PHYS, GOOD, OTHER
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 from strata.log.batch_reader import OffsetsRead, read_columns, read_offsets, read_views
@@ -163,7 +163,8 @@ class CommitLog:
     def append_headers(self, headers: np.ndarray, blob: bytes, store_ts: int) -> np.ndarray:
         """``append_batch`` for large batches, vectorised: ``headers`` (HEADER_DTYPE, one per
         record, physical offset / store time / CRC filled in here) and ``blob``, the records
-        back to back, each with its fixed header and trailer zeroed (``write_records``).
+        back to back, each with its fixed header and trailer zeroed (``seal_records`` fills
+        them in place: a writable blob is changed).
         Returns the physical offsets. All or nothing, as ``append_batch``."""
         n = len(headers)
         seg = self._open_segment()
@@ -172,7 +173,11 @@ class CommitLog:
         ends = np.cumsum(headers["total"].astype(np.int64))  # end of record i, batch-relative
         rolled: list[MappedSegment] = []
         done = 0
-        data = memoryview(blob)
+        # the records are finished in memory and written with pwrite (MappedSegment.write_at);
+        # a read-only blob (bytes) is copied once to be finished
+        data = np.frombuffer(blob, np.uint8)
+        if not data.flags.writeable:
+            data = data.copy()
         try:
             while done < n:
                 before = int(ends[done - 1]) if done else 0
@@ -190,8 +195,9 @@ class CommitLog:
                     np.concatenate(([before], ends[done:done + fit - 1]))
                 headers["phys"][part] = starts
                 seg.reserve(seg.wrote + int(ends[done + fit - 1]) - before)
-                write_records(seg.mm, HEADER_AREA + seg.wrote, headers[part],
-                              data[before:int(ends[done + fit - 1])])
+                piece = data[before:int(ends[done + fit - 1])]
+                seal_records(piece, 0, len(piece), headers[part])
+                seg.write_at(seg.wrote, piece)
                 seg.wrote = int(starts[-1] - seg.base_offset + headers["total"][done + fit - 1])
                 self._account(seg, fit, store_ts)
                 done += fit

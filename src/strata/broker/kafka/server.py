@@ -169,7 +169,10 @@ class KafkaListener:
 
     async def start(self) -> None:
         from strata.broker.kafka.idempotence import sequences
-        sequences(self.broker)       # producer state loaded (and replayed) before serving
+        # the producer table is loaded and the log after its snapshot replayed (a store.scan,
+        # which can reach S3 through the tier) before this listener serves, on a thread: the
+        # loop may already serve the other listener's clients and the store's own work
+        await asyncio.get_running_loop().run_in_executor(None, sequences, self.broker)
         self.broker.start()
         # the compiled record-batch codec loads off the loop meanwhile (a request that
         # arrives first waits for it inside numba, as it would have loaded it itself)
