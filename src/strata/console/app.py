@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import sys
 import time
 from functools import partial
 from importlib import resources
@@ -37,30 +38,45 @@ ACTIONS_ON_KEY = web.AppKey("actions_on", bool)
 
 class Samples:
     """Tells long polls (``?after=SEQ`` on /api/overview and /api/groups) that the
-    sampler took a sample: an event per sample, set by the sampler on the event loop."""
+    sampler took a sample: an event per sample, set by the sampler on the event loop. At a
+    stop (``close``) every waiting poll answers at once: a stop waits for the answers under
+    way, and a poll would otherwise hold it up to LONG_POLL_S."""
 
     LONG_POLL_S = 30.0      # a long poll answers at the latest after this, sample or not
 
     def __init__(self) -> None:
         self._taken = asyncio.Event()
+        self.closed = False
+        self.waiting = 0        # long polls waiting for a sample now
 
     def taken(self) -> None:
         self._taken.set()
         self._taken = asyncio.Event()
 
+    def close(self) -> int:
+        """Wake every waiting long poll and answer later ones at once; how many woke."""
+        self.closed = True
+        woken = self.waiting
+        self.taken()
+        return woken
+
     async def after(self, data: ConsoleData, seq: int) -> None:
         """Return once ``data`` holds a sample numbered above ``seq`` (at most
-        LONG_POLL_S later)."""
+        LONG_POLL_S later, at once after ``close``)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.LONG_POLL_S
-        while data.samples <= seq:
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            try:
-                await asyncio.wait_for(self._taken.wait(), left)
-            except asyncio.TimeoutError:
-                return
+        self.waiting += 1
+        try:
+            while data.samples <= seq and not self.closed:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(self._taken.wait(), left)
+                except asyncio.TimeoutError:
+                    return
+        finally:
+            self.waiting -= 1
 
 
 SAMPLES_KEY = web.AppKey("samples", Samples)
@@ -170,7 +186,9 @@ async def _after_sample(request: web.Request) -> bool:
 async def api_overview(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
     fresh = await _after_sample(request)
-    return _json(await _off_loop(request, d.overview, fresh))
+    ov = await _off_loop(request, d.overview, fresh)
+    ov["console"] = {**d.costs(), "long_polls": request.app[SAMPLES_KEY].waiting}
+    return _json(ov)
 
 
 API_MAX_PER_PAGE = 1000   # rows one API answer holds at most when paged
@@ -418,6 +436,19 @@ async def _sampler(app: web.Application) -> None:
         await asyncio.sleep(d.sample_interval())
 
 
+def say(line: str) -> None:
+    """A line of the console's own log (stderr, as the broker's)."""
+    print(f"strata console: {line}", file=sys.stderr, flush=True)
+
+
+async def _wake_long_polls(app: web.Application) -> None:
+    """At a stop, before aiohttp waits for the answers under way: the long polls answer
+    now (from the last sample) instead of holding the stop until their LONG_POLL_S."""
+    woken = app[SAMPLES_KEY].close()
+    if woken:
+        say(f"stopping: {woken} long poll{'s' if woken != 1 else ''} answered at once")
+
+
 async def _background(app: web.Application):
     task = asyncio.get_running_loop().create_task(_sampler(app))
     yield
@@ -459,4 +490,5 @@ def make_app(data: ConsoleData, acl=None, actions=None) -> web.Application:
     static = Path(str(resources.files("strata.console") / "static"))
     r.add_static("/static/", static)
     app.cleanup_ctx.append(_background)
+    app.on_shutdown.append(_wake_long_polls)
     return app

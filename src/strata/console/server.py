@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -14,15 +13,11 @@ from aiohttp import web
 
 import strata
 from strata.console.actions import Actions
-from strata.console.app import make_app
+from strata.console.app import make_app, say as _say
 from strata.console.groups_view import BROKER_DIR, GroupSource
 from strata.console.views import ConsoleData
 from strata.errors import StoreLockedError
 from strata.store.message_store import MessageStore, writer_alive
-
-
-def _say(line: str) -> None:
-    print(f"strata console: {line}", file=sys.stderr, flush=True)
 
 
 async def _watch_parent(stop: asyncio.Event) -> None:

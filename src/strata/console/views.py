@@ -191,6 +191,14 @@ class ConsoleData:
             out[(g, t, q)] = max(0, hi - max(lo, commit))
         return out
 
+    def costs(self) -> dict:
+        """What the console's own readings cost (for an operator wondering what an open
+        console takes from the broker): the last sample's and disk walk's CPU time, and
+        how often the sampler reads."""
+        return {"sample_cpu_ms": round(self.sample_cpu_s * 1000, 2),
+                "sample_interval_s": round(self.sample_interval(), 2),
+                "disk_walk_cpu_ms": round(self.disk_cpu_s * 1000, 2)}
+
     def _rates(self) -> dict:
         """Per-second rates between consecutive samples, for the overview charts."""
         h = list(self.history)
