@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 import jinja2
 from aiohttp import web
 
-from strata.console.views import ConsoleData, is_internal
+from strata.console.views import SAMPLE_S, ConsoleData, is_internal
 from strata.errors import InvalidInputError, StrataError
 
 log = logging.getLogger(__name__)
@@ -117,8 +117,12 @@ def make_env() -> jinja2.Environment:
     return env
 
 
-async def _off_loop(request: web.Request, fn: Callable, *args) -> Any:
+async def _off_loop(request: web.Request, fn: Callable, *args, groups: bool = False) -> Any:
+    """``fn(*args)`` on the console's thread; ``groups``: it shows live groups, whose copy
+    is taken first (``GroupSource.refresh``)."""
     data = request.app[DATA_KEY]
+    if groups:
+        await data.groups.refresh()
     return await asyncio.get_running_loop().run_in_executor(data.executor, partial(fn, *args))
 
 
@@ -131,6 +135,7 @@ async def errors_and_headers(request: web.Request, handler) -> web.StreamRespons
     """Strata's errors become a 400 naming the problem (JSON for the API, a page otherwise);
     every answer carries the security headers and its server time (``Server-Timing``)."""
     started = time.perf_counter()
+    request.app[DATA_KEY].watched_at = time.monotonic()   # someone looks: sample for them
     try:
         resp = await handler(request)
     except StrataError as exc:
@@ -186,7 +191,7 @@ async def _after_sample(request: web.Request) -> bool:
 async def api_overview(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
     fresh = await _after_sample(request)
-    ov = await _off_loop(request, d.overview, fresh)
+    ov = await _off_loop(request, d.overview, fresh, groups=True)
     ov["console"] = {**d.costs(), "long_polls": request.app[SAMPLES_KEY].waiting}
     return _json(ov)
 
@@ -247,7 +252,7 @@ async def api_topics(request: web.Request) -> web.Response:
 async def api_topic(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
     name = request.match_info["topic"]
-    got = await _off_loop(request, d.topic, name)
+    got = await _off_loop(request, d.topic, name, groups=True)
     if got is None:
         raise web.HTTPNotFound(text=f"no topic {name!r}")
     return _json(got)
@@ -257,7 +262,7 @@ async def api_groups(request: web.Request) -> web.Response:
     """Groups filtered (``q``) and paged like /groups; ``history`` covers every group."""
     d = request.app[DATA_KEY]
     fresh = await _after_sample(request)
-    groups = _select_groups(await _off_loop(request, d.groups_list, None, fresh),
+    groups = _select_groups(await _off_loop(request, d.groups_list, None, fresh, groups=True),
                             request.query.get("q", "").strip())
     got = _api_page(groups, request.query, GROUP_PAGE)
     return _json({"groups": got.pop("rows"), **got, "history": d.group_history()})
@@ -282,7 +287,7 @@ async def api_message(request: web.Request) -> web.Response:
 
 async def page_overview(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
-    ov = await _off_loop(request, d.overview)
+    ov = await _off_loop(request, d.overview, groups=True)
     return _page(request, "overview.html", title="Overview", ov=ov)
 
 
@@ -351,7 +356,7 @@ async def page_topics(request: web.Request) -> web.Response:
 async def page_topic(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
     name = request.match_info["topic"]
-    t = await _off_loop(request, d.topic, name)
+    t = await _off_loop(request, d.topic, name, groups=True)
     if t is None:
         raise web.HTTPNotFound(text=f"no topic {name!r} in this store")
     q = dict(request.query)
@@ -384,7 +389,7 @@ async def page_groups(request: web.Request) -> web.Response:
     GROUP_PAGE (group, topic) sections a page; the lag chart covers every group."""
     d = request.app[DATA_KEY]
     q = request.query.get("q", "").strip()
-    groups = _select_groups(await _off_loop(request, d.groups_list), q)
+    groups = _select_groups(await _off_loop(request, d.groups_list, groups=True), q)
     shown, pager = _page_of(groups, GROUP_PAGE, request.query)
     keep = {"q": q or None}
     return _page(request, "groups.html", title="Consumer groups", groups=shown, q=q,
@@ -424,16 +429,21 @@ async def _no_content() -> web.Response:
 
 
 async def _sampler(app: web.Application) -> None:
-    """Read the counters every SAMPLE_S seconds for the rate and lag charts."""
+    """Read the counters for the rate and lag charts (``ConsoleData.sample_interval``)."""
     d = app[DATA_KEY]
     loop = asyncio.get_running_loop()
     while True:
         try:
+            await d.groups.refresh()
             await loop.run_in_executor(d.executor, d.sample)
         except StrataError as exc:
             log.warning("console sample failed: %s", exc)
         app[SAMPLES_KEY].taken()
-        await asyncio.sleep(d.sample_interval())
+        # in steps of at most SAMPLE_S: a page opened while nobody watched (a 10 s
+        # interval) gets its next sample within SAMPLE_S
+        took = loop.time()
+        while (left := took + d.sample_interval() - loop.time()) > 0:
+            await asyncio.sleep(min(SAMPLE_S, left))
 
 
 def say(line: str) -> None:
