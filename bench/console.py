@@ -252,14 +252,15 @@ class Broker:
     """``strata serve --kafka`` over the bench's store, with the console (``--http``) or
     without it."""
 
-    def __init__(self, d: Path, log: Path, console: bool) -> None:
+    def __init__(self, d: Path, log: Path, console: bool, src: str | None = None) -> None:
         cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(d), "--kafka",
                "127.0.0.1:0", "--exit-with-parent", "--store-option", "prefault=false"]
         if console:
             cmd += ["--http", "127.0.0.1:0"]
         self.log = log
         out = open(log, "w")
-        self.proc = subprocess.Popen(cmd, stderr=out, stdout=subprocess.DEVNULL)
+        env = None if src is None else {**os.environ, "PYTHONPATH": src}
+        self.proc = subprocess.Popen(cmd, stderr=out, stdout=subprocess.DEVNULL, env=env)
         out.close()
         deadline = time.monotonic() + 120
         while True:
@@ -323,11 +324,12 @@ def page_poller(url: str, stop: threading.Event) -> list[threading.Thread]:
 
 
 def broker_window(d: Path, work: Path, console: bool, producers: int, warmup: float,
-                  seconds: float, pace: float) -> dict:
+                  seconds: float, pace: float, src: str | None = None) -> dict:
     """One window: a broker (with the console polled as the pages poll it, or without a
-    console) takes ``producers`` Kafka producer processes' messages; after ``warmup`` s the
-    next ``seconds`` are measured: messages stored, the broker's CPU, its console thread's."""
-    b = Broker(d, work / f"serve-{'b' if console else 'a'}.log", console)
+    console; ``src``: another checkout's code) takes ``producers`` Kafka producer
+    processes' messages; after ``warmup`` s the next ``seconds`` are measured: messages
+    stored, the broker's CPU, its console thread's."""
+    b = Broker(d, work / f"serve-{'b' if console else 'a'}.log", console, src)
     stop = threading.Event()
     procs = []
     reader = strata.open(d, readonly=True)
@@ -375,40 +377,58 @@ def spread(xs: list[float]) -> dict:
             "q3": round(q[2], 4), "min": round(min(xs), 4), "max": round(max(xs), 4)}
 
 
+def _versus(a: dict, b: dict, prefix: str = "") -> dict:
+    """Window ``b`` (a console open) against ``a`` (none), as a round's row fields."""
+    return {f"{prefix}with_console_msgs_s": round(b["msgs_s"]),
+            f"{prefix}ratio": round(b["msgs_s"] / a["msgs_s"], 4),
+            f"{prefix}with_console_cpu_us_per_msg": round(b["cpu_us_per_msg"], 2),
+            f"{prefix}cpu_per_msg_ratio": round(b["cpu_us_per_msg"] / a["cpu_us_per_msg"], 4),
+            f"{prefix}broker_cpu_share_with": round(b["broker_cpu_share"], 3),
+            f"{prefix}extra_cpu_share": round(b["broker_cpu_share"] - a["broker_cpu_share"], 4),
+            f"{prefix}console_cpu_share": round(b["console_cpu_share"], 4)}
+
+
 def measure_broker_ab(d: Path, work: Path, rounds: int, producers: int, warmup: float,
-                      seconds: float, pace: float) -> None:
+                      seconds: float, pace: float, baseline_src: str | None = None) -> None:
     """Rounds of two windows, A (no console) and B (console open and polled), in the order
     AB, BA, AB, ... (ABBA across rounds: a drift of the machine's load favours neither);
-    per round the throughput ratio B/A and the CPU per message of both."""
+    per round the throughput ratio B/A and the CPU per message of both. With
+    ``baseline_src`` a third window B0 per round runs the console of that checkout (A, B,
+    B0 then B0, B, A): the old console's cost measured beside the new one's."""
+    windows = [("A", False, None), ("B", True, None)]
+    if baseline_src:
+        windows.append(("B0", True, baseline_src))
     rows = []
     for r in range(rounds):
-        order = (False, True) if r % 2 == 0 else (True, False)
-        got = {c: broker_window(d, work, c, producers, warmup, seconds, pace)
-               for c in order}
-        a, b = got[False], got[True]
-        row = {"round": r, "order": "AB" if r % 2 == 0 else "BA",
-               "without_msgs_s": round(a["msgs_s"]), "with_console_msgs_s": round(b["msgs_s"]),
-               "ratio": round(b["msgs_s"] / a["msgs_s"], 4),
+        order = windows if r % 2 == 0 else windows[::-1]
+        got = {name: broker_window(d, work, c, producers, warmup, seconds, pace, src)
+               for name, c, src in order}
+        a = got["A"]
+        row = {"round": r, "order": "".join(name for name, _c, _s in order),
+               "without_msgs_s": round(a["msgs_s"]),
                "without_cpu_us_per_msg": round(a["cpu_us_per_msg"], 2),
-               "with_console_cpu_us_per_msg": round(b["cpu_us_per_msg"], 2),
-               "cpu_per_msg_ratio": round(b["cpu_us_per_msg"] / a["cpu_us_per_msg"], 4),
                "broker_cpu_share_without": round(a["broker_cpu_share"], 3),
-               "broker_cpu_share_with": round(b["broker_cpu_share"], 3),
-               "extra_cpu_share": round(b["broker_cpu_share"] - a["broker_cpu_share"], 4),
-               "console_cpu_share": round(b["console_cpu_share"], 4)}
+               **_versus(a, got["B"])}
+        if "B0" in got:
+            row.update(_versus(a, got["B0"], "baseline_"))
         rows.append(row)
-        emit(case="broker_ab_round", **row)
+        emit(case="broker_ab_round", pace=pace, producers=producers, **row)
     col = lambda k: [x[k] for x in rows]      # noqa: E731
     ratio = statistics.median(col("ratio"))
     cpu = statistics.median(col("cpu_per_msg_ratio"))
+    keys = ["ratio", "cpu_per_msg_ratio", "without_msgs_s", "with_console_msgs_s",
+            "without_cpu_us_per_msg", "with_console_cpu_us_per_msg",
+            "broker_cpu_share_without", "broker_cpu_share_with", "console_cpu_share",
+            "extra_cpu_share"]
+    if baseline_src:
+        keys += [f"baseline_{k}" for k in keys if k.startswith(("ratio", "cpu_per", "with_c",
+                                                                "broker_cpu_share_with",
+                                                                "console", "extra"))]
+    # saturated (pace 0): the producers send as fast as the broker takes them, so the
+    # throughput ratio is the goal as written; paced, both windows take the same messages
+    # and the CPU per message and the extra CPU share say what the console costs
     emit(case="broker_ab", rounds=rounds, producers=producers, seconds=seconds, pace=pace,
-         throughput_ratio=spread(col("ratio")), cpu_per_msg_ratio=spread(col("cpu_per_msg_ratio")),
-         without_msgs_s=spread(col("without_msgs_s")),
-         with_console_msgs_s=spread(col("with_console_msgs_s")),
-         without_cpu_us_per_msg=spread(col("without_cpu_us_per_msg")),
-         with_console_cpu_us_per_msg=spread(col("with_console_cpu_us_per_msg")),
-         console_cpu_share=spread(col("console_cpu_share")),
-         extra_cpu_share=spread(col("extra_cpu_share")),
+         saturated=pace == 0, **{k: spread(col(k)) for k in keys},
          target_ratio=0.98, met=ratio >= 0.98 and cpu <= 1.02)
 
 
@@ -428,7 +448,14 @@ def main() -> None:
     ap.add_argument("--ab-seconds", type=float, default=8.0, help="measured seconds a window")
     ap.add_argument("--ab-warmup", type=float, default=3.0,
                     help="seconds of producing before a window's measurement starts")
-    ap.add_argument("--producers", type=int, default=2, help="Kafka producer processes")
+    ap.add_argument("--producers", type=int, default=2,
+                    help="Kafka producer processes (of a paced A/B)")
+    ap.add_argument("--saturate-producers", type=int, default=4,
+                    help="Kafka producer processes of an unpaced (--pace 0) A/B: enough "
+                         "that the broker, not the producers, sets the rate")
+    ap.add_argument("--ab-baseline-src", default=None, metavar="DIR",
+                    help="a third A/B window per round with the console of the code in DIR "
+                         "(a src/): the old console's cost beside the new one's")
     ap.add_argument("--pace", default="0", metavar="MSGS_PER_S[,...]",
                     help="the producers' rate in all (0: as fast as they go); a steady pace "
                          "keeps the broker's batches alike in A and B, so its CPU per "
@@ -470,8 +497,9 @@ def main() -> None:
                     c.stop()
         if a.ab_rounds:
             for pace in (float(x) for x in a.pace.split(",")):
-                measure_broker_ab(d, scratch, a.ab_rounds, a.producers, a.ab_warmup,
-                                  a.ab_seconds, pace)
+                measure_broker_ab(d, scratch, a.ab_rounds,
+                                  a.producers if pace else a.saturate_producers,
+                                  a.ab_warmup, a.ab_seconds, pace, a.ab_baseline_src)
     finally:
         cleanup()
 

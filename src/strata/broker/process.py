@@ -196,7 +196,8 @@ async def _start_console(cfg: ServeConfig, node: Node, listeners: list[Listener]
     try:
         runner, port = await start_embedded(node.store, node.groups, *cfg.http, info,
                                             acl=node.acl,
-                                            kafka_live=lambda: kafka_group_states(listeners))
+                                            kafka_live=lambda: kafka_group_states(listeners),
+                                            worker=node.worker)
     except OSError as exc:
         raise OSError(f"cannot listen on {_shown(*cfg.http)} (--http): "
                       f"{exc.strerror or exc}") from None

@@ -121,7 +121,8 @@ class Actions:
         groups = self.data.groups.live
         if groups is None:      # strata console as the writer: no broker holds the journal
             groups = self.data.groups.live = await loop.run_in_executor(None, self.open_groups)
-        ops = AdminOps(AdminTarget(self.data.store, groups, self.data.groups.kafka_live))
+        ops = AdminOps(AdminTarget(self.data.store, groups, self.data.groups.kafka_live,
+                                   self.data.groups.worker))
         got = await ops.reset_offsets({"group": group, "topic": topic, "offset": offset,
                                        "time_ms": time_ms})
         return "queues start over at " + ", ".join(f"{q}: {o}" for q, o in

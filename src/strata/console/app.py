@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import sys
 import time
 from functools import partial
 from importlib import resources
@@ -22,7 +23,7 @@ from urllib.parse import urlencode
 import jinja2
 from aiohttp import web
 
-from strata.console.views import ConsoleData, is_internal
+from strata.console.views import SAMPLE_S, ConsoleData, is_internal
 from strata.errors import InvalidInputError, StrataError
 
 log = logging.getLogger(__name__)
@@ -37,30 +38,45 @@ ACTIONS_ON_KEY = web.AppKey("actions_on", bool)
 
 class Samples:
     """Tells long polls (``?after=SEQ`` on /api/overview and /api/groups) that the
-    sampler took a sample: an event per sample, set by the sampler on the event loop."""
+    sampler took a sample: an event per sample, set by the sampler on the event loop. At a
+    stop (``close``) every waiting poll answers at once: a stop waits for the answers under
+    way, and a poll would otherwise hold it up to LONG_POLL_S."""
 
     LONG_POLL_S = 30.0      # a long poll answers at the latest after this, sample or not
 
     def __init__(self) -> None:
         self._taken = asyncio.Event()
+        self.closed = False
+        self.waiting = 0        # long polls waiting for a sample now
 
     def taken(self) -> None:
         self._taken.set()
         self._taken = asyncio.Event()
 
+    def close(self) -> int:
+        """Wake every waiting long poll and answer later ones at once; how many woke."""
+        self.closed = True
+        woken = self.waiting
+        self.taken()
+        return woken
+
     async def after(self, data: ConsoleData, seq: int) -> None:
         """Return once ``data`` holds a sample numbered above ``seq`` (at most
-        LONG_POLL_S later)."""
+        LONG_POLL_S later, at once after ``close``)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.LONG_POLL_S
-        while data.samples <= seq:
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            try:
-                await asyncio.wait_for(self._taken.wait(), left)
-            except asyncio.TimeoutError:
-                return
+        self.waiting += 1
+        try:
+            while data.samples <= seq and not self.closed:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(self._taken.wait(), left)
+                except asyncio.TimeoutError:
+                    return
+        finally:
+            self.waiting -= 1
 
 
 SAMPLES_KEY = web.AppKey("samples", Samples)
@@ -101,8 +117,12 @@ def make_env() -> jinja2.Environment:
     return env
 
 
-async def _off_loop(request: web.Request, fn: Callable, *args) -> Any:
+async def _off_loop(request: web.Request, fn: Callable, *args, groups: bool = False) -> Any:
+    """``fn(*args)`` on the console's thread; ``groups``: it shows live groups, whose copy
+    is taken first (``GroupSource.refresh``)."""
     data = request.app[DATA_KEY]
+    if groups:
+        await data.groups.refresh()
     return await asyncio.get_running_loop().run_in_executor(data.executor, partial(fn, *args))
 
 
@@ -115,6 +135,7 @@ async def errors_and_headers(request: web.Request, handler) -> web.StreamRespons
     """Strata's errors become a 400 naming the problem (JSON for the API, a page otherwise);
     every answer carries the security headers and its server time (``Server-Timing``)."""
     started = time.perf_counter()
+    request.app[DATA_KEY].watched_at = time.monotonic()   # someone looks: sample for them
     try:
         resp = await handler(request)
     except StrataError as exc:
@@ -170,7 +191,9 @@ async def _after_sample(request: web.Request) -> bool:
 async def api_overview(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
     fresh = await _after_sample(request)
-    return _json(await _off_loop(request, d.overview, fresh))
+    ov = await _off_loop(request, d.overview, fresh, groups=True)
+    ov["console"] = {**d.costs(), "long_polls": request.app[SAMPLES_KEY].waiting}
+    return _json(ov)
 
 
 API_MAX_PER_PAGE = 1000   # rows one API answer holds at most when paged
@@ -229,7 +252,7 @@ async def api_topics(request: web.Request) -> web.Response:
 async def api_topic(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
     name = request.match_info["topic"]
-    got = await _off_loop(request, d.topic, name)
+    got = await _off_loop(request, d.topic, name, groups=True)
     if got is None:
         raise web.HTTPNotFound(text=f"no topic {name!r}")
     return _json(got)
@@ -239,7 +262,7 @@ async def api_groups(request: web.Request) -> web.Response:
     """Groups filtered (``q``) and paged like /groups; ``history`` covers every group."""
     d = request.app[DATA_KEY]
     fresh = await _after_sample(request)
-    groups = _select_groups(await _off_loop(request, d.groups_list, None, fresh),
+    groups = _select_groups(await _off_loop(request, d.groups_list, None, fresh, groups=True),
                             request.query.get("q", "").strip())
     got = _api_page(groups, request.query, GROUP_PAGE)
     return _json({"groups": got.pop("rows"), **got, "history": d.group_history()})
@@ -264,7 +287,7 @@ async def api_message(request: web.Request) -> web.Response:
 
 async def page_overview(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
-    ov = await _off_loop(request, d.overview)
+    ov = await _off_loop(request, d.overview, groups=True)
     return _page(request, "overview.html", title="Overview", ov=ov)
 
 
@@ -333,7 +356,7 @@ async def page_topics(request: web.Request) -> web.Response:
 async def page_topic(request: web.Request) -> web.Response:
     d = request.app[DATA_KEY]
     name = request.match_info["topic"]
-    t = await _off_loop(request, d.topic, name)
+    t = await _off_loop(request, d.topic, name, groups=True)
     if t is None:
         raise web.HTTPNotFound(text=f"no topic {name!r} in this store")
     q = dict(request.query)
@@ -366,7 +389,7 @@ async def page_groups(request: web.Request) -> web.Response:
     GROUP_PAGE (group, topic) sections a page; the lag chart covers every group."""
     d = request.app[DATA_KEY]
     q = request.query.get("q", "").strip()
-    groups = _select_groups(await _off_loop(request, d.groups_list), q)
+    groups = _select_groups(await _off_loop(request, d.groups_list, groups=True), q)
     shown, pager = _page_of(groups, GROUP_PAGE, request.query)
     keep = {"q": q or None}
     return _page(request, "groups.html", title="Consumer groups", groups=shown, q=q,
@@ -406,16 +429,34 @@ async def _no_content() -> web.Response:
 
 
 async def _sampler(app: web.Application) -> None:
-    """Read the counters every SAMPLE_S seconds for the rate and lag charts."""
+    """Read the counters for the rate and lag charts (``ConsoleData.sample_interval``)."""
     d = app[DATA_KEY]
     loop = asyncio.get_running_loop()
     while True:
         try:
+            await d.groups.refresh()
             await loop.run_in_executor(d.executor, d.sample)
         except StrataError as exc:
             log.warning("console sample failed: %s", exc)
         app[SAMPLES_KEY].taken()
-        await asyncio.sleep(d.sample_interval())
+        # in steps of at most SAMPLE_S: a page opened while nobody watched (a 10 s
+        # interval) gets its next sample within SAMPLE_S
+        took = loop.time()
+        while (left := took + d.sample_interval() - loop.time()) > 0:
+            await asyncio.sleep(min(SAMPLE_S, left))
+
+
+def say(line: str) -> None:
+    """A line of the console's own log (stderr, as the broker's)."""
+    print(f"strata console: {line}", file=sys.stderr, flush=True)
+
+
+async def _wake_long_polls(app: web.Application) -> None:
+    """At a stop, before aiohttp waits for the answers under way: the long polls answer
+    now (from the last sample) instead of holding the stop until their LONG_POLL_S."""
+    woken = app[SAMPLES_KEY].close()
+    if woken:
+        say(f"stopping: {woken} long poll{'s' if woken != 1 else ''} answered at once")
 
 
 async def _background(app: web.Application):
@@ -459,4 +500,5 @@ def make_app(data: ConsoleData, acl=None, actions=None) -> web.Application:
     static = Path(str(resources.files("strata.console") / "static"))
     r.add_static("/static/", static)
     app.cleanup_ctx.append(_background)
+    app.on_shutdown.append(_wake_long_polls)
     return app

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -14,15 +13,11 @@ from aiohttp import web
 
 import strata
 from strata.console.actions import Actions
-from strata.console.app import make_app
+from strata.console.app import make_app, say as _say
 from strata.console.groups_view import BROKER_DIR, GroupSource
 from strata.console.views import ConsoleData
 from strata.errors import StoreLockedError
 from strata.store.message_store import MessageStore, writer_alive
-
-
-def _say(line: str) -> None:
-    print(f"strata console: {line}", file=sys.stderr, flush=True)
 
 
 async def _watch_parent(stop: asyncio.Event) -> None:
@@ -98,13 +93,15 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
 
 async def start_embedded(store: MessageStore, groups, host: str, port: int,
                          listeners: Callable[[], dict] | None = None, acl=None,
-                         kafka_live: Callable[[], dict] | None = None,
+                         kafka_live: Callable[[], dict] | None = None, worker=None,
                          ) -> tuple[web.AppRunner, int]:
     """The console on the running loop of ``strata serve``, over its store and live groups
     (``acl``: the broker's ``AccessList``, whose accounts log in to the console;
-    ``kafka_live``: the Kafka listener's groups, state and members)."""
-    data = ConsoleData(store, GroupSource(store.path, live=groups, kafka_live=kafka_live),
-                       listeners)
+    ``kafka_live``: the Kafka listener's groups, state and members; ``worker``: the
+    broker's GroupWorker, which changes ``groups``: the console copies them there and
+    resets offsets there)."""
+    data = ConsoleData(store, GroupSource(store.path, live=groups, kafka_live=kafka_live,
+                                          worker=worker), listeners)
     app = make_app(data, acl=acl, actions=Actions(data))
     app.on_cleanup.append(lambda _app: _shutdown(data))
     return await start_site(app, host, port)

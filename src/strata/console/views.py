@@ -9,35 +9,33 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import re
 import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict
 from typing import Callable
 
 from strata.files.layout import BROKER_DIR, COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR
 from strata.broker.dead_letter import DLQ_PREFIX, dlq_topic
 from strata.console.groups_view import GroupSource
+from strata.console.readings import Reading, Sample, dir_bytes, now_ms
 from strata.errors import InvalidInputError
 from strata.format.record import is_topic_name
 from strata.store.message_store import MessageStore
 
-HISTORY_POINTS = 300          # samples kept for the charts (5 minutes at one a second)
-SAMPLE_S = 1.0                # the charts' finest resolution
-SAMPLE_SHARE = 100            # the sampler takes at most 1/100 of a core (its CPU time)
+HISTORY_POINTS = 300          # samples kept for the charts (10 minutes at one in 2 s)
+SAMPLE_S = 2.0                # the charts' finest resolution: what an open page polls
+#                               (console.js asks REFRESH_MS = 2 s after each answer)
+SAMPLE_SHARE = 200            # the sampler takes at most 1/200 of a core (its CPU time)
+UNWATCHED_S = 60.0            # no chart asked for this long: nobody watches,
+UNWATCHED_SAMPLE_S = 10.0     # and the sampler reads this seldom (until one asks again)
 CHART_GROUPS = 10             # the lag chart shows the groups furthest behind
 MAX_PAGE = 200                # messages per page of the browser
 DISK_CACHE_S = 10.0           # disk use is summed over many files: at most this often,
 DISK_SHARE = 400              # and at most 1/400 of a core (8,000 queues' files: ~0.14 s)
 RETRY_PREFIX = "%RETRY%"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _name_os_thread() -> None:
@@ -47,40 +45,6 @@ def _name_os_thread() -> None:
         ctypes.CDLL(None).prctl(15, b"strata-console", 0, 0, 0)    # PR_SET_NAME (Linux)
     except (OSError, AttributeError):
         pass
-
-
-def _dir_bytes(path: Path | str) -> tuple[int, int]:
-    """(bytes, files) under ``path`` (allocated size of sparse files counts as written);
-    ``os.scandir``, whose entries know their type, so only files are stat'ed."""
-    total = files = 0
-    try:
-        entries = list(os.scandir(path))
-    except (FileNotFoundError, NotADirectoryError):   # deleted by retention meanwhile
-        return 0, 0
-    for e in entries:
-        try:
-            if e.is_dir(follow_symlinks=False):
-                b, n = _dir_bytes(e.path)
-                total += b
-                files += n
-            elif e.is_file(follow_symlinks=False):
-                total += e.stat(follow_symlinks=False).st_blocks * 512
-                files += 1
-        except FileNotFoundError:
-            continue
-    return total, files
-
-
-@dataclass
-class Sample:
-    """One reading of the counters the charts derive their rates from."""
-
-    t_ms: int
-    log_end: int                       # commit-log bytes confirmed
-    messages: int                      # sum of every queue's max offset
-    consumed: int                      # sum of every group queue's committed offset
-    per_topic: dict[str, int] = field(default_factory=dict)   # topic -> sum of max offsets
-    group_lag: dict[str, int] = field(default_factory=dict)   # group -> lag over its queues
 
 
 class ConsoleData:
@@ -100,7 +64,8 @@ class ConsoleData:
         self.disk_cpu_s = 0.0     # the CPU time the last disk walk took
         self._rows: tuple[float, list | None, tuple | None] = (0.0, None, None)
         self._topics: tuple[object, list[dict]] = (None, [])
-        self._bounds_of: tuple[list | None, dict] = (None, {})
+        self._index: Reading | None = None
+        self.watched_at = time.monotonic()    # when a chart or page last asked
         self.sample_cpu_s = 0.0   # the CPU time the last sample took (its thread's)
         self.samples = 0       # samples taken so far: the last one's sequence number
         self._lock = threading.Lock()
@@ -137,11 +102,16 @@ class ConsoleData:
         return self.store.queue_bounds()
 
     def sample_interval(self) -> float:
-        """How often the sampler reads every queue: at least every SAMPLE_S seconds, less
-        often where one sample's CPU time is more than 1/SAMPLE_SHARE of the time between
-        two (a busy writer's 8,000 queues: ~14 ms, so the charts' points come every 1.4 s
-        and the sampler takes 1% of a core)."""
-        return max(SAMPLE_S, self.sample_cpu_s * SAMPLE_SHARE)
+        """How often the sampler reads every queue: every SAMPLE_S seconds while a page
+        watches (UNWATCHED_SAMPLE_S when none asked for UNWATCHED_S), less often where one
+        sample's CPU time is more than 1/SAMPLE_SHARE of the time between two (a busy
+        writer's 8,000 queues: ~14 ms, 0.7% of a core at one sample in 2 s)."""
+        base = SAMPLE_S if self.watched() else UNWATCHED_SAMPLE_S
+        return max(base, self.sample_cpu_s * SAMPLE_SHARE)
+
+    def watched(self) -> bool:
+        """A page or chart asked within the last UNWATCHED_S seconds."""
+        return time.monotonic() - self.watched_at < UNWATCHED_S
 
     def _rows_for_pages(self, fresh: bool = True) -> list[tuple[str, int, int, int]]:
         """The reading a page shows. A writer's queues are read fresh (~1.5 us a queue)
@@ -152,21 +122,18 @@ class ConsoleData:
             return self._queue_rows(0.0)
         return self._queue_rows(self.sample_interval())
 
-    def _bounds_map(self, rows: list) -> dict[tuple[str, int], tuple[int, int]]:
-        """(topic, queue) -> (min, max) of a reading, built once per reading."""
-        if self._bounds_of[0] is not rows:
-            self._bounds_of = (rows, {(t, q): (lo, hi) for t, q, lo, hi in rows})
-        return self._bounds_of[1]
+    def _reading(self, rows: list) -> "Reading":
+        """Per-topic sums and (topic, queue) lookups of a reading, built once per reading."""
+        if self._index is None or self._index.rows is not rows:
+            self._index = Reading(rows)
+        return self._index
 
     def sample(self) -> Sample:
         """Read the counters once and keep the reading for the charts."""
         cpu0 = time.thread_time()
-        rows = self._queue_rows()
-        per_topic: dict[str, int] = {}
-        for t, _q, _lo, hi in rows:
-            per_topic[t] = per_topic.get(t, 0) + hi
+        bounds = self._reading(self._queue_rows())
+        per_topic = bounds.per_topic
         groups = self.groups.rows()
-        bounds = self._bounds_map(rows)
         lag = self._lag_by_queue(bounds, groups)
         group_lag: dict[str, int] = {}
         for (g, _t, _q), behind in lag.items():
@@ -174,7 +141,7 @@ class ConsoleData:
         for (g, t, q), commit in self.groups.kafka_rows().items():     # Kafka groups
             lo, hi = bounds.get((t, q), (0, 0))
             group_lag[g] = group_lag.get(g, 0) + max(0, hi - max(lo, commit))
-        smp = Sample(_now_ms(), self.store.confirmed_offset(), sum(per_topic.values()),
+        smp = Sample(now_ms(), self.store.confirmed_offset(), sum(per_topic.values()),
                      sum(c for c, _p, _f, _r in groups.values()), per_topic, group_lag)
         self.history.append(smp)
         self.samples += 1
@@ -190,6 +157,14 @@ class ConsoleData:
             lo, hi = bounds.get((t, q), (0, 0))
             out[(g, t, q)] = max(0, hi - max(lo, commit))
         return out
+
+    def costs(self) -> dict:
+        """What the console's own readings cost (for an operator wondering what an open
+        console takes from the broker): the last sample's and disk walk's CPU time, and
+        how often the sampler reads."""
+        return {"sample_cpu_ms": round(self.sample_cpu_s * 1000, 2),
+                "sample_interval_s": round(self.sample_interval(), 2),
+                "disk_walk_cpu_ms": round(self.disk_cpu_s * 1000, 2)}
 
     def _rates(self) -> dict:
         """Per-second rates between consecutive samples, for the overview charts."""
@@ -226,7 +201,7 @@ class ConsoleData:
         cpu0 = time.thread_time()
         out = {}
         for d in (COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR, BROKER_DIR):
-            b, n = _dir_bytes(self.store.path / d)
+            b, n = dir_bytes(self.store.path / d)
             out[d] = {"bytes": b, "files": n}
         with self._lock:
             self._disk = (now, out)
@@ -404,7 +379,7 @@ class ConsoleData:
         key = self._rows_key()
         if fresh and key is not None and (rows is None or key != was):
             return {(t, q): (lo, hi) for t, q, lo, hi in s.queue_bounds(wanted)}
-        return self._bounds_map(self._rows_for_pages(fresh))
+        return self._reading(self._rows_for_pages(fresh))
 
     def _topic_messages(self, topic: str) -> int:
         s = self.store
