@@ -342,7 +342,7 @@ def message_text(keys: Sequence, tags: Sequence, properties: Sequence,
             return None   # an empty tag
         at += n
     if n_props:
-        prop_col = entries_column(data, off[at:at + n_props + 1],
+        prop_col = _entries_column(data, off[at:at + n_props + 1],
                                    off[at + n_props:at + 2 * n_props + 1], prop_groups)
         if prop_col is None:
             return None
@@ -380,13 +380,11 @@ def _joined_items(parts: list, count: int) -> tuple[np.ndarray, np.ndarray] | No
     return data, off
 
 
-def entries_column(data: np.ndarray, name_off: np.ndarray, value_off: np.ndarray,
-                   groups: np.ndarray, value_data: np.ndarray | None = None
-                   ) -> BytesColumn | None:
-    """Property sections from names (items of ``data``) and values (of ``value_data``, or
-    ``data`` too): message i's section holds entries groups[i] .. groups[i + 1] - 1. None if
-    a name is empty or reserved, or a name or value too long."""
-    values = data if value_data is None else value_data
+def _entries_column(data: np.ndarray, name_off: np.ndarray, value_off: np.ndarray,
+                    groups: np.ndarray) -> BytesColumn | None:
+    """Property sections from names and values (items of ``data``): message i's section holds
+    entries groups[i] .. groups[i + 1] - 1. None if a name is empty or reserved, or a name or
+    value too long."""
     nlen, vlen = np.diff(name_off), np.diff(value_off)
     if len(nlen) and (max(int(nlen.max()), int(vlen.max())) > MAX_TEXT or
                       kernels().names_bad(data, name_off) >= 0):
@@ -396,7 +394,7 @@ def entries_column(data: np.ndarray, name_off: np.ndarray, value_off: np.ndarray
     out_off = entry[groups]
     out = np.empty(int(out_off[-1]), np.uint8)
     if len(nlen):
-        kernels().encode_entries(data, name_off, values, value_off, groups, out_off, out)
+        kernels().encode_entries(data, name_off, data, value_off, groups, out_off, out)
     return BytesColumn.trusted(out, out_off)
 
 
@@ -417,7 +415,7 @@ def _dicts_column(props: list) -> BytesColumn | None:
     if split is None:
         return None
     data, off = split
-    return entries_column(data, off[:count + 1], off[count:], groups)
+    return _entries_column(data, off[:count + 1], off[count:], groups)
 
 
 class EncodedRecords:
