@@ -204,3 +204,27 @@ def test_a_hold_cancelled_before_its_body_is_on_disk_leaves_no_body(store):
     again = open_held(store)
     assert again.entries == {} and again.refs.message_count() == 0
     again.close()
+
+
+def test_concurrent_holds_share_the_journal_writers_hops(store):
+    """Holds whose bodies the ref store confirms together (sends answered by one of its
+    fsyncs) write their HOLDs in one hop to the journal's writer thread, not one each; and
+    the journal has every one of them afterwards."""
+    held = open_held(store)
+
+    async def go():
+        held.start()
+        return await asyncio.gather(*(
+            held.hold([(Message("t", b"m%d" % i), hj.Kind.DELAY, 10**13, f"id-{i}")])
+            for i in range(32)))
+    try:
+        entries = [e for got in asyncio.run(go()) for e in got]
+        writer = held._writer
+        assert writer.calls == 32 and writer.batches < 8, (writer.calls, writer.batches)
+    finally:
+        held.close()
+    again = open_held(store)
+    try:
+        assert set(again.entries) == {e.id for e in entries}
+    finally:
+        again.close()
