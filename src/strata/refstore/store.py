@@ -563,8 +563,8 @@ class RefStore:
             self._changed.notify_all()
         self._gc.stop(join_timeout=10)
         self._server.join(10)
-        self._syncer.stop(10, drop_pending=True)
-        for f in self._unsynced + [self._cur]:
+        dropped = self._syncer.stop(10, drop_pending=True)
+        for f in [old for job in dropped for old in job.rolled] + self._unsynced + [self._cur]:
             try:
                 os.close(f.fd)             # the write buffer is dropped, as in a real crash
             except OSError:

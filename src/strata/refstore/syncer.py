@@ -69,16 +69,18 @@ class Syncer:
             self._jobs.append(job)
             self._cond.notify()
 
-    def stop(self, timeout: float | None = None, drop_pending: bool = False) -> None:
-        """Run every job submitted so far (none with ``drop_pending``: a crash), then end
-        the thread."""
+    def stop(self, timeout: float | None = None, drop_pending: bool = False) -> list[SyncJob]:
+        """Run every job submitted so far, then end the thread. With ``drop_pending`` (a
+        crash) the jobs not started are dropped instead, and returned."""
         with self._cond:
             self._stop = True
+            dropped = list(self._jobs) if drop_pending else []
             if drop_pending:
                 self._jobs.clear()
             self._cond.notify()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout)
+        return dropped
 
     def _run(self) -> None:
         while True:
