@@ -424,9 +424,10 @@ def measure_broker_ab(d: Path, work: Path, rounds: int, producers: int, warmup: 
             "broker_cpu_share_without", "broker_cpu_share_with", "console_cpu_share",
             "extra_cpu_share"]
     if baseline_src:
-        keys += [f"baseline_{k}" for k in keys if k.startswith(("ratio", "cpu_per", "with_c",
-                                                                "broker_cpu_share_with",
-                                                                "console", "extra"))]
+        keys += [f"baseline_{k}" for k in ("ratio", "cpu_per_msg_ratio", "with_console_msgs_s",
+                                           "with_console_cpu_us_per_msg",
+                                           "broker_cpu_share_with", "console_cpu_share",
+                                           "extra_cpu_share")]
     # saturated (pace 0): the producers send as fast as the broker takes them, so the
     # throughput ratio is the goal as written; paced, both windows take the same messages
     # and the CPU per message and the extra CPU share say what the console costs
