@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
-from strata.format.consume_queue import UNIT_DTYPE
+from strata.format.consume_queue import UNIT_DTYPE, UNIT_SIZE
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, DispatchRequest
 from strata.index.dispatch_batch import SMALL_BATCH, DispatchBatch
@@ -104,15 +104,34 @@ class ConsumeQueueSet:
         key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
         perm = np.argsort(key, kind="stable")
         order, key = rows[perm], key[perm]
-        cuts = (np.flatnonzero(np.diff(key)) + 1).tolist()
-        units = np.empty(len(order), UNIT_DTYPE)  # every queue's units, queue by queue
-        units["offset"] = batch.offsets[order]
-        units["size"] = batch.sizes[order]
+        n = len(order)
+        if not n:
+            return
+        starts = np.flatnonzero(np.diff(key)) + 1
+        starts = np.concatenate(([0], starts))
+        ends = np.append(starts[1:], n)
+        units = np.empty(n, UNIT_DTYPE)  # every queue's units, queue by queue
+        phys = batch.offsets[order]
+        sizes = batch.sizes[order]
+        units["offset"] = phys
+        units["size"] = sizes
         units["tag"] = batch.tag_hashes[order]
         queue_offsets = batch.queue_offsets[order]
-        for lo, hi, k in zip([0, *cuts], [*cuts, len(order)], key[[0, *cuts]].tolist()):
-            self.get_or_create(batch.topics[k >> 32], k & 0xFFFF_FFFF).put_units(
-                queue_offsets[lo:hi], units[lo:hi])
+        # per queue, computed for all at once: its first queue offset, whether its offsets are
+        # one run (ascending, so last - first = count - 1) and its last record's end
+        first_qo = queue_offsets[starts]
+        one_run = (queue_offsets[ends - 1] - first_qo) == (ends - starts - 1)
+        phys_end = phys[ends - 1] + sizes[ends - 1]
+        data = memoryview(units.view(np.uint8))
+        topics, queues = batch.topics, self.queues
+        for k, lo, hi, q0, run, pend in zip(key[starts].tolist(), starts.tolist(),
+                                            ends.tolist(), first_qo.tolist(), one_run.tolist(),
+                                            phys_end.tolist()):
+            name, qid = topics[k >> 32], k & 0xFFFF_FFFF
+            cq = queues.get((name, qid))
+            if cq is None or not run or not cq.append_run(q0, data[lo * UNIT_SIZE:
+                                                                   hi * UNIT_SIZE], pend):
+                self.get_or_create(name, qid).put_units(queue_offsets[lo:hi], units[lo:hi])
 
     def truncate_by_phys(self, phys_end: int) -> int:
         return sum(cq.truncate_by_phys(phys_end) for cq in self.queues.values())
