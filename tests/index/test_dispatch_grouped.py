@@ -14,7 +14,7 @@ from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
 from strata.format.segment import HEADER_AREA
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK
 from strata.index.dispatch_batch import DispatchBatch
-from strata.index.queues import ConsumeQueueSet
+from strata.index.queues import GATE_ALL_TOPICS, ConsumeQueueSet, TopicGate
 
 TOPICS = ["orders", "payments", "shipments", "audit"]
 UNITS_PER_FILE = 24   # small files: queues' runs cross file ends
@@ -120,3 +120,38 @@ def test_append_run_refuses_what_is_not_the_end_of_the_newest_file(tmp_path: Pat
         assert cq.max_offset() == 21 and cq.max_phys_end == 7
     finally:
         qs.close()
+
+
+class _Table:
+    def __init__(self, queues: dict, since: dict) -> None:
+        self.queues, self.since = queues, since
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.batches: list[DispatchBatch] = []
+
+    def dispatch(self, batch: DispatchBatch) -> None:
+        self.batches.append(batch)
+
+
+@pytest.mark.parametrize("n_topics", [4, GATE_ALL_TOPICS + 36])
+def test_the_topic_gate_keeps_exactly_the_live_topics_records(n_topics: int) -> None:
+    """Records of topics not in the table, or below their topic's ``since``, are dropped; the
+    rest pass in log order (a reader knowing few topic names, and one knowing very many)."""
+    rng = np.random.default_rng(n_topics)
+    names = [f"t{i}" for i in range(n_topics)]
+    n = 300
+    codes = rng.integers(0, 4, n) * (n_topics // 4)      # the batch uses 4 of the names
+    offs = np.arange(n, dtype=np.int64) * 100
+    batch = DispatchBatch(names, codes, np.zeros(n), np.arange(n), offs, np.full(n, 100),
+                          np.zeros(n), offs, np.zeros(n), [])
+    used = [names[c] for c in sorted(set(codes.tolist()))]
+    table = _Table({t: 8 for t in names if t != used[0]}, {used[1]: 15_000})
+    sink = _Sink()
+    TopicGate(table, sink).dispatch(batch)
+    want = [i for i in range(n) if names[codes[i]] != used[0]
+            and (names[codes[i]] != used[1] or offs[i] >= 15_000)]
+    assert len(sink.batches) == 1
+    assert sink.batches[0].offsets.tolist() == offs[want].tolist()
+    assert 0 < len(want) < n

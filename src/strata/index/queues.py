@@ -158,6 +158,10 @@ class ConsumeQueueSet:
         self.queues.clear()
 
 
+NEVER = np.iinfo(np.int64).max   # no record's offset reaches it
+GATE_ALL_TOPICS = 64   # up to this many topic names, the gate looks all of them up
+
+
 class TopicGate:
     """Consume-queue dispatcher in front of ``queues`` that drops records of deleted (or
     re-created) topics: a record is dispatched only if its topic is in ``table.queues`` and it
@@ -182,11 +186,17 @@ class TopicGate:
             elif any(kept):
                 self.queues.dispatch(batch.select(np.array(kept)))
             return
-        keep = np.zeros(len(batch), bool)
-        for code in np.unique(batch.topic_codes).tolist():
-            topic = batch.topics[code]
-            if topic in known:
-                keep |= (batch.topic_codes == code) & (batch.offsets >= since.get(topic, 0))
+        # each topic's first kept offset (NEVER: not a topic now), looked up per record at once
+        topics = batch.topics
+        if len(topics) <= GATE_ALL_TOPICS:
+            first = np.array([since.get(t, 0) if t in known else NEVER for t in topics],
+                             np.int64)
+        else:   # a reader that has seen very many topics: only this batch's
+            first = np.full(len(topics), NEVER, np.int64)
+            for code in np.unique(batch.topic_codes).tolist():
+                if topics[code] in known:
+                    first[code] = since.get(topics[code], 0)
+        keep = batch.offsets >= first[batch.topic_codes]
         if keep.all():
             self.queues.dispatch(batch)
         elif keep.any():
