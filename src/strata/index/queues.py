@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
+from strata.format import unit_kernels as uk
 from strata.format.consume_queue import UNIT_DTYPE, UNIT_SIZE
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, DispatchRequest
@@ -99,34 +100,10 @@ class ConsumeQueueSet:
             for (code, qid), units in grouped.items():
                 self.get_or_create(batch.topics[code], qid).put_batch(units)
             return
-        tx = batch.sys_flags & TX_TYPE_MASK
-        rows = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))
-        key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
-        perm = np.argsort(key, kind="stable")
-        order, key = rows[perm], key[perm]
-        n = len(order)
-        if not n:
-            return
-        starts = np.flatnonzero(np.diff(key)) + 1
-        starts = np.concatenate(([0], starts))
-        ends = np.append(starts[1:], n)
-        units = np.empty(n, UNIT_DTYPE)  # every queue's units, queue by queue
-        phys = batch.offsets[order]
-        sizes = batch.sizes[order]
-        units["offset"] = phys
-        units["size"] = sizes
-        units["tag"] = batch.tag_hashes[order]
-        queue_offsets = batch.queue_offsets[order]
-        # per queue, computed for all at once: its first queue offset, whether its offsets are
-        # one run (ascending, so last - first = count - 1) and its last record's end
-        first_qo = queue_offsets[starts]
-        one_run = (queue_offsets[ends - 1] - first_qo) == (ends - starts - 1)
-        phys_end = phys[ends - 1] + sizes[ends - 1]
+        units, queue_offsets, groups = _grouped_units(batch)
         data = memoryview(units.view(np.uint8))
         topics, queues = batch.topics, self.queues
-        for k, lo, hi, q0, run, pend in zip(key[starts].tolist(), starts.tolist(),
-                                            ends.tolist(), first_qo.tolist(), one_run.tolist(),
-                                            phys_end.tolist()):
+        for k, lo, hi, q0, run, pend in groups:
             name, qid = topics[k >> 32], k & 0xFFFF_FFFF
             cq = queues.get((name, qid))
             if cq is None or not run or not cq.append_run(q0, data[lo * UNIT_SIZE:
@@ -156,6 +133,42 @@ class ConsumeQueueSet:
         for cq in self.queues.values():
             cq.close()
         self.queues.clear()
+
+
+def _grouped_units(batch: DispatchBatch) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """The batch's units (UNIT_DTYPE) queue by queue, their queue offsets, and a row per queue:
+    ``[key (topic code << 32 | queue id), first, end (positions in the units), first queue
+    offset, 1 if its offsets are one run, end of its last record]``. Prepared and rolled-back
+    transactional records get no unit. One compiled pass (``format.unit_kernels``); numpy's
+    sort for a batch that touches very many queues."""
+    n = len(batch)
+    raw = np.empty(n * UNIT_SIZE, np.uint8)
+    queue_offsets = np.empty(n, np.int64)
+    groups = np.empty((uk.MAX_GROUPS, 6), np.int64)
+    m, count = uk.group_units(batch.topic_codes, batch.queue_ids, batch.sys_flags,
+                              batch.queue_offsets, batch.offsets, batch.sizes,
+                              batch.tag_hashes, raw, queue_offsets, groups,
+                              np.empty(n, np.int64), TX_TYPE_MASK, TX_PREPARED, TX_ROLLBACK)
+    if m >= 0:
+        return (raw[:count * UNIT_SIZE].view(UNIT_DTYPE), queue_offsets[:count],
+                groups[:m].tolist())
+    tx = batch.sys_flags & TX_TYPE_MASK
+    rows = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))
+    key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
+    perm = np.argsort(key, kind="stable")
+    order, key = rows[perm], key[perm]
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1))
+    ends = np.append(starts[1:], len(order))
+    units = np.empty(len(order), UNIT_DTYPE)
+    phys, sizes = batch.offsets[order], batch.sizes[order]
+    units["offset"] = phys
+    units["size"] = sizes
+    units["tag"] = batch.tag_hashes[order]
+    queue_offsets = batch.queue_offsets[order]
+    first = queue_offsets[starts]
+    run = (queue_offsets[ends - 1] - first) == (ends - starts - 1)   # ascending offsets
+    table = np.stack([key[starts], starts, ends, first, run, phys[ends - 1] + sizes[ends - 1]])
+    return units, queue_offsets, table.T.tolist()
 
 
 NEVER = np.iinfo(np.int64).max   # no record's offset reaches it
