@@ -83,7 +83,10 @@ class ConsumeQueueSet:
 
     def dispatch(self, batch: DispatchBatch | Sequence[DispatchRequest]) -> None:
         """Append each record's unit to its queue (prepared and rolled-back transactional
-        records get none), one queue at a time."""
+        records get none). A larger batch's units are grouped by queue in one compiled pass;
+        a queue whose units continue its newest file is written with one slice copy
+        (``ConsumeQueue.append_run``), any other (a replay, a gap, a new file) by
+        ``put_units``."""
         if not isinstance(batch, DispatchBatch):
             batch = DispatchBatch.from_requests(batch)
         if not len(batch):
