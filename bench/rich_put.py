@@ -2,7 +2,7 @@
 JSON lines.
 
     python bench/rich_put.py [--batches B] [--batch 1024] [--body 100] [--rounds R] [--dir D]
-                             [--cases plain,rich,...] [--stages]
+                             [--cases plain,rich,...] [--stages [--dispatch-each]]
 
 Cases (each round runs all of them in a rotating order, each on its own topic of one store
 per round; 8 queues; async flush; the dispatch pipeline runs in the background as usual):
@@ -22,7 +22,9 @@ per round; 8 queues; async flush; the dispatch pipeline runs in the background a
 ``--rounds``, fresh messages per batch): ``prepare`` (validation and encoding, before the put
 lock), ``write`` (queue choice and append under it) and ``dispatch`` (the dispatch thread's
 work — consume queues, key index — held back during the puts and run on the caller with
-``catch_up``, so that its CPU is counted too).
+``catch_up``, so that its CPU is counted too; all at the end, in the reader's largest batches,
+or with ``--dispatch-each`` after every put, in the put's batch as the dispatch thread sees it
+when it keeps up).
 
 Messages are built before the clock starts (not counted). ``msgs_s`` is the rate of the put
 calls alone; ``with_dispatch_msgs_s`` also waits until queues and key index have the batch
@@ -116,7 +118,8 @@ def run_case(store, case: str, batches: int, batch: int, body: int) -> dict:
             "cpu_s": round(time.process_time() - c0, 3)}
 
 
-def run_stages(store, case: str, batches: int, batch: int, body: int) -> dict:
+def run_stages(store, case: str, batches: int, batch: int, body: int,
+               each: bool = False) -> dict:
     """µs of thread CPU per message of each stage of ``put_batch`` (see the docstring)."""
     from strata.store import put_path
     for t in ([f"demo_{name}" for name in DEMO_TOPICS] if case == "demo" else [case]):
@@ -126,7 +129,7 @@ def run_stages(store, case: str, batches: int, batch: int, body: int) -> dict:
     store.put_batch(work[0])   # warm-up (compiled code, segment)
     store.wait_dispatched(60)
     store._reput.stop()        # dispatch held back: run below, on this thread
-    prep = write = 0.0
+    prep = write = disp = 0.0
     for w in work[1:]:
         c0 = time.thread_time()
         prepared = store._encoder.prepare(w)
@@ -134,11 +137,14 @@ def run_stages(store, case: str, batches: int, batch: int, body: int) -> dict:
         put_path.put_prepared(store, prepared, w)
         c2 = time.thread_time()
         prep, write = prep + c1 - c0, write + c2 - c1
+        if each:   # dispatched batch by batch, as the dispatch thread does when it keeps up
+            store._reput.catch_up()
+            disp += time.thread_time() - c2
     c0 = time.thread_time()
     store._reput.catch_up()
     n = batches * batch / 1e6
     return {"prepare_us": prep / n, "write_us": write / n,
-            "dispatch_us": (time.thread_time() - c0) / n}
+            "dispatch_us": (disp + time.thread_time() - c0) / n}
 
 
 def stages(a, cases: list[str], scratch: Path) -> None:
@@ -147,7 +153,7 @@ def stages(a, cases: list[str], scratch: Path) -> None:
         for case in cases:
             cfg = strata.StoreConfig(segment_size=256 << 20, flush="async")
             with strata.open(scratch / f"s{r}{case}", cfg) as store:
-                row = run_stages(store, case, a.batches, a.batch, a.body)
+                row = run_stages(store, case, a.batches, a.batch, a.body, a.dispatch_each)
             old = best.setdefault(case, row)
             for k, v in row.items():
                 old[k] = min(old[k], v)
@@ -170,6 +176,8 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--dir")
     ap.add_argument("--stages", action="store_true", help="CPU per stage (see the docstring)")
+    ap.add_argument("--dispatch-each", action="store_true",
+                    help="--stages: dispatch after every put (the dispatch thread's batches)")
     a = ap.parse_args()
     cases = a.cases.split(",")
     scratch, cleanup = scratch_dir("rich_put", a.dir)

@@ -405,6 +405,26 @@ class ConsumeQueue:
         self.max_phys_end = int(last["offset"]) + int(last["size"])
         return len(units)
 
+    def append_run(self, first: int, data: memoryview, phys_end: int) -> bool:
+        """Dispatch's fast path: ready units' bytes ``data`` (consecutive queue offsets from
+        ``first``) copied in one slice, if they go exactly at the end of the newest file and
+        fit in it; ``phys_end`` is the commit-log end of the last one's record. False (nothing
+        written) otherwise: a replay, a gap or a new file is ``put_units``' case."""
+        segs = self.segments.segments
+        if not segs:
+            return False
+        seg = segs[-1]
+        pos = first * UNIT_SIZE - seg.base_offset
+        end = pos + len(data)
+        if pos != seg.committed or pos != seg.wrote or end > seg.data_size:
+            return False
+        if end > seg.reserved or not seg.footer_reserved:
+            seg.reserve(end)
+        seg.mm[HEADER_AREA + pos:HEADER_AREA + end] = data
+        seg.wrote = seg.committed = end   # after the bytes: readers stop at a unit not there
+        self.max_phys_end = phys_end
+        return True
+
     def _fill_blank(self, seg: MappedSegment, frm: int, to: int) -> None:
         """Blank units for queue offsets [frm, to) that fall in ``seg``."""
         start = max(frm * UNIT_SIZE, seg.base_offset) - seg.base_offset

@@ -11,7 +11,8 @@ from typing import Sequence
 import numpy as np
 
 from strata.files.io import DEFAULT_FILE_OPS, FileOps, disk_full_or_same
-from strata.format.consume_queue import UNIT_DTYPE
+from strata.format import unit_kernels as uk
+from strata.format.consume_queue import UNIT_DTYPE, UNIT_SIZE
 from strata.index.consume_queue import ConsumeQueue
 from strata.index.dispatch import TX_PREPARED, TX_ROLLBACK, TX_TYPE_MASK, DispatchRequest
 from strata.index.dispatch_batch import SMALL_BATCH, DispatchBatch
@@ -82,7 +83,10 @@ class ConsumeQueueSet:
 
     def dispatch(self, batch: DispatchBatch | Sequence[DispatchRequest]) -> None:
         """Append each record's unit to its queue (prepared and rolled-back transactional
-        records get none), one queue at a time."""
+        records get none). A larger batch's units are grouped by queue in one compiled pass;
+        a queue whose units continue its newest file is written with one slice copy
+        (``ConsumeQueue.append_run``), any other (a replay, a gap, a new file) by
+        ``put_units``."""
         if not isinstance(batch, DispatchBatch):
             batch = DispatchBatch.from_requests(batch)
         if not len(batch):
@@ -99,20 +103,15 @@ class ConsumeQueueSet:
             for (code, qid), units in grouped.items():
                 self.get_or_create(batch.topics[code], qid).put_batch(units)
             return
-        tx = batch.sys_flags & TX_TYPE_MASK
-        rows = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))
-        key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
-        perm = np.argsort(key, kind="stable")
-        order, key = rows[perm], key[perm]
-        cuts = (np.flatnonzero(np.diff(key)) + 1).tolist()
-        units = np.empty(len(order), UNIT_DTYPE)  # every queue's units, queue by queue
-        units["offset"] = batch.offsets[order]
-        units["size"] = batch.sizes[order]
-        units["tag"] = batch.tag_hashes[order]
-        queue_offsets = batch.queue_offsets[order]
-        for lo, hi, k in zip([0, *cuts], [*cuts, len(order)], key[[0, *cuts]].tolist()):
-            self.get_or_create(batch.topics[k >> 32], k & 0xFFFF_FFFF).put_units(
-                queue_offsets[lo:hi], units[lo:hi])
+        units, queue_offsets, groups = _grouped_units(batch)
+        data = memoryview(units.view(np.uint8))
+        topics, queues = batch.topics, self.queues
+        for k, lo, hi, q0, run, pend in groups:
+            name, qid = topics[k >> 32], k & 0xFFFF_FFFF
+            cq = queues.get((name, qid))
+            if cq is None or not run or not cq.append_run(q0, data[lo * UNIT_SIZE:
+                                                                   hi * UNIT_SIZE], pend):
+                self.get_or_create(name, qid).put_units(queue_offsets[lo:hi], units[lo:hi])
 
     def truncate_by_phys(self, phys_end: int) -> int:
         return sum(cq.truncate_by_phys(phys_end) for cq in self.queues.values())
@@ -139,6 +138,46 @@ class ConsumeQueueSet:
         self.queues.clear()
 
 
+def _grouped_units(batch: DispatchBatch) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """The batch's units (UNIT_DTYPE) queue by queue, their queue offsets, and a row per queue:
+    ``[key (topic code << 32 | queue id), first, end (positions in the units), first queue
+    offset, 1 if its offsets are one run, end of its last record]``. Prepared and rolled-back
+    transactional records get no unit. One compiled pass (``format.unit_kernels``); numpy's
+    sort for a batch that touches very many queues."""
+    n = len(batch)
+    raw = np.empty(n * UNIT_SIZE, np.uint8)
+    queue_offsets = np.empty(n, np.int64)
+    groups = np.empty((uk.MAX_GROUPS, 6), np.int64)
+    m, count = uk.group_units(batch.topic_codes, batch.queue_ids, batch.sys_flags,
+                              batch.queue_offsets, batch.offsets, batch.sizes,
+                              batch.tag_hashes, raw, queue_offsets, groups,
+                              np.empty(n, np.int64), TX_TYPE_MASK, TX_PREPARED, TX_ROLLBACK)
+    if m >= 0:
+        return (raw[:count * UNIT_SIZE].view(UNIT_DTYPE), queue_offsets[:count],
+                groups[:m].tolist())
+    tx = batch.sys_flags & TX_TYPE_MASK
+    rows = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))
+    key = (batch.topic_codes[rows] << 32) | batch.queue_ids[rows]
+    perm = np.argsort(key, kind="stable")
+    order, key = rows[perm], key[perm]
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1))
+    ends = np.append(starts[1:], len(order))
+    units = np.empty(len(order), UNIT_DTYPE)
+    phys, sizes = batch.offsets[order], batch.sizes[order]
+    units["offset"] = phys
+    units["size"] = sizes
+    units["tag"] = batch.tag_hashes[order]
+    queue_offsets = batch.queue_offsets[order]
+    first = queue_offsets[starts]
+    run = (queue_offsets[ends - 1] - first) == (ends - starts - 1)   # ascending offsets
+    table = np.stack([key[starts], starts, ends, first, run, phys[ends - 1] + sizes[ends - 1]])
+    return units, queue_offsets, table.T.tolist()
+
+
+NEVER = np.iinfo(np.int64).max   # no record's offset reaches it
+GATE_ALL_TOPICS = 64   # up to this many topic names, the gate looks all of them up
+
+
 class TopicGate:
     """Consume-queue dispatcher in front of ``queues`` that drops records of deleted (or
     re-created) topics: a record is dispatched only if its topic is in ``table.queues`` and it
@@ -163,11 +202,17 @@ class TopicGate:
             elif any(kept):
                 self.queues.dispatch(batch.select(np.array(kept)))
             return
-        keep = np.zeros(len(batch), bool)
-        for code in np.unique(batch.topic_codes).tolist():
-            topic = batch.topics[code]
-            if topic in known:
-                keep |= (batch.topic_codes == code) & (batch.offsets >= since.get(topic, 0))
+        # each topic's first kept offset (NEVER: not a topic now), looked up per record at once
+        topics = batch.topics
+        if len(topics) <= GATE_ALL_TOPICS:
+            first = np.array([since.get(t, 0) if t in known else NEVER for t in topics],
+                             np.int64)
+        else:   # a reader that has seen very many topics: only this batch's
+            first = np.full(len(topics), NEVER, np.int64)
+            for code in np.unique(batch.topic_codes).tolist():
+                if topics[code] in known:
+                    first[code] = since.get(topics[code], 0)
+        keep = batch.offsets >= first[batch.topic_codes]
         if keep.all():
             self.queues.dispatch(batch)
         elif keep.any():
