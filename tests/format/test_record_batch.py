@@ -215,29 +215,30 @@ def test_decode_at_with_nothing_readable():
     assert damaged == {}
 
 
-def test_write_records_refuses_a_blob_that_disagrees_with_the_headers():
-    from strata.format.record_batch import HEADER_DTYPE, write_records
+def test_seal_records_refuses_records_that_disagree_with_the_headers():
+    from strata.format.record_batch import HEADER_DTYPE, seal_records
     headers = np.zeros(2, HEADER_DTYPE)
     headers["total"] = 100
     buf = bytearray(b"\x55" * 400)
     with pytest.raises(ValueError, match="add up to 200 bytes"):
-        write_records(buf, 10, headers, bytes(150))
+        seal_records(buf, 10, 160, headers)
     assert buf == bytearray(b"\x55" * 400)  # nothing written
 
 
 @pytest.mark.parametrize("n", [1, 31, 32, 200])
-def test_write_records_crcs_are_each_records_own_on_both_paths(n):
+def test_seal_records_crcs_are_each_records_own_on_both_paths(n):
     """Below COMPILED_CRC_FROM records the CRCs come from one Python call each, from it on
     from one compiled call: either way each record's CRC32C covers CRC_START..its end."""
     from crc32c import crc32c
-    from strata.format.record_batch import HEADER_DTYPE, write_records
+    from strata.format.record_batch import HEADER_DTYPE, seal_records
     rng = np.random.default_rng(n)
     totals = rng.integers(rec.CRC_START + 8, 300, n)
     headers = np.zeros(n, HEADER_DTYPE)
     headers["total"] = totals
     blob = rng.integers(0, 256, int(totals.sum()), np.uint8).tobytes()
     buf = bytearray(7 + len(blob))
-    write_records(buf, 7, headers, blob)
+    buf[7:] = blob
+    seal_records(buf, 7, len(buf), headers)
     pos = 7
     for t in totals.tolist():
         crc = int.from_bytes(buf[pos + rec.POS_CRC:pos + rec.POS_CRC + 4], "little")

@@ -2,7 +2,7 @@
 done in one pass over a batch instead of a Python loop over messages.
 
 ``build_records`` lays the records of a batch back to back (fixed header and trailer left as
-zeros for ``record_batch.write_records``): the shared prefix (header, born and store host,
+zeros for ``record_batch.seal_records``): the shared prefix (header, born and store host,
 topic), then the properties section — a ``KEYS`` entry per key, a ``TAGS`` entry, the
 pre-encoded user properties — then the body. ``utf8_bad`` and ``properties_bad`` check text and
 pre-encoded property entries before anything is written, so bad input is refused with the

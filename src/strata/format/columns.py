@@ -3,7 +3,7 @@
 A ``BytesColumn`` holds n byte strings back to back (one buffer and n + 1 offsets), the shape
 Arrow, Kafka record batches and numpy all have. ``encode_records`` turns the columns of a
 batch (bodies, keys, tags, pre-encoded properties) into its records laid out back to back, the
-way ``record_batch.write_records`` takes them, after checking every limit and every text
+way ``record_batch.seal_records`` takes them, after checking every limit and every text
 column, so bad input is refused — naming the message — before anything is written. The
 compiled work is ``column_kernels``' (numba, imported on first use). Pure: no file I/O.
 """

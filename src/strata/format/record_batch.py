@@ -1,4 +1,4 @@
-"""Many message records at once: write them back to back (``write_records``), and hand out
+"""Many message records at once: finish them back to back (``seal_records``), and hand out
 the records the compiled reader (``record_kernels``) checked as a ``MessageBatch`` whose
 messages are made only when read. Pure functions: no file I/O, no threads.
 """
@@ -19,8 +19,8 @@ _NUMPY_CODE = {"I": "<u4", "i": "<i4", "q": "<i8", "H": "<u2"}
 HEADER_DTYPE = np.dtype([(name, _NUMPY_CODE[code]) for name, code in rec.HEADER_FIELDS])
 assert HEADER_DTYPE.itemsize == rec.HEADER_SIZE
 
-HEADER_BYTES = np.dtype((np.void, rec.HEADER_SIZE))
-COMPILED_CRC_FROM = 32    # records per write from which write_records' CRCs are compiled  # a fixed header as one opaque item
+HEADER_BYTES = np.dtype((np.void, rec.HEADER_SIZE))   # a fixed header as one opaque item
+COMPILED_CRC_FROM = 32    # records per seal from which their CRCs are compiled
 
 
 def header_windows(buf, limit: int) -> np.ndarray:
@@ -36,21 +36,6 @@ def header_windows(buf, limit: int) -> np.ndarray:
 def u32_windows(buf, limit: int) -> np.ndarray:
     """``buf[:limit]`` as a little-endian u32 starting at every byte."""
     return np.ndarray(shape=(max(0, limit - 3),), dtype="<u4", buffer=buf, strides=(1,))
-
-
-def write_records(buf, pos: int, headers: np.ndarray, blob) -> None:
-    """Write whole records back to back from ``pos`` of ``buf`` (a writable mmap or bytearray).
-
-    ``blob`` holds the records' bytes one after the other (bytes or a memoryview), each with its
-    fixed header and its trailer left as zeros (or already filled in); ``headers`` are those
-    headers (HEADER_DTYPE, CRC field ignored). The blob is copied in one piece, then the
-    headers, trailers and CRCs are filled in where it landed (``seal_records``' work).
-    """
-    if len(headers) == 0:
-        return
-    spans = _spans(headers, pos, pos + len(blob))   # checked before a byte is written
-    buf[pos:pos + len(blob)] = blob
-    _seal(buf, pos + len(blob), headers, *spans)
 
 
 def seal_records(buf, pos: int, end: int, headers: np.ndarray) -> None:

@@ -216,7 +216,7 @@ class Encoder:
         b.topic_lens = len(tb)
         b.born = None  # plain messages only here: all born at the put
         # all records in one join: each payload between the previous record's (zero) trailer
-        # and its own prefix; write_records fills in headers and trailers
+        # and its own prefix; seal_records fills in headers and trailers
         b.blob = b"".join((prefix, (_ZERO_TRAILER + prefix).join(payloads), _ZERO_TRAILER))
         b.single_topic = topics[0]
         b.default_sys = self.default_sys
