@@ -36,6 +36,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from strata.format.columns import BORN_AT_PUT
 from strata.format.record_kernels import load_i64 as _i64, load_u8 as _u8, \
     load_u32 as _u32, memcpy
 
@@ -196,7 +197,7 @@ def gather(msgs, n, kinds, slots, max_body, pos, topics, topic_codes, body_at, b
             prop_off[i + 1] = pb
             shard_off[i + 1] = sb
             has_shard[i] = False
-            born[i] = -1
+            born[i] = BORN_AT_PUT
             continue
         if _i64(e + 8) != tuple_t or _i64(e + _SIZE_AT) != _EXT_LEN:
             return UNUSUAL
@@ -263,7 +264,7 @@ def gather(msgs, n, kinds, slots, max_body, pos, topics, topic_codes, body_at, b
         shard_off[i + 1] = sb
         b = _i64(f + 40)
         if b == none:
-            born[i] = -1
+            born[i] = BORN_AT_PUT
         else:
             if _i64(b + 8) != int_t:
                 return UNUSUAL
@@ -302,7 +303,7 @@ def copy_bodies(body_at, body_len, off, out):
 class Gathered:
     """The columns of a gathered batch (views into the calling thread's scratch buffers):
     every key and its message's group; one tag, encoded properties section (docs/format.md's
-    entries) and shard key per message (empty: none); born (-1: none given); ``info``."""
+    entries) and shard key per message (empty: none); born (BORN_AT_PUT: none given); ``info``."""
 
     __slots__ = ("key_data", "key_off", "key_groups", "tag_data", "tag_off", "prop_data",
                  "prop_off", "shard_data", "shard_off", "has_shard", "born", "info")
