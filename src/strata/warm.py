@@ -122,7 +122,9 @@ def _rich(topic: str, n: int, **extra) -> list[Message]:
 
 def _rich_puts(store) -> None:
     store.put(Message("warm", b"one", keys=["k-0"], tags="t"))
-    for n in (4, _LARGE):       # message by message, then columnar (compiled queue choice)
+    # message by message, then columnar: the compiled walk over the messages
+    # (format/object_gather.py) and the compiled queue choice
+    for n in (4, _LARGE):
         store.put_batch([Message("warm", b"rich %d" % i, keys=[f"k-{i}", "k"], tags="t",
                                  properties={"p": str(i)}, shard_key=f"s-{i % 2}")
                          for i in range(n)])
@@ -131,10 +133,6 @@ def _rich_puts(store) -> None:
     store.put_batch([*_rich("warm", _LARGE // 2), *_rich("warm-2", _LARGE // 2)])  # gathered
     store.put_columns("warm", None, [b"c0", b"c1"], keys=["k", "k"], tags=["t", "t"],
                       properties=[{"p": "0"}, {"p": "1"}])
-    # a large batch takes the compiled walk over the messages (format/object_gather.py)
-    store.put_batch([Message("warm", b"walk %d" % i, keys=[f"k-{i}"], tags="t",
-                             properties={"p": str(i)}, shard_key=f"s-{i % 2}",
-                             born_timestamp=1_700_000_000_000 + i) for i in range(40)])
     _wait(store)
 
 
