@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 import jinja2
 from aiohttp import web
 
-from strata.console.views import SAMPLE_S, ConsoleData, is_internal
+from strata.console.views import ConsoleData, is_internal
 from strata.errors import InvalidInputError, StrataError
 
 log = logging.getLogger(__name__)
@@ -46,12 +46,29 @@ class Samples:
 
     def __init__(self) -> None:
         self._taken = asyncio.Event()
+        self._looked = asyncio.Event()   # a page began to watch: the interval shortens
         self.closed = False
         self.waiting = 0        # long polls waiting for a sample now
 
     def taken(self) -> None:
         self._taken.set()
         self._taken = asyncio.Event()
+
+    def looked(self) -> None:
+        """A request came while nobody watched: the sampler's wait recomputes its interval."""
+        self._looked.set()
+
+    async def until_next(self, data: ConsoleData, took: float) -> None:
+        """Return when the sample after the one taken at ``took`` (loop time) is due:
+        ``data.sample_interval()`` later, an interval that shortens when a page starts to
+        watch (``looked`` wakes this wait to recompute it)."""
+        loop = asyncio.get_running_loop()
+        while (left := took + data.sample_interval() - loop.time()) > 0:
+            self._looked.clear()
+            try:
+                await asyncio.wait_for(self._looked.wait(), left)
+            except asyncio.TimeoutError:
+                return
 
     def close(self) -> int:
         """Wake every waiting long poll and answer later ones at once; how many woke."""
@@ -135,7 +152,10 @@ async def errors_and_headers(request: web.Request, handler) -> web.StreamRespons
     """Strata's errors become a 400 naming the problem (JSON for the API, a page otherwise);
     every answer carries the security headers and its server time (``Server-Timing``)."""
     started = time.perf_counter()
-    request.app[DATA_KEY].watched_at = time.monotonic()   # someone looks: sample for them
+    d = request.app[DATA_KEY]
+    if not d.watched():                 # someone looks again: sample for them
+        request.app[SAMPLES_KEY].looked()
+    d.watched_at = time.monotonic()
     try:
         resp = await handler(request)
     except StrataError as exc:
@@ -439,11 +459,7 @@ async def _sampler(app: web.Application) -> None:
         except StrataError as exc:
             log.warning("console sample failed: %s", exc)
         app[SAMPLES_KEY].taken()
-        # in steps of at most SAMPLE_S: a page opened while nobody watched (a 10 s
-        # interval) gets its next sample within SAMPLE_S
-        took = loop.time()
-        while (left := took + d.sample_interval() - loop.time()) > 0:
-            await asyncio.sleep(min(SAMPLE_S, left))
+        await app[SAMPLES_KEY].until_next(d, loop.time())
 
 
 def say(line: str) -> None:
