@@ -108,14 +108,16 @@ print("RESULT " + json.dumps({"t0": t0, "t1": t1, "errors": errs[0], "left": lef
 CONSUMER = r'''
 import sys, time, json
 from confluent_kafka import Consumer, TopicPartition
-boot, topic, n, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-part_bytes, api = int(sys.argv[5]), sys.argv[6]
-backoff = {"fetch.queue.backoff.ms": int(sys.argv[7])} if sys.argv[7:] and sys.argv[7] else {}
-c = Consumer({"bootstrap.servers": boot, "group.id": "bench", "enable.auto.commit": False,
-              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": part_bytes,
-              "queued.max.messages.kbytes": 1048576, **backoff})
-c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
+boot, topic, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+c = Consumer({"bootstrap.servers": boot, "group.id": "bench", **spec["config"]})
+parts = [TopicPartition(topic, p, 0) for p in spec["partitions"]]
+n = spec["n"]
+if n < 0:          # one of several consumers: what its partitions hold
+    n = sum(hi - lo for lo, hi in (c.get_watermark_offsets(tp, 10) for tp in parts))
+c.assign(parts)
+api, batch = spec["api"], spec["batch"]
 got = 0
+first = None
 t0 = time.time()
 c0 = time.process_time()
 while got < n and time.time() - t0 < 300:
@@ -123,14 +125,46 @@ while got < n and time.time() - t0 < 300:
         m = c.poll(1.0)
         if m is not None and not m.error():
             got += 1
+            first = first or time.time()
         continue
-    for m in c.consume(10000, 1.0):  # the batch API: up to 10,000 messages per call
+    # the batch API: up to ``batch`` messages a call, never more than are left (it waits
+    # for as many as it asks, up to the timeout)
+    for m in c.consume(min(batch, n - got), 1.0):
         if not m.error():
             got += 1
-print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got,
+    first = first or (got and time.time())
+print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got, "first": first or t0,
                               "cpu": time.process_time() - c0}), flush=True)
 c.close()
 '''
+
+
+def consumer_config(part_bytes: int, queue_backoff_ms: str) -> dict:
+    """The bench consumer's librdkafka settings that differ from librdkafka's defaults (the
+    rows carry them): no commits (assign() from offset 0), a local queue of up to 1 GiB
+    instead of 64 MiB, the partition fetch size asked for and, when given, the backoff."""
+    conf = {"enable.auto.commit": False, "queued.max.messages.kbytes": 1048576}
+    if part_bytes != 1 << 20:
+        conf["max.partition.fetch.bytes"] = part_bytes
+    if queue_backoff_ms:
+        conf["fetch.queue.backoff.ms"] = int(queue_backoff_ms)
+    return conf
+
+
+def consume(boot: str, topic: str, n: int, parts: int, consumers: int, spec: dict) -> dict:
+    """``consumers`` consumer processes, consumer i assigned the partitions p with
+    p % consumers == i (one reads them all); the rate is every message over the wall time
+    from the first one's start to the last one's end; ``first_ms``: from the start to the
+    first message (connection, metadata, first Fetch), the slowest consumer's."""
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", CONSUMER, boot, topic, json.dumps(dict(
+            spec, n=n if consumers == 1 else -1,
+            partitions=[p for p in range(parts) if p % consumers == i]))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(consumers)]
+    res = [result(p) for p in procs]
+    t0, t1 = min(r["t0"] for r in res), max(r["t1"] for r in res)
+    return dict(t0=t0, t1=t1, n=sum(r["n"] for r in res), cpu=sum(r["cpu"] for r in res),
+                first_ms=round(1e3 * max(r["first"] - r["t0"] for r in res), 1))
 
 # prefault off: on a fresh store the prefault thread would touch a whole window of the 1 GiB
 # segment ahead of the writer, which in a short run costs more CPU than the faults it saves
@@ -221,9 +255,12 @@ def result(proc: subprocess.Popen) -> dict:
 def case(root: Path, flush: str, size: int, producers: int, messages: int, parts: int,
          profile: float, extra_env: dict | None = None, pace: float = 0,
          part_bytes: int = 1 << 20, consume_api: str = "batch",
-         queue_backoff_ms: str = "", partitioner: str = "librdkafka") -> list[dict]:
+         partitioner: str = "librdkafka", consumes: tuple = ((1, ""),),
+         consume_batch: int = 10000) -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
-    then consume; returns (and prints) its rows."""
+    then, for each (consumer processes, fetch.queue.backoff.ms or "" for librdkafka's
+    default) of ``consumes`` in turn, consume everything from offset 0; returns (and
+    prints) its rows."""
     extra_env = dict(extra_env or {})
     rows: list[dict] = []
     store = root / f"store-{flush}-{size}-{producers}-{pace:g}-{part_bytes}"
@@ -262,9 +299,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     warm.stdin.write("go\n")
     warm.stdin.flush()
     result(warm)
-    result(subprocess.Popen([sys.executable, "-c", CONSUMER, boot, "warmup", str(WARMUP),
-                             str(parts), str(part_bytes), "batch"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    consume(boot, "warmup", WARMUP, parts, 1, dict(
+        config=consumer_config(part_bytes, ""), api="batch", batch=consume_batch))
     each = messages // producers
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, boot, topic, str(each),
                                str(size), str(parts), str(pace / producers), partitioner],
@@ -294,29 +330,34 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                        client_cpu_us_per_msg=round(sum(r["cpu"] for r in res) / sent * 1e6, 2))
     ceiling(produce_row)
     spy_report(spy, tag, "produce")
-    cpu0 = cpu_seconds(server.pid)
-    c = subprocess.Popen([sys.executable, "-c", CONSUMER, boot, topic, str(sent), str(parts),
-                          str(part_bytes), consume_api, queue_backoff_ms],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    spy = spy_on(root, server.pid, profile, f"consume-{flush}-{size}-{producers}")
-    r = result(c)
-    cpu1 = cpu_seconds(server.pid)
-    spy_report(spy, tag, "consume")
-    el = r["t1"] - r["t0"]
-    consume_row = dict(tag, op="consume", messages=r["n"], seconds=round(el, 3),
-                       msgs_per_s=round(r["n"] / el),
-                       mib_per_s=round(r["n"] * size / el / 2**20, 1),
-                       broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
-                       client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
-                       partition_fetch_bytes=part_bytes, consume_api=consume_api,
-                       fetch_queue_backoff_ms=int(queue_backoff_ms or 1000))
-    ceiling(consume_row)
+    consume_rows = []
+    for consumers, backoff in consumes:     # each reads the whole topic again, from offset 0
+        spec = dict(config=consumer_config(part_bytes, backoff), api=consume_api,
+                    batch=consume_batch)
+        cpu0 = cpu_seconds(server.pid)
+        spy = spy_on(root, server.pid, profile,
+                     f"consume-{flush}-{size}-{producers}-{consumers}-{backoff}")
+        r = consume(boot, topic, sent, parts, consumers, spec)
+        cpu1 = cpu_seconds(server.pid)
+        spy_report(spy, dict(tag, consumers=consumers), "consume")
+        el = r["t1"] - r["t0"]
+        row = dict(tag, op="consume", consumers=consumers, messages=r["n"],
+                   seconds=round(el, 3), msgs_per_s=round(r["n"] / el),
+                   mib_per_s=round(r["n"] * size / el / 2**20, 1),
+                   broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
+                   client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
+                   first_ms=r["first_ms"], partition_fetch_bytes=part_bytes,
+                   consume_api=consume_api, consume_batch=consume_batch,
+                   fetch_queue_backoff_ms=int(backoff or 1000),
+                   consumer_config=spec["config"])
+        ceiling(row)
+        consume_rows.append(row)
     server.terminate()
     server.wait(timeout=60)
     log_file.close()
     text = log_path.read_text()
     ahead = re.search(r"([\d,]+) fetches answered ahead \(([\d,]+) prepared", text)
-    if ahead:
+    for consume_row in consume_rows if ahead else ():    # the case's totals, every row
         consume_row.update(fetches_ahead=int(ahead.group(1).replace(",", "")),
                            ahead_dropped=int(ahead.group(2).replace(",", "")))
     m = re.search(r"([\d,]+) messages? stored in ([\d,]+) batch", text)
@@ -325,7 +366,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
         # the sync produce went through the send batcher: its puts and the store's fsyncs
         stored, fsyncs = (int(g.replace(",", "")) for g in (m.group(1), f.group(1)))
         produce_row.update(fsyncs=fsyncs, msgs_per_fsync=round(stored / max(1, fsyncs), 1))
-    for row in (produce_row, consume_row):
+    for row in [produce_row] + consume_rows:
         emit(row)
         rows.append(row)
     return rows
@@ -356,8 +397,15 @@ def main() -> None:
     ap.add_argument("--consume-api", default="batch", choices=("batch", "poll"),
                     help="the consumer's reads: consume(10000) (batch, what a fast reader "
                          "uses) or poll() per message")
+    ap.add_argument("--consumers", default="1",
+                    help="consumer processes, one case each (e.g. 1,2): consumer i reads the "
+                         "partitions p with p %% N == i; the RabbitMQ stream peer splits the "
+                         "same way into N streams, one consumer process each")
+    ap.add_argument("--consume-batch", type=int, default=10000,
+                    help="messages asked per consume() call")
     ap.add_argument("--fetch-queue-backoff-ms", default="",
-                    help="the consumer's fetch.queue.backoff.ms (librdkafka's default: 1000). "
+                    help="the consumer's fetch.queue.backoff.ms, one consume each over the "
+                         "same produced messages (e.g. 10,default; librdkafka's default: 1000). "
                          "librdkafka stops fetching a partition for this long once its local "
                          "queue holds queued.min.messages (100,000): a broker that fills the "
                          "queue faster than the application drains it leaves the consumer "
@@ -370,6 +418,8 @@ def main() -> None:
                          "(produce(..., partition=i % P): ~0.3 µs more client CPU a message)")
     a = ap.parse_args()
     rows: list[dict] = []
+    backoffs = ["" if b in ("", "default") else b for b in a.fetch_queue_backoff_ms.split(",")]
+    consumes = tuple(itertools.product(map(int, a.consumers.split(",")), backoffs))
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
         for flush in a.flush.split(","):
             for size in map(int, a.sizes.split(",")):
@@ -382,15 +432,15 @@ def main() -> None:
                             Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
                     rows += case(Path(tmp), flush, size, producers, a.messages,
                                  a.partitions, a.profile, env, a.pace,
-                                 part_bytes, a.consume_api, a.fetch_queue_backoff_ms,
-                                 a.partitioner)
+                                 part_bytes, a.consume_api, a.partitioner, consumes,
+                                 a.consume_batch)
                     if a.cprofile:
                         emit(dict(system="strata", flush=flush, size=size,
                                   producers=producers, op="cprofile",
                                   top=cprofile_top(Path(env["STRATA_CPROFILE"]))))
         peers = a.peers.split(",") if a.peers else []
         if "rabbitmq" in peers:
-            rows += rabbitmq_peer(a.messages, a.sizes)
+            rows += rabbitmq_peer(a.messages, a.sizes, a.consumers)
         if "nats" in peers:
             rows += nats_peer(Path(tmp), a.sizes)
     ratios(rows)
@@ -410,22 +460,36 @@ def cprofile_top(path: Path, n: int = 40) -> list:
 
 
 def ratios(rows: list[dict]) -> None:
-    """strata's best async rate (over producer counts) ÷ each peer's, per size and op."""
+    """strata's best async rate (over producer counts) ÷ each peer's, per size and op; for
+    consume also per consumer count against the stream peer with as many consumers."""
+    def best(system: str, size: int, op: str, **match) -> list:
+        return [r["msgs_per_s"] for r in rows if r.get("system") == system and
+                r.get("size") == size and r.get("op") == op and not r.get("pace") and
+                r.get("flush", "async") == "async" and
+                all(r.get(k, 1) == v for k, v in match.items())]
     for size in sorted({r["size"] for r in rows if r.get("system") == "strata"}):
         for op in ("produce", "consume"):
-            ours = [r["msgs_per_s"] for r in rows if r.get("system") == "strata" and
-                    r.get("flush") == "async" and r["size"] == size and r["op"] == op and
-                    not r.get("pace")]
+            ours = best("strata", size, op)
             if not ours:
                 continue
             for peer, goal in GOALS.items():
-                theirs = [r["msgs_per_s"] for r in rows if r.get("system") == peer and
-                          r.get("size") == size and r.get("op") == op]
+                theirs = best(peer, size, op)
                 if theirs:
                     ratio = max(ours) / max(theirs)
                     emit(dict(op="ratio", what=op, size=size, strata=max(ours), peer=peer,
                               peer_msgs_per_s=max(theirs), ratio=round(ratio, 2),
                               goal=goal, met=ratio >= goal))
+        ks = sorted({r["consumers"] for r in rows if r.get("op") == "consume" and
+                     r.get("system") == "rabbitmq-stream" and "consumers" in r})
+        for k in ks if len(ks) > 1 else ():
+            ours, theirs = (best(s, size, "consume", consumers=k)
+                            for s in ("strata", "rabbitmq-stream"))
+            if ours and theirs:
+                ratio = max(ours) / max(theirs)
+                emit(dict(op="ratio", what="consume", size=size, consumers=k,
+                          strata=max(ours), peer="rabbitmq-stream",
+                          peer_msgs_per_s=max(theirs), ratio=round(ratio, 2),
+                          goal=GOALS["rabbitmq-stream"], met=ratio >= 2.0))
 
 
 def json_lines(text: str):
@@ -437,11 +501,12 @@ def json_lines(text: str):
             continue
 
 
-def rabbitmq_peer(messages: int, sizes: str) -> list[dict]:
+def rabbitmq_peer(messages: int, sizes: str, consumers: str = "1") -> list[dict]:
     """RabbitMQ classic (pika, persistent, confirms) and streams (rstream) through
     bench/rabbitmq_peer.py, which starts and stops its own node."""
     p = subprocess.run([sys.executable, str(Path(__file__).with_name("rabbitmq_peer.py")),
-                        "--messages", str(messages), "--sizes", sizes],
+                        "--messages", str(messages), "--sizes", sizes,
+                        "--consumers", consumers],
                        capture_output=True, text=True, timeout=1800)
     rows = []
     for row in json_lines(p.stdout):

@@ -28,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -257,6 +258,52 @@ async def stream_consume(node: Node, stream: str, n: int) -> float:
         return time.perf_counter() - t0
 
 
+def stream_consumers(node: Node, streams: list[str], each: int) -> dict:
+    """One consumer process per stream (``--consume-stream``), each reading ``each``
+    messages of its own; the wall time from the first one's start to the last one's end
+    and their CPU, summed."""
+    procs = [subprocess.Popen([sys.executable, __file__, "--consume-stream", name,
+                               "--port", str(node.stream), "--messages", str(each)],
+                              stdout=subprocess.PIPE, text=True) for name in streams]
+    res = [json.loads(p.communicate(timeout=900)[0].splitlines()[-1]) for p in procs]
+    return dict(seconds=max(r["t1"] for r in res) - min(r["t0"] for r in res),
+                cpu=sum(r["cpu"] for r in res))
+
+
+def consume_one(port: int, stream: str, n: int) -> None:
+    """A consumer process: read ``n`` messages of ``stream``, print its times and CPU."""
+    import rstream  # noqa: F401 - loaded before the clock starts, as the Kafka consumer's
+    node = type("N", (), {"stream": port})()
+    c0 = time.process_time()
+    el = asyncio.run(stream_consume(node, stream, n))
+    t1 = time.time()
+    print(json.dumps(dict(t0=t1 - el, t1=t1, cpu=time.process_time() - c0)), flush=True)
+
+
+def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
+    """Streams: ``a.messages`` produced into ``k`` streams (one producer, one stream after
+    the other), then read by ``k`` consumer processes, one stream each."""
+    names = [f"bench-stream-{size}-{k}-{i}" for i in range(k)]
+    each = a.messages // k
+    tag = dict(system="rabbitmq-stream", size=size, window=a.window,
+               stream_batch=a.stream_batch, consumers=k, streams=k)
+    cpu0, mine0 = node.cpu(), time.process_time()
+    el = sum(asyncio.run(stream_produce(node, name, each, body, a.window * 10,
+                                        a.stream_batch)) for name in names)
+    cpu, mine = node.cpu() - cpu0, time.process_time() - mine0
+    n = each * k
+    emit(dict(tag, op="produce", messages=n, seconds=round(el, 3), msgs_per_s=round(n / el),
+              broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
+              client_cpu_us_per_msg=round(mine / n * 1e6, 2)))
+    cpu0 = node.cpu()
+    r = stream_consumers(node, names, each)
+    cpu = node.cpu() - cpu0
+    emit(dict(tag, op="consume", messages=n, seconds=round(r["seconds"], 3),
+              msgs_per_s=round(n / r["seconds"]),
+              broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
+              client_cpu_us_per_msg=round(r["cpu"] / n * 1e6, 2)))
+
+
 def emit(row: dict) -> None:
     print(json.dumps(row), flush=True)
 
@@ -273,7 +320,16 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=1000)
     ap.add_argument("--stream-batch", type=int, default=500,
                     help="messages per rstream send_batch call")
+    ap.add_argument("--consumers", default="1",
+                    help="stream consumers, one case each (e.g. 1,2): with N, the messages "
+                         "go to N streams (N/messages each) and N consumer processes read "
+                         "one stream each, as N Kafka consumers read disjoint partitions")
+    ap.add_argument("--consume-stream", help=argparse.SUPPRESS)   # a consumer process
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.consume_stream:
+        consume_one(a.port, a.consume_stream, a.messages)
+        return
     signal.signal(signal.SIGTERM, _stopped)   # a SIGTERM still stops the node (finally:)
     root = Path(tempfile.mkdtemp(prefix="strata-rabbit-peer-"))
     node = None
@@ -282,19 +338,16 @@ def main() -> None:
         for size in map(int, a.sizes.split(",")):
             body = os.urandom(size)
             for kind in a.kinds.split(","):
+                if kind == "stream":
+                    for k in map(int, a.consumers.split(",")):
+                        stream_case(node, a, size, body, k)
+                    continue
                 name = f"bench-{kind}-{size}"
-                tag = dict(system=f"rabbitmq-{kind}", size=size, window=a.window,
-                           **({"stream_batch": a.stream_batch} if kind == "stream" else {}))
+                tag = dict(system=f"rabbitmq-{kind}", size=size, window=a.window)
                 for op in ("produce", "consume"):
                     cpu0, mine0 = node.cpu(), time.process_time()
-                    if kind == "classic":
-                        el = (classic_produce(node, name, a.messages, body, a.window)
-                              if op == "produce" else classic_consume(node, name, a.messages))
-                    else:
-                        el = asyncio.run(stream_produce(node, name, a.messages, body,
-                                                        a.window * 10, a.stream_batch)
-                                         if op == "produce" else
-                                         stream_consume(node, name, a.messages))
+                    el = (classic_produce(node, name, a.messages, body, a.window)
+                          if op == "produce" else classic_consume(node, name, a.messages))
                     cpu, mine = node.cpu() - cpu0, time.process_time() - mine0
                     emit(dict(tag, op=op, messages=a.messages, seconds=round(el, 3),
                               msgs_per_s=round(a.messages / el),
