@@ -111,13 +111,15 @@ from confluent_kafka import Consumer, TopicPartition
 boot, topic, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 c = Consumer({"bootstrap.servers": boot, "group.id": "bench", **spec["config"]})
 parts = [TopicPartition(topic, p, 0) for p in spec["partitions"]]
-n = spec["n"]
-if n < 0:          # one of several consumers: what its partitions hold
-    n = sum(hi - lo for lo, hi in (c.get_watermark_offsets(tp, 10) for tp in parts))
+# connected before the clock starts (as the stream peer's consumer is): asking the leader
+# for the watermarks opens the connection the Fetches use; one of several consumers reads
+# what its partitions hold
+held = sum(hi - lo for lo, hi in (c.get_watermark_offsets(tp, 10) for tp in parts))
+n = spec["n"] if spec["n"] >= 0 else held
 c.assign(parts)
 api, batch = spec["api"], spec["batch"]
 got = 0
-first = None
+first = None       # when the first message came, and how many came with it
 t0 = time.time()
 c0 = time.process_time()
 while got < n and time.time() - t0 < 300:
@@ -125,16 +127,19 @@ while got < n and time.time() - t0 < 300:
         m = c.poll(1.0)
         if m is not None and not m.error():
             got += 1
-            first = first or time.time()
+            first = first or (time.time(), 1)
         continue
     # the batch API: up to ``batch`` messages a call, never more than are left (it waits
     # for as many as it asks, up to the timeout)
-    for m in c.consume(min(batch, n - got), 1.0):
+    ms = c.consume(min(batch, n - got), 1.0)
+    first = first or (ms and (time.time(), len(ms)))
+    for m in ms:
         if not m.error():
             got += 1
-    first = first or (got and time.time())
-print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got, "first": first or t0,
-                              "cpu": time.process_time() - c0}), flush=True)
+first = first or (t0, 0)
+print("RESULT " + json.dumps({"t0": t0, "t1": time.time(), "n": got, "first": first[0],
+                              "first_n": first[1], "cpu": time.process_time() - c0}),
+      flush=True)
 c.close()
 '''
 
@@ -155,7 +160,10 @@ def consume(boot: str, topic: str, n: int, parts: int, consumers: int, spec: dic
     """``consumers`` consumer processes, consumer i assigned the partitions p with
     p % consumers == i (one reads them all); the rate is every message over the wall time
     from the first one's start to the last one's end; ``first_ms``: from the start to the
-    first message (connection, metadata, first Fetch), the slowest consumer's."""
+    first message (connection, metadata, first Fetch), the slowest consumer's;
+    ``from_first``: the messages after the first ones each consumer got over the time from
+    the first of those to the end (the rate once connected; the stream peer's rows carry
+    the same)."""
     procs = [subprocess.Popen(
         [sys.executable, "-c", CONSUMER, boot, topic, json.dumps(dict(
             spec, n=n if consumers == 1 else -1,
@@ -163,8 +171,11 @@ def consume(boot: str, topic: str, n: int, parts: int, consumers: int, spec: dic
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(consumers)]
     res = [result(p) for p in procs]
     t0, t1 = min(r["t0"] for r in res), max(r["t1"] for r in res)
+    first = min(r["first"] for r in res)
+    after = sum(r["n"] - r["first_n"] for r in res)
     return dict(t0=t0, t1=t1, n=sum(r["n"] for r in res), cpu=sum(r["cpu"] for r in res),
-                first_ms=round(1e3 * max(r["first"] - r["t0"] for r in res), 1))
+                first_ms=round(1e3 * max(r["first"] - r["t0"] for r in res), 1),
+                from_first=round(after / (t1 - first)) if t1 > first else None)
 
 # prefault off: on a fresh store the prefault thread would touch a whole window of the 1 GiB
 # segment ahead of the writer, which in a short run costs more CPU than the faults it saves
@@ -346,7 +357,8 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                    mib_per_s=round(r["n"] * size / el / 2**20, 1),
                    broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
                    client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
-                   first_ms=r["first_ms"], partition_fetch_bytes=part_bytes,
+                   first_ms=r["first_ms"], msgs_per_s_from_first=r["from_first"],
+                   partition_fetch_bytes=part_bytes,
                    consume_api=consume_api, consume_batch=consume_batch,
                    fetch_queue_backoff_ms=int(backoff or 1000),
                    consumer_config=spec["config"])
@@ -481,15 +493,22 @@ def ratios(rows: list[dict]) -> None:
                               goal=goal, met=ratio >= goal))
         ks = sorted({r["consumers"] for r in rows if r.get("op") == "consume" and
                      r.get("system") == "rabbitmq-stream" and "consumers" in r})
-        for k in ks if len(ks) > 1 else ():
-            ours, theirs = (best(s, size, "consume", consumers=k)
+        for k in ks:
+            ours, theirs = ([r for r in rows if r.get("system") == s and r.get("size") == size
+                             and r.get("op") == "consume" and r.get("consumers") == k and
+                             r.get("flush", "async") == "async" and not r.get("pace")]
                             for s in ("strata", "rabbitmq-stream"))
             if ours and theirs:
-                ratio = max(ours) / max(theirs)
+                o, t = (max(x, key=lambda r: r["msgs_per_s"]) for x in (ours, theirs))
+                ratio = o["msgs_per_s"] / t["msgs_per_s"]
+                steady = [x.get("msgs_per_s_from_first") for x in (o, t)]
                 emit(dict(op="ratio", what="consume", size=size, consumers=k,
-                          strata=max(ours), peer="rabbitmq-stream",
-                          peer_msgs_per_s=max(theirs), ratio=round(ratio, 2),
-                          goal=GOALS["rabbitmq-stream"], met=ratio >= 2.0))
+                          strata=o["msgs_per_s"], peer="rabbitmq-stream",
+                          peer_msgs_per_s=t["msgs_per_s"], ratio=round(ratio, 2),
+                          goal=GOALS["rabbitmq-stream"], met=ratio >= 2.0,
+                          strata_backoff_ms=o.get("fetch_queue_backoff_ms"),
+                          ratio_from_first=round(steady[0] / steady[1], 2)
+                          if all(steady) else None))
 
 
 def json_lines(text: str):

@@ -240,18 +240,26 @@ async def stream_produce(node: Node, stream: str, n: int, body: bytes, window: i
         return time.perf_counter() - t0
 
 
-async def stream_consume(node: Node, stream: str, n: int) -> float:
+async def stream_consume(node: Node, stream: str, n: int, times: dict | None = None) -> float:
+    """Read ``n`` messages of ``stream`` from its first offset; the seconds from subscribing
+    to the last message (``times``: the wall clock at subscribing, at the first message and
+    at the last, before the consumer is closed)."""
+    times = times if times is not None else {}
     from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
     got = [0]
     done = asyncio.Event()
 
     async def on_msg(_msg, _ctx):
+        if not got[0]:
+            times["first"] = time.time()
         got[0] += 1
         if got[0] >= n:
+            times["t1"] = time.time()
             done.set()
 
     async with Consumer("127.0.0.1", node.stream, username="guest", password="guest") as c:
         t0 = time.perf_counter()
+        times["t0"] = time.time()
         await c.subscribe(stream, on_msg, initial_credit=20,
                           offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
         await asyncio.wait_for(done.wait(), 600)
@@ -266,8 +274,11 @@ def stream_consumers(node: Node, streams: list[str], each: int) -> dict:
                                "--port", str(node.stream), "--messages", str(each)],
                               stdout=subprocess.PIPE, text=True) for name in streams]
     res = [json.loads(p.communicate(timeout=900)[0].splitlines()[-1]) for p in procs]
-    return dict(seconds=max(r["t1"] for r in res) - min(r["t0"] for r in res),
-                cpu=sum(r["cpu"] for r in res))
+    t0, t1, first = (f(r[k] for r in res) for f, k in ((min, "t0"), (max, "t1"),
+                                                        (min, "first")))
+    return dict(seconds=t1 - t0, cpu=sum(r["cpu"] for r in res),
+                first_ms=round(1e3 * max(r["first"] - r["t0"] for r in res), 1),
+                from_first=round((each - 1) * len(res) / (t1 - first)) if t1 > first else None)
 
 
 def consume_one(port: int, stream: str, n: int) -> None:
@@ -275,9 +286,9 @@ def consume_one(port: int, stream: str, n: int) -> None:
     import rstream  # noqa: F401 - loaded before the clock starts, as the Kafka consumer's
     node = type("N", (), {"stream": port})()
     c0 = time.process_time()
-    el = asyncio.run(stream_consume(node, stream, n))
-    t1 = time.time()
-    print(json.dumps(dict(t0=t1 - el, t1=t1, cpu=time.process_time() - c0)), flush=True)
+    times: dict = {}
+    asyncio.run(stream_consume(node, stream, n, times))
+    print(json.dumps(dict(times, cpu=time.process_time() - c0)), flush=True)
 
 
 def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
@@ -299,8 +310,8 @@ def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
     r = stream_consumers(node, names, each)
     cpu = node.cpu() - cpu0
     emit(dict(tag, op="consume", messages=n, seconds=round(r["seconds"], 3),
-              msgs_per_s=round(n / r["seconds"]),
-              broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
+              msgs_per_s=round(n / r["seconds"]), first_ms=r["first_ms"],
+              msgs_per_s_from_first=r["from_first"], broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
               client_cpu_us_per_msg=round(r["cpu"] / n * 1e6, 2)))
 
 
