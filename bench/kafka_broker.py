@@ -56,6 +56,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rabbitmq_peer import settle  # noqa: E402 - the one "wait for the server to go idle"
 
 PRODUCER = r'''
 import sys, time, json
@@ -350,6 +352,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     for consumers, backoff in consumes:     # each reads the whole topic again, from offset 0
         spec = dict(config=consumer_config(part_bytes, backoff), api=consume_api,
                     batch=consume_batch)
+        settled = settle(lambda: cpu_seconds(server.pid))
         cpu0 = cpu_seconds(server.pid)
         spy = spy_on(root, server.pid, profile,
                      f"consume-{flush}-{size}-{producers}-{consumers}-{backoff}")
@@ -363,6 +366,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                    broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
                    client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
                    first_ms=r["first_ms"], msgs_per_s_from_first=r["from_first"],
+                   settle_s=settled,
                    partition_fetch_bytes=part_bytes,
                    consume_api=consume_api, consume_batch=consume_batch,
                    fetch_queue_backoff_ms=int(backoff or 1000),

@@ -50,6 +50,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def settle(cpu, quiet: float = 0.01, window: float = 0.2, most: float = 10.0) -> float:
+    """Wait until a server's CPU (``cpu()``: its seconds so far) grows by less than ``quiet``
+    seconds over ``window``: work left from the phase before (strata's dispatch building
+    its consume queues, a stream's writes) is then not counted in the next phase. Returns
+    the seconds waited (at most ``most``)."""
+    t0 = time.time()
+    last = cpu()
+    while time.time() - t0 < most:
+        time.sleep(window)
+        now = cpu()
+        if now - last < quiet:
+            break
+        last = now
+    return round(time.time() - t0, 2)
+
+
 def node_pids(marker: bytes) -> list[int]:
     """The processes of our node: those whose environment holds ``marker`` (our unique
     RABBITMQ_NODENAME), which also finds the epmd that daemonized itself away from the
@@ -306,11 +322,12 @@ def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
     emit(dict(tag, op="produce", messages=n, seconds=round(el, 3), msgs_per_s=round(n / el),
               broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
               client_cpu_us_per_msg=round(mine / n * 1e6, 2)))
+    settled = settle(node.cpu)
     cpu0 = node.cpu()
     r = stream_consumers(node, names, each)
     cpu = node.cpu() - cpu0
     emit(dict(tag, op="consume", messages=n, seconds=round(r["seconds"], 3),
-              msgs_per_s=round(n / r["seconds"]), first_ms=r["first_ms"],
+              msgs_per_s=round(n / r["seconds"]), first_ms=r["first_ms"], settle_s=settled,
               msgs_per_s_from_first=r["from_first"], broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
               client_cpu_us_per_msg=round(r["cpu"] / n * 1e6, 2)))
 
