@@ -86,7 +86,7 @@ assert tuple.__itemsize__ == 8 and rec.StoredMessage.__basicsize__ == _ITEMS_AT
 
 
 @intrinsic
-def _store_i64(typingctx, addr, value):
+def store_i64(typingctx, addr, value):
     """``*(int64 *)addr = value``."""
     def codegen(context, builder, signature, args):
         builder.store(args[1], builder.inttoptr(args[0], _I64.as_pointer()))
@@ -94,10 +94,18 @@ def _store_i64(typingctx, addr, value):
     return types.none(types.int64, types.int64), codegen
 
 
+@intrinsic
+def load_i64(typingctx, addr):
+    """``*(int64 *)addr``."""
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], _I64.as_pointer()))
+    return types.int64(types.int64), codegen
+
+
 @njit(cache=True, inline="always")
 def _tuple_set(t, i, o):
     """PyTuple_SET_ITEM: tuple ``t``'s slot ``i`` (NULL until now) takes ``o``'s reference."""
-    _store_i64(t + _ITEMS_AT + 8 * i, o)
+    store_i64(t + _ITEMS_AT + 8 * i, o)
 
 
 _list_set = _c_api("PyList_SetItem", "int32", "obj", "int", "obj")     # steals the item
@@ -132,15 +140,15 @@ def _new_untracked(cls, n, direct):
     p = _malloc(_GC_HEAD + _ITEMS_AT + 8 * n)
     if p == 0:
         return 0
-    _store_i64(p, 0)
-    _store_i64(p + 8, 0)
+    store_i64(p, 0)
+    store_i64(p + 8, 0)
     m = p + _GC_HEAD
-    _store_i64(m, 1)
+    store_i64(m, 1)
     _incref(cls)
-    _store_i64(m + 8, cls)
-    _store_i64(m + 16, n)
+    store_i64(m + 8, cls)
+    store_i64(m + 16, n)
     for j in range(n):
-        _store_i64(m + _ITEMS_AT + 8 * j, 0)
+        store_i64(m + _ITEMS_AT + 8 * j, 0)
     return m
 
 

@@ -39,5 +39,5 @@ def kernels() -> ModuleType:
 def objects() -> ModuleType:
     """``strata.format.record_objects`` (the compiled making of ``StoredMessage``s), imported
     on first use as ``kernels()`` is."""
-    from strata.format import record_objects
+    from strata.format import message_dealloc, record_objects  # noqa: F401 (its dealloc)
     return record_objects
