@@ -118,14 +118,27 @@ class MessageBatch(Sequence):
         (``record_kernels.pack_heads_to``). ``fields`` is not changed."""
         batch = cls(buf, fields, topic, topics)
         n = fields.shape[1]
-        heads = np.array(fields, np.int64, order="C")   # pack_heads_to moves the positions
-        if n:
-            batch._checked(0, n)
-        data, address = rk.objects().new_bytes(
-            int((heads[rk.F_BODY_AT] - heads[rk.F_HOSTS_AT]).sum()))
-        rk.kernels().pack_heads_to(np.frombuffer(buf, np.uint8), heads, np.zeros(n, np.uint8),
-                                   address)
-        batch._items = batch._make(0, n, BatchRows(data, heads))
+        heads = np.empty((rk.FIELDS, n), np.int64)   # the table the messages keep
+        rows = BatchRows(b"", heads)
+        out, holder = [None] * n, [b""]
+        data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
+        objects = rk.objects()
+        made = objects.make_scanned(
+            data.ctypes.data, len(data), fields, heads, id(BatchMessage),
+            0 if topic is None else id(topic), id(batch._topics), id(rows),
+            objects.column_ids(n), id(out), objects.DIRECT, id(holder)) if n else 0
+        if made == -2:
+            raise ValueError("a message's bytes lie outside its batch's buffer")
+        rows.buf = holder[0]
+        if made != n:   # an object could not be made: the Python maker (which raises why)
+            heads[:] = fields
+            packed, address = objects.new_bytes(
+                int((heads[rk.F_BODY_AT] - heads[rk.F_HOSTS_AT]).sum()))
+            rk.kernels().pack_heads_to(data, heads, np.zeros(n, np.uint8), address)
+            rows.buf = packed
+            batch._items = batch._make(0, n, rows)
+        else:
+            batch._items = out
         batch._buf, batch._fields = b"", _NO_FIELDS
         return batch
 

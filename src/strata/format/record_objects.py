@@ -37,7 +37,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from strata.format import record as rec
-from strata.format.record_table import F_BODY_AT, F_BODY_END, F_PROPS_AT, F_TOPIC_AT, FIELDS
+from strata.format.record_kernels import memcpy
+from strata.format.record_table import F_BODY_AT, F_BODY_END, F_HOSTS_AT, F_PROPS_AT, \
+    F_TOPIC_AT, FIELDS
 
 _OBJ = ir.IntType(8).as_pointer()
 _I64 = ir.IntType(64)
@@ -82,6 +84,7 @@ _malloc = _c_api("PyObject_Malloc", "obj", "int")               # NULL, no error
 # into the item array, which starts right after the fixed part of the object (no call, no checks
 # the kernel needs: the tuple is new, its slots NULL, the indices fixed).
 _ITEMS_AT = tuple.__basicsize__
+_BYTES_DATA_AT = bytes.__basicsize__ - 1   # a bytes object's first byte (checked below)
 assert tuple.__itemsize__ == 8 and rec.StoredMessage.__basicsize__ == _ITEMS_AT
 
 
@@ -256,6 +259,51 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
     return count
 
 
+@njit("int64(int64, int64, int64[:, :], int64[:, :], int64, int64, int64, int64, int64[:], "
+      "int64, int64, int64)", cache=True)
+def make_scanned(base, size, fields, heads, cls, topic, topics, rows, column_ids, out, direct,
+                 holder):
+    """A scan's batch in one call: the ``BatchMessage``s of every column of ``fields`` (good
+    records in the ``size`` bytes at ``base``, a segment's map) into ``out``, as
+    ``make_lazy`` makes them (bodies straight from the map), and what they read their other
+    fields from: the hosts, topic and properties of every record copied into ONE new bytes
+    object (put into ``holder[0]``, a 1-item list: the caller's ``BatchRows``, ``rows``, takes
+    it as its buffer) and ``heads`` filled with ``fields``' rows, its positions moved into
+    that buffer (each body's position and end where its properties end) — what
+    ``record_kernels.pack_heads_to`` over a copy of the table did, without the copy, the
+    second pass and the calls between. ``fields`` is not changed. Returns the count, -1 if an
+    object could not be made (the Python error cleared), -2 if a position lies outside the
+    map."""
+    count = fields.shape[1]
+    total = 0
+    for c in range(count):
+        a, b, e = fields[F_HOSTS_AT, c], fields[F_BODY_AT, c], fields[F_BODY_END, c]
+        if a < 0 or b < a or e < b or e > size:
+            return -2
+        total += b - a
+    buf = _bytes(0, total)   # PyBytes_FromStringAndSize(NULL, total): bytes to fill
+    if buf == 0:
+        _err_clear()
+        return -1
+    if _list_set(holder, 0, buf) != 0:
+        _err_clear()
+        return -1
+    for k in range(FIELDS):   # row by row: a column's 15 fields lie a row apart
+        for c in range(count):
+            heads[k, c] = fields[k, c]
+    at = 0
+    o0 = buf + _BYTES_DATA_AT
+    for c in range(count):
+        start = fields[F_HOSTS_AT, c]
+        n = fields[F_BODY_AT, c] - start
+        memcpy(o0 + at, base + start, n)
+        for k in range(F_HOSTS_AT, F_BODY_AT + 1):
+            heads[k, c] += at - start
+        heads[F_BODY_END, c] = heads[F_BODY_AT, c]
+        at += n
+    return make_lazy(base, fields, 0, count, cls, topic, topics, rows, column_ids, out, direct)
+
+
 # ints 0..n-1 for make_lazy's columns, kept alive here; grown on demand up to COLUMN_CACHE (a
 # column past it gets an int of its own)
 COLUMN_CACHE = 1 << 16
@@ -295,7 +343,6 @@ def make_bodies(base, fields, first, count, out):
 _new_bytes_c = ctypes.pythonapi.PyBytes_FromStringAndSize
 _new_bytes_c.restype = ctypes.py_object
 _new_bytes_c.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
-_BYTES_DATA_AT = bytes.__basicsize__ - 1
 _probe = _new_bytes_c(b"strata", 6)
 assert ctypes.string_at(id(_probe) + _BYTES_DATA_AT, 6) == b"strata"
 del _probe
