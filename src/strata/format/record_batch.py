@@ -121,10 +121,11 @@ class MessageBatch(Sequence):
         heads = np.empty((rk.FIELDS, n), np.int64)   # the table the messages keep
         rows = BatchRows(b"", heads)
         out, holder = [None] * n, [b""]
-        data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
+        # (a uint8 array as it is: a scan's walk has the segment's map as one already)
+        data = buf if type(buf) is np.ndarray else np.frombuffer(buf, np.uint8)
         objects = rk.objects()
         made = objects.make_scanned(
-            data.ctypes.data, len(data), fields, heads, id(BatchMessage),
+            data, fields, heads, id(BatchMessage),
             0 if topic is None else id(topic), id(batch._topics), id(rows),
             objects.column_ids(n), id(out), objects.DIRECT, id(holder)) if n else 0
         if made == -2:

@@ -111,6 +111,13 @@ def _tuple_set(t, i, o):
     store_i64(t + _ITEMS_AT + 8 * i, o)
 
 
+@njit(cache=True, inline="always")
+def _hold(o):
+    """``Py_INCREF(o)`` as CPython 3.11's macro does it (the count raised in place): what
+    ``Py_IncRef`` does, without a call per object."""
+    store_i64(o, load_i64(o) + 1)
+
+
 _list_set = _c_api("PyList_SetItem", "int32", "obj", "int", "obj")     # steals the item
 _int = _c_api("PyLong_FromLongLong", "obj", "int")               # new reference
 _bytes = _c_api("PyBytes_FromStringAndSize", "obj", "int", "int")    # new reference
@@ -147,7 +154,7 @@ def _new_untracked(cls, n, direct):
     store_i64(p + 8, 0)
     m = p + _GC_HEAD
     store_i64(m, 1)
-    _incref(cls)
+    _hold(cls)
     store_i64(m + 8, cls)
     store_i64(m + 16, n)
     for j in range(n):
@@ -234,17 +241,17 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
             if t_at < 0:
                 break
             name = own_topic
-        _incref(name)
+        _hold(name)
         _tuple_set(m, 0, name)
         body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
         if body == 0:
             break
         _tuple_set(m, 1, body)
-        _incref(rows)
+        _hold(rows)
         _tuple_set(m, 2, rows)
         if c < cached:
             col = column_ids[c]
-            _incref(col)
+            _hold(col)
         else:
             col = _int(c)
             if col == 0:
@@ -259,12 +266,11 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
     return count
 
 
-@njit("int64(int64, int64, int64[:, :], int64[:, :], int64, int64, int64, int64, int64[:], "
-      "int64, int64, int64)", cache=True)
-def make_scanned(base, size, fields, heads, cls, topic, topics, rows, column_ids, out, direct,
+@njit(cache=True)   # (typed at the call: ``data`` may be a read-only buffer's array)
+def make_scanned(data, fields, heads, cls, topic, topics, rows, column_ids, out, direct,
                  holder):
     """A scan's batch in one call: the ``BatchMessage``s of every column of ``fields`` (good
-    records in the ``size`` bytes at ``base``, a segment's map) into ``out``, as
+    records in ``data``, a segment's map) into ``out``, as
     ``make_lazy`` makes them (bodies straight from the map), and what they read their other
     fields from: the hosts, topic and properties of every record copied into ONE new bytes
     object (put into ``holder[0]``, a 1-item list: the caller's ``BatchRows``, ``rows``, takes
@@ -274,6 +280,7 @@ def make_scanned(base, size, fields, heads, cls, topic, topics, rows, column_ids
     second pass and the calls between. ``fields`` is not changed. Returns the count, -1 if an
     object could not be made (the Python error cleared), -2 if a position lies outside the
     map."""
+    base, size = data.ctypes.data, len(data)
     count = fields.shape[1]
     total = 0
     for c in range(count):

@@ -162,7 +162,7 @@ class Run:
     def messages(self, topics: dict[bytes, str] | None = None) -> MessageBatch:
         """The records as a MessageBatch of messages made now, each field copied out of the
         map (so it outlives the segment)."""
-        return MessageBatch.made(self.seg.mm, self.fields, None, topics)
+        return MessageBatch.made(self.data, self.fields, None, topics)
 
 
 class RecordWalk:
