@@ -191,6 +191,7 @@ def test_the_python_maker_takes_over_if_an_object_cannot_be_made(monkeypatch):
                 store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(5)]
     buf, fields = laid_out(kws)
     monkeypatch.setattr(ro, "make_lazy", lambda *args: -1)
+    monkeypatch.setattr(ro, "make_lazy_within", lambda *args: -1)
     monkeypatch.setattr(ro, "make_scanned", lambda *args: -1)   # (it calls the compiled one)
     want = decoded(buf, fields)
     for got in (list(MessageBatch(buf, fields, None, {})), made(buf, fields, None, {}),

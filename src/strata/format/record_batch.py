@@ -176,21 +176,26 @@ class MessageBatch(Sequence):
         one (what raises the error then)."""
         if count == 0:
             return []
-        self._checked(first, count)
         buf, f = self._buf, self._fields
         if rows is None:
             rows = self._rows
             if rows is None:
                 rows = self._rows = BatchRows(buf, f)
         out = [None] * count
-        data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
         objects = rk.objects()
-        made = objects.make_lazy(
-            data.ctypes.data, f, first, count, id(BatchMessage),
+        if type(buf) is bytes:   # (its bytes' address without a numpy view: a get's batch)
+            data, base = buf, id(buf) + objects.BYTES_DATA_AT
+        else:
+            data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
+            base = data.ctypes.data
+        made = objects.make_lazy_within(
+            len(buf), base, f, first, count, id(BatchMessage),
             0 if self._topic is None else id(self._topic), id(self._topics), id(rows),
             objects.column_ids(first + count), id(out), objects.DIRECT)
         if made == count:
             return out
+        self._checked(first, count)   # (make_lazy_within said -2: this raises)
+        data = np.frombuffer(buf, np.uint8)
         g = f[:, first:first + count]
         topics = repeat(self._topic, count) if self._topic is not None else \
             self._topic_names(g, g[rk.F_TOPIC_AT].tolist(), g[rk.F_PROPS_AT].tolist())

@@ -85,6 +85,7 @@ _malloc = _c_api("PyObject_Malloc", "obj", "int")               # NULL, no error
 # the kernel needs: the tuple is new, its slots NULL, the indices fixed).
 _ITEMS_AT = tuple.__basicsize__
 _BYTES_DATA_AT = bytes.__basicsize__ - 1   # a bytes object's first byte (checked below)
+BYTES_DATA_AT = _BYTES_DATA_AT
 assert tuple.__itemsize__ == 8 and rec.StoredMessage.__basicsize__ == _ITEMS_AT
 
 
@@ -264,6 +265,20 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
         _err_clear()
         return -1
     return count
+
+
+@njit("int64(int64, int64, int64[:, :], int64, int64, int64, int64, int64, int64, int64[:], "
+      "int64, int64)", cache=True)
+def make_lazy_within(size, base, fields, first, count, cls, topic, topics, rows, column_ids,
+                     out, direct):
+    """``make_lazy`` after checking that every section of columns ``[first, first + count)``
+    lies within the ``size`` bytes at ``base``: -2 (nothing made) if one does not."""
+    for c in range(first, first + count):
+        a, e = fields[F_HOSTS_AT, c], fields[F_BODY_END, c]
+        if a < 0 or e > size:
+            return -2
+    return make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, out,
+                     direct)
 
 
 @njit(cache=True)   # (typed at the call: ``data`` may be a read-only buffer's array)
