@@ -114,8 +114,9 @@ class MessageBatch(Sequence):
         """A batch whose messages are made now from ``buf`` (a segment's map, say: no
         reference to it is kept), for a reader that reads every message anyway (``scan``):
         each body copied once, straight from ``buf`` into its bytes object, and the hosts,
-        topic and properties of every record into one small buffer the messages keep
-        (``record_kernels.pack_heads_to``). ``fields`` is not changed."""
+        topic and properties of every record into one small buffer the messages keep, all in
+        one compiled call (``record_objects.make_scanned``). ``buf`` may be a uint8 array
+        (the walk's map) or any buffer. ``fields`` is not changed."""
         batch = cls(buf, fields, topic, topics)
         n = fields.shape[1]
         heads = np.empty((rk.FIELDS, n), np.int64)   # the table the messages keep

@@ -16,6 +16,11 @@ be part of a reference cycle, so they are taken off the garbage collector's list
 collector's passes over a million messages of a scan would otherwise cost a third as much as
 making them.
 
+``make_lazy_within`` is ``make_lazy`` with the bounds of the table checked in the same call (a
+``get``'s batch); ``make_scanned`` makes a scan's batch whole — its messages, the one buffer
+of hosts, topic and properties they read their other fields from, and their table — in one
+call over the segment's map. Freeing them is compiled too (``strata.format.message_dealloc``).
+
 ``make_bodies`` makes the bodies alone (``MessageBatch.bodies``); ``new_bytes`` hands out a
 bytes object whose bytes the caller fills (the batch reader packs a batch's records straight
 into the bytes its ``MessageBatch`` keeps).
