@@ -107,11 +107,14 @@ def test_compiled_messages_are_the_decoded_ones(kws, known_topic):
     assert got == want and want == got
     if len(got) > 1:
         assert got[0] != got[1] and (got[0] < got[1]) == (want[0] < want[1])
-    # made now (``MessageBatch.made``, as a scan makes them): the same
+    # made now (``MessageBatch.made``, as a scan makes them: ``make_scanned``): the same,
+    # and the walk's table is left as it was
+    table = fields.copy()
     for g, w in zip(made(buf, fields, topic, dict(topics)), want):
         assert same_message(g, w) and g == w and hash(g) == hash(w)
         assert same_values(pickle.loads(pickle.dumps(g)), w)
         assert not gc.is_tracked(g)
+    assert (fields == table).all()
     # single messages are made alone
     for i in (0, len(want) - 1, -1):
         assert same_message(MessageBatch(buf, fields, topic, {})[i], want[i])
@@ -188,6 +191,8 @@ def test_the_python_maker_takes_over_if_an_object_cannot_be_made(monkeypatch):
                 store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(5)]
     buf, fields = laid_out(kws)
     monkeypatch.setattr(ro, "make_lazy", lambda *args: -1)
+    monkeypatch.setattr(ro, "make_lazy_within", lambda *args: -1)
+    monkeypatch.setattr(ro, "make_scanned", lambda *args: -1)   # (it calls the compiled one)
     want = decoded(buf, fields)
     for got in (list(MessageBatch(buf, fields, None, {})), made(buf, fields, None, {}),
                 list(MessageBatch(buf, fields, "t", {}))):

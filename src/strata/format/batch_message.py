@@ -87,6 +87,11 @@ class BatchMessage(StoredMessage):
     __slots__ = ()
     WIDTH = 4   # (topic, body, rows, column): the tuple's own items
 
+    def __init_subclass__(cls, **kwargs):
+        # its objects are freed by a dealloc that knows their four items and nothing more
+        # (``strata.format.message_dealloc``)
+        raise TypeError("BatchMessage cannot be subclassed")
+
     def __new__(cls, values):   # a 14-value tuple makes a plain StoredMessage
         return StoredMessage(values)
 

@@ -114,18 +114,33 @@ class MessageBatch(Sequence):
         """A batch whose messages are made now from ``buf`` (a segment's map, say: no
         reference to it is kept), for a reader that reads every message anyway (``scan``):
         each body copied once, straight from ``buf`` into its bytes object, and the hosts,
-        topic and properties of every record into one small buffer the messages keep
-        (``record_kernels.pack_heads_to``). ``fields`` is not changed."""
+        topic and properties of every record into one small buffer the messages keep, all in
+        one compiled call (``record_objects.make_scanned``). ``buf`` may be a uint8 array
+        (the walk's map) or any buffer. ``fields`` is not changed."""
         batch = cls(buf, fields, topic, topics)
         n = fields.shape[1]
-        heads = np.array(fields, np.int64, order="C")   # pack_heads_to moves the positions
-        if n:
-            batch._checked(0, n)
-        data, address = rk.objects().new_bytes(
-            int((heads[rk.F_BODY_AT] - heads[rk.F_HOSTS_AT]).sum()))
-        rk.kernels().pack_heads_to(np.frombuffer(buf, np.uint8), heads, np.zeros(n, np.uint8),
-                                   address)
-        batch._items = batch._make(0, n, BatchRows(data, heads))
+        heads = np.empty((rk.FIELDS, n), np.int64)   # the table the messages keep
+        rows = BatchRows(b"", heads)
+        out, holder = [None] * n, [b""]
+        # (a uint8 array as it is: a scan's walk has the segment's map as one already)
+        data = buf if type(buf) is np.ndarray else np.frombuffer(buf, np.uint8)
+        objects = rk.objects()
+        made = objects.make_scanned(
+            data, fields, heads, id(BatchMessage),
+            0 if topic is None else id(topic), id(batch._topics), id(rows),
+            objects.column_ids(n), id(out), objects.DIRECT, id(holder)) if n else 0
+        if made == -2:
+            raise ValueError("a message's bytes lie outside its batch's buffer")
+        rows.buf = holder[0]
+        if made != n:   # an object could not be made: the Python maker (which raises why)
+            heads[:] = fields
+            packed, address = objects.new_bytes(
+                int((heads[rk.F_BODY_AT] - heads[rk.F_HOSTS_AT]).sum()))
+            rk.kernels().pack_heads_to(data, heads, np.zeros(n, np.uint8), address)
+            rows.buf = packed
+            batch._items = batch._make(0, n, rows)
+        else:
+            batch._items = out
         batch._buf, batch._fields = b"", _NO_FIELDS
         return batch
 
@@ -162,21 +177,26 @@ class MessageBatch(Sequence):
         one (what raises the error then)."""
         if count == 0:
             return []
-        self._checked(first, count)
         buf, f = self._buf, self._fields
         if rows is None:
             rows = self._rows
             if rows is None:
                 rows = self._rows = BatchRows(buf, f)
         out = [None] * count
-        data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
         objects = rk.objects()
-        made = objects.make_lazy(
-            data.ctypes.data, f, first, count, id(BatchMessage),
+        if type(buf) is bytes:   # (its bytes' address without a numpy view: a get's batch)
+            data, base = buf, id(buf) + objects.BYTES_DATA_AT
+        else:
+            data = np.frombuffer(buf, np.uint8)   # pins buf while the objects are made
+            base = data.ctypes.data
+        made = objects.make_lazy_within(
+            len(buf), base, f, first, count, id(BatchMessage),
             0 if self._topic is None else id(self._topic), id(self._topics), id(rows),
             objects.column_ids(first + count), id(out), objects.DIRECT)
         if made == count:
             return out
+        self._checked(first, count)   # (make_lazy_within said -2: this raises)
+        data = np.frombuffer(buf, np.uint8)
         g = f[:, first:first + count]
         topics = repeat(self._topic, count) if self._topic is not None else \
             self._topic_names(g, g[rk.F_TOPIC_AT].tolist(), g[rk.F_PROPS_AT].tolist())

@@ -16,6 +16,11 @@ be part of a reference cycle, so they are taken off the garbage collector's list
 collector's passes over a million messages of a scan would otherwise cost a third as much as
 making them.
 
+``make_lazy_within`` is ``make_lazy`` with the bounds of the table checked in the same call (a
+``get``'s batch); ``make_scanned`` makes a scan's batch whole — its messages, the one buffer
+of hosts, topic and properties they read their other fields from, and their table — in one
+call over the segment's map. Freeing them is compiled too (``strata.format.message_dealloc``).
+
 ``make_bodies`` makes the bodies alone (``MessageBatch.bodies``); ``new_bytes`` hands out a
 bytes object whose bytes the caller fills (the batch reader packs a batch's records straight
 into the bytes its ``MessageBatch`` keeps).
@@ -37,7 +42,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from strata.format import record as rec
-from strata.format.record_table import F_BODY_AT, F_BODY_END, F_PROPS_AT, F_TOPIC_AT, FIELDS
+from strata.format.record_kernels import memcpy
+from strata.format.record_table import F_BODY_AT, F_BODY_END, F_HOSTS_AT, F_PROPS_AT, \
+    F_TOPIC_AT, FIELDS
 
 _OBJ = ir.IntType(8).as_pointer()
 _I64 = ir.IntType(64)
@@ -82,11 +89,13 @@ _malloc = _c_api("PyObject_Malloc", "obj", "int")               # NULL, no error
 # into the item array, which starts right after the fixed part of the object (no call, no checks
 # the kernel needs: the tuple is new, its slots NULL, the indices fixed).
 _ITEMS_AT = tuple.__basicsize__
+_BYTES_DATA_AT = bytes.__basicsize__ - 1   # a bytes object's first byte (checked below)
+BYTES_DATA_AT = _BYTES_DATA_AT
 assert tuple.__itemsize__ == 8 and rec.StoredMessage.__basicsize__ == _ITEMS_AT
 
 
 @intrinsic
-def _store_i64(typingctx, addr, value):
+def store_i64(typingctx, addr, value):
     """``*(int64 *)addr = value``."""
     def codegen(context, builder, signature, args):
         builder.store(args[1], builder.inttoptr(args[0], _I64.as_pointer()))
@@ -94,10 +103,25 @@ def _store_i64(typingctx, addr, value):
     return types.none(types.int64, types.int64), codegen
 
 
+@intrinsic
+def load_i64(typingctx, addr):
+    """``*(int64 *)addr``."""
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], _I64.as_pointer()))
+    return types.int64(types.int64), codegen
+
+
 @njit(cache=True, inline="always")
 def _tuple_set(t, i, o):
     """PyTuple_SET_ITEM: tuple ``t``'s slot ``i`` (NULL until now) takes ``o``'s reference."""
-    _store_i64(t + _ITEMS_AT + 8 * i, o)
+    store_i64(t + _ITEMS_AT + 8 * i, o)
+
+
+@njit(cache=True, inline="always")
+def _hold(o):
+    """``Py_INCREF(o)`` as CPython 3.11's macro does it (the count raised in place): what
+    ``Py_IncRef`` does, without a call per object."""
+    store_i64(o, load_i64(o) + 1)
 
 
 _list_set = _c_api("PyList_SetItem", "int32", "obj", "int", "obj")     # steals the item
@@ -132,15 +156,15 @@ def _new_untracked(cls, n, direct):
     p = _malloc(_GC_HEAD + _ITEMS_AT + 8 * n)
     if p == 0:
         return 0
-    _store_i64(p, 0)
-    _store_i64(p + 8, 0)
+    store_i64(p, 0)
+    store_i64(p + 8, 0)
     m = p + _GC_HEAD
-    _store_i64(m, 1)
-    _incref(cls)
-    _store_i64(m + 8, cls)
-    _store_i64(m + 16, n)
+    store_i64(m, 1)
+    _hold(cls)
+    store_i64(m + 8, cls)
+    store_i64(m + 16, n)
     for j in range(n):
-        _store_i64(m + _ITEMS_AT + 8 * j, 0)
+        store_i64(m + _ITEMS_AT + 8 * j, 0)
     return m
 
 
@@ -223,17 +247,17 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
             if t_at < 0:
                 break
             name = own_topic
-        _incref(name)
+        _hold(name)
         _tuple_set(m, 0, name)
         body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
         if body == 0:
             break
         _tuple_set(m, 1, body)
-        _incref(rows)
+        _hold(rows)
         _tuple_set(m, 2, rows)
         if c < cached:
             col = column_ids[c]
-            _incref(col)
+            _hold(col)
         else:
             col = _int(c)
             if col == 0:
@@ -246,6 +270,65 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
         _err_clear()
         return -1
     return count
+
+
+@njit("int64(int64, int64, int64[:, :], int64, int64, int64, int64, int64, int64, int64[:], "
+      "int64, int64)", cache=True)
+def make_lazy_within(size, base, fields, first, count, cls, topic, topics, rows, column_ids,
+                     out, direct):
+    """``make_lazy`` after checking that every section of columns ``[first, first + count)``
+    lies within the ``size`` bytes at ``base``: -2 (nothing made) if one does not."""
+    for c in range(first, first + count):
+        a, e = fields[F_HOSTS_AT, c], fields[F_BODY_END, c]
+        if a < 0 or e > size:
+            return -2
+    return make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, out,
+                     direct)
+
+
+@njit(cache=True)   # (typed at the call: ``data`` may be a read-only buffer's array)
+def make_scanned(data, fields, heads, cls, topic, topics, rows, column_ids, out, direct,
+                 holder):
+    """A scan's batch in one call: the ``BatchMessage``s of every column of ``fields`` (good
+    records in ``data``, a segment's map) into ``out``, as
+    ``make_lazy`` makes them (bodies straight from the map), and what they read their other
+    fields from: the hosts, topic and properties of every record copied into ONE new bytes
+    object (put into ``holder[0]``, a 1-item list: the caller's ``BatchRows``, ``rows``, takes
+    it as its buffer) and ``heads`` filled with ``fields``' rows, its positions moved into
+    that buffer (each body's position and end where its properties end) — what
+    ``record_kernels.pack_heads_to`` over a copy of the table did, without the copy, the
+    second pass and the calls between. ``fields`` is not changed. Returns the count, -1 if an
+    object could not be made (the Python error cleared), -2 if a position lies outside the
+    map."""
+    base, size = data.ctypes.data, len(data)
+    count = fields.shape[1]
+    total = 0
+    for c in range(count):
+        a, b, e = fields[F_HOSTS_AT, c], fields[F_BODY_AT, c], fields[F_BODY_END, c]
+        if a < 0 or b < a or e < b or e > size:
+            return -2
+        total += b - a
+    buf = _bytes(0, total)   # PyBytes_FromStringAndSize(NULL, total): bytes to fill
+    if buf == 0:
+        _err_clear()
+        return -1
+    if _list_set(holder, 0, buf) != 0:
+        _err_clear()
+        return -1
+    for k in range(FIELDS):   # row by row: a column's 15 fields lie a row apart
+        for c in range(count):
+            heads[k, c] = fields[k, c]
+    at = 0
+    o0 = buf + _BYTES_DATA_AT
+    for c in range(count):
+        start = fields[F_HOSTS_AT, c]
+        n = fields[F_BODY_AT, c] - start
+        memcpy(o0 + at, base + start, n)
+        for k in range(F_HOSTS_AT, F_BODY_AT + 1):
+            heads[k, c] += at - start
+        heads[F_BODY_END, c] = heads[F_BODY_AT, c]
+        at += n
+    return make_lazy(base, fields, 0, count, cls, topic, topics, rows, column_ids, out, direct)
 
 
 # ints 0..n-1 for make_lazy's columns, kept alive here; grown on demand up to COLUMN_CACHE (a
@@ -287,7 +370,6 @@ def make_bodies(base, fields, first, count, out):
 _new_bytes_c = ctypes.pythonapi.PyBytes_FromStringAndSize
 _new_bytes_c.restype = ctypes.py_object
 _new_bytes_c.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
-_BYTES_DATA_AT = bytes.__basicsize__ - 1
 _probe = _new_bytes_c(b"strata", 6)
 assert ctypes.string_at(id(_probe) + _BYTES_DATA_AT, 6) == b"strata"
 del _probe

@@ -29,15 +29,25 @@ WALK_BLANK = 1      # a blank record's magic at the stop position (checked by th
 WALK_BAD = 2        # bytes at the stop position are no good record of that offset
 
 
+_loaded: dict[str, ModuleType] = {}   # (an import statement costs ~1 µs a call: once)
+
+
 def kernels() -> ModuleType:
     """``strata.format.record_kernels``, imported on first use (numba and the compiled code's
     cache load then: see README, "Start-up cost of the compiled reader")."""
-    from strata.format import record_kernels
-    return record_kernels
+    m = _loaded.get("kernels")
+    if m is None:
+        from strata.format import record_kernels
+        m = _loaded["kernels"] = record_kernels
+    return m
 
 
 def objects() -> ModuleType:
     """``strata.format.record_objects`` (the compiled making of ``StoredMessage``s), imported
-    on first use as ``kernels()`` is."""
-    from strata.format import record_objects
-    return record_objects
+    on first use as ``kernels()`` is, with ``BatchMessage``'s compiled dealloc installed
+    (``strata.format.message_dealloc``)."""
+    m = _loaded.get("objects")
+    if m is None:
+        from strata.format import message_dealloc, record_objects  # noqa: F401 (its dealloc)
+        m = _loaded["objects"] = record_objects
+    return m

@@ -78,7 +78,10 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     offsets = np.asarray(offsets, np.int64)
     n = len(offsets)
     status = np.empty(n, np.uint8)   # check_at writes every row it is given
-    fields = np.empty((rk.FIELDS, n), np.int64)   # kept by the batch (no copy) when all good
+    # kept by the batch (no copy) when all good; its rows 8 columns further apart than n, as
+    # ``record_walk.field_table``'s (rows 8 KiB apart share one L1 set: n = 1024 ran ~25 %
+    # slower than n = 1000)
+    fields = np.empty((rk.FIELDS, n + 8), np.int64)[:, :n]
     name = _EMPTY_TOPIC if topic is None else _topic_array(topic)
     qid = -1 if topic is None else queue_id
     qoffs = _NO_QUEUE_OFFSETS if topic is None else np.asarray(queue_offsets, np.int64)

@@ -51,6 +51,16 @@ def scratch(kind: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         setattr(_scratch, kind, arr)
     return arr[:size].reshape(shape)
 
+def field_table(kind: str, n: int) -> np.ndarray:
+    """This thread's reusable ``(record_table.FIELDS, n)`` int64 table ``kind`` (``scratch``)
+    with its rows 8 columns apart more than ``n``: a kernel that fills a record's column
+    stores one value into each of the 15 rows, and rows exactly 8 KiB apart (``n`` = 1024)
+    all fall in the same set of the L1 cache (and alias by 4 KiB), so those stores evicted
+    one another — the walk ran ~1.8× slower over records in cache. (Not C-contiguous: the
+    kernels take any layout.)"""
+    return scratch(kind, (rk.FIELDS, n + 8), np.int64)[:, :n]
+
+
 _MESSAGE = rec.U32.pack(rec.MESSAGE_MAGIC)
 _BLANK = rec.U32.pack(rec.BLANK_MAGIC)
 
@@ -162,7 +172,7 @@ class Run:
     def messages(self, topics: dict[bytes, str] | None = None) -> MessageBatch:
         """The records as a MessageBatch of messages made now, each field copied out of the
         map (so it outlives the segment)."""
-        return MessageBatch.made(self.seg.mm, self.fields, None, topics)
+        return MessageBatch.made(self.data, self.fields, None, topics)
 
 
 class RecordWalk:
@@ -210,7 +220,7 @@ class RecordWalk:
         base = seg.base_offset
         pos = self.start
         crc_from = HEADER_AREA + self.crc_from
-        fields = scratch("walk", (rk.FIELDS, self.rows), np.int64)   # (fresh pages cost more)
+        fields = field_table("walk", self.rows)   # reused: fresh pages cost more
         walk = rk.kernels().walk
         while pos < end:
             n, stop, why = walk(data, HEADER_AREA + pos, HEADER_AREA + end,
