@@ -133,3 +133,23 @@ def test_short_values_at_the_very_end_of_the_map(tmp_path):
                                              [None, pa.py_buffer(views[0]), buf]).to_pylist())
         assert got[0] == got[1] == [b"xy" * (i % 6) for i in range(9)]
         assert len(units) == 9 * UNIT_SIZE
+
+
+def test_a_unit_size_that_is_not_the_records_own_is_caught(tmp_path):
+    """The span is laid out from the units' sizes: a unit whose size is not its record's
+    length sends the read down ``get``'s path, with ``get``'s answer."""
+    with strata.open(tmp_path / "s", config(segment_size=8 << 20)) as s:
+        s.create_topic("t", queues=1)
+        s.put_batch([message(i + 1) for i in range(30)])
+        settle(s)
+        want = s.get_columns("t", 0, 0, 30).batch.to_pylist()
+        assert len(want) == 30
+        qseg = s._queue("t", 0)[0].segments.segments[0]
+        for unit, delta in ((7, 8), (29, 1), (12, -4)):
+            at = HEADER_AREA + unit * UNIT_SIZE + 8
+            size = int.from_bytes(qseg.mm[at:at + 4], "little")
+            qseg.mm[at:at + 4] = (size + delta).to_bytes(4, "little")
+            r = s.get_columns("t", 0, 0, 30)
+            assert r.batch.to_pylist() == as_rows(s.get("t", 0, 0, 30).messages)
+            qseg.mm[at:at + 4] = size.to_bytes(4, "little")
+            assert s.get_columns("t", 0, 0, 30).batch.to_pylist() == want

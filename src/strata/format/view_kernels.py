@@ -171,7 +171,8 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
     the copy, the bytes of all properties sections, where the span starts in ``data`` when
     read in place, else -1 — the copy is then empty —, the span's length); the read stops at the first record that
     is not as it must be (the caller then takes the per-record path, which says why): fewer
-    than n. (-1, empty, 0, -1, 0) if the records add up to more than ``MAX_SPAN`` bytes (an int32
+    than n. The span is laid out from the units' sizes (no record byte is read for it);
+    each record's own length must equal its unit's size. (-1, empty, 0, -1, 0) if the records add up to more than ``MAX_SPAN`` bytes (an int32
     view offset cannot reach past it)."""
     empty = np.empty(0, np.uint8)
     base = data.ctypes.data
@@ -182,12 +183,10 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
     own = 0
     together = True
     prev_end = -1
-    for i in range(n):   # each record's place in the span (its length is checked there)
-        p = load_i64(ub + _UNIT * i) - delta
-        if load_i32(ub + _UNIT * i + 8) == _BLANK_UNIT or p < 0 or p + 4 > limit:
-            return i, empty, 0, -1, 0
-        total = np.int64(load_u32(base + p))
-        if total < 4 or p + total > limit:
+    for i in range(n):   # each record's place in the span, from its unit's size (``frame``
+        p = load_i64(ub + _UNIT * i) - delta   # checks the record's own length and offset)
+        total = np.int64(load_i32(ub + _UNIT * i + 8))
+        if total == _BLANK_UNIT or total < 4 or p < 0 or p + total > limit:
             return i, empty, 0, -1, 0
         together = together and (i == 0 or p == prev_end)
         prev_end = p + total
@@ -224,7 +223,8 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
                 ahead += 64
         for t in range(k):
             phys = load_i64(ub + _UNIT * (i + t))
-            if frame(s0, at[i + t], phys, own) == 0:   # (its topic is compared below)
+            size = (at[i + t + 1] if i + t + 1 < n else own) - at[i + t]
+            if frame(s0, at[i + t], phys, own) != size:   # (its topic is compared below)
                 return i + t, empty, 0, -1, 0
         if crc:
             a0 = s0 + at[i]
