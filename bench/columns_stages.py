@@ -3,7 +3,8 @@ same messages; prints JSON lines (ns of the reading thread's CPU a message).
 
     python bench/columns_stages.py [--msgs N] [--rounds R] [--dir D]
 
-One queue of N messages of 100 B and N / 5 of 1 KiB (``read_cpu.py``'s data), 1000 messages a
+One queue of N messages of 100 B and N / 5 of 1 KiB (``read_cpu.py``'s data; N a multiple of
+5000: whole calls), 1000 messages a
 call, every stage over the whole queue, best of R rounds by ``time.thread_time()``:
 
 - ``whole``: ``get_columns`` as a consumer calls it;
@@ -20,7 +21,6 @@ reach for issue 27's goal (``get_columns`` ≥ 10× SQLite's range read).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -28,8 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from read_cpu import build, cases  # noqa: E402
-from scratch import scratch_dir  # noqa: E402
+from read_cpu import arguments, cases, stores  # noqa: E402
 from strata.log import batch_reader as br  # noqa: E402
 from strata.store import arrow_read  # noqa: E402
 
@@ -87,33 +86,20 @@ def stages(c, s, n: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--msgs", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--dir")
-    a = ap.parse_args()
-    scratch, cleanup = scratch_dir("columns_stages", a.dir)
-    try:
-        for n, size in ((a.msgs, 100), (max(1000, a.msgs // 5), 1024)):
-            c, s = build(scratch, n, size)
-            try:
-                got = {}
-                for name, f in stages(c, s, n).items():
-                    per = len(range(0, n, 1000)) * (1 if name == "fixed_call" else 1000)
-                    got[name] = best_ns(f, per, a.rounds)
-            finally:
-                s.close()
-                c.close()
-            for name, ns in got.items():
-                row = {"bench": "columns_stages", "body": size, "msgs": n, "stage": name,
-                       "ns_per_msg" if name != "fixed_call" else "ns_per_call": ns}
-                if name == "sqlite":
-                    row["x10_budget"] = round(ns / 10, 1)
-                if name == "whole":
-                    row["vs_sqlite"] = round(got["sqlite"] / ns, 2)
-                print(json.dumps(row), flush=True)
-    finally:
-        cleanup()
+    a = arguments(__doc__, 100_000, 5)
+    for c, s, n, size in stores("columns_stages", a.msgs, a.dir):
+        got = {}
+        for name, f in stages(c, s, n).items():
+            per = len(range(0, n, 1000)) * (1 if name == "fixed_call" else 1000)
+            got[name] = best_ns(f, per, a.rounds)
+        for name, ns in got.items():
+            row = {"bench": "columns_stages", "body": size, "msgs": n, "stage": name,
+                   "ns_per_msg" if name != "fixed_call" else "ns_per_call": ns}
+            if name == "sqlite":
+                row["x10_budget"] = round(ns / 10, 1)
+            if name == "whole":
+                row["vs_sqlite"] = round(got["sqlite"] / ns, 2)
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
