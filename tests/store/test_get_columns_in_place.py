@@ -105,34 +105,35 @@ def test_a_changed_byte_in_place_is_caught_by_the_crc(tmp_path):
         assert len(s.get_columns("t", 0, 0, 60).batch) == 60
 
 
-def test_short_values_at_the_very_end_of_the_map(tmp_path):
-    """A view of ≤ 12 bytes holds them itself; in place, the record can end where the map
-    ends, so they are read byte by byte there (never past the map)."""
+def test_records_at_the_very_end_of_the_map_are_copied(tmp_path):
+    """A view of ≤ 12 bytes holds them itself, read as whole words: records that end within
+    ``PAD`` bytes of the map's end are copied (never a read past the map), the rest read in
+    place; the values are the same."""
     with strata.open(tmp_path / "s", config(segment_size=8 << 20)) as s:
         s.create_topic("t", queues=1)
         res = s.put_batch([strata.Message("t", b"xy" * (i % 6)) for i in range(9)])
         settle(s)
         cq, _ = s._queue("t", 0)
         units = cq.read_unit_bytes(0, 9)
+        assert len(units) == 9 * UNIT_SIZE
         seg = s.log.segments.segments[0]
         first = res[0].commitlog_offset - seg.base_offset + HEADER_AREA
         last = res[8].commitlog_offset - seg.base_offset + HEADER_AREA
         end = last + int.from_bytes(seg.mm[last:last + 4], "little")
-        data = np.frombuffer(seg.mm, np.uint8)[first:end].copy()   # ends at the last record
         delta = seg.base_offset - HEADER_AREA + first
-        got = []
-        for in_place in (True, False):
+        for room, where in ((0, -1), (vk.PAD - 1, -1), (vk.PAD, 0)):
+            data = np.frombuffer(seg.mm, np.uint8)[first:end + room].copy()
             table = np.empty((VIEW_FIELDS, 9), np.int64)
             views = np.empty((2, 36), np.int32)
             good, span, _props, start, own = vk.views_at(
-                data, units, delta, len(data), True, _topic_array("t"), 0, 0, table, views,
-                in_place)
-            assert good == 9 and own == len(data) and (start == 0) == in_place
-            buf = pa.py_buffer(data if in_place else span)
-            got.append(pa.Array.from_buffers(pa.binary_view(), 9,
-                                             [None, pa.py_buffer(views[0]), buf]).to_pylist())
-        assert got[0] == got[1] == [b"xy" * (i % 6) for i in range(9)]
-        assert len(units) == 9 * UNIT_SIZE
+                data, units, delta, end - first, True, _topic_array("t"), 0, 0, table, views,
+                True)
+            assert (good, own, start) == (9, end - first, where)
+            buf = pa.py_buffer(data[start:start + own] if start >= 0 else span)
+            got = pa.Array.from_buffers(pa.binary_view(), 9,
+                                        [None, pa.py_buffer(views[0]), buf])
+            got.validate(full=True)
+            assert got.to_pylist() == [b"xy" * (i % 6) for i in range(9)]
 
 
 def test_a_unit_size_that_is_not_the_records_own_is_caught(tmp_path):

@@ -35,7 +35,6 @@ from numba.extending import intrinsic
 
 from strata.format import record as rec
 from strata.format.consume_queue import BLANK_SIZE, UNIT_SIZE
-from strata.format import record_kernels as rk
 from strata.format.record_kernels import (
     crc3, frame, load_i32, load_i64, load_u16, load_u32, load_u64, load_u8, memcpy)
 from strata.format.record_table import (
@@ -91,25 +90,15 @@ store_i32 = _unaligned_store(types.int64, 32)   # the low 32 bits of an int64
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _view(vb, i, base, a, ln, room):
+def _view(vb, i, base, a, ln):
     """Write view ``i`` (16 bytes at address ``vb``) of the ``ln`` bytes at position ``a`` of
     the buffer at address ``base`` (buffer 0), with plain loads and stores: the inline bytes
-    are read as one 8- and one 4-byte word and masked to ``ln`` where ``room`` (the bytes
-    readable from ``base``) allows — the copy has ``PAD`` bytes after its last record —, else
-    byte by byte (a record at the very end of a segment's map)."""
+    are read as one 8- and one 4-byte word and masked to ``ln`` (the copy has ``PAD`` bytes
+    after its last record, so the words never reach past it)."""
     v = vb + 16 * i
     src = base + a
     store_i32(v, ln)
-    if ln <= _INLINE and a + _INLINE > room:
-        lo = np.uint64(0)
-        hi = np.uint64(0)
-        for j in range(min(ln, 8)):
-            lo |= np.uint64(load_u8(src + j)) << np.uint64(8 * j)
-        for j in range(8, ln):
-            hi |= np.uint64(load_u8(src + j)) << np.uint64(8 * (j - 8))
-        store_u64(v + 4, lo)
-        store_i32(v + 12, np.int64(hi))
-    elif ln <= _INLINE:
+    if ln <= _INLINE:
         lo = load_u64(src)
         hi = np.uint64(load_u32(src + 8))
         if ln < 8:
@@ -126,7 +115,7 @@ def _view(vb, i, base, a, ln, room):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _take(s0, q, i, topic, queue_id, queue_offset, phys, table, views, room):
+def _take(s0, q, i, topic, queue_id, queue_offset, phys, table, views):
     """Read the fields of the record copied at position ``q`` of the copy (address ``s0``)
     into column ``i`` of ``table`` and write its views; False unless it is message
     ``queue_offset`` of ``queue_id`` and ``topic``. Returns (ok, its properties' bytes)."""
@@ -148,8 +137,8 @@ def _take(s0, q, i, topic, queue_id, queue_offset, phys, table, views, room):
     table[V_BORN_TS, i] = load_i64(a + _P_BORN)
     table[V_PROPS_AT, i] = props_at
     table[V_BODY_AT, i] = body_at
-    _view(views.ctypes.data, i, s0, body_at, np.int64(load_u32(a + _P_BODY_LEN)), room)
-    _view(views.ctypes.data + 16 * table.shape[1], i, s0, props_at, body_at - props_at, room)
+    _view(views.ctypes.data, i, s0, body_at, np.int64(load_u32(a + _P_BODY_LEN)))
+    _view(views.ctypes.data + 16 * table.shape[1], i, s0, props_at, body_at - props_at)
     return True, body_at - props_at
 
 
@@ -174,6 +163,47 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
     than n. The span is laid out from the units' sizes (no record byte is read for it);
     each record's own length must equal its unit's size. (-1, empty, 0, -1, 0) if the records add up to more than ``MAX_SPAN`` bytes (an int32
     view offset cannot reach past it)."""
+    if in_place:
+        got = _in_place(data, units, delta, limit, crc, topic, queue_id, first_offset, table,
+                        views)
+        if got[0] != -2:
+            return got
+    return _copied(data, units, delta, limit, crc, topic, queue_id, first_offset, table, views)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _in_place(data, units, delta, limit, crc, topic, queue_id, first_offset, table, views):
+    """``views_at`` in place: the span laid out from the units' sizes (no record byte read
+    for it: ``_checked`` compares each record's own length); (-2, ...) when the records do
+    not lie back to back or end within ``PAD`` bytes of the map's end (then copied: the
+    views' inline bytes are read as whole words)."""
+    empty = np.empty(0, np.uint8)
+    base = data.ctypes.data
+    ub = units.ctypes.data
+    limit = min(limit, len(data))
+    n = len(units) // _UNIT
+    at = np.empty(n, np.int64)
+    start = load_i64(ub) - delta
+    own = 0
+    for i in range(n):
+        p = load_i64(ub + _UNIT * i) - delta
+        total = np.int64(load_i32(ub + _UNIT * i + 8))
+        if total == _BLANK_UNIT or total < 4 or p != start + own or p + total > limit:
+            return -2, empty, 0, -1, 0
+        at[i] = own
+        own += total
+    if own > MAX_SPAN or start < 0 or start + own + PAD > len(data):
+        return -2, empty, 0, -1, 0
+    good, props = _checked(base + start, at, own, n, ub, crc, topic, queue_id, first_offset,
+                           table, views, PREFETCH)
+    if good < n:
+        return good, empty, 0, -1, 0
+    return n, empty, props, start, own
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copied(data, units, delta, limit, crc, topic, queue_id, first_offset, table, views):
+    """``views_at`` over a copy of the records."""
     empty = np.empty(0, np.uint8)
     base = data.ctypes.data
     ub = units.ctypes.data
@@ -183,10 +213,12 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
     own = 0
     together = True
     prev_end = -1
-    for i in range(n):   # each record's place in the span, from its unit's size (``frame``
-        p = load_i64(ub + _UNIT * i) - delta   # checks the record's own length and offset)
-        total = np.int64(load_i32(ub + _UNIT * i + 8))
-        if total == _BLANK_UNIT or total < 4 or p < 0 or p + total > limit:
+    for i in range(n):   # each record's place in the copy (its length is checked there)
+        p = load_i64(ub + _UNIT * i) - delta
+        if load_i32(ub + _UNIT * i + 8) == _BLANK_UNIT or p < 0 or p + 4 > limit:
+            return i, empty, 0, -1, 0
+        total = np.int64(load_u32(base + p))
+        if total < 4 or p + total > limit:
             return i, empty, 0, -1, 0
         together = together and (i == 0 or p == prev_end)
         prev_end = p + total
@@ -194,38 +226,44 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
         own += total
     if own > MAX_SPAN:
         return -1, empty, 0, -1, 0
-    start = load_i64(ub) - delta
-    if in_place and together:   # the views point into data: no copy
-        span = empty
-        s0 = base + start
-        room = len(data) - start
+    span = np.empty(own + PAD, np.uint8)
+    span[own:] = 0
+    s0 = span.ctypes.data
+    if together:   # a queue's records back to back (one queue written alone): one copy
+        memcpy(s0, base + load_i64(ub) - delta, own)
     else:
-        start = -1
-        span = np.empty(own + PAD, np.uint8)
-        span[own:] = 0
-        s0 = span.ctypes.data
-        room = own + PAD
-        if together:   # a queue's records back to back (one queue written alone): one copy
-            memcpy(s0, base + load_i64(ub) - delta, own)
-        else:
-            for i in range(n):
-                memcpy(s0 + at[i], base + load_i64(ub + _UNIT * i) - delta,
-                       (at[i + 1] if i + 1 < n else own) - at[i])
+        for i in range(n):
+            memcpy(s0 + at[i], base + load_i64(ub + _UNIT * i) - delta,
+                   (at[i + 1] if i + 1 < n else own) - at[i])
+    good, props = _checked(s0, at, own, n, ub, crc, topic, queue_id, first_offset, table,
+                           views, 0)
+    if good < n:
+        return good, empty, 0, -1, 0
+    return n, span[:own], props, -1, own
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _checked(s0, at, own, n, ub, crc, topic, queue_id, first_offset, table, views, ahead):
+    """Check the ``n`` records at ``at`` of the span at address ``s0`` (``own`` bytes) and
+    write their table columns and views: each a whole record of exactly its place's length,
+    with ``crc`` its CRC32C (three at a time), the unit's message. ``ahead`` > 0: the span is
+    read cold, keep that many bytes asked into the cache ahead of the checks. Returns (how
+    many were good before the first that is not, the bytes of their properties sections)."""
     props = 0
     i = 0
-    ahead = 0   # in place: bytes of the span asked into the cache so far
+    asked = 0
     while i < n:
         k = min(3, n - i)
-        if start >= 0:   # the map is read cold: keep PREFETCH bytes ahead of the CRC
-            want = min(own, at[i] + PREFETCH)
-            while ahead < want:
-                prefetch(s0 + ahead)
-                ahead += 64
+        if ahead > 0:
+            want = min(own, at[i] + ahead)
+            while asked < want:
+                prefetch(s0 + asked)
+                asked += 64
         for t in range(k):
             phys = load_i64(ub + _UNIT * (i + t))
             size = (at[i + t + 1] if i + t + 1 < n else own) - at[i + t]
             if frame(s0, at[i + t], phys, own) != size:   # (its topic is compared below)
-                return i + t, empty, 0, -1, 0
+                return i + t, 0
         if crc:
             a0 = s0 + at[i]
             a1 = s0 + at[i + 1] if k > 1 else a0
@@ -238,12 +276,12 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
                               n1 - _CRC_START, a2 + _CRC_START, n2 - _CRC_START)
             if c0 != load_u32(a0 + _P_CRC) or c1 != load_u32(a1 + _P_CRC) or \
                     c2 != load_u32(a2 + _P_CRC):
-                return i, empty, 0, -1, 0
+                return i, 0
         for t in range(k):
             ok, pb = _take(s0, at[i + t], i + t, topic, queue_id, first_offset + i + t,
-                           load_i64(ub + _UNIT * (i + t)), table, views, room)
+                           load_i64(ub + _UNIT * (i + t)), table, views)
             if not ok:
-                return i + t, empty, 0, -1, 0
+                return i + t, 0
             props += pb
         i += k
-    return n, span[:own], props, start, own
+    return n, props
