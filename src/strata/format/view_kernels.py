@@ -14,9 +14,11 @@ properties section are written. Arrow's ``binary_view`` layout (the Arrow column
 (zero padded), else a 4-byte prefix, an int32 buffer index (0: the map's span or the copy)
 and an int32 offset into it. No body is copied on its own and no offsets are packed.
 
-Read in place, the map is cold in the CPU's caches: the pass asks for ``PREFETCH`` bytes
-ahead of its checks (1 KiB records: 126–133 ns a record with the CRC against 147–150 for the
-copy, 167–231 without the prefetch).
+Read in place, the span is laid out from the units' sizes (no record byte read before the
+checks; each record's own length must match) and the map, cold in the CPU's caches, is asked
+in ``PREFETCH`` bytes ahead of the checks. The compiled pass with CRC32C, 1000 records a call
+(2026-11-27, in one process, against ``cb50d86``'s copying pass): 100 B 28–30 ns a record
+against 43–46, 1 KiB 77–113 against 189–208 (an in-place pass without the prefetch: 167–231).
 
 When copying: why copy first and check the copy, not copy while checking: folding the CRC into a word-by-word
 copy was 1.6× slower for 1 KiB records read from memory than ``memcpy`` (which streams) and a
