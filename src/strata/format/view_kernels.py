@@ -5,7 +5,7 @@ records of a queue written alone do) are read IN PLACE: the views point into the
 map, nothing is copied, and the caller's array of that map keeps it alive as long as any
 view does (``MappedSegment.close`` leaves a map with live views to them; the segment files
 are never truncated under a map: retention and tiering unlink whole files, and recovery,
-at open, cuts only records that were never confirmed). Other records are copied into one
+at open, zeroes only what follows the last whole, checked record). Other records are copied into one
 new buffer and read from it. Either way each record's structure is checked
 (``record_kernels.frame``), that it is the unit's message, its CRC32C (three records at a
 time), and its offsets, timestamps and the 16-byte Arrow views of its body and its
