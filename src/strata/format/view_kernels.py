@@ -165,26 +165,29 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
     than n. The span is laid out from the units' sizes (no record byte is read for it);
     each record's own length must equal its unit's size. (-1, empty, 0, -1, 0) if the records add up to more than ``MAX_SPAN`` bytes (an int32
     view offset cannot reach past it)."""
-    if in_place:
-        got = _in_place(data, units, delta, limit, crc, topic, queue_id, first_offset, table,
-                        views)
-        if got[0] != -2:
-            return got
-    return _copied(data, units, delta, limit, crc, topic, queue_id, first_offset, table, views)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _in_place(data, units, delta, limit, crc, topic, queue_id, first_offset, table, views):
-    """``views_at`` in place: the span laid out from the units' sizes (no record byte read
-    for it: ``_checked`` compares each record's own length); (-2, ...) when the records do
-    not lie back to back or end within ``PAD`` bytes of the map's end (then copied: the
-    views' inline bytes are read as whole words)."""
-    empty = np.empty(0, np.uint8)
     base = data.ctypes.data
     ub = units.ctypes.data
     limit = min(limit, len(data))
     n = len(units) // _UNIT
-    at = np.empty(n, np.int64)
+    at = np.empty(n, np.int64)   # each record's place in the span
+    if in_place:
+        got = _in_place(base, len(data), ub, n, at, delta, limit, crc, topic, queue_id,
+                        first_offset, table, views)
+        if got[0] != -2:
+            return got
+    return _copied(base, ub, n, at, delta, limit, crc, topic, queue_id, first_offset, table,
+                   views)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _in_place(base, size, ub, n, at, delta, limit, crc, topic, queue_id, first_offset, table,
+              views):
+    """``views_at`` in place (the map at ``base``, ``size`` bytes; ``n`` units at ``ub``):
+    the span laid out from the units' sizes (no record byte read for it: ``_checked``
+    compares each record's own length); (-2, ...) when the records do not lie back to back or
+    end within ``PAD`` bytes of the map's end (then copied: the views' inline bytes are read
+    as whole words)."""
+    empty = np.empty(0, np.uint8)
     start = load_i64(ub) - delta
     own = 0
     for i in range(n):
@@ -194,7 +197,7 @@ def _in_place(data, units, delta, limit, crc, topic, queue_id, first_offset, tab
             return -2, empty, 0, -1, 0
         at[i] = own
         own += total
-    if own > MAX_SPAN or start < 0 or start + own + PAD > len(data):
+    if own > MAX_SPAN or start < 0 or start + own + PAD > size:
         return -2, empty, 0, -1, 0
     good, props = _checked(base + start, at, own, n, ub, crc, topic, queue_id, first_offset,
                            table, views, PREFETCH)
@@ -204,14 +207,9 @@ def _in_place(data, units, delta, limit, crc, topic, queue_id, first_offset, tab
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _copied(data, units, delta, limit, crc, topic, queue_id, first_offset, table, views):
+def _copied(base, ub, n, at, delta, limit, crc, topic, queue_id, first_offset, table, views):
     """``views_at`` over a copy of the records."""
     empty = np.empty(0, np.uint8)
-    base = data.ctypes.data
-    ub = units.ctypes.data
-    limit = min(limit, len(data))
-    n = len(units) // _UNIT
-    at = np.empty(n, np.int64)
     own = 0
     together = True
     prev_end = -1
