@@ -20,6 +20,7 @@ import json
 import sqlite3
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -96,40 +97,54 @@ def cases(c, s, n: int) -> dict:
             "get_bodies": bodies, "scan_body_read": scan_bodies, "get_columns": columns}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--msgs", type=int, default=200_000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir")
-    a = ap.parse_args()
-    scratch, cleanup = scratch_dir("read_cpu", a.dir)
+def stores(bench: str, msgs: int, where: str | None) -> Iterator[tuple]:
+    """This bench's two data sets in turn, as (SQLite connection, store, messages, body
+    size): ``msgs`` of 100 B, then ``msgs`` / 5 of 1 KiB; each closed when the caller asks
+    for the next, the scratch directory (under ``where``) removed at the end."""
+    scratch, cleanup = scratch_dir(bench, where)
     try:
-        for n, size in ((a.msgs, 100), (max(1, a.msgs // 5), 1024)):
+        for n, size in ((msgs, 100), (max(1, msgs // 5), 1024)):
             c, s = build(scratch, n, size)
             try:
-                run = cases(c, s, n)
-                best = dict.fromkeys(run, float("inf"))
-                for _ in range(a.rounds):
-                    for name, f in run.items():
-                        t = time.thread_time()
-                        got = f()
-                        best[name] = min(best[name], time.thread_time() - t)
-                        assert got == n, (name, got)
+                yield c, s, n, size
             finally:
                 s.close()
                 c.close()
-            base = n / best["sqlite"]
-            for name, secs in best.items():
-                row = {"bench": "read_cpu", "case": name, "body": size, "msgs": n,
-                       "msgs_per_cpu_s": round(n / secs)}
-                if name != "sqlite":
-                    row["vs_sqlite"] = round(n / secs / base, 2)
-                if name in GOALS:
-                    row["goal"] = GOALS[name]
-                    row["met"] = row["vs_sqlite"] >= GOALS[name]
-                print(json.dumps(row), flush=True)
     finally:
         cleanup()
+
+
+def arguments(doc: str, msgs: int, rounds: int) -> argparse.Namespace:
+    """``--msgs``, ``--rounds`` (these defaults) and ``--dir`` of a bench described by
+    ``doc``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--msgs", type=int, default=msgs)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--dir")
+    return ap.parse_args()
+
+
+def main() -> None:
+    a = arguments(__doc__, 200_000, 3)
+    for c, s, n, size in stores("read_cpu", a.msgs, a.dir):
+        run = cases(c, s, n)
+        best = dict.fromkeys(run, float("inf"))
+        for _ in range(a.rounds):
+            for name, f in run.items():
+                t = time.thread_time()
+                got = f()
+                best[name] = min(best[name], time.thread_time() - t)
+                assert got == n, (name, got)
+        base = n / best["sqlite"]
+        for name, secs in best.items():
+            row = {"bench": "read_cpu", "case": name, "body": size, "msgs": n,
+                   "msgs_per_cpu_s": round(n / secs)}
+            if name != "sqlite":
+                row["vs_sqlite"] = round(n / secs / base, 2)
+            if name in GOALS:
+                row["goal"] = GOALS[name]
+                row["met"] = row["vs_sqlite"] >= GOALS[name]
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -194,9 +194,10 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
 @dataclass
 class ViewsRead:
     """Records read as Arrow views (``read_views``): the views table (``record_table.V_*``
-    rows: offsets, timestamps, positions in ``span``), ONE copy of the records (``span``), the 16-byte ``binary_view`` views of their bodies and
-    of their properties sections into it (int32, 4 a record), and how many bytes of
-    properties there are in all (0: no keys to look for)."""
+    rows: offsets, timestamps, positions in ``span``), the records (``span``: a view of
+    the segment's map, or ONE copy of them), the 16-byte ``binary_view`` views of their
+    bodies and of their properties sections into it (int32, 4 a record), and how many bytes
+    of properties there are in all (0: no keys to look for)."""
 
     fields: np.ndarray
     span: np.ndarray
@@ -217,14 +218,17 @@ def _load_views():
 
 
 def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc: bool,
-               topic: str, queue_id: int, first_offset: int) -> ViewsRead | bool:
+               topic: str, queue_id: int, first_offset: int,
+               in_place: bool = True) -> ViewsRead | bool:
     """``read_columns`` for a reader that takes ``binary_view`` columns: the records of
     consume-queue ``units`` (their bytes, a copy) — messages ``first_offset``, ``first_offset
-    + 1``, ... of the queue — all in segment ``seg``, checked and copied once in one compiled
-    pass (``view_kernels.views_at``: the CRC32C computed as the bytes are copied), the views
-    written over the copy. True if they add up to more than int32 views reach
-    (``read_columns`` can read them), False if some record is not as it must be (the
-    per-record path says why)."""
+    + 1``, ... of the queue — all in segment ``seg``, checked in one compiled pass
+    (``view_kernels.views_at``, the CRC32C with ``verify_crc``). With ``in_place`` records
+    that lie back to back are not copied: the views point into the segment's map, and the
+    span handed out is a numpy view of it that keeps the map alive (past the segment's
+    close or deletion). Others are copied once and the views written over the copy. True
+    if they add up to more than int32 views reach (``read_columns`` can read them), False
+    if some record is not as it must be (the per-record path says why)."""
     vk = _VIEWS or _load_views()
     mapped = _mapped(seg, limit)
     if mapped is None:
@@ -232,11 +236,14 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     n = len(units) // UNIT_SIZE
     table = np.empty((rk.VIEW_FIELDS, n), np.int64)
     views = np.empty((2, 4 * n), np.int32)
-    good, span, prop_bytes = vk.views_at(
-        mapped[0], units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
-        _topic_array(topic), queue_id, first_offset, table, views)
+    data = mapped[0]
+    good, span, prop_bytes, start, own = vk.views_at(
+        data, units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
+        _topic_array(topic), queue_id, first_offset, table, views, in_place)
     if good < n:
         return good < 0
+    if start >= 0:   # the records where they lie: a view of the map keeps the map alive
+        span = data[start:start + own]
     return ViewsRead(table, span, views[0], views[1], prop_bytes)
 
 

@@ -424,8 +424,9 @@ class CommitLog:
 
     def read_views(self, units: np.ndarray, limit: int, *, verify_crc: bool, topic: str,
                    queue_id: int, first_offset: int):
-        """The records of consume-queue ``units`` (their bytes) as Arrow views over one copy
-        of them (``strata.log.batch_reader.read_views``). True: they are not in one segment,
+        """The records of consume-queue ``units`` (their bytes) as Arrow views over the
+        segment's map where they lie back to back, else over one copy of them
+        (``strata.log.batch_reader.read_views``). True: they are not in one segment,
         read them with ``read_columns``; False: not each is that queue's intact message of
         that offset."""
         first, = _PHYS.unpack_from(units, 0)

@@ -171,7 +171,8 @@ def views_batch(read) -> object | None:
     cols = [pa.Array.from_buffers(i64, n, [None, table], 0, r * n) for r in _INTS]
     cols += [pa.Array.from_buffers(bv, n, [None, buf(read.body_views), span]), keys,
              pa.Array.from_buffers(bv, n, [None, buf(read.prop_views), span])]
-    return pa.RecordBatch.from_arrays(cols, schema=schema(True))
+    # by names, not schema=: the same schema (the arrays carry its types), a third cheaper
+    return pa.RecordBatch.from_arrays(cols, names=COLUMNS)
 
 
 def batch_of_messages(messages, views: bool = True) -> object:
