@@ -105,3 +105,22 @@ def kafka_factory(tmp_path: Path):
     yield make
     for s in started:
         s.stop(signal.SIGTERM)
+
+
+class HeldReadServer(KafkaServer):
+    """`strata serve --kafka` through held_read.py: its store reads of "held" (or, with
+    ``held_put=True``, its puts of "held") wait until the test writes to ``release``."""
+
+    def __init__(self, directory: Path, entered: Path, release: Path,
+                 held_put: bool = False) -> None:
+        super().__init__(directory)
+        self.fifos = (str(entered), str(release)) + (("--held-put",) if held_put else ())
+
+    def start(self, port: int = 0) -> "HeldReadServer":
+        cmd = [sys.executable, str(Path(__file__).parent / "held_read.py"), *self.fifos,
+               "serve", str(self.directory), "--kafka", "127.0.0.1:0", "--exit-with-parent"]
+        for opt in SMALL_STORE:
+            cmd += ["--store-option", opt]
+        m = self._spawn(cmd, r"([\d.]+):(\d+) \(kafka\)", 60, "strata serve")
+        self.bootstrap = f"{m.group(1)}:{m.group(2)}"
+        return self

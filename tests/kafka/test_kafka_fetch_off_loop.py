@@ -13,27 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_support import PRELUDE, KafkaServer, SMALL_STORE, run_client
-
-HERE = Path(__file__).parent
-
-
-class HeldReadServer(KafkaServer):
-    """`strata serve --kafka` through held_read.py (its reads of "held" wait for the test)."""
-
-    def __init__(self, directory: Path, entered: Path, release: Path) -> None:
-        super().__init__(directory)
-        self.fifos = (str(entered), str(release))
-
-    def start(self, port: int = 0) -> "HeldReadServer":
-        cmd = [sys.executable, str(HERE / "held_read.py"), *self.fifos, "serve",
-               str(self.directory), "--kafka", "127.0.0.1:0", "--exit-with-parent"]
-        for opt in SMALL_STORE:
-            cmd += ["--store-option", opt]
-        m = self._spawn(cmd, r"([\d.]+):(\d+) \(kafka\)", 60, "strata serve")
-        self.bootstrap = f"{m.group(1)}:{m.group(2)}"
-        return self
-
+from kafka_support import PRELUDE, HeldReadServer, run_client
 
 CONSUME = PRELUDE + '''
 from confluent_kafka import Consumer, TopicPartition
