@@ -7,6 +7,10 @@ spell the first send is put at once; under load the sends that arrive meanwhile 
 next put. Every put wakes the store's dispatch thread, and handing the GIL to it and back
 cost about as much as the rest of a one-message send (bench/README.md), so fewer, larger puts
 are what keeps the broker's CPU per message down.
+
+``put_soon`` (the Kafka listener's async-flush Produce) stores on the writer thread as well,
+never on the event loop: requests arriving while the thread stores share its next put, and
+their answers go back to the loop in one hop per put.
 """
 
 from __future__ import annotations
@@ -80,11 +84,8 @@ class SendBatcher:
             results = await loop.run_in_executor(self._executor, self.store.put_many, items)
         else:       # returns once in the page cache: a thread hand-off would cost more
             results = self.store.put_many(items)
-        n = sum(len(r) for r in results if not isinstance(r, BaseException))
-        self.batches += 1
-        self.messages += n
-        if self.on_stored is not None:
-            self.on_stored(n, time.perf_counter() - began)
+        self._count(sum(len(r) for r in results if not isinstance(r, BaseException)),
+                    time.perf_counter() - began)
         return results
 
     async def _run(self) -> None:
@@ -101,9 +102,7 @@ class SendBatcher:
                 try:
                     answers = await self._store([items for items, _f in batch])
                 except Exception as exc:  # noqa: BLE001 - handed to every waiting send
-                    for _items, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
+                    _fail_all(batch, exc)
                     continue
                 for (_items, fut), answer in zip(batch, answers):
                     if not fut.done():
@@ -170,6 +169,8 @@ class SendBatcher:
         self._count(n, took)
 
     def _count(self, n: int, took: float) -> None:
+        """One put of ``n`` messages that took ``took`` seconds: counted, and told to the
+        metrics."""
         self.batches += 1
         self.messages += n
         if self.on_stored is not None:
@@ -186,16 +187,6 @@ class SendBatcher:
                 _alone(alone, k, lists, self.store.put_many(lists))
         return _split(where, results, alone)
 
-    def put_now(self, items: list[Item]) -> list:
-        """Async flush only: store ``items`` at once, on the calling thread, merged as
-        gathered puts are; per item its ``PutResults`` or the ``InvalidInputError`` that
-        refused it. (The Kafka listener uses ``put_soon``, off the loop.)"""
-        began = time.perf_counter()
-        (answer,) = self._store_now([items])
-        self._count(sum(len(r) for r in answer if not isinstance(r, BaseException)),
-                    time.perf_counter() - began)
-        return answer
-
     async def close(self) -> None:
         """Finish every submitted send, then stop."""
         while self._pending or self._busy or self._soon_running:
@@ -210,6 +201,7 @@ class SendBatcher:
 
 
 def _fail_all(batch: list, exc: BaseException) -> None:
+    """Every waiting submission of ``batch`` fails with ``exc``."""
     for _items, fut in batch:
         if not fut.done():
             fut.set_exception(exc)
