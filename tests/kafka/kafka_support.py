@@ -105,3 +105,67 @@ def kafka_factory(tmp_path: Path):
     yield make
     for s in started:
         s.stop(signal.SIGTERM)
+
+
+# a confluent-kafka consumer reading ARGS["n"] messages of partition 0 of ARGS["topic"]
+# from its start (assign, no group membership); prints {"got": [values]} (fewer if 90 s pass)
+CONSUME = PRELUDE + '''
+from confluent_kafka import Consumer, TopicPartition
+c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "partition-reader",
+              "enable.auto.commit": False})
+c.assign([TopicPartition(ARGS["topic"], 0, 0)])
+got = []
+deadline = time.time() + 90
+while len(got) < ARGS["n"] and time.time() < deadline:
+    m = c.poll(1.0)
+    if m is not None and not m.error():
+        got.append(m.value().decode())
+c.close()
+out(got=got)
+'''
+
+
+class HeldReadServer(KafkaServer):
+    """`strata serve --kafka` through held_read.py: its store reads of "held" (or, with
+    ``held_put=True``, its puts of "held") wait until the test lets them go. The two named
+    pipes it tells on are made in ``fifo_dir``."""
+
+    def __init__(self, directory: Path, fifo_dir: Path, held_put: bool = False) -> None:
+        super().__init__(directory)
+        self.entered, self.release = fifo_dir / "entered", fifo_dir / "release"
+        os.mkfifo(self.entered)
+        os.mkfifo(self.release)
+        self.fifos = (str(self.entered), str(self.release)) + (
+            ("--held-put",) if held_put else ())
+
+    def start(self, port: int = 0) -> "HeldReadServer":
+        cmd = [sys.executable, str(Path(__file__).parent / "held_read.py"), *self.fifos,
+               "serve", str(self.directory), "--kafka", "127.0.0.1:0", "--exit-with-parent"]
+        for opt in SMALL_STORE:
+            cmd += ["--store-option", opt]
+        m = self._spawn(cmd, r"([\d.]+):(\d+) \(kafka\)", 60, "strata serve")
+        self.bootstrap = f"{m.group(1)}:{m.group(2)}"
+        return self
+
+    def wait_held(self) -> None:
+        """Until a call is held (the wrapper's byte on the entered pipe: no polling)."""
+        with open(self.entered, "rb") as f:
+            assert f.read(1) == b"1"
+
+    def let_go(self) -> None:
+        """Let the held call go on (also when nothing is held yet: never blocks)."""
+        fd = os.open(self.release, os.O_RDWR | os.O_NONBLOCK)
+        os.write(fd, b"1")
+        os.close(fd)
+
+    def assert_others_answered(self) -> None:
+        """Another connection's ApiVersions and Metadata are answered (a listener whose loop
+        the held call blocked would leave list_topics to time out)."""
+        meta = run_client('''
+from confluent_kafka.admin import AdminClient
+a = AdminClient({"bootstrap.servers": BOOTSTRAP})
+md = a.list_topics(timeout=20)
+out(topics=sorted(md.topics), partitions=len(md.topics["held"].partitions))
+''', self.bootstrap)
+        assert "held" in meta["topics"]
+        assert meta["partitions"] >= 1

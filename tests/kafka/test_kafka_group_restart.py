@@ -24,6 +24,13 @@ from test_kafka_group_clients import client, create_topic
 pytestmark = pytest.mark.broker
 
 SCRIPT = str(Path(__file__).with_name("member_script.py"))
+# how long a member's next event may take: generous, since a member process starting (and
+# kafka-python joining) under a loaded machine took longer than 30 s once; a wait ends at
+# the event, so passing runs take no longer
+WAIT_S = 90.0
+# static members' session: a restarted instance must be back within it for no rebalance to
+# be the right answer; kept well above a slow process start on a loaded machine
+STATIC_SESSION_MS = 60000
 
 
 class Member:
@@ -56,7 +63,7 @@ class Member:
             self.events.append({"exit": True})
             self.cond.notify_all()
 
-    def wait_for(self, pred, seconds: float = 30) -> None:
+    def wait_for(self, pred, seconds: float = WAIT_S) -> None:
         with self.cond:
             ok = self.cond.wait_for(lambda: pred(self.events), timeout=seconds)
         if not ok:
@@ -129,7 +136,7 @@ def test_members_keep_ids_and_assignments_across_a_broker_restart(tmp_path, sig)
         marks = [m.mark for m in members]
         client("produce", "kafka-python", s, "t", "40", "--start", "40")
         for m in members:
-            m.wait_for(lambda ev: len(msgs(members, marks)) >= 40, 40)
+            m.wait_for(lambda ev: len(msgs(members, marks)) >= 40, WAIT_S)
         after = msgs(members, marks)
         assert sorted(after) == sorted(f"m{i}" for i in range(40, 80))      # each once
         for m, mid, share, mark in zip(members, ids, shares, marks):
@@ -181,9 +188,10 @@ def test_static_member_restarts_without_a_rebalance_also_after_a_broker_restart(
     members: list[Member] = []
     try:
         create_topic(s, "t", 4)
-        a = Member(name, s, "t", "g", stop, instance="inst-a")
+        a = Member(name, s, "t", "g", stop, instance="inst-a", session=STATIC_SESSION_MS)
         b_stop = tmp_path / "b-stop"
-        b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True)
+        b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True,
+                   session=STATIC_SESSION_MS)
         members = [a, b]
         for m in members:
             m.wait_for(lambda ev, m=m: holds(m) and sorted(a.assigned() + b.assigned())
@@ -195,7 +203,8 @@ def test_static_member_restarts_without_a_rebalance_also_after_a_broker_restart(
             b.wait_for(lambda ev: {"exit": True} in ev)
             b.close()
             b_stop.unlink()
-            b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True)
+            b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True,
+                       session=STATIC_SESSION_MS)
             members.append(b)
             b.wait_for(lambda ev: holds(b))
             assert b.assigned() == b_share            # the old incarnation's partitions

@@ -7,11 +7,16 @@ spell the first send is put at once; under load the sends that arrive meanwhile 
 next put. Every put wakes the store's dispatch thread, and handing the GIL to it and back
 cost about as much as the rest of a one-message send (bench/README.md), so fewer, larger puts
 are what keeps the broker's CPU per message down.
+
+``put_soon`` (the Kafka listener's async-flush Produce) stores on the writer thread as well,
+never on the event loop: requests arriving while the thread stores share its next put, and
+their answers go back to the loop in one hop per put.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, Union
@@ -43,6 +48,10 @@ class SendBatcher:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._busy = False
+        # put_soon's requests for the writer thread, and whether it is draining them
+        self._soon: list[tuple[list[Item], asyncio.Future]] = []
+        self._soon_lock = threading.Lock()
+        self._soon_running = False
         self.batches = 0       # put_many calls (under sync flush: at most one fsync each)
         self.messages = 0      # messages stored through them
         # called after each put with (messages, seconds it took): the metrics
@@ -75,11 +84,8 @@ class SendBatcher:
             results = await loop.run_in_executor(self._executor, self.store.put_many, items)
         else:       # returns once in the page cache: a thread hand-off would cost more
             results = self.store.put_many(items)
-        n = sum(len(r) for r in results if not isinstance(r, BaseException))
-        self.batches += 1
-        self.messages += n
-        if self.on_stored is not None:
-            self.on_stored(n, time.perf_counter() - began)
+        self._count(sum(len(r) for r in results if not isinstance(r, BaseException)),
+                    time.perf_counter() - began)
         return results
 
     async def _run(self) -> None:
@@ -96,9 +102,7 @@ class SendBatcher:
                 try:
                     answers = await self._store([items for items, _f in batch])
                 except Exception as exc:  # noqa: BLE001 - handed to every waiting send
-                    for _items, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
+                    _fail_all(batch, exc)
                     continue
                 for (_items, fut), answer in zip(batch, answers):
                     if not fut.done():
@@ -119,28 +123,73 @@ class SendBatcher:
                 _alone(alone, k, lists, await self._put(lists))
         return _split(where, results, alone)
 
-    def put_now(self, items: list[Item]) -> list:
-        """Async flush only: store ``items`` at once, on the calling thread (the event loop:
-        an async put returns once in the page cache), merged as gathered puts are; per item
-        its ``PutResults`` or the ``InvalidInputError`` that refused it."""
-        began = time.perf_counter()
-        flat, where, parts = _merge([items])
+    async def put_soon(self, items: list[Item]) -> list:
+        """Async flush only: store ``items`` on the writer thread, off the event loop (the loop
+        goes on reading and decoding the next requests meanwhile); per item its
+        ``PutResults`` or the ``InvalidInputError`` that refused it, as ``submit_many``.
+
+        No hop per request: a request that arrives while the thread is storing others waits
+        for the thread's next ``put_many``, which takes every such request at once (merged as
+        gathered puts are), and the thread hands all their answers back to the loop with ONE
+        ``call_soon_threadsafe``. Only a request that finds the thread idle starts it."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._soon_lock:
+            self._soon.append((items, fut))
+            start = not self._soon_running
+            self._soon_running = True
+        if start:
+            self._executor.submit(self._drain_soon, loop)
+        return await fut
+
+    def _drain_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The writer thread: store what ``put_soon`` queued, in turns, until none is left."""
+        while True:
+            with self._soon_lock:
+                batch, self._soon = self._soon, []
+                if not batch:
+                    self._soon_running = False
+                    return
+            began = time.perf_counter()
+            try:
+                answers = self._store_now([items for items, _f in batch])
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiting request
+                loop.call_soon_threadsafe(_fail_all, batch, exc)
+                continue
+            loop.call_soon_threadsafe(self._answer_all, batch, answers,
+                                      time.perf_counter() - began)
+
+    def _answer_all(self, batch: list, answers: list[list], took: float) -> None:
+        """On the loop: the answers of one of the writer thread's puts."""
+        n = 0
+        for (_items, fut), answer in zip(batch, answers):
+            n += sum(len(r) for r in answer if not isinstance(r, BaseException))
+            if not fut.done():
+                fut.set_result(answer)
+        self._count(n, took)
+
+    def _count(self, n: int, took: float) -> None:
+        """One put of ``n`` messages that took ``took`` seconds: counted, and told to the
+        metrics."""
+        self.batches += 1
+        self.messages += n
+        if self.on_stored is not None:
+            self.on_stored(n, took)
+
+    def _store_now(self, subs: list[list[Item]]) -> list[list]:
+        """``_store`` on the calling thread: every item of ``subs`` with one ``put_many``
+        (a refused merged message list put again part by part); per submission its answers."""
+        flat, where, parts = _merge(subs)
         results = self.store.put_many(flat)
         alone: dict[tuple[int, int], object] = {}
         for k, lists in parts.items():
             if isinstance(results[k], InvalidInputError) and len(lists) > 1:
                 _alone(alone, k, lists, self.store.put_many(lists))
-        (answer,) = _split(where, results, alone)
-        n = sum(len(r) for r in answer if not isinstance(r, BaseException))
-        self.batches += 1
-        self.messages += n
-        if self.on_stored is not None:
-            self.on_stored(n, time.perf_counter() - began)
-        return answer
+        return _split(where, results, alone)
 
     async def close(self) -> None:
         """Finish every submitted send, then stop."""
-        while self._pending or self._busy:
+        while self._pending or self._busy or self._soon_running:
             await asyncio.sleep(0.005)
         if self._task is not None:
             self._task.cancel()
@@ -149,6 +198,13 @@ class SendBatcher:
             except asyncio.CancelledError:
                 pass
         self._executor.shutdown(wait=True)
+
+
+def _fail_all(batch: list, exc: BaseException) -> None:
+    """Every waiting submission of ``batch`` fails with ``exc``."""
+    for _items, fut in batch:
+        if not fut.done():
+            fut.set_exception(exc)
 
 
 def _merge(subs: list[list[Item]]):

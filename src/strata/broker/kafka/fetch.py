@@ -10,12 +10,14 @@ OFFSET_OUT_OF_RANGE. Below ``min_bytes`` the request waits (up to ``max_wait_ms`
 woken when new messages are dispatched, not by polling.
 
 Off the loop: the store reads (which can reach S3 through the tier) and the encoding run on
-the listener's one reader thread (``KafkaBroker.reader``); the event loop only looks up
-topics and offsets, which are in memory, and keeps serving every other connection meanwhile.
+the listener's read lanes (``KafkaBroker.reader``, ``read_lanes``: a small pool of threads,
+one connection's reads in order on one thread at a time, so a slow read holds its own
+connection only); the event loop only looks up topics and offsets, which are in memory, and
+keeps serving every other connection meanwhile.
 
 Served ahead: a consumer reading a backlog alternates with the broker (its next Fetch comes
 once it has the answer). So after answering a Fetch that left messages to read, the reader
-thread prepares the answer to the Fetch that should follow (the same partitions and byte
+connection's lane prepares the answer to the Fetch that should follow (the same partitions and byte
 limits, each from the offset after what was just sent) while the client decodes; it starts
 once the answer is in the socket (``after_sent``: started before, it held the GIL while the
 loop wrote the answer, and consume measured ~40% slower). The next
@@ -52,12 +54,12 @@ class _Want(NamedTuple):
 
 class _Ahead(NamedTuple):
     key: tuple
-    answer: asyncio.Future          # of the FetchAnswer, on the reader thread
+    answer: asyncio.Future          # of the FetchAnswer, from the connection's read lane
 
 
 def _answer(store, topics: list, lookups: list, max_bytes: int, version: int,
             correlation_id: int) -> FetchAnswer:
-    """On the reader thread: every partition read from the store and the answer encoded
+    """On a read lane's thread: every partition read from the store and the answer encoded
     (then the store's buffers are let go: the frame holds the bytes)."""
     budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
     total = 0
@@ -139,9 +141,7 @@ def _prepare_next(broker, conn, answer: FetchAnswer, topics: list, lookups: list
     if old is not None:
         old.answer.cancel()
         broker.fetch_ahead_dropped += 1
-    loop = asyncio.get_running_loop()
-    fut = loop.run_in_executor(broker.reader, _answer, broker.store, nxt, lookups, max_bytes,
-                               version, 0)
+    fut = broker.reader.run(conn, _answer, broker.store, nxt, lookups, max_bytes, version, 0)
     conn.state[AHEAD] = _Ahead(_key(nxt, lookups, max_bytes, version), fut)
 
 
@@ -155,7 +155,6 @@ async def _lookups(broker, topics: list, refused: int) -> list[tuple[int, int]]:
 @api.handles(1, 4, 12, flexible_from=12)
 async def fetch(ctx: api.RequestContext, request):
     broker = ctx.broker
-    loop = asyncio.get_running_loop()
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     target = broker.store.confirmed_offset()
     if broker.dispatched < target:
@@ -177,8 +176,8 @@ async def fetch(ctx: api.RequestContext, request):
                                request.min_bytes)
     while answer is None:
         arrival = broker.arrival()
-        answer = await loop.run_in_executor(broker.reader, _answer, broker.store, topics,
-                                            lookups, max_bytes, version, ctx.correlation_id)
+        answer = await broker.reader.run(ctx.connection, _answer, broker.store, topics,
+                                         lookups, max_bytes, version, ctx.correlation_id)
         left = deadline - time.monotonic()
         if answer.size() >= max(1, request.min_bytes) or left <= 0 or broker.stopping or \
                 answer.has_error(but=ke.TOPIC_AUTHORIZATION_FAILED if refused else None):

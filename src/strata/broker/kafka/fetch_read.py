@@ -2,7 +2,7 @@
 batches of ``store.get`` within a byte budget (at least one message, KIP-74), turned into
 what the answer writes (``pieces``: columns over the store's own buffers, one record batch
 per run of consecutive offsets). These calls can reach S3 through the tier, so they run on
-the listener's reader thread (``KafkaBroker.reader``), never on the event loop.
+the listener's read lanes (``KafkaBroker.reader``, ``read_lanes``), never on the event loop.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def partition_answer(store, topic: str, code: int, n: int, fp,
                      budget: int) -> PartitionAnswer:
     """One partition of a Fetch: ``code`` and ``n`` are the topic's lookup (error code,
     partition count), ``fp`` the request's partition, ``budget`` the bytes the request has
-    left. Reads the store: call it on the reader thread."""
+    left. Reads the store: call it on a read lane's thread."""
     p = fp.partition
     if code == ke.NONE and not 0 <= p < n:
         code = ke.UNKNOWN_TOPIC_OR_PARTITION

@@ -2,7 +2,9 @@
 columns of strata message fields (``mapping``), then stored:
 
 * async flush: one ``store.put_many`` of column batches, one per partition (the column
-  encoder; no Message object per record), at once on the event loop;
+  encoder; no Message object per record), on the send batcher's writer thread
+  (``SendBatcher.put_soon``: never on the event loop; requests arriving meanwhile share
+  the next put);
 * ``--flush sync``: the same column batches as one submission to the shared send batcher,
   so the requests arriving together (any connection, either protocol) share one
   ``put_many`` and one fsync, which every acks=1/all answer waits for.
@@ -178,14 +180,14 @@ def _prepare(broker, topic: str, pd, part: _Part) -> None:
     _columns(part, cols, marks)
 
 
-def _put_direct(broker, parts: list[_Part]) -> None:
+async def _put_direct(broker, parts: list[_Part]) -> None:
     """Async flush: every partition's records with one ``store.put_many`` (large partitions
     as column batches, no Message object each; the small ones joined into one message
-    batch; one hold of the put lock, one dispatch wake-up), at once on the event loop, as
-    the send batcher's async puts are (a put returns once the records are in the page
-    cache)."""
+    batch; one hold of the put lock, one dispatch wake-up) on the send batcher's writer
+    thread, off the event loop (``SendBatcher.put_soon``: requests arriving while it stores
+    share its next put; a put returns once the records are in the page cache)."""
     stored = [p for p in parts if p.count and p.code == ke.NONE]
-    results = broker.batcher.put_now([p.item() for p in stored])
+    results = await broker.batcher.put_soon([p.item() for p in stored])
     broker.puts += 1
     broker.put_messages += sum(p.count for p in stored)
     _answers(stored, results)
@@ -245,7 +247,7 @@ async def produce(ctx: api.RequestContext, request):
             if broker.flush_sync:
                 await _store_all(broker, parts)
             else:
-                _put_direct(broker, parts)
+                await _put_direct(broker, parts)
             await broker.until_dispatched(broker.store.confirmed_offset())
         except StrataError as exc:
             code = ke.code_for(exc)

@@ -15,13 +15,13 @@ import asyncio
 import logging
 import socket
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from strata.broker.arrivals import Arrivals
 from strata.broker.kafka import api, authorize
 from strata.broker.kafka import errors as ke
+from strata.broker.kafka.read_lanes import ReadLanes
 from strata.broker.warm import quietly
 from strata.store.message_store import MessageStore
 
@@ -77,8 +77,9 @@ class KafkaBroker:
         self.puts = 0                    # put_columns calls of produces (async flush)
         self.put_messages = 0
         # the store reads of Fetch (which can reach S3 through the tier) and their encoding:
-        # off the event loop, on one thread, so one connection's reads run in order
-        self.reader = ThreadPoolExecutor(1, thread_name_prefix="kafka-read")
+        # off the event loop, on a small pool, one lane per connection (read_lanes: its reads
+        # in order, on one thread at a time; a slow read holds its own connection only)
+        self.reader = ReadLanes()
         self.fetch_ahead_served = 0      # Fetches answered by an answer prepared ahead
         self.fetch_ahead_dropped = 0     # prepared answers the next Fetch did not match
 
@@ -89,7 +90,7 @@ class KafkaBroker:
 
     def close(self) -> None:
         self.arrivals.close()
-        self.reader.shutdown(wait=True, cancel_futures=True)
+        self.reader.shutdown()
 
     @property
     def dispatched(self) -> int:
