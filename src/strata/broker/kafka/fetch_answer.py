@@ -68,7 +68,7 @@ class FetchAnswer:
     and each partition's record batches written straight into it by the compiled batch
     writer (``record_batch._write``) from the store's buffers — no intermediate bytes per
     partition and no generic encoder regrowing its output. ``api.encode_response`` calls
-    ``encode_framed``. An answer encodes once (on the reader thread, off the event loop);
+    ``encode_framed``. An answer encodes once (on its connection's read lane, off the event loop);
     asked again, it returns the same frame with the correlation id written in, so an answer
     prepared ahead is sent without encoding on the loop."""
 
