@@ -70,3 +70,33 @@ def test_a_refused_item_fails_its_own_send_only(tmp_path):
         assert store.wait_dispatched(timeout=30)
         assert [m.body for m in store.get("t", 0, 0, 10).messages if m.body != b"first"] == \
             [b"ok-1", b"ok-2"]
+
+
+def test_close_waits_for_every_submission_on_both_paths(tmp_path):
+    """``close`` returns only once every gathered send and every ``put_soon`` request is
+    stored and answered (woken by their answers), and the writer thread is gone."""
+    async def main(store):
+        b = SendBatcher(store, gather_s=0.05)
+        b.start()
+        await b.submit([strata.Message("t", b"first", queue_id=0)])   # starts the interval
+        gathered = [asyncio.ensure_future(b.submit([strata.Message("t", b"g%d" % i,
+                                                                   queue_id=0)]))
+                    for i in range(20)]
+        soon = [asyncio.ensure_future(b.put_soon([strata.ColumnBatch("t", 1, [b"s%d" % i])]))
+                for i in range(20)]
+        await asyncio.sleep(0)          # every request submitted, none answered yet
+        answered_before = sum(f.done() for f in gathered + soon)
+        await b.close()
+        return answered_before, [f.done() for f in gathered + soon], b
+
+    cfg = _config()
+    cfg.flush = "async"
+    with strata.open(tmp_path / "s", cfg) as store:
+        store.create_topic("t", queues=2)
+        before, done, b = asyncio.run(main(store))
+        assert before < 40 and all(done)
+        assert b.messages == 41
+        assert b._executor._shutdown
+        assert store.wait_dispatched(timeout=30)
+        assert [m.body for m in store.get("t", 1, 0, 30).messages] == \
+            [b"s%d" % i for i in range(20)]

@@ -47,11 +47,11 @@ class SendBatcher:
         self._pending: list[tuple[list[Item], asyncio.Future]] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._busy = False
         # put_soon's requests for the writer thread, and whether it is draining them
         self._soon: list[tuple[list[Item], asyncio.Future]] = []
         self._soon_lock = threading.Lock()
         self._soon_running = False
+        self._open: set[asyncio.Future] = set()   # every submission not yet answered
         self.batches = 0       # put_many calls (under sync flush: at most one fsync each)
         self.messages = 0      # messages stored through them
         # called after each put with (messages, seconds it took): the metrics
@@ -72,7 +72,7 @@ class SendBatcher:
         """Store ``items`` (lists of messages or ``ColumnBatch``es) with the next gathered
         put; per item its ``PutResults`` or the ``InvalidInputError`` that refused it (the
         other items are stored). A store-level failure (closed, disk full) raises."""
-        fut = asyncio.get_running_loop().create_future()
+        fut = self._opened(asyncio.get_running_loop())
         self._pending.append((items, fut))
         self._wake.set()
         return await fut
@@ -92,7 +92,6 @@ class SendBatcher:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            self._busy = True
             loop = asyncio.get_running_loop()
             while self._pending:
                 # let the sends already received (and those of the gather interval) join
@@ -107,7 +106,6 @@ class SendBatcher:
                 for (_items, fut), answer in zip(batch, answers):
                     if not fut.done():
                         fut.set_result(answer)
-            self._busy = False
 
     async def _store(self, subs: list[list[Item]]) -> list[list]:
         """Put every item of the gathered submissions with one ``put_many``; per submission
@@ -133,7 +131,7 @@ class SendBatcher:
         gathered puts are), and the thread hands all their answers back to the loop with ONE
         ``call_soon_threadsafe``. Only a request that finds the thread idle starts it."""
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut = self._opened(loop)
         with self._soon_lock:
             self._soon.append((items, fut))
             start = not self._soon_running
@@ -187,17 +185,25 @@ class SendBatcher:
                 _alone(alone, k, lists, self.store.put_many(lists))
         return _split(where, results, alone)
 
+    def _opened(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        """A submission's answer future, kept in ``_open`` until it is answered."""
+        fut = loop.create_future()
+        self._open.add(fut)
+        fut.add_done_callback(self._open.discard)
+        return fut
+
     async def close(self) -> None:
-        """Finish every submitted send, then stop."""
-        while self._pending or self._busy or self._soon_running:
-            await asyncio.sleep(0.005)
+        """Finish every submitted send (woken as their answers arrive), then stop."""
+        while self._open:
+            await asyncio.wait(list(self._open))
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        self._executor.shutdown(wait=True)
+        # the writer thread only has its last empty-queue check left: joined off the loop
+        await asyncio.to_thread(self._executor.shutdown, wait=True)
 
 
 def _fail_all(batch: list, exc: BaseException) -> None:
