@@ -79,11 +79,10 @@ class SendBatcher:
 
     async def _put(self, items: list[Item]) -> list:
         began = time.perf_counter()
-        if self.store.config.flush == "sync":     # waits for its fsync: off the event loop
-            loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(self._executor, self.store.put_many, items)
-        else:       # returns once in the page cache: a thread hand-off would cost more
-            results = self.store.put_many(items)
+        # off the event loop in every flush mode: a sync put waits for its fsync, and even an
+        # async one can block in the kernel's dirty-page throttling (one hop per gathered put)
+        loop = asyncio.get_running_loop()
+        results = await loop.run_in_executor(self._executor, self.store.put_many, items)
         self._count(sum(len(r) for r in results if not isinstance(r, BaseException)),
                     time.perf_counter() - began)
         return results
