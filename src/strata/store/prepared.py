@@ -148,19 +148,24 @@ class Encoder:
         None when the batch is not like that (``prepare`` then goes message by message, which
         also finds and names any bad input)."""
         n = len(msgs)
+        first = msgs[0]
+        walked = None
+        if first.__class__ is Message and first._ext is not None:
+            # a rich batch, it seems: the compiled walk checks every message's type and fields
+            # itself, so the C-speed passes below (types, _ext of each) are not needed first
+            walked = object_gather.walk(msgs, Message, self.max_body)
+            if walked is not None:
+                return self._prepare_walked(msgs, walked)
         if set(map(type, msgs)) != {Message}:
             return None
         exts = list(map(_GET_EXT, msgs))
         plain = exts.count(None) == n
         columns = None
         if not plain:   # keys, tags, properties, born timestamps, shard keys; no routing, flags
-            walked = object_gather.walk(msgs, Message, self.max_body)   # one compiled walk
-            if walked is not None:
-                names, codes = walked.topics, walked.topic_codes
-                if names is None or len(set(names)) < len(names):   # many, or equal objects
-                    names, codes = _numbered(list(map(_GET_TOPIC, msgs)))
-                return self._prepare_rich(msgs, names, codes, walked.bodies,
-                                          (walked.text, walked.born), None)
+            if first._ext is None:   # (else walked above)
+                walked = object_gather.walk(msgs, Message, self.max_body)   # one compiled walk
+                if walked is not None:
+                    return self._prepare_walked(msgs, walked)
             # unusual values: gathered by C-speed passes per field
             columns = list(zip(*(exts if None not in exts else
                                  [e or EXT_DEFAULTS for e in exts])))
@@ -196,6 +201,15 @@ class Encoder:
         b.single_topic = topics[0]
         b.default_sys = self.default_sys
         return b
+
+    def _prepare_walked(self, msgs: Sequence[Message], walked: object_gather.Walked
+                        ) -> "PreparedBatch | None":
+        """``_prepare_rich`` of a batch read by ``object_gather.walk``."""
+        names, codes = walked.topics, walked.topic_codes
+        if names is None or len(set(names)) < len(names):   # many, or equal objects
+            names, codes = _numbered(list(map(_GET_TOPIC, msgs)))
+        return self._prepare_rich(msgs, names, codes, walked.bodies, (walked.text, walked.born),
+                                  None)
 
     def _prepare_rich(self, msgs: Sequence[Message], names: list[str],
                       codes: np.ndarray | None, bodies: col.BytesColumn,
