@@ -1,4 +1,4 @@
-"""``columns.encode_records``: its lengths and limits come from one compiled pass
+"""``record_encoding.encode_records``: its lengths and limits come from one compiled pass
 (``record_lengths``); the records and lengths must be byte for byte what the numpy-checked
 path (``_encode_checked``) gives, and a batch past a limit must be refused with the error that
 path names."""
@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from strata.errors import InvalidInputError, MessageTooLargeError, PropertiesTooLargeError
 from strata.format import columns as col
 from strata.format import record as rec
+from strata.format import record_encoding as renc
 
 text = st.binary(max_size=20)
 row = st.fixed_dictionaries({
@@ -35,7 +36,7 @@ def both(rows, **limits):
                 max_record=limits.get("max_record", 1 << 20))
     bodies = col.BytesColumn.of([r["body"] for r in rows])
     out = []
-    for fn in (col.encode_records, col._encode_checked):
+    for fn in (renc.encode_records, renc._encode_checked):
         try:
             enc = fn(PREFIXES, bodies, **args)
             out.append((bytes(enc.blob), enc.totals.tolist(), enc.body_lens.tolist(),

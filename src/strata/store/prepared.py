@@ -18,6 +18,7 @@ from strata.errors import InvalidInputError, MessageTooLargeError
 from strata.format import columns as col
 from strata.format import object_gather
 from strata.format import record as rec
+from strata.format.record_encoding import encode_records
 from strata.store.message import EXT_DEFAULTS, EXT_NAMES, Message
 from strata.store.prepared_batch import BORN_AT_PUT, COLUMNAR_BATCH, PreparedBatch  # noqa: F401
 
@@ -240,7 +241,7 @@ class Encoder:
         host = self.store_host
         prefixes = [BLANK_HEADER + host + host + tb for tb in topic_bytes.values()]
         try:
-            enc = col.encode_records(prefixes[0] if codes is None else prefixes,
+            enc = encode_records(prefixes[0] if codes is None else prefixes,
                                      bodies, prefix_of=codes,
                                      keys=text.keys, key_groups=text.key_groups,
                                      tags=text.tags, properties=text.properties,
@@ -281,7 +282,7 @@ class Encoder:
         born = col.born_column(born_timestamps, n)
         host = self.store_host
         prefix = BLANK_HEADER + host + host + tb
-        enc = col.encode_records(prefix, body_col, keys=key_col, key_groups=groups,
+        enc = encode_records(prefix, body_col, keys=key_col, key_groups=groups,
                                  tags=tag_col, properties=prop_col, max_body=self.max_body,
                                  max_record=self.max_record)
         b = PreparedBatch(None)
