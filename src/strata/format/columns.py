@@ -468,3 +468,5 @@ def load_kernels() -> None:
     m = Probe()
     m.topic, m.body, m._ext = "t", b"b", (["k"], "t", {"n": "v"}, None, "s", 5, 0, None, 0, 0, 0)
     object_gather.walk([m, m], Probe, 8)
+    from strata.format import column_walk   # put_columns' Python lists
+    column_walk.walk_lists([["k"], "k"], ["t", None], [{"n": "v"}, None], 2)

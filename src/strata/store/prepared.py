@@ -16,7 +16,7 @@ import numpy as np
 
 from strata.errors import InvalidInputError, MessageTooLargeError
 from strata.format import columns as col
-from strata.format import object_gather
+from strata.format import column_walk, object_gather
 from strata.format import record as rec
 from strata.format.record_encoding import encode_records
 from strata.store.message import EXT_DEFAULTS, EXT_NAMES, Message
@@ -272,13 +272,17 @@ class Encoder:
         tb = self.topic(topic)
         body_col = bodies if isinstance(bodies, col.BytesColumn) else _bodies_column(bodies)
         n = len(body_col)
-        key_col = groups = tag_col = prop_col = None
-        if keys is not None:
-            key_col, groups = col.keys_column(keys, n)
-        if tags is not None:
-            tag_col = col.as_column(tags, n, "tags")
-        if properties is not None:
-            prop_col = col.properties_column(properties, n)
+        walked = column_walk.walk_lists(keys, tags, properties, n)   # Python lists: compiled
+        if walked is not None:
+            key_col, groups, tag_col, prop_col = walked
+        else:
+            key_col = groups = tag_col = prop_col = None
+            if keys is not None:
+                key_col, groups = col.keys_column(keys, n)
+            if tags is not None:
+                tag_col = col.as_column(tags, n, "tags")
+            if properties is not None:
+                prop_col = col.properties_column(properties, n)
         born = col.born_column(born_timestamps, n)
         host = self.store_host
         prefix = BLANK_HEADER + host + host + tb
