@@ -118,3 +118,22 @@ def test_a_batch_of_more_topics_than_numbered_in_compiled_code_is_dispatched(tmp
                 assert [m.body for m in got] == [m.body for m in msgs if m.topic == t]
             assert [m.body for m in store.query(topics[-1], "k%d" % (n_topics - 1))] == \
                 [b"%d" % (n_topics - 1)]
+
+
+def test_rich_batch_as_a_tuple_is_stored_as_the_list_is(tmp_path):
+    """``put_batch`` of a tuple of rich messages (large enough for the columnar path) stores
+    what the same messages as a list store (the compiled walk reads a list's item array; a
+    tuple's items are inline, and were once read as if they were a list's)."""
+    import strata
+    msgs = [strata.Message("t", b"body-%d" % i, keys=[f"k{i}"], tags="tg",
+                           properties={"p": str(i)}) for i in range(300)]
+    got = {}
+    for kind in (list, tuple):
+        with strata.open(tmp_path / kind.__name__) as s:
+            s.create_topic("t", queues=1)
+            s.put_batch(kind(msgs))
+            s.wait_dispatched(30)
+            got[kind] = [(m.body, m.keys, m.tags, m.properties.get("p"))
+                         for m in s.get("t", 0, 0, 400).messages]
+            assert [m.body for m in s.query("t", "k7")] == [b"body-7"]
+    assert got[list] == got[tuple] and len(got[list]) == 300

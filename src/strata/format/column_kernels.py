@@ -99,6 +99,55 @@ def build_records(prefix_data, prefix_off, prefix_of, body_data, body_off, key_d
     return p
 
 
+_KEY_ENTRY = 2 + _KEYS_LEN + 2
+_TAG_ENTRY = 2 + _TAGS_LEN + 2
+
+
+@njit(cache=True, nogil=True)
+def record_lengths(prefix_off, prefix_of, body_off, key_off, key_groups, tag_off, prop_off,
+                   limits, body_lens, props_lens, totals):
+    """The lengths of the records ``build_records`` writes from the same columns: each
+    message's body, properties section (KEYS entries of its non-empty keys, a TAGS entry if
+    its tag is not empty, its pre-encoded properties) and whole record, into ``body_lens``,
+    ``props_lens`` and ``totals``. ``limits``: the most bytes of a body, of a key or tag, of a
+    properties section and of a record. Returns the records' total length, or -1 if some
+    length is past its limit (the caller then finds and names it)."""
+    max_body, max_text, max_props, max_record = limits[0], limits[1], limits[2], limits[3]
+    for k in range(len(key_off) - 1):
+        if key_off[k + 1] - key_off[k] > max_text:
+            return -1
+    has_tags = len(tag_off) > 1
+    has_props = len(prop_off) > 1
+    size = 0
+    for i in range(len(body_off) - 1):
+        bl = body_off[i + 1] - body_off[i]
+        if bl > max_body:
+            return -1
+        pl = 0
+        for k in range(key_groups[i], key_groups[i + 1]):
+            kl = key_off[k + 1] - key_off[k]
+            if kl > 0:
+                pl += kl + _KEY_ENTRY
+        if has_tags:
+            tl = tag_off[i + 1] - tag_off[i]
+            if tl > max_text:
+                return -1
+            if tl > 0:
+                pl += tl + _TAG_ENTRY
+        if has_props:
+            pl += prop_off[i + 1] - prop_off[i]
+        if pl > max_props:
+            return -1
+        t = prefix_off[prefix_of[i] + 1] - prefix_off[prefix_of[i]] + pl + bl + _TRAILER
+        if t > max_record:
+            return -1
+        body_lens[i] = bl
+        props_lens[i] = pl
+        totals[i] = t
+        size += t
+    return size
+
+
 @njit(cache=True, nogil=True)
 def _utf8_end(data, i, b):
     """Where the UTF-8 sequence starting at ``data[i]`` ends (exclusive), or -1 if it is not a

@@ -4,7 +4,8 @@ A ``BytesColumn`` holds n byte strings back to back (one buffer and n + 1 offset
 Arrow, Kafka record batches and numpy all have. ``encode_records`` turns the columns of a
 batch (bodies, keys, tags, pre-encoded properties) into its records laid out back to back, the
 way ``record_batch.seal_records`` takes them, after checking every limit and every text
-column, so bad input is refused — naming the message — before anything is written. The
+column, so bad input is refused — naming the message — before anything is written
+(``strata.format.record_encoding``). The
 compiled work is ``column_kernels``' (numba, imported on first use). Pure: no file I/O.
 """
 
@@ -17,7 +18,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from strata.errors import InvalidInputError, MessageTooLargeError, PropertiesTooLargeError
+from strata.errors import InvalidInputError
 from strata.format import record as rec
 
 # a KEYS or TAGS entry: u16 name length, the name, u16 value length (then the value)
@@ -418,92 +419,6 @@ def _dicts_column(props: list) -> BytesColumn | None:
     return _entries_column(data, off[:count + 1], off[count:], groups)
 
 
-class EncodedRecords:
-    """A batch's records back to back (``blob``: headers and trailers zero) with each record's
-    length (``totals``), body length and properties length (int64 arrays)."""
-
-    __slots__ = ("blob", "totals", "body_lens", "props_lens")
-
-    def __init__(self, blob: np.ndarray, totals: np.ndarray, body_lens: np.ndarray,
-                 props_lens: np.ndarray) -> None:
-        self.blob, self.totals, self.body_lens, self.props_lens = (
-            blob, totals, body_lens, props_lens)
-
-
-def encode_records(prefix: bytes | list[bytes], bodies: BytesColumn, *,
-                   prefix_of: np.ndarray | None = None, keys: BytesColumn | None = None,
-                   key_groups: np.ndarray | None = None, tags: BytesColumn | None = None,
-                   properties: BytesColumn | None = None, max_body: int,
-                   max_record: int) -> EncodedRecords:
-    """The records of ``len(bodies)`` messages: ``prefix`` (the fixed header's zeros, born and
-    store host, topic: one for all, or a list of them and ``prefix_of``, which one each
-    message's record starts with), properties (a KEYS entry per non-empty key, a TAGS
-    entry for a non-empty tag, the pre-encoded properties), body, a zero trailer.
-
-    Checks (InvalidInputError / MessageTooLargeError naming the message) every length limit
-    and that keys and tags are well-formed UTF-8; ``properties`` must already be checked
-    (``properties_column``)."""
-    n = len(bodies)
-    body_lens = bodies.lengths()
-    if n and int(body_lens.max()) > max_body:
-        i = int(np.argmax(body_lens))
-        raise MessageTooLargeError(f"message {i}: body of {int(body_lens[i])} bytes exceeds "
-                                   f"max_body_size {max_body}")
-    props_lens = np.zeros(n, np.int64)
-    if keys is not None and len(keys):
-        check_text(keys, "key")
-        klen = keys.lengths()
-        if int(klen.max()) > MAX_TEXT:
-            raise MessageTooLargeError("a message key is longer than 65535 encoded bytes")
-        cost = np.where(klen > 0, klen + KEY_ENTRY, 0)
-        csum = np.zeros(len(cost) + 1, np.int64)
-        np.cumsum(cost, out=csum[1:])
-        props_lens += csum[key_groups[1:]] - csum[key_groups[:-1]]
-        key_data, key_off = keys.data, keys.offsets
-    else:
-        key_data, key_off = _EMPTY_U8, _NO_ITEMS
-        key_groups = np.zeros(n + 1, np.int64)
-    if tags is not None:
-        check_text(tags, "tag")
-        tlen = tags.lengths()
-        if n and int(tlen.max()) > MAX_TEXT:
-            raise MessageTooLargeError("tags are longer than 65535 encoded bytes")
-        props_lens += np.where(tlen > 0, tlen + TAG_ENTRY, 0)
-        tag_data, tag_off = tags.data, tags.offsets
-    else:
-        tag_data, tag_off = _EMPTY_U8, _NO_ITEMS
-    if properties is not None:
-        props_lens += properties.lengths()
-        prop_data, prop_off = properties.data, properties.offsets
-    else:
-        prop_data, prop_off = _EMPTY_U8, _NO_ITEMS
-    if n and int(props_lens.max()) > rec.MAX_PROPERTIES_BYTES:
-        i = int(np.argmax(props_lens))
-        raise PropertiesTooLargeError(
-            f"message {i}: properties take {int(props_lens[i])} encoded bytes; the limit is "
-            f"{rec.MAX_PROPERTIES_BYTES}")
-    if isinstance(prefix, bytes):
-        prefixes = BytesColumn(prefix, [0, len(prefix)])
-        prefix_of = np.zeros(n, np.int64)
-        prefix_lens = len(prefix)
-    else:
-        prefixes = BytesColumn.of(prefix)
-        prefix_lens = prefixes.lengths()[prefix_of]
-    totals = body_lens + props_lens + prefix_lens + rec.TRAILER_SIZE
-    if n and int(totals.max()) > max_record:
-        i = int(np.argmax(totals))
-        raise MessageTooLargeError(f"message {i}: its record of {int(totals[i])} bytes cannot "
-                                   f"fit a segment")
-    out = np.empty(int(totals.sum()), np.uint8)
-    made = np.empty(n, np.int64)
-    kernels().build_records(prefixes.data, prefixes.offsets, prefix_of, bodies.data,
-                            bodies.offsets,
-                            key_data, key_off, key_groups, tag_data, tag_off, prop_data,
-                            prop_off, made, out)
-    assert (made == totals).all()
-    return EncodedRecords(out, totals, body_lens, props_lens)
-
-
 def born_column(born_timestamps, n: int) -> np.ndarray | None:
     """Born timestamps (ms) as an int64 array of ``n``, BORN_AT_PUT for an item that is None
     (born at the put: the writer puts the batch's store timestamp there); None when
@@ -536,6 +451,7 @@ def load_kernels() -> None:
     store does not, so that programs putting plain messages only never pay it."""
     text = message_text([("k",), ["k"]], ("t", None), ({"n": "v"}, None), ("s", 1))
     bodies = BytesColumn.trusted(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64))
+    from strata.format.record_encoding import encode_records
     encode_records([b"p", b"q"], bodies, prefix_of=np.zeros(2, np.int64), keys=text.keys,
                    key_groups=text.key_groups, tags=text.tags, properties=text.properties,
                    max_body=8, max_record=64)
@@ -552,3 +468,5 @@ def load_kernels() -> None:
     m = Probe()
     m.topic, m.body, m._ext = "t", b"b", (["k"], "t", {"n": "v"}, None, "s", 5, 0, None, 0, 0, 0)
     object_gather.walk([m, m], Probe, 8)
+    from strata.format import column_walk   # put_columns' Python lists
+    column_walk.walk_lists([["k"], "k"], ["t", None], [{"n": "v"}, None], 2)

@@ -415,7 +415,8 @@ class Walked(NamedTuple):
 
 
 def walk(msgs: list, cls: type, max_body: int) -> Walked | None:
-    """``msgs`` (a list of ``cls``, the store's Message class) read by one compiled walk:
+    """``msgs`` (a sequence of ``cls``, the store's Message class; copied into a list first
+    unless it is one) read by one compiled walk:
     their keys, tags, properties, shard keys and born timestamps as ``columns.message_text``
     gives them, and their bodies. None when the walk cannot take the batch (a value unusual
     in the sense of the module's docstring, a body not bytes or over ``max_body``, or the
@@ -426,6 +427,8 @@ def walk(msgs: list, cls: type, max_body: int) -> Walked | None:
     n = len(msgs)
     if not USABLE or not n:
         return None
+    if type(msgs) is not list:   # the kernel reads a list's item array (a tuple's is inline)
+        msgs = list(msgs)
     slots = _CLASS_SLOTS.get(cls, False)
     if slots is False:
         slots = _CLASS_SLOTS[cls] = _slots_of(cls, msgs[0])

@@ -26,6 +26,7 @@ from strata.format.record_table import (F_BODY_AT, F_PHYS, F_PROPS_AT, F_QUEUE_I
                                         F_QUEUE_OFFSET, F_STORE_TS, F_SYS_FLAG, F_TOPIC_AT,
                                         F_TOTAL, WALK_BLANK)
 from strata.log.record_fields import FieldRun, fields_at, past_damage, walk_fields
+from strata.log.record_walk import scratch
 
 log = logging.getLogger(__name__)
 
@@ -147,16 +148,44 @@ class KeyColumns:
     """The keys of a batch's records as columns (from the compiled properties reader): key
     ``k`` belongs to row ``rows[k]``, hashes to ``hashes[k]`` in the key index (``topic#key``),
     its text is ``text[at[k]:at[k + 1]]`` and ``uniq[k]`` marks a unique key; in row order,
-    each row's keys before its unique key."""
+    each row's keys before its unique key.
 
-    __slots__ = ("rows", "hashes", "text", "at", "uniq")
+    The key index with its default hash needs only the hashes, so the text is gathered from
+    the records (``data[key_at[k]:key_end[k]]``) when first asked for (``keyed``, a custom
+    hash); until then the columns pin the segment's map, as the batch's reader does."""
 
-    def __init__(self, rows: np.ndarray, hashes: np.ndarray, text: bytes, at: np.ndarray,
-                 uniq: np.ndarray) -> None:
-        self.rows, self.hashes, self.text, self.at, self.uniq = rows, hashes, text, at, uniq
+    __slots__ = ("rows", "hashes", "uniq", "_data", "_key_at", "_key_end", "_text", "_at")
+
+    def __init__(self, rows: np.ndarray, hashes: np.ndarray, data: np.ndarray,
+                 key_at: np.ndarray, key_end: np.ndarray, uniq: np.ndarray) -> None:
+        self.rows, self.hashes, self.uniq = rows, hashes, uniq
+        self._data, self._key_at, self._key_end = data, key_at, key_end
+        self._text: bytes | None = None
+        self._at: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def _gather(self) -> None:
+        """Every key's bytes copied in one compiled pass."""
+        from strata.format import column_kernels as ck
+        at = np.zeros(len(self.rows) + 1, np.int64)
+        np.cumsum(self._key_end - self._key_at, out=at[1:])
+        text = np.empty(int(at[-1]), np.uint8)
+        ck.gather(self._data, self._key_at, self._key_end, at, text)
+        self._text, self._at, self._data = text.tobytes(), at, None
+
+    @property
+    def text(self) -> bytes:
+        if self._text is None:
+            self._gather()
+        return self._text
+
+    @property
+    def at(self) -> np.ndarray:
+        if self._at is None:
+            self._gather()
+        return self._at
 
     def keyed(self) -> list[tuple[int, list[str], str | None]]:
         out: list[tuple[int, list[str], str | None]] = []
@@ -178,29 +207,25 @@ def _scan_keys(run: FieldRun, rows: np.ndarray, topic_at: np.ndarray, props_at: 
                body_at: np.ndarray, tags: np.ndarray) -> tuple[KeyColumns | None, bool]:
     """Tags (into ``tags[rows]``) and keys of the records at ``rows`` (non-empty properties)
     in compiled code. (keys or None if none, True), or (None, False) if some section did not
-    parse cleanly (the Python reader then reads them all and finds what is wrong)."""
-    from strata.format import column_kernels as ck, property_kernels as pk
+    parse cleanly (the Python reader then reads them all and finds what is wrong).
+
+    The reader writes into this thread's scratch arrays (sized for the most keys the sections
+    could hold, hundreds of KiB for a large batch): fresh arrays of that size per batch cost
+    more in page faults than the scan itself. Only the ``m`` keys found are copied out."""
+    from strata.format import property_kernels as pk
     ta, pa, ba = topic_at[rows], props_at[rows], body_at[rows]
     cap = int((ba - pa).sum()) // 8 + 1     # a key entry takes at least 8 bytes
-    t = np.zeros(len(rows), np.int64)
-    k_row, k_hash, k_at, k_end = (np.empty(cap, np.int64) for _ in range(4))
-    k_uniq = np.empty(cap, np.uint8)
+    t = scratch("scan_tags", (len(rows),), np.int64)
+    k_row, k_hash, k_at, k_end = scratch("scan_keys", (4, cap), np.int64)
+    k_uniq = scratch("scan_uniq", (cap,), np.uint8)
     m = pk.scan_properties(run.data, ta, pa, ba, t, k_row, k_hash, k_at, k_end, k_uniq)
     if m < 0:
         return None, False
     tags[rows] = t
     if m == 0:
         return None, True
-    k_at, k_end = k_at[:m], k_end[:m]
-    lens = k_end - k_at
-    at = np.zeros(m + 1, np.int64)
-    np.cumsum(lens, out=at[1:])
-    # every key's bytes gathered in one compiled pass
-    text = np.empty(int(at[-1]), np.uint8)
-    ck.gather(run.data, k_at, k_end, at, text)
-    text = text.tobytes()
-    return KeyColumns(rows[k_row[:m]], k_hash[:m].copy(), text, at,
-                      k_uniq[:m].astype(bool)), True
+    return KeyColumns(rows[k_row[:m]], k_hash[:m].copy(), run.data, k_at[:m].copy(),
+                      k_end[:m].copy(), k_uniq[:m].astype(bool)), True
 
 
 class TopicNames:
