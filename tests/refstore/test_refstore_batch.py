@@ -10,7 +10,7 @@ import pytest
 
 import strata.refstore as rs
 from strata.format import refstore_record as rec
-from strata.refstore import layout
+from strata.refstore import encode, layout
 
 from refstore_support import mid
 
@@ -28,9 +28,15 @@ def expected_files(messages, limit: int) -> list[bytes]:
     return [bytes(f) for f in files]
 
 
+@pytest.mark.parametrize("in_place", [True, False])  # bodies read where they are; joined
 @pytest.mark.parametrize("per_batch", [97, 5])   # the batch path; below BATCH_PATH_MIN
 def test_batches_spanning_files_write_the_same_bytes_as_record_by_record(open_store, tmp_path,
-                                                                        per_batch):
+                                                                        per_batch, in_place,
+                                                                        monkeypatch):
+    if not in_place:
+        monkeypatch.setattr(encode, "IN_PLACE", False)
+    elif not encode.IN_PLACE:
+        pytest.fail("bodies are not read in place on this interpreter: the join covers it")
     limit = 6000
     rnd = random.Random(7)
     messages = [(mid(i), os.urandom(rnd.choice([0, 1, 17, 300, 1500, 5000])))

@@ -133,3 +133,31 @@ def test_a_failed_fdatasync_confirms_nothing_and_stops_the_store(open_store):
         with pytest.raises(StrataError, match="stopped after a failure"):
             c.write(mid(1000), b"x")
         s.crash()
+
+
+def test_a_roll_nobody_waits_on_syncs_its_rolled_file_once_and_not_the_new_one(open_store):
+    """A write stream without confirms rolls through many files: each rolled file gets one
+    fdatasync (as it closes), the file it rolled to none until a sync someone waits on; the
+    bytes of every file are still durable at that sync (one fdatasync less per roll, none
+    lost)."""
+    log = DurabilityLog()
+    with installed(log):
+        s = open_store(file_size_limit=64 * 1024, write_buffer_size=8 * 1024,
+                       sync_interval=60, auto_gc=False)
+        c = s.client()                              # no on_disk: nobody to confirm to
+        for start in range(0, 3000, 50):
+            c.write_batch([(mid(i), body(i, 300)) for i in range(start, start + 50)])
+        s.sync()
+        syncs = [e for e in log.events if e[0] == "sync"]
+        names = [e[1] for e in syncs]
+        last = layout.data_name(s.locate(mid(2999))[1])
+        rolled = sorted(set(names) - {last})
+        assert len(rolled) > 10                     # the stream rolled through many files
+        assert all(names.count(n) == 1 for n in rolled), names
+        # each rolled file's one fdatasync covered all of it
+        for _kind, name, size in syncs:
+            if name != last:
+                assert size == os.path.getsize(os.path.join(s.directory, name))
+        assert names[-1] == last and names.count(last) == 1    # only the waited-on sync
+        assert syncs[-1][2] == os.path.getsize(os.path.join(s.directory, last))
+        s.close()

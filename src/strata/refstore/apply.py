@@ -151,7 +151,7 @@ def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None)
     if st._index.insert_new(keys_of(ids_raw), where, offs, totals):
         return False             # an id is stored, or came twice: one by one
     ids_a = np.frombuffer(ids_raw, dtype=np.uint8)
-    bodies_a, starts = encode.batch_bodies(bodies, sizes)
+    addrs, alive = encode.body_addresses(bodies, sizes)
     summary = st._summary
     for first, last, k, at in plan:
         if k != st._cur.number - number:
@@ -159,13 +159,14 @@ def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None)
         cur = st._cur
         span = int(ends[last - 1]) - (int(ends[first - 1]) if first else 0)
         pos = cur.reserve(span)
-        encode.encode_records(cur.buf, pos, ids_a, bodies_a, starts, first, last)
+        encode.encode_records(cur.buf, pos, ids_a, addrs, sizes, first, last)
         cur.wrote(span)
         info = summary.files[cur.number]
         info.valid += span
         info.size += span
         summary.sum_valid += span
         summary.sum_size += span
+    del alive                    # the bodies (or their join) outlived every encode call
     return True
 
 
