@@ -10,6 +10,8 @@ extra installs it).
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,11 +158,61 @@ def _types(pa) -> tuple:
     return _I64
 
 
+# Batches imported through the C data interface (``_c_batch``): what each one's buffers point
+# into, by its key, until Arrow releases it (``_release``; Arrow then holds no address in it).
+_ALIVE: dict[int, tuple] = {}
+_KEYS = itertools.count(1)
+_ZEROS = [np.zeros(1025, np.int32)]     # the empty key lists' offsets (never written)
+_RELEASE_T = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))
+
+
+def _release(p) -> None:
+    """The batch's ``release`` (called by Arrow, with the GIL, once the last array over it
+    is gone): marks it released and lets its buffers go."""
+    key = p[9]             # private_data
+    p[8] = 0               # release: NULL (released)
+    alive = _ALIVE
+    if alive is not None:
+        alive.pop(key, None)
+
+
+_C: tuple = ()
+
+
+def _c_parts() -> tuple:
+    """(the kernel module, the batch's release address, the columns' release address, the
+    callback object that must outlive every batch), made once."""
+    global _C
+    from strata.format import arrow_c
+    cb = _RELEASE_T(_release)
+    _C = (arrow_c, ctypes.cast(cb, ctypes.c_void_p).value, arrow_c.child_release.address, cb)
+    return _C
+
+
+def _c_batch(pa, read):
+    """The record batch of a read WITHOUT properties (so no keys): its ``ArrowArray`` structs
+    written by ``arrow_c.fill_views_batch`` in one compiled call and imported (~3× cheaper
+    than an ``Array.from_buffers`` per column and ``RecordBatch.from_arrays``)."""
+    ac, release, child, _cb = _C or _c_parts()
+    n = read.fields.shape[1]
+    zeros = _ZEROS[0]
+    if len(zeros) <= n:
+        zeros = _ZEROS[0] = np.zeros(n + 1, np.int32)
+    key = next(_KEYS)
+    block = np.empty(ac.WORDS, np.int64)
+    addr = ac.fill_views_batch(block, read.fields, read.body_views, read.prop_views,
+                               read.span, zeros, key, release, child)
+    _ALIVE[key] = (block, read, zeros)
+    return pa.RecordBatch._import_from_c(addr, schema(True))
+
+
 def views_batch(read) -> object | None:
     """The record batch (views schema) of a ``read_views`` result: every array wraps the
     read's own buffers — the views table's rows, the views, the one copy of the records —
     without copying them (None if some properties section does not parse)."""
     pa = pyarrow()
+    if read.prop_bytes == 0:
+        return _c_batch(pa, read)
     f = read.fields
     n = f.shape[1]
     keys = _keys(pa, read.span, f[rk.V_PROPS_AT], f[rk.V_BODY_AT], n, read.prop_bytes > 0)
