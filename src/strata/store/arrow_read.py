@@ -4,7 +4,11 @@ message.
 
 The columns come from ``strata.log.batch_reader.read_columns`` (each record checked in one
 compiled pass, its body and properties copied once into one buffer per column); Arrow wraps
-those buffers without copying them again. pyarrow is imported on first use (the ``spark``
+those buffers without copying them again. A views read of messages without properties (no keys to
+find) becomes its record batch through the Arrow C data interface: one compiled call writes
+every ``ArrowArray`` struct (``strata.format.arrow_c``) and pyarrow imports them, ~3× cheaper
+a call than an ``Array.from_buffers`` per column; what the buffers point into is kept here
+(``_ALIVE``) until Arrow releases the batch. pyarrow is imported on first use (the ``spark``
 extra installs it).
 """
 
