@@ -1,9 +1,8 @@
-"""``get_columns`` of messages without properties builds its record batch through the Arrow C
-data interface: the structs written by one compiled call (``strata.format.arrow_c``) and
+"""``get_columns`` read as views builds its record batch through the Arrow C data interface: the structs written by one compiled call (``strata.format.arrow_c``) and
 imported. The batch is the same as ``get``'s messages, valid to Arrow's full checks, keeps
 what its buffers point into (the map read in place, or the copy) alive until Arrow releases
 it — from any thread, through slices that outlive it, past the store's close — and then
-lets go of it."""
+lets go of it. Messages with keys get their key lists through the same import."""
 
 from __future__ import annotations
 
@@ -84,15 +83,22 @@ def test_buffers_live_until_arrow_releases_the_batch(tmp_path):
     assert len(arrow_read._ALIVE) == before
 
 
-def test_messages_with_properties_take_the_arrays_path(tmp_path):
-    with strata.open(tmp_path / "s", config()) as s:
+def test_keys_and_properties_come_through_the_import_too(tmp_path):
+    with strata.open(tmp_path / "s", config(segment_size=8 << 20)) as s:
         s.create_topic("t", queues=1)
-        s.put_batch([strata.Message("t", b"body%d" % i, keys=[f"k{i}"][:i % 2])
-                     for i in range(50)])
+        s.put_batch([strata.Message("t", b"body%d" % i, keys=[f"k{i}", "ключ"][:i % 3],
+                                    tags="a" if i % 4 else None,
+                                    properties={"h": "é"} if i % 5 == 0 else None)
+                     for i in range(1500)])
         settle(s)
         gc.collect()
         before = len(arrow_read._ALIVE)
-        r = s.get_columns("t", 0, 0, 50)
-        assert len(arrow_read._ALIVE) == before
+        r = s.get_columns("t", 0, 3, 1400)
+        assert len(arrow_read._ALIVE) == before + 1 and imported(r.batch)
         r.batch.validate(full=True)
-        assert r.batch.to_pylist() == as_rows(s.get("t", 0, 0, 50).messages)
+        g = s.get("t", 0, 3, 1400)
+        assert r.batch.to_pylist() == as_rows(g.messages)
+        assert r.batch.column("keys").to_pylist()[:4] == [[], ["k4"], ["k5", "ключ"], []]
+        del r
+        gc.collect()
+        assert len(arrow_read._ALIVE) == before

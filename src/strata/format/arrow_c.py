@@ -21,8 +21,9 @@ offsets, bytes).
 The block (``WORDS`` int64), structs in order: 0 the batch, 1–4 the int64 columns (rows
 ``V_QUEUE_OFFSET``, ``V_PHYS``, ``V_STORE_TS``, ``V_BORN_TS`` of the views table: no copy),
 5 the bodies and 7 the properties sections (``binary_view`` over the read's views and its one
-span), 6 the keys (every list empty: this path is for reads without properties; offsets all
-0 from the caller's ``zeros``), 8 the keys' strings (none). Then the buffer address lists
+span), 6 the keys (``list<string>``: the caller's int32 list offsets), 8 the keys' strings
+(the caller's int32 offsets and bytes; for a read without properties all three are one
+array of zeros). Then the buffer address lists
 (``_BUFFERS`` words), the children address lists (7 for the batch, 1 for the keys) and the
 one variadic size (the span's length, shared by both view columns).
 
@@ -60,12 +61,13 @@ def child_release(p):
 
 
 @njit(cache=True, nogil=True)
-def fill_views_batch(block, table, body_views, prop_views, span, zeros, key, release,
-                     child):
+def fill_views_batch(block, table, body_views, prop_views, span, list_off, str_off, strs,
+                     n_strs, key, release, child):
     """Write into ``block`` (``WORDS`` int64) the ``ArrowArray`` of a record batch of
     ``table.shape[1]`` rows over the views table ``table``, the ``binary_view`` views
-    ``body_views`` / ``prop_views`` (4 int32 a row) pointing into ``span`` and
-    ``zeros`` (≥ rows + 1 int32 zeros: the empty key lists' offsets). ``release`` is the
+    ``body_views`` / ``prop_views`` (4 int32 a row) pointing into ``span``, and the keys:
+    ``list_off`` (rows + 1 int32: each row's first key), the ``n_strs`` keys' int32
+    offsets ``str_off`` into their bytes ``strs`` (all zeros and 0 keys: none). ``release`` is the
     batch's release function's address and ``key`` its ``private_data``; ``child`` the
     columns' release (``child_release.address``). Returns the block's address (the
     ``ArrowArray*`` to import)."""
@@ -75,7 +77,7 @@ def fill_views_batch(block, table, body_views, prop_views, span, zeros, key, rel
     at = _BUFFERS
     for s in range(_STRUCTS):
         o = s * _W
-        block[o + _LENGTH] = 0 if s == _STRUCTS - 1 else n
+        block[o + _LENGTH] = n_strs if s == _STRUCTS - 1 else n
         block[o + _N_BUF] = _N_BUFFERS[s]
         block[o + _BUF] = b + 8 * at
         block[o + _RELEASE] = release if s == 0 else child
@@ -89,7 +91,7 @@ def fill_views_batch(block, table, body_views, prop_views, span, zeros, key, rel
     block[6 * _W + _CHILD] = b + 8 * (_CHILDREN + 7)
     block[_CHILDREN + 7] = b + 8 * _W * 8
     block[_SIZES] = len(span)
-    t, s0, z = table.ctypes.data, span.ctypes.data, zeros.ctypes.data
+    t, s0 = table.ctypes.data, span.ctypes.data
     at = _BUFFERS + 1                  # (each list's first address: no validity bitmap)
     for r in range(4):
         block[at + 1] = t + 8 * n * _INT_ROWS[r]
@@ -97,12 +99,12 @@ def fill_views_batch(block, table, body_views, prop_views, span, zeros, key, rel
     block[at + 1] = body_views.ctypes.data
     block[at + 2] = s0
     block[at + 3] = b + 8 * _SIZES
-    block[at + 5] = z                   # the keys' offsets (struct 6 follows the bodies)
+    block[at + 5] = list_off.ctypes.data   # the keys' lists (struct 6 follows the bodies)
     at += 6
     block[at + 1] = prop_views.ctypes.data
     block[at + 2] = s0
     block[at + 3] = b + 8 * _SIZES
     at += 4
-    block[at + 1] = z                   # the strings: offsets and (no) bytes
-    block[at + 2] = z
+    block[at + 1] = str_off.ctypes.data   # the keys' strings: offsets and bytes
+    block[at + 2] = strs.ctypes.data
     return b

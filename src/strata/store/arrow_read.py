@@ -4,8 +4,7 @@ message.
 
 The columns come from ``strata.log.batch_reader.read_columns`` (each record checked in one
 compiled pass, its body and properties copied once into one buffer per column); Arrow wraps
-those buffers without copying them again. A views read of messages without properties (no keys to
-find) becomes its record batch through the Arrow C data interface: one compiled call writes
+those buffers without copying them again. A views read becomes its record batch through the Arrow C data interface: one compiled call writes
 every ``ArrowArray`` struct (``strata.format.arrow_c``) and pyarrow imports them, ~3× cheaper
 a call than an ``Array.from_buffers`` per column; what the buffers point into is kept here
 (``_ALIVE``) until Arrow releases the batch. pyarrow is imported on first use (the ``spark``
@@ -98,19 +97,12 @@ def _binary(pa, data: np.ndarray, offsets: np.ndarray, kind):
 _NO_KEYS: dict[int, object] = {}
 
 
-def _keys(pa, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int,
-          any_props: bool):
-    """The keys of every message (list<string>), found in the properties sections
-    ``data[starts[i]:ends[i]]`` by the compiled properties reader; None if one does not parse.
-    ``any_props`` False: no message has properties, so none has keys."""
-    if not any_props:   # no properties at all: no keys (arrays are immutable: shared)
-        empty = _NO_KEYS.get(n)
-        if empty is None:
-            empty = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
-                                             pa.array([], pa.string()))
-            if len(_NO_KEYS) < 64:
-                _NO_KEYS[n] = empty
-        return empty
+def key_parts(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The keys of every message as list<string> buffers — (the lists' int32 offsets, the
+    strings' int64 offsets, their bytes) —, found in the properties sections
+    ``data[starts[i]:ends[i]]`` by the compiled properties reader; None if one does not
+    parse."""
     from strata.format import column_kernels as ck
     from strata.format import property_kernels as pk
     cap = int((ends - starts).sum()) // 8 + 1
@@ -129,6 +121,26 @@ def _keys(pa, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int,
     ck.gather(data, k_at, k_end, val_off, values)
     list_off = np.zeros(n + 1, np.int32)
     np.cumsum(np.bincount(rows, minlength=n), out=list_off[1:])
+    return list_off, val_off, values
+
+
+def _keys(pa, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int,
+          any_props: bool):
+    """The keys of every message (list<string>), found in the properties sections
+    ``data[starts[i]:ends[i]]`` by the compiled properties reader; None if one does not parse.
+    ``any_props`` False: no message has properties, so none has keys."""
+    if not any_props:   # no properties at all: no keys (arrays are immutable: shared)
+        empty = _NO_KEYS.get(n)
+        if empty is None:
+            empty = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                             pa.array([], pa.string()))
+            if len(_NO_KEYS) < 64:
+                _NO_KEYS[n] = empty
+        return empty
+    parts = key_parts(data, starts, ends, n)
+    if parts is None:
+        return None
+    list_off, val_off, values = parts
     return pa.ListArray.from_arrays(pa.array(list_off), _binary(pa, values, val_off, "string"))
 
 
@@ -149,17 +161,6 @@ def arrow_batch(read, views: bool = True) -> object | None:
              _binary(pa, read.properties, read.prop_offsets, "binary")]
     batch = pa.RecordBatch.from_arrays(cols, schema=schema(False))
     return batch.cast(schema(True)) if views else batch
-
-
-_INTS = (rk.V_QUEUE_OFFSET, rk.V_PHYS, rk.V_STORE_TS, rk.V_BORN_TS)
-_I64: tuple = ()
-
-
-def _types(pa) -> tuple:
-    """(int64, binary_view, py_buffer), looked up once."""
-    global _I64
-    _I64 = (pa.int64(), pa.binary_view(), pa.py_buffer)
-    return _I64
 
 
 # Batches imported through the C data interface (``_c_batch``): what each one's buffers point
@@ -194,41 +195,39 @@ def _c_parts() -> tuple:
 
 
 def _c_batch(pa, read):
-    """The record batch of a read WITHOUT properties (so no keys): its ``ArrowArray`` structs
-    written by ``arrow_c.fill_views_batch`` in one compiled call and imported (~3× cheaper
-    than an ``Array.from_buffers`` per column and ``RecordBatch.from_arrays``)."""
+    """The record batch of a views read: its ``ArrowArray`` structs written by
+    ``arrow_c.fill_views_batch`` in one compiled call and imported (~3× cheaper than an
+    ``Array.from_buffers`` per column and ``RecordBatch.from_arrays``); the keys' buffers
+    from ``key_parts`` (none without properties). None if some properties section does not
+    parse."""
     ac, release, child, _cb = _C or _c_parts()
-    n = read.fields.shape[1]
-    zeros = _ZEROS[0]
-    if len(zeros) <= n:
-        zeros = _ZEROS[0] = np.zeros(n + 1, np.int32)
+    f = read.fields
+    n = f.shape[1]
+    if read.prop_bytes == 0:
+        zeros = _ZEROS[0]
+        if len(zeros) <= n:
+            zeros = _ZEROS[0] = np.zeros(n + 1, np.int32)
+        keys = (zeros, zeros, zeros, 0)
+    else:
+        parts = key_parts(read.span, f[rk.V_PROPS_AT], f[rk.V_BODY_AT], n)
+        if parts is None:
+            return None
+        list_off, val_off, values = parts
+        keys = (list_off, val_off.astype(np.int32), values, len(val_off) - 1)
     key = next(_KEYS)
     block = np.empty(ac.WORDS, np.int64)
-    addr = ac.fill_views_batch(block, read.fields, read.body_views, read.prop_views,
-                               read.span, zeros, key, release, child)
-    _ALIVE[key] = (block, read, zeros)
+    addr = ac.fill_views_batch(block, f, read.body_views, read.prop_views, read.span, *keys,
+                               key, release, child)
+    _ALIVE[key] = (block, read, keys)
     return pa.RecordBatch._import_from_c(addr, schema(True))
 
 
 def views_batch(read) -> object | None:
     """The record batch (views schema) of a ``read_views`` result: every array wraps the
     read's own buffers — the views table's rows, the views, the one copy of the records —
-    without copying them (None if some properties section does not parse)."""
-    pa = pyarrow()
-    if read.prop_bytes == 0:
-        return _c_batch(pa, read)
-    f = read.fields
-    n = f.shape[1]
-    keys = _keys(pa, read.span, f[rk.V_PROPS_AT], f[rk.V_BODY_AT], n, read.prop_bytes > 0)
-    if keys is None:
-        return None
-    i64, bv, buf = _I64 or _types(pa)
-    span, table = buf(read.span), buf(f)
-    cols = [pa.Array.from_buffers(i64, n, [None, table], 0, r * n) for r in _INTS]
-    cols += [pa.Array.from_buffers(bv, n, [None, buf(read.body_views), span]), keys,
-             pa.Array.from_buffers(bv, n, [None, buf(read.prop_views), span])]
-    # by names, not schema=: the same schema (the arrays carry its types), a third cheaper
-    return pa.RecordBatch.from_arrays(cols, names=COLUMNS)
+    without copying them (None if some properties section does not parse). Built through
+    the Arrow C data interface (``_c_batch``)."""
+    return _c_batch(pyarrow(), read)
 
 
 def batch_of_messages(messages, views: bool = True) -> object:
