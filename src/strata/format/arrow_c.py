@@ -41,6 +41,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cfunc, njit, types
 
+from strata.format.property_kernels import scan_properties
+from strata.format.record_kernels import memcpy
 from strata.format.record_table import V_BORN_TS, V_PHYS, V_QUEUE_OFFSET, V_STORE_TS
 
 _W = 10                      # words of an ArrowArray
@@ -108,3 +110,43 @@ def fill_views_batch(block, table, body_views, prop_views, span, list_off, str_o
     block[at + 1] = str_off.ctypes.data   # the keys' strings: offsets and bytes
     block[at + 2] = strs.ctypes.data
     return b
+
+
+@njit(cache=True, nogil=True)
+def key_lists(data, starts, ends):
+    """The keys of every record (without its unique key) as ``list<string>`` buffers, found
+    in the properties sections ``data[starts[i]:ends[i]]`` by
+    ``property_kernels.scan_properties``, in one compiled call: (ok, the lists' int32
+    offsets, the strings' int64 offsets, their bytes); ok False if some section does not
+    parse (the caller then reads the messages in Python, which says what is wrong)."""
+    n = len(starts)
+    cap = 1
+    for i in range(n):
+        cap += (ends[i] - starts[i]) // 8
+    tags = np.empty(n, np.int64)
+    k_row, k_hash = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    k_at, k_end = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    k_uniq = np.empty(cap, np.uint8)
+    list_off = np.zeros(n + 1, np.int32)
+    m = scan_properties(data, starts, starts, ends, tags, k_row, k_hash, k_at, k_end, k_uniq)
+    if m < 0:
+        return False, list_off, np.zeros(1, np.int64), np.empty(0, np.uint8)
+    kept = 0
+    size = 0
+    for k in range(m):
+        if k_uniq[k] == 0:
+            kept += 1
+            size += k_end[k] - k_at[k]
+            list_off[k_row[k] + 1] += 1
+    for i in range(n):
+        list_off[i + 1] += list_off[i]
+    val_off = np.zeros(kept + 1, np.int64)
+    values = np.empty(size, np.uint8)
+    j = 0
+    for k in range(m):     # items come record by record: the strings in the lists' order
+        if k_uniq[k] == 0:
+            ln = k_end[k] - k_at[k]
+            memcpy(values.ctypes.data + val_off[j], data.ctypes.data + k_at[k], ln)
+            val_off[j + 1] = val_off[j] + ln
+            j += 1
+    return True, list_off, val_off, values

@@ -102,26 +102,10 @@ def key_parts(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int
     """The keys of every message as list<string> buffers — (the lists' int32 offsets, the
     strings' int64 offsets, their bytes) —, found in the properties sections
     ``data[starts[i]:ends[i]]`` by the compiled properties reader; None if one does not
-    parse."""
-    from strata.format import column_kernels as ck
-    from strata.format import property_kernels as pk
-    cap = int((ends - starts).sum()) // 8 + 1
-    tags = np.zeros(n, np.int64)
-    k_row, k_hash, k_at, k_end = (np.empty(cap, np.int64) for _ in range(4))
-    k_uniq = np.empty(cap, np.uint8)
-    m = pk.scan_properties(data, starts, starts, ends, tags, k_row, k_hash, k_at, k_end,
-                           k_uniq)
-    if m < 0:
-        return None
-    keep = k_uniq[:m] == 0
-    rows, k_at, k_end = k_row[:m][keep], k_at[:m][keep], k_end[:m][keep]
-    val_off = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(k_end - k_at, out=val_off[1:])
-    values = np.empty(int(val_off[-1]), np.uint8)
-    ck.gather(data, k_at, k_end, val_off, values)
-    list_off = np.zeros(n + 1, np.int32)
-    np.cumsum(np.bincount(rows, minlength=n), out=list_off[1:])
-    return list_off, val_off, values
+    parse (``arrow_c.key_lists``: one compiled call)."""
+    from strata.format.arrow_c import key_lists
+    ok, list_off, val_off, values = key_lists(data, starts, ends)
+    return (list_off, val_off, values) if ok else None
 
 
 def _keys(pa, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int,
