@@ -1,7 +1,7 @@
 """Where a ``get_columns`` call's time goes, stage by stage, next to SQLite's range read of the
 same messages; prints JSON lines (ns of the reading thread's CPU a message).
 
-    python bench/columns_stages.py [--msgs N] [--rounds R] [--dir D]
+    python bench/columns_stages.py [--msgs N] [--rounds R] [--dir D] [--columns-batch 1000,4096]
 
 One queue of N messages of 100 B and N / 5 of 1 KiB (``read_cpu.py``'s data; N a multiple of
 5000: whole calls), 1000 messages a
@@ -16,7 +16,9 @@ call, every stage over the whole queue, best of R rounds by ``time.thread_time()
 - ``fixed_call``: ``get_columns`` of ONE message, per call (the per-call part of ``whole``).
 
 ``sqlite`` is ``read_cpu.py``'s range read; ``x10_budget`` is a tenth of it: what ``whole`` must
-reach for issue 27's goal (``get_columns`` ≥ 10× SQLite's range read).
+reach for issue 27's goal (``get_columns`` ≥ 10× SQLite's range read). Each
+``--columns-batch`` size other than 1000 adds ``sqlite`` and ``whole`` rows with ``"batch"``:
+both reads at that count a call.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from read_cpu import arguments, cases, stores  # noqa: E402
+from read_cpu import arguments, cases, columns_read, sqlite_range, stores  # noqa: E402
 from strata.log import batch_reader as br  # noqa: E402
 from strata.store import arrow_read  # noqa: E402
 
@@ -92,13 +94,20 @@ def main() -> None:
         for name, f in stages(c, s, n).items():
             per = len(range(0, n, 1000)) * (1 if name == "fixed_call" else 1000)
             got[name] = best_ns(f, per, a.rounds)
-        for name, ns in got.items():
+        for b in a.columns_batch:   # the whole call and SQLite at another count a call
+            if b != 1000:
+                got[("sqlite", b)] = best_ns(sqlite_range(c, b), n, a.rounds)
+                got[("whole", b)] = best_ns(columns_read(s, n, b), n, a.rounds)
+        for key, ns in got.items():
+            name, b = key if isinstance(key, tuple) else (key, None)
             row = {"bench": "columns_stages", "body": size, "msgs": n, "stage": name,
                    "ns_per_msg" if name != "fixed_call" else "ns_per_call": ns}
+            if b is not None:
+                row["batch"] = b
             if name == "sqlite":
                 row["x10_budget"] = round(ns / 10, 1)
             if name == "whole":
-                row["vs_sqlite"] = round(got["sqlite"] / ns, 2)
+                row["vs_sqlite"] = round(got["sqlite" if b is None else ("sqlite", b)] / ns, 2)
             print(json.dumps(row), flush=True)
 
 

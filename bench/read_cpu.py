@@ -1,7 +1,7 @@
 """Reads side by side by the reading thread's CPU time: SQLite's range read, ``get`` (counting,
 and reading every body), ``scan`` reading every body and ``get_columns``; prints JSON lines.
 
-    python bench/read_cpu.py [--msgs N] [--rounds R] [--dir D]
+    python bench/read_cpu.py [--msgs N] [--rounds R] [--dir D] [--columns-batch 1000,4096]
 
 ``consume.py``'s peer rows time the same reads by the wall clock; on a shared machine with
 many runnable processes the wall clock mostly measures the wait for a core, so this bench
@@ -11,6 +11,11 @@ are idle then: everything was dispatched before). One table / one queue of N mes
 kept); ``get_bodies`` reads the bodies alone (``GetResult.bodies()``: a bytes object each, no
 message objects), for consumers that want only those (no goal of its own); ``vs_sqlite`` is the case's messages per CPU second over SQLite's. Targets (issue 27):
 ``get`` reading every body ≥ 2.5×, ``scan`` reading every body ≥ 3×, ``get_columns`` ≥ 10×.
+
+``--columns-batch`` (a comma list, default ``1000``): ``get_columns``' messages a call; the
+goal does not fix a batch size and readers that want arrays read large ones. Each size
+other than 1000 adds a ``get_columns`` row and a ``sqlite`` row with ``"batch"``: SQLite's
+range read at the SAME count a call, in the same rounds, and the ratio between those two.
 """
 
 from __future__ import annotations
@@ -51,16 +56,32 @@ def build(d: Path, n: int, size: int):
     return c, s
 
 
-def cases(c, s, n: int) -> dict:
+def sqlite_range(c, batch: int = 1000):
+    """SQLite's range read of the whole table, ``batch`` rows a query."""
     def sqlite_read():
-        q, last, got = "SELECT id, body FROM msgs WHERE id > ? ORDER BY id LIMIT 1000", 0, 0
+        q, last, got = f"SELECT id, body FROM msgs WHERE id > ? ORDER BY id LIMIT {batch}", 0, 0
         while True:
             rows = c.execute(q, (last,)).fetchall()
             if not rows:
                 return got
             got += len(rows)
             last = rows[-1][0]
+    return sqlite_read
 
+
+def columns_read(s, n: int, batch: int = 1000):
+    """``get_columns`` of the whole queue, ``batch`` messages a call."""
+    def columns():
+        off = got = 0
+        while off < n:
+            r = s.get_columns("t", 0, off, batch)
+            got += r.batch.num_rows
+            off = r.next_offset
+        return got
+    return columns
+
+
+def cases(c, s, n: int) -> dict:
     def get(touch: bool):
         def run():
             off = got = 0
@@ -85,16 +106,9 @@ def cases(c, s, n: int) -> dict:
     def scan_bodies():
         return sum(1 for m in s.scan(0) if m.body is not None)
 
-    def columns():
-        off = got = 0
-        while off < n:
-            r = s.get_columns("t", 0, off, 1000)
-            got += r.batch.num_rows
-            off = r.next_offset
-        return got
-
-    return {"sqlite": sqlite_read, "get_count": get(False), "get_body_read": get(True),
-            "get_bodies": bodies, "scan_body_read": scan_bodies, "get_columns": columns}
+    return {"sqlite": sqlite_range(c), "get_count": get(False), "get_body_read": get(True),
+            "get_bodies": bodies, "scan_body_read": scan_bodies,
+            "get_columns": columns_read(s, n)}
 
 
 def stores(bench: str, msgs: int, where: str | None) -> Iterator[tuple]:
@@ -114,13 +128,22 @@ def stores(bench: str, msgs: int, where: str | None) -> Iterator[tuple]:
         cleanup()
 
 
+def batch_list(text: str) -> list[int]:
+    """``--columns-batch``: positive ints, comma-separated."""
+    got = [int(x) for x in text.split(",") if x.strip()]
+    if not got or min(got) < 1:
+        raise argparse.ArgumentTypeError(f"--columns-batch: positive ints, got {text!r}")
+    return got
+
+
 def arguments(doc: str, msgs: int, rounds: int) -> argparse.Namespace:
-    """``--msgs``, ``--rounds`` (these defaults) and ``--dir`` of a bench described by
-    ``doc``."""
+    """``--msgs``, ``--rounds`` (these defaults), ``--dir`` and ``--columns-batch`` of a bench
+    described by ``doc``."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--msgs", type=int, default=msgs)
     ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--dir")
+    ap.add_argument("--columns-batch", type=batch_list, default=[1000])
     return ap.parse_args()
 
 
@@ -128,6 +151,10 @@ def main() -> None:
     a = arguments(__doc__, 200_000, 3)
     for c, s, n, size in stores("read_cpu", a.msgs, a.dir):
         run = cases(c, s, n)
+        for b in a.columns_batch:   # the same two reads at another count a call
+            if b != 1000:
+                run[("sqlite", b)] = sqlite_range(c, b)
+                run[("get_columns", b)] = columns_read(s, n, b)
         best = dict.fromkeys(run, float("inf"))
         for _ in range(a.rounds):
             for name, f in run.items():
@@ -135,10 +162,13 @@ def main() -> None:
                 got = f()
                 best[name] = min(best[name], time.thread_time() - t)
                 assert got == n, (name, got)
-        base = n / best["sqlite"]
-        for name, secs in best.items():
+        for key, secs in best.items():
+            name, b = key if isinstance(key, tuple) else (key, None)
+            base = n / best["sqlite" if b is None else ("sqlite", b)]
             row = {"bench": "read_cpu", "case": name, "body": size, "msgs": n,
                    "msgs_per_cpu_s": round(n / secs)}
+            if b is not None:
+                row["batch"] = b
             if name != "sqlite":
                 row["vs_sqlite"] = round(n / secs / base, 2)
             if name in GOALS:

@@ -58,6 +58,7 @@ WAIT_S = 300.0     # a cold compile on a loaded machine; never wait forever
 MODULES = ("format/record_kernels.py", "format/column_kernels.py",
            "format/property_kernels.py", "format/key_index_kernels.py",
            "format/record_objects.py", "format/object_gather.py", "format/view_kernels.py",
+           "format/arrow_c.py",
            "format/unit_kernels.py",
            "tiered/chunk_kernels.py", "tiered/blake2b.py", "refstore/encode.py",
            "refstore/hash_kernels.py")
