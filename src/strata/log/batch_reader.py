@@ -99,6 +99,13 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
             good, nbytes = kernels.check_at(data, pos, offsets[lo:hi], end, verify_crc, name,
                                             qid, qoffs[lo:hi] if qid >= 0 else qoffs, f,
                                             status[lo:hi])
+            if good == n and good and _in_place(f, nbytes):
+                # every record good, lying (nearly) back to back: the batch is a view of the
+                # map over them, no copy; its messages' bodies are copied once, from the map
+                start = int(f[rk.F_HOSTS_AT, 0])
+                f[rk.F_HOSTS_AT:rk.F_BODY_END + 1] -= start
+                parts.append((data[start:start + int(f[rk.F_BODY_END, n - 1])], f))
+                continue
             buf, address = new_bytes(nbytes)   # the records copied once, into the batch's bytes
             kernels.pack_to(data, f, status[lo:hi], address)
             parts.append((buf, f if good == hi - lo else f[:, :good].copy()))
@@ -114,6 +121,24 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     else:
         batch = join_parts(parts, topic, topics)
     return OffsetsRead(status, batch, damaged)
+
+
+# A get's batch is a view of the segment's map when its records span at most this many times
+# the bytes a packed copy would hold (one queue's records lie back to back; a view over many
+# queues' records would keep far more of the map alive than it hands out) ...
+IN_PLACE_SPAN = 2
+# ... and they average at least this many bytes: below it the copy into the batch costs less
+# than making the messages from the map does (their hosts, topic and properties then go into
+# a buffer of their own, so that no message keeps the map alive: ``MessageBatch._scanned``)
+IN_PLACE_MIN_BYTES = 512
+
+
+def _in_place(f: np.ndarray, nbytes: int) -> bool:
+    """Whether the good records of table ``f`` (all its columns, ascending positions in the
+    map; ``nbytes`` packed bytes) are read in place: large, and (nearly) back to back."""
+    n = f.shape[1]
+    return nbytes >= IN_PLACE_MIN_BYTES * n and \
+        int(f[rk.F_BODY_END, n - 1]) - int(f[rk.F_HOSTS_AT, 0]) <= IN_PLACE_SPAN * nbytes
 
 
 def offset_runs(segments: list[MappedSegment], offsets: np.ndarray):
