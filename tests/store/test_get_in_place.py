@@ -1,0 +1,113 @@
+"""``get`` of large records that lie back to back keeps no copy of them: its batch is a view
+of the segment's map (``batch_reader.read_offsets``), and its messages are made from the map
+when read, each body copied once (``MessageBatch._scanned``). The messages are the same as
+those of the packing path, every field; none of them keeps the map alive; the batch does,
+past retention's deletion of the segment and the store's close; the CRC32C of every record is
+still checked."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+
+import strata
+from strata.format.segment import HEADER_AREA
+from strata.log import batch_reader
+from store_helpers import config, settle
+
+
+def message(i: int, topic: str = "t") -> strata.Message:
+    """Bodies of 600-899 B; every third message with keys, a tag and a property."""
+    extra = {} if i % 3 else dict(keys=[f"k{i}", "x"], tags="tg", properties={"p": str(i)})
+    return strata.Message(topic, bytes([65 + i % 26]) * (600 + i * 7 % 300),
+                          born_timestamp=1_000 + i, **extra)
+
+
+def is_map_view(batch) -> bool:
+    return type(batch._buf) is np.ndarray and batch._items is None
+
+
+def packed(monkeypatch, s, *args):
+    """The same get, by the packing path (records copied into the batch's bytes)."""
+    with monkeypatch.context() as m:
+        m.setattr(batch_reader, "IN_PLACE_MIN_BYTES", 1 << 40)
+        r = s.get(*args)
+        assert type(r.messages._buf) is bytes
+        return [x.values() for x in r.messages]
+
+
+def test_large_back_to_back_records_are_read_from_the_map(tmp_path, monkeypatch):
+    with strata.open(tmp_path / "s", config(segment_size=8 << 20)) as s:
+        s.create_topic("one", queues=1)
+        s.create_topic("four", queues=4)   # each queue's records interleave: packed
+        s.put_batch([message(i, "one") for i in range(300)])
+        s.put_batch([message(i, "four") for i in range(400)])
+        s.put_batch([strata.Message("one", b"small") for _ in range(50)])
+        settle(s)
+        r = s.get("one", 0, 10, 200)
+        assert len(r.messages) == 200 and is_map_view(r.messages)
+        want = packed(monkeypatch, s, "one", 0, 10, 200)
+        one = r.messages[8]            # a message made alone, from the map
+        assert one.values() == want[8] and one.keys == ("k18", "x")
+        assert [m.values() for m in r.messages] == want
+        assert r.messages.bodies() == [w[4] for w in want]
+        assert [m.properties.get("p") for m in r.messages[:4]] == [None, None, "12", None]
+        assert s.get("one", 0, 10, 200).messages.bodies() == [w[4] for w in want]
+        assert not is_map_view(s.get("four", 2, 0, 80).messages)
+        assert not is_map_view(s.get("one", 0, 300, 50).messages)   # small records: packed
+        assert [m.body for m in s.get("one", 0, 290, 60).messages] == \
+            [message(i).body for i in range(290, 300)] + [b"small"] * 50
+
+
+def test_messages_do_not_keep_the_map_the_batch_outlives_retention_and_close(tmp_path):
+    cfg = config()   # 64 KiB segments
+    with strata.open(tmp_path / "s", cfg) as s:
+        s.create_topic("t", queues=1)
+        for start in range(0, 400, 20):
+            s.put_batch([message(i) for i in range(start, start + 20)])
+        settle(s)
+        assert len(s.log.segments.segments) >= 3
+        kept = s.get("t", 0, 0, 30).messages        # not read yet: a view of the map
+        assert is_map_view(kept)
+        read = s.get("t", 0, 30, 30).messages
+        assert is_map_view(read)
+        got = list(read)                            # read: the map is let go
+        assert not is_map_view(read) and type(got[0]._rows.buf) is bytes
+        seg = s.log.segments.segments[0]
+        seg_ref = weakref.ref(seg)
+        s.retention.disk_usage = lambda: 0.10
+        assert s.clean_expired(now_ms=s.log.last_store_timestamp + 10**12) >= 1
+        assert not (tmp_path / "s" / "commitlog" / f"{0:020d}").exists()
+        del seg
+        gc.collect()
+        assert seg_ref() is None or seg_ref().closed
+        assert [m.body for m in kept] == [message(i).body for i in range(30)]
+        assert [m.queue_offset for m in got] == list(range(30, 60))
+        mn = s.min_offset("t", 0)
+        later = s.get("t", 0, mn, 20).messages
+        assert is_map_view(later)
+    gc.collect()   # the store closed: the batch still reads its records
+    assert [m.queue_offset for m in later] == list(range(mn, min(mn + 20, 400)))
+    assert [m.body for m in later] == [message(i).body for i in range(mn, min(mn + 20, 400))]
+
+
+def test_a_changed_byte_is_caught_by_the_crc(tmp_path):
+    with strata.open(tmp_path / "s", config(segment_size=8 << 20)) as s:
+        s.create_topic("t", queues=1)
+        res = s.put_batch([message(i) for i in range(60)])
+        settle(s)
+        assert is_map_view(s.get("t", 0, 0, 60).messages)
+        seg = s.log.segments.segments[0]
+        at = res[17].commitlog_offset - seg.base_offset + HEADER_AREA
+        total = int.from_bytes(seg.mm[at:at + 4], "little")
+        body_byte = at + total - 40     # inside the body (its CRC alone can tell)
+        seg.mm[body_byte] ^= 0x01
+        r = s.get("t", 0, 0, 60)
+        assert [c.queue_offset for c in r.corrupt] == [17]
+        assert [m.queue_offset for m in r.messages] == [i for i in range(60) if i != 17]
+        seg.mm[body_byte] ^= 0x01
+        r = s.get("t", 0, 0, 60)
+        assert is_map_view(r.messages) and [m.body for m in r.messages] == \
+            [message(i).body for i in range(60)]
