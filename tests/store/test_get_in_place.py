@@ -19,9 +19,9 @@ from store_helpers import config, settle
 
 
 def message(i: int, topic: str = "t") -> strata.Message:
-    """Bodies of 600-899 B; every third message with keys, a tag and a property."""
+    """Bodies of 700-999 B; every third message with keys, a tag and a property."""
     extra = {} if i % 3 else dict(keys=[f"k{i}", "x"], tags="tg", properties={"p": str(i)})
-    return strata.Message(topic, bytes([65 + i % 26]) * (600 + i * 7 % 300),
+    return strata.Message(topic, bytes([65 + i % 26]) * (700 + i * 7 % 300),
                           born_timestamp=1_000 + i, **extra)
 
 
