@@ -95,11 +95,17 @@ class MessageBatch(Sequence):
     counted, or only partly read, costs no per-message objects; it is a ``BatchMessage``
     (``strata.format.batch_message``): its topic and body made, its other fields read from
     the batch's table when asked for. ``topic`` is every message's topic, or None to read each
-    one's from the buffer (names cached in ``topics``)."""
+    one's from the buffer (names cached in ``topics``).
+
+    The buffer is a bytes object holding a copy of the records, or (a ``get`` of large records
+    lying back to back: ``batch_reader.read_offsets``) a uint8 view of the segment's map over
+    them, which the batch keeps alive until its messages are made; those are then made as
+    ``made`` makes a scan's (each body copied once, from the map), and keep no reference to
+    the map."""
 
     __slots__ = ("_buf", "_fields", "_topic", "_topics", "_items", "_rows")
 
-    def __init__(self, buf: bytes, fields: np.ndarray, topic: str | None,
+    def __init__(self, buf: bytes | np.ndarray, fields: np.ndarray, topic: str | None,
                  topics: dict[bytes, str] | None = None) -> None:
         self._buf = buf
         self._fields = fields
