@@ -111,3 +111,33 @@ def test_a_changed_byte_is_caught_by_the_crc(tmp_path):
         r = s.get("t", 0, 0, 60)
         assert is_map_view(r.messages) and [m.body for m in r.messages] == \
             [message(i).body for i in range(60)]
+
+
+def test_the_kafka_fetch_reads_an_in_place_batch_as_a_packed_one(tmp_path, monkeypatch):
+    """The Kafka listener's Fetch turns a batch's table into record columns without making
+    messages (``MessageBatch.table``): over the map view the values are the same bytes."""
+    from strata.broker.kafka import fetch_read
+    from strata.broker.kafka import batch_kernels as bk
+
+    def values(limit: int) -> list[bytes]:
+        parts, _size = fetch_read._read(s, "t", 0, 5, limit)
+        out = []
+        for cols, _plan, _firsts in fetch_read._pieces(parts)[0]:
+            r = cols.records
+            out += [bytes(cols.data[a:a + n]) for a, n in
+                    zip(r[bk.R_VALUE_AT].tolist(), r[bk.R_VALUE_LEN].tolist())]
+        return out
+
+    with strata.open(tmp_path / "s", config(segment_size=8 << 20)) as s:
+        s.create_topic("t", queues=1)
+        s.put_batch([strata.Message("t", bytes([65 + i % 26]) * (700 + i))
+                     for i in range(300)])
+        settle(s)
+        assert is_map_view(s.get("t", 0, 5, 100).messages)
+        for limit in (1 << 20, 50_000):   # all of them; a part of the first batch
+            got = values(limit)
+            want = [bytes([65 + i % 26]) * (700 + i) for i in range(5, 5 + len(got))]
+            assert got == want and len(got) == (295 if limit > 50_000 else len(got))
+            with monkeypatch.context() as m:
+                m.setattr(batch_reader, "IN_PLACE_MIN_BYTES", 1 << 40)
+                assert values(limit) == got
