@@ -141,3 +141,20 @@ def test_the_kafka_fetch_reads_an_in_place_batch_as_a_packed_one(tmp_path, monke
             with monkeypatch.context() as m:
                 m.setattr(batch_reader, "IN_PLACE_MIN_BYTES", 1 << 40)
                 assert values(limit) == got
+
+
+def test_records_of_several_topics_read_in_place_carry_their_own_topics(tmp_path):
+    """``read_offsets`` without a topic (commit-log reads by offset): each message's topic
+    read from its record, in place as well."""
+    with strata.open(tmp_path / "s", config(segment_size=8 << 20)) as s:
+        s.create_topic("a", queues=1)
+        s.create_topic("bb", queues=1)
+        res = s.put_batch([message(i, "a" if i % 2 else "bb") for i in range(100)])
+        settle(s)
+        offsets = np.array([r.commitlog_offset for r in res], np.int64)
+        found = s.log.read_offsets(offsets, s.confirmed_offset(), verify_crc=True)
+        assert found.all_good and is_map_view(found.messages)
+        got = list(found.messages)
+        assert [m.topic for m in got] == ["a" if i % 2 else "bb" for i in range(100)]
+        assert [m.values()[1:] for m in got] == \
+            [tuple(s.read_at(int(o)))[1:] for o in offsets]
