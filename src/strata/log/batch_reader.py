@@ -99,13 +99,16 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
             status[lo:hi] = rk.NO_RECORD
             continue
         end = HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
-        pos = offsets[lo:hi] - (seg.base_offset - HEADER_AREA)   # (one numpy op, not two)
-        f = fields[:, lo:hi]
+        if hi - lo == n:   # the usual read, in one segment: the arrays as they are (no slices)
+            offs, f, st, qo = offsets, fields, status, qoffs
+        else:
+            offs, f, st = offsets[lo:hi], fields[:, lo:hi], status[lo:hi]
+            qo = qoffs[lo:hi] if qid >= 0 else qoffs
+        pos = offs - (seg.base_offset - HEADER_AREA)   # (one numpy op, not two)
         try:
             data = segment_map(seg)
-            good, nbytes = kernels.check_at(data, pos, offsets[lo:hi], end, verify_crc, name,
-                                            qid, qoffs[lo:hi] if qid >= 0 else qoffs, f,
-                                            status[lo:hi])
+            good, nbytes = kernels.check_at(data, pos, offs, end, verify_crc, name, qid, qo, f,
+                                            st)
             goods += good
             if good == n and nbytes >= IN_PLACE_MIN_BYTES * n and _in_place(f, nbytes):
                 # every record good, lying (nearly) back to back: the batch is a view of the
@@ -115,10 +118,10 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
                 parts.append((data[start:start + int(f[rk.F_BODY_END, n - 1])], f))
                 continue
             buf, address = new_bytes(nbytes)   # the records copied once, into the batch's bytes
-            kernels.pack_to(data, f, status[lo:hi], address)
+            kernels.pack_to(data, f, st, address)
             parts.append((buf, f if good == hi - lo else f[:, :good].copy()))
             if good < hi - lo:
-                for i in np.flatnonzero(status[lo:hi] >= rk.NO_RECORD).tolist():
+                for i in np.flatnonzero(st >= rk.NO_RECORD).tolist():
                     why = rec.record_damage(seg.mm, int(pos[i]), end, int(offsets[lo + i]))
                     if why is not None:
                         damaged[lo + i] = why
