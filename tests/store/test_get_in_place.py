@@ -13,9 +13,8 @@ import weakref
 import numpy as np
 
 import strata
-from strata.format.segment import HEADER_AREA
 from strata.log import batch_reader
-from store_helpers import config, settle
+from store_helpers import body_byte, config, put_rolled, settle
 
 
 def message(i: int, topic: str = "t") -> strata.Message:
@@ -64,11 +63,7 @@ def test_large_back_to_back_records_are_read_from_the_map(tmp_path, monkeypatch)
 def test_messages_do_not_keep_the_map_the_batch_outlives_retention_and_close(tmp_path):
     cfg = config()   # 64 KiB segments
     with strata.open(tmp_path / "s", cfg) as s:
-        s.create_topic("t", queues=1)
-        for start in range(0, 400, 20):
-            s.put_batch([message(i) for i in range(start, start + 20)])
-        settle(s)
-        assert len(s.log.segments.segments) >= 3
+        put_rolled(s, "t", message, 400, 20)
         kept = s.get("t", 0, 0, 30).messages        # not read yet: a view of the map
         assert is_map_view(kept)
         read = s.get("t", 0, 30, 30).messages
@@ -99,15 +94,12 @@ def test_a_changed_byte_is_caught_by_the_crc(tmp_path):
         res = s.put_batch([message(i) for i in range(60)])
         settle(s)
         assert is_map_view(s.get("t", 0, 0, 60).messages)
-        seg = s.log.segments.segments[0]
-        at = res[17].commitlog_offset - seg.base_offset + HEADER_AREA
-        total = int.from_bytes(seg.mm[at:at + 4], "little")
-        body_byte = at + total - 40     # inside the body (its CRC alone can tell)
-        seg.mm[body_byte] ^= 0x01
+        seg, at = body_byte(s, res[17])
+        seg.mm[at] ^= 0x01
         r = s.get("t", 0, 0, 60)
         assert [c.queue_offset for c in r.corrupt] == [17]
         assert [m.queue_offset for m in r.messages] == [i for i in range(60) if i != 17]
-        seg.mm[body_byte] ^= 0x01
+        seg.mm[at] ^= 0x01
         r = s.get("t", 0, 0, 60)
         assert is_map_view(r.messages) and [m.body for m in r.messages] == \
             [message(i).body for i in range(60)]
