@@ -145,6 +145,14 @@ def _reads(store) -> None:
     for _ in store.scan(0, verify_crc=True):
         pass
     store.query("warm", "k")
+    # a get of large records, read in place (``batch_reader.IN_PLACE_MIN_BYTES``): its
+    # messages made from the segment's map, all of them and one alone
+    if "warm-big" not in store.queue_counts():
+        store.create_topic("warm-big", queues=1)
+    store.put_batch([Message("warm-big", bytes(700)) for _ in range(4)])
+    _wait(store)
+    got = store.get("warm-big", 0, 0, 4).messages
+    _ = got[1], list(got)
 
 
 # the steps a store's clients reach; ``strata serve``'s head start (strata.broker.warm) runs

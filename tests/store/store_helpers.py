@@ -60,3 +60,22 @@ def drain(store, topic: str, queue_id: int, offset: int | None = None, *, batch:
             continue
         assert r.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE), r
         return out
+
+
+def put_rolled(store, topic: str, make, count: int, step: int, min_segments: int = 3) -> None:
+    """``make(i)`` for i < ``count`` put in batches of ``step`` into a new one-queue
+    ``topic``, dispatched, over at least ``min_segments`` commit-log segments."""
+    store.create_topic(topic, queues=1)
+    for start in range(0, count, step):
+        store.put_batch([make(i) for i in range(start, min(count, start + step))])
+    settle(store)
+    assert len(store.log.segments.segments) >= min_segments
+
+
+def body_byte(store, put) -> tuple:
+    """(segment, position in its map) of a byte inside the body of the record ``put`` (a put
+    result) wrote: a flip there only its CRC32C can tell."""
+    from strata.format.segment import HEADER_AREA
+    seg = store.log.segments.find(put.commitlog_offset)
+    at = put.commitlog_offset - seg.base_offset + HEADER_AREA
+    return seg, at + int.from_bytes(seg.mm[at:at + 4], "little") - 40

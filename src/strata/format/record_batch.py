@@ -95,11 +95,17 @@ class MessageBatch(Sequence):
     counted, or only partly read, costs no per-message objects; it is a ``BatchMessage``
     (``strata.format.batch_message``): its topic and body made, its other fields read from
     the batch's table when asked for. ``topic`` is every message's topic, or None to read each
-    one's from the buffer (names cached in ``topics``)."""
+    one's from the buffer (names cached in ``topics``).
+
+    The buffer is a bytes object holding a copy of the records, or (a ``get`` of large records
+    lying back to back: ``batch_reader.read_offsets``) a uint8 view of the segment's map over
+    them, which the batch keeps alive until its messages are made; those are then made as
+    ``made`` makes a scan's (each body copied once, from the map), and keep no reference to
+    the map."""
 
     __slots__ = ("_buf", "_fields", "_topic", "_topics", "_items", "_rows")
 
-    def __init__(self, buf: bytes, fields: np.ndarray, topic: str | None,
+    def __init__(self, buf: bytes | np.ndarray, fields: np.ndarray, topic: str | None,
                  topics: dict[bytes, str] | None = None) -> None:
         self._buf = buf
         self._fields = fields
@@ -118,31 +124,42 @@ class MessageBatch(Sequence):
         one compiled call (``record_objects.make_scanned``). ``buf`` may be a uint8 array
         (the walk's map) or any buffer. ``fields`` is not changed."""
         batch = cls(buf, fields, topic, topics)
+        # (a uint8 array as it is: a scan's walk has the segment's map as one already)
+        data = buf if type(buf) is np.ndarray else np.frombuffer(buf, np.uint8)
+        batch._items = batch._scanned(data, fields)
+        batch._buf, batch._fields = b"", _NO_FIELDS
+        return batch
+
+    def _scanned(self, data: np.ndarray, fields: np.ndarray) -> list[BatchMessage]:
+        """The messages of every column of ``fields`` (positions in ``data``), each body
+        copied once, straight from ``data`` into its bytes object, and the hosts, topic and
+        properties of every record into one small buffer the messages keep (none keeps
+        ``data`` alive), all in one compiled call (``record_objects.make_scanned``)."""
         n = fields.shape[1]
         heads = np.empty((rk.FIELDS, n), np.int64)   # the table the messages keep
         rows = BatchRows(b"", heads)
         out, holder = [None] * n, [b""]
-        # (a uint8 array as it is: a scan's walk has the segment's map as one already)
-        data = buf if type(buf) is np.ndarray else np.frombuffer(buf, np.uint8)
         objects = rk.objects()
         made = objects.make_scanned(
             data, fields, heads, id(BatchMessage),
-            0 if topic is None else id(topic), id(batch._topics), id(rows),
+            0 if self._topic is None else id(self._topic), id(self._topics), id(rows),
             objects.column_ids(n), id(out), objects.DIRECT, id(holder)) if n else 0
         if made == -2:
             raise ValueError("a message's bytes lie outside its batch's buffer")
         rows.buf = holder[0]
-        if made != n:   # an object could not be made: the Python maker (which raises why)
-            heads[:] = fields
-            packed, address = objects.new_bytes(
-                int((heads[rk.F_BODY_AT] - heads[rk.F_HOSTS_AT]).sum()))
-            rk.kernels().pack_heads_to(data, heads, np.zeros(n, np.uint8), address)
-            rows.buf = packed
-            batch._items = batch._make(0, n, rows)
-        else:
-            batch._items = out
-        batch._buf, batch._fields = b"", _NO_FIELDS
-        return batch
+        if made == n:
+            return out
+        # an object could not be made: the Python maker (which raises why)
+        heads[:] = fields
+        packed, address = objects.new_bytes(
+            int((heads[rk.F_BODY_AT] - heads[rk.F_HOSTS_AT]).sum()))
+        rk.kernels().pack_heads_to(data, heads, np.zeros(n, np.uint8), address)
+        rows.buf = packed
+        saved, self._buf = self._buf, data
+        try:
+            return self._make(0, n, rows)
+        finally:
+            self._buf = saved
 
     @classmethod
     def of(cls, messages: Sequence[rec.StoredMessage]) -> "MessageBatch":
@@ -178,6 +195,11 @@ class MessageBatch(Sequence):
         if count == 0:
             return []
         buf, f = self._buf, self._fields
+        if rows is None and type(buf) is np.ndarray:
+            # a view of a segment's map (``batch_reader.read_offsets``): the bodies copied
+            # once from it, and messages that do not keep the map alive
+            return self._scanned(buf, f if first == 0 and count == f.shape[1] else
+                                 np.ascontiguousarray(f[:, first:first + count]))
         if rows is None:
             rows = self._rows
             if rows is None:

@@ -52,7 +52,8 @@ class QueueHistory:
     def get(self, offset: int, max_messages: int, wanted: frozenset[str] | None) -> GetResult:
         """``MessageStore.get`` for this queue (arguments checked by the caller)."""
         local = self.local
-        mn, mx = local.min_offset(), local.max_offset()
+        cq = local.cq   # (its bounds straight from the consume queue: a call less each)
+        mn, mx = cq.min_offset(), cq.max_offset()
         if mx == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, mn, mx)
         if self.older is not None:   # retention deleted the oldest local files; the tier holds them

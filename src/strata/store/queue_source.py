@@ -115,19 +115,27 @@ class LocalQueue:
             picked = np.flatnonzero(candidates)
         phys = np.ascontiguousarray(units["offset"])   # (indexing the packed field view: ~5x slower)
         nxt = offset + len(units)
+        first = None
+        if wanted is None and len(picked) == len(phys):   # the usual answer: every unit's
+            # own record, intact (its batch answers as it is: no closure, no list, no len)
+            first = store.log.read_offsets(phys, limit, verify_crc=verify, topic=topic,
+                                           queue_id=queue_id, queue_offsets=offset + picked)
+            if first.all_good:   # (len(units) > 0 messages: FOUND)
+                return GetResult(GetStatus.FOUND, first.messages, nxt, mn, mx)
 
         corrupt: list[CorruptRecord] = []
 
-        def read(rows: np.ndarray) -> tuple[Sequence, int | None]:
+        def read(rows: np.ndarray, found=None) -> tuple[Sequence, int | None]:
             """The messages of units ``rows``: a MessageBatch when every unit leads to its
             own intact record (the usual case), else a list with None for a damaged record
             (which goes to ``corrupt``); a read-only opener's are cut before a unit the
             writer is still copying, and then the offset to go on from comes too."""
             # One compiled pass checks each record and that it is the unit's own message
             # (topic, queue, queue offset): GOOD, OTHER (another record), or no record.
-            found = store.log.read_offsets(phys if len(rows) == len(phys) else phys[rows],
-                                           limit, verify_crc=verify, topic=topic,
-                                           queue_id=queue_id, queue_offsets=offset + rows)
+            if found is None:
+                found = store.log.read_offsets(
+                    phys if len(rows) == len(phys) else phys[rows], limit, verify_crc=verify,
+                    topic=topic, queue_id=queue_id, queue_offsets=offset + rows)
             if found.all_good:
                 return found.messages, None
             damaged = found.damaged
@@ -161,7 +169,7 @@ class LocalQueue:
             return (msgs, None) if stop is None else (msgs[:stop], offset + int(rows[stop]))
 
         if wanted is None:  # at most max_messages units were read
-            msgs, cut = read(picked)
+            msgs, cut = read(picked, first)
             nxt = nxt if cut is None else cut
             out = msgs if type(msgs) is MessageBatch else [m for m in msgs if m is not None]
         else:  # decode candidates a chunk at a time; the real tag decides (hashes collide)

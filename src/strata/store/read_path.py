@@ -64,10 +64,13 @@ def scan(store, from_offset: int = 0, *, to_offset: int | None = None,
 def queue(store, topic: str, queue_id: int):
     if not isinstance(queue_id, int) or isinstance(queue_id, bool):
         raise InvalidInputError(f"queue_id must be an int, got {queue_id!r}")
-    rec.encode_topic(topic)
     if store.readonly:
         store.topic_table.reload()
-    n = store.topic_table.queues.get(topic)
+    queues = store.topic_table.queues
+    n = queues.get(topic) if type(topic) is str else None   # a topic's name: valid
+    if n is None:   # else the name is checked (InvalidTopicError saying what is wrong)
+        rec.encode_topic(topic)
+        n = queues.get(topic)
     if n is None or not 0 <= queue_id < n:
         return None, False
     cq = store.queues.get(topic, queue_id)
