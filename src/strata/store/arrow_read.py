@@ -187,6 +187,8 @@ def _c_batch(pa, read):
     ac, release, child, _cb = _C or _c_parts()
     f = read.fields
     n = f.shape[1]
+    if f.strides != (8 * n, 8):        # the int columns are read as rows n apart
+        f = np.ascontiguousarray(f)
     if read.prop_bytes == 0:
         zeros = _ZEROS[0]
         if len(zeros) <= n:
@@ -202,7 +204,7 @@ def _c_batch(pa, read):
     block = np.empty(ac.WORDS, np.int64)
     addr = ac.fill_views_batch(block, f, read.body_views, read.prop_views, read.span, *keys,
                                key, release, child)
-    _ALIVE[key] = (block, read, keys)
+    _ALIVE[key] = (block, read, keys, f)
     return pa.RecordBatch._import_from_c(addr, schema(True))
 
 
