@@ -438,7 +438,7 @@ def main() -> None:
                          "(keyless messages: sticky to one partition for "
                          "sticky.partitioning.linger.ms, then the next; what a producer "
                          "without keys does) or the bench, round-robin per message "
-                         "(produce(..., partition=i % P): ~0.3 µs more client CPU a message)")
+                         "(produce(..., partition=i %% P): ~0.3 µs more client CPU a message)")
     a = ap.parse_args()
     rows: list[dict] = []
     backoffs = ["" if b in ("", "default") else b for b in a.fetch_queue_backoff_ms.split(",")]
