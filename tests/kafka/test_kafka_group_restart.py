@@ -193,9 +193,13 @@ def test_static_member_restarts_without_a_rebalance_also_after_a_broker_restart(
         b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True,
                    session=STATIC_SESSION_MS)
         members = [a, b]
-        for m in members:
-            m.wait_for(lambda ev, m=m: holds(m) and sorted(a.assigned() + b.assigned())
-                       == [0, 1, 2, 3])
+        try:
+            for m in members:
+                m.wait_for(lambda ev, m=m: holds(m) and sorted(a.assigned() + b.assigned())
+                           == [0, 1, 2, 3])
+        except AssertionError as exc:   # both members' events, for the rare formation stall
+            raise AssertionError(f"{exc}\nmember a: {a.events[-20:]}\n"
+                                 f"member b: {b.events[-20:]}") from None
         a_id, a_share, b_share = a.kinds("member")[-1], a.assigned(), b.assigned()
         a_mark = a.mark
         for round_ in range(2):
