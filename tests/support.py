@@ -142,6 +142,12 @@ class StrataProcess:
             self.proc.kill()
             _, rest = self.proc.communicate()
         self.lines.append(rest or "")
+        if self.proc.returncode != 0 and sig in (signal.SIGTERM, signal.SIGINT):
+            # a graceful stop that did not end with 0: its last log lines in the test's
+            # captured stderr (pytest shows them with the failure)
+            print(f"{' '.join(map(str, self.proc.args[:4]))}... ended with "
+                  f"{self.proc.returncode} on {signal.Signals(sig).name}; its log ends:\n"
+                  f"{''.join(self.lines)[-6000:]}", file=sys.stderr)
         return self.proc.returncode
 
     @property

@@ -72,7 +72,7 @@ class Broker(StrataProcess):
     """A running `strata serve` process."""
 
     # how the `strata` command is run (a test may run it through a wrapper of its own)
-    command = (sys.executable, "-m", "strata.cli.main")
+    command = (sys.executable, "-X", "faulthandler", "-m", "strata.cli.main")
 
     def __init__(self, directory: Path, *args: str) -> None:
         super().__init__()

@@ -47,7 +47,8 @@ class KafkaServer(StrataProcess):
         self.endpoint = ""          # the gRPC endpoint, with grpc=True
 
     def start(self, port: int = 0) -> "KafkaServer":
-        cmd = [sys.executable, "-m", "strata.cli.main", "serve", str(self.directory),
+        cmd = [sys.executable, "-X", "faulthandler", "-m", "strata.cli.main", "serve",
+               str(self.directory),
                "--kafka", f"127.0.0.1:{port}", "--exit-with-parent", *self.args]
         if self.grpc:
             cmd += ["--listen", "127.0.0.1:0"]
