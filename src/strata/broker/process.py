@@ -274,7 +274,9 @@ async def serve(cfg: ServeConfig) -> None:
     # the store's compiled kernels load (or, with a cold cache, compile) off the loop now,
     # not inside the first clients' calls (strata.broker.warm); a daemon thread: a stop
     # never waits for a compile that no client needs any more
-    threading.Thread(target=warm_quietly, name="strata-warm", daemon=True).start()
+    global _warming
+    _warming = threading.Thread(target=warm_quietly, name="strata-warm", daemon=True)
+    _warming.start()
     for lst in listeners:
         await lst.start()
     admin = console = http_port = None
@@ -361,7 +363,20 @@ def _address(cfg: ServeConfig, lst: Listener) -> str:
     return f"{cfg.kafka[0]}:{lst.port} ({lst.name})"
 
 
+# the warm-up thread of this process's broker (``serve``), if one started
+_warming: threading.Thread | None = None
+
+
 def run(cfg: ServeConfig) -> None:
     # uvloop: grpc.aio's per-call work is most of the broker's CPU, and on uvloop's event
     # loop a one-message send costs about a sixth less of it than on asyncio's (bench/README.md)
     uvloop.run(serve(cfg))
+    if _warming is not None and _warming.is_alive():
+        # Stopped cleanly (the store is closed) while the warm-up still runs kernels on its
+        # throwaway store. Letting the interpreter finalize under it aborted the process now
+        # and then ("terminate called without an active exception": C++ destructors at exit
+        # while that thread was inside numba's or pyarrow's code), so end here instead.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -12,7 +12,8 @@ on a thread as it starts: a throwaway store in a temporary directory takes the s
 ``strata warm`` (``strata.warm.STORE_STEPS``: plain and rich puts, their dispatch, reads), so
 every kernel those reach is compiled (or, with a warm cache, loaded, which the first put and
 read would do anyway) before or while the first clients connect. It runs on a daemon
-thread, so a broker stopped during a cold compile does not wait for it; its temporary
+thread, so a broker stopped during a cold compile does not wait for it (``process.run``
+then ends the process without finalizing the interpreter under it); its temporary
 directory (``strata-warm-<pid>-*``, ``strata.warm.warm_directory``) may then stay behind,
 and the next warm-up removes it once its process is gone.
 """
