@@ -77,16 +77,6 @@ class SendBatcher:
         self._wake.set()
         return await fut
 
-    async def _put(self, items: list[Item]) -> list:
-        began = time.perf_counter()
-        # off the event loop in every flush mode: a sync put waits for its fsync, and even an
-        # async one can block in the kernel's dirty-page throttling (one hop per gathered put)
-        loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(self._executor, self.store.put_many, items)
-        self._count(sum(len(r) for r in results if not isinstance(r, BaseException)),
-                    time.perf_counter() - began)
-        return results
-
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
@@ -107,18 +97,14 @@ class SendBatcher:
                         fut.set_result(answer)
 
     async def _store(self, subs: list[list[Item]]) -> list[list]:
-        """Put every item of the gathered submissions with one ``put_many``; per submission
-        the answers of its items. Neighbouring message lists go to the store as ONE list
-        (one prepared batch: what the per-message RocketMQ sends need to stay cheap); if
-        the store refuses such a merged list as bad input, each of its parts is put alone,
-        so a bad message fails its own send only."""
-        flat, where, parts = _merge(subs)
-        results = await self._put(flat)
-        alone: dict[tuple[int, int], object] = {}
-        for k, lists in parts.items():
-            if isinstance(results[k], InvalidInputError) and len(lists) > 1:
-                _alone(alone, k, lists, await self._put(lists))
-        return _split(where, results, alone)
+        """``_store_now`` on the writer thread: off the event loop in every flush mode (a sync
+        put waits for its fsync, and even an async one can block in the kernel's dirty-page
+        throttling), one hop per gathered put; counted once it is back."""
+        began = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        answers, puts = await loop.run_in_executor(self._executor, self._store_now, subs)
+        self._count(answers, time.perf_counter() - began, puts)
+        return answers
 
     async def put_soon(self, items: list[Item]) -> list:
         """Async flush only: store ``items`` on the writer thread, off the event loop (the loop
@@ -149,40 +135,44 @@ class SendBatcher:
                     return
             began = time.perf_counter()
             try:
-                answers = self._store_now([items for items, _f in batch])
+                answers, puts = self._store_now([items for items, _f in batch])
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting request
                 loop.call_soon_threadsafe(_fail_all, batch, exc)
                 continue
             loop.call_soon_threadsafe(self._answer_all, batch, answers,
-                                      time.perf_counter() - began)
+                                      time.perf_counter() - began, puts)
 
-    def _answer_all(self, batch: list, answers: list[list], took: float) -> None:
+    def _answer_all(self, batch: list, answers: list[list], took: float, puts: int) -> None:
         """On the loop: the answers of one of the writer thread's puts."""
-        n = 0
         for (_items, fut), answer in zip(batch, answers):
-            n += sum(len(r) for r in answer if not isinstance(r, BaseException))
             if not fut.done():
                 fut.set_result(answer)
-        self._count(n, took)
+        self._count(answers, took, puts)
 
-    def _count(self, n: int, took: float) -> None:
-        """One put of ``n`` messages that took ``took`` seconds: counted, and told to the
-        metrics."""
-        self.batches += 1
+    def _count(self, answers: list[list], took: float, puts: int) -> None:
+        """``puts`` put_many calls that took ``took`` seconds and gave ``answers``: their
+        stored messages counted, and told to the metrics."""
+        n = sum(len(r) for answer in answers for r in answer if not isinstance(r, BaseException))
+        self.batches += puts
         self.messages += n
         if self.on_stored is not None:
             self.on_stored(n, took)
 
-    def _store_now(self, subs: list[list[Item]]) -> list[list]:
-        """``_store`` on the calling thread: every item of ``subs`` with one ``put_many``
-        (a refused merged message list put again part by part); per submission its answers."""
+    def _store_now(self, subs: list[list[Item]]) -> tuple[list[list], int]:
+        """Put every item of the submissions ``subs`` with one ``put_many``, on the calling
+        thread; per submission the answers of its items, and how many put_many calls it took.
+        Neighbouring message lists go to the store as ONE list (one prepared batch: what the
+        per-message RocketMQ sends need to stay cheap); if the store refuses such a merged list
+        as bad input, each of its parts is put alone, so a bad message fails its own send only."""
         flat, where, parts = _merge(subs)
         results = self.store.put_many(flat)
+        puts = 1
         alone: dict[tuple[int, int], object] = {}
         for k, lists in parts.items():
             if isinstance(results[k], InvalidInputError) and len(lists) > 1:
                 _alone(alone, k, lists, self.store.put_many(lists))
-        return _split(where, results, alone)
+                puts += 1
+        return _split(where, results, alone), puts
 
     def _opened(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """A submission's answer future, kept in ``_open`` until it is answered."""
