@@ -110,7 +110,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
             good, nbytes = kernels.check_at(data, pos, offs, end, verify_crc, name, qid, qo, f,
                                             st)
             goods += good
-            if good == n and nbytes >= IN_PLACE_MIN_BYTES * n and _in_place(f, nbytes):
+            if good == n > 0 and nbytes >= IN_PLACE_MIN_BYTES * n and _in_place(f, nbytes):
                 # every record good, lying (nearly) back to back: the batch is a view of the
                 # map over them, no copy; its messages' bodies are copied once, from the map
                 start = int(f[rk.F_HOSTS_AT, 0])
@@ -148,11 +148,11 @@ IN_PLACE_MIN_BYTES = 640
 
 
 def _in_place(f: np.ndarray, nbytes: int) -> bool:
-    """Whether the good records of table ``f`` (all its columns, ascending positions in the
-    map; ``nbytes`` packed bytes) are read in place: large, and (nearly) back to back."""
+    """Whether the good records of table ``f`` (n > 0 columns, ascending positions in the map;
+    ``nbytes`` packed bytes, already at least ``IN_PLACE_MIN_BYTES`` each: the caller tests
+    that first, as it costs no call) lie (nearly) back to back, so are read in place."""
     n = f.shape[1]
-    return n > 0 and nbytes >= IN_PLACE_MIN_BYTES * n and \
-        int(f[rk.F_BODY_END, n - 1]) - int(f[rk.F_HOSTS_AT, 0]) <= IN_PLACE_SPAN * nbytes
+    return int(f[rk.F_BODY_END, n - 1]) - int(f[rk.F_HOSTS_AT, 0]) <= IN_PLACE_SPAN * nbytes
 
 
 def offset_runs(segments: list[MappedSegment], offsets: np.ndarray):
