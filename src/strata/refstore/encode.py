@@ -14,13 +14,11 @@ Pure functions over buffers: no file I/O, no threads.
 
 from __future__ import annotations
 
-import ctypes
-import platform
-
 import numpy as np
 from numba import njit
 
 from strata.format.record_kernels import crc3, crc32c_at, memcpy
+from strata.format.record_objects import BYTES_DATA_AT
 from strata.format.refstore_record import END_MARKER, HEADER_SIZE, MSG_ID_SIZE, OVERHEAD
 
 _ID = MSG_ID_SIZE
@@ -81,21 +79,11 @@ def encode_records(out, at, ids, addrs, lens, first, last):
     return p
 
 
-# Where a bytes object's first byte lies from its id() on CPython (PyBytesObject.ob_sval):
-# the kernel copies each body from where it is instead of from one more copy of them all
-# joined (a 1 MiB join per 1,000 KiB-bodies cost as much as the encoding). Checked once at
-# import; where it does not hold, the bodies are joined and addressed inside the join.
-_BYTES_DATA = bytes.__basicsize__ - 1
-
-
-def _bytes_addresses_hold() -> bool:
-    if platform.python_implementation() != "CPython":
-        return False
-    probe = bytes(range(7, 47))
-    return ctypes.string_at(id(probe) + _BYTES_DATA, len(probe)) == probe
-
-
-IN_PLACE = _bytes_addresses_hold()
+# The kernel copies each body from where it lies (``record_objects.BYTES_DATA_AT``: a bytes
+# object's first byte from its id(), checked by that module's probe at import) instead of from
+# one more copy of them all joined: a 1 MiB join per 1,000 KiB-bodies cost as much as the
+# encoding. ``IN_PLACE`` False joins them and addresses the join (tests take both ways).
+IN_PLACE = True
 
 
 def body_addresses(bodies: list, sizes: np.ndarray) -> tuple[np.ndarray, object]:
@@ -103,7 +91,7 @@ def body_addresses(bodies: list, sizes: np.ndarray) -> tuple[np.ndarray, object]
     must stay alive while it is used (the list itself, or the join made in its place)."""
     n = len(bodies)
     if IN_PLACE:
-        return np.fromiter(map(id, bodies), dtype=np.int64, count=n) + _BYTES_DATA, bodies
+        return np.fromiter(map(id, bodies), dtype=np.int64, count=n) + BYTES_DATA_AT, bodies
     joined = np.frombuffer(b"".join(bodies), dtype=np.uint8)
     addrs = np.zeros(n, dtype=np.int64)
     np.cumsum(sizes[:-1], out=addrs[1:])
