@@ -16,6 +16,7 @@ few repeats (ns per record, records/s, MB/s of batch bytes).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -83,7 +84,11 @@ def line(case: str, system: str, op: str, seconds: float, nbytes: int, **extra) 
 
 
 def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 0.5
+    ap = argparse.ArgumentParser(description="Kafka record batch v2 codec: strata's compiled "
+                                 "decode/encode against kafka-python and aiokafka (JSON lines)")
+    ap.add_argument("seconds", nargs="?", type=float, default=0.5,
+                    help="seconds a case is repeated for (default 0.5)")
+    seconds = ap.parse_args().seconds
     for value_size, nheaders, codec in ((100, 0, 0), (100, 2, 0), (1024, 0, 0), (100, 0, 3),
                                         (1024, 0, 4)):
         recs = records(value_size, nheaders)

@@ -11,10 +11,10 @@ temporary directory.
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,8 +31,15 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    root = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp(prefix="ki-bench-"))
+    ap = argparse.ArgumentParser(description="key index put throughput and lookup latency "
+                                 "(JSON)")
+    ap.add_argument("n", nargs="?", type=int, default=1_000_000,
+                    help="keys to put (default 1,000,000)")
+    ap.add_argument("dir", nargs="?", type=Path,
+                    help="where the index goes (default: a temporary directory, removed after)")
+    args = ap.parse_args()
+    n = args.n
+    root = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="ki-bench-"))
     directory = root / "index"
     slots = max(1, n // 4)
     items = [(f"TopicA#key-{i}", i * 300, T0 + i // 10) for i in range(n)]
@@ -93,7 +100,7 @@ def main() -> None:
         }
         print(json.dumps(info, indent=2))
     finally:
-        if len(sys.argv) <= 2:
+        if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
 
 

@@ -39,6 +39,8 @@ from numba.extending import intrinsic
 from strata.format.columns import BORN_AT_PUT
 from strata.format.record_kernels import load_i64 as _i64, load_u8 as _u8, \
     load_u32 as _u32, memcpy
+# a bytes object's inline data, as record_objects lays it out (and checks at its import)
+from strata.format.record_objects import BYTES_DATA_AT as _BYTES_AT
 
 _I64 = ir.IntType(64)
 _OBJ = ir.IntType(8).as_pointer()
@@ -52,7 +54,6 @@ _STATE_AT = 32
 _ASCII_AT = 48
 _COMPACT_ASCII = 0x60   # state bits: compact (0x20) and ascii (0x40)
 _DIGITS_AT = 24
-_BYTES_AT = bytes.__basicsize__ - 1   # a bytes object's inline data (after its hash)
 _EXT_LEN = 11           # Message._ext: keys, tags, properties, queue_id, shard_key, born, ...
 
 # result codes
