@@ -138,6 +138,20 @@ class FileOps:
             while done < len(rest):
                 done += os.pwrite(fd, rest[done:], offset + done)
 
+    def start_writeback(self, path: Path, fd: int, offset: int, length: int) -> bool:
+        """Ask the kernel to start writing ``[offset, offset + length)`` of the open file ``fd``
+        (``path`` names it) to disk now, without waiting for it; False where there is no way
+        to ask (not Linux). A hint, not a sync: it makes nothing durable, and the fdatasync
+        that a confirm waits for is still made. Its use is a stream's tail: pages whose
+        write-back started while later bytes were being written leave that fdatasync little
+        to wait for (``sync_file_range`` with ``SYNC_FILE_RANGE_WRITE``, called through ctypes
+        so the GIL is released should the device queue be full). False too when the call
+        fails: the fdatasync after it does the writing, or reports the error."""
+        if _SYNC_FILE_RANGE is None or length <= 0:
+            return False
+        # a failure (unsupported, or an I/O error) is left to the fdatasync to do or report
+        return _SYNC_FILE_RANGE(fd, offset, length, SYNC_FILE_RANGE_WRITE) == 0
+
     def fsync(self, path: Path, fd: int) -> None:
         """Make the data and metadata of the open file ``fd`` (``path`` names it) durable."""
         os.fsync(fd)
@@ -270,6 +284,21 @@ def _load_madvise():
 
 
 _MADVISE = _load_madvise()
+
+SYNC_FILE_RANGE_WRITE = 2      # <linux/fs.h>: start write-out of dirty pages, do not wait
+
+
+def _load_sync_file_range():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _load_sync_file_range()
 
 
 def _address(mm: mmap.mmap) -> int | None:

@@ -10,7 +10,7 @@ import numpy as np
 from crc32c import crc32c
 
 from strata.errors import DiskFullError
-from strata.files.io import file_ops
+from strata.files.io import PAGE, file_ops
 from strata.files.lock import DirectoryLock
 from strata.format import refstore_record as rec
 
@@ -41,6 +41,11 @@ def _write_all(fd: int, data, pos: int) -> None:
         view.release()
 
 
+WRITEBACK_BUFFERS = 4
+"""Every this many write buffers' worth of bytes handed to the OS, the current file asks the
+kernel to start writing them to disk (``FileOps.start_writeback``)."""
+
+
 class CurrentFile:
     """The file new records are appended to, with write buffers in front of it.
 
@@ -51,6 +56,11 @@ class CurrentFile:
     then marked written (``sealed_written``, under the lock), which is when ``flushed``
     moves past it. Readers copy a record from the active or a sealed buffer under the store
     lock while it is at or past ``flushed``: they never ``pread`` bytes the OS does not have.
+
+    Every ``WRITEBACK_BUFFERS`` buffers' worth of written bytes, ``writeback_due`` names a
+    stretch whose write-back to disk the sync thread then starts (a hint, not a sync): the
+    page cache would otherwise keep them dirty until the fdatasync of the next sync point,
+    which then writes them all. Confirms still wait for that fdatasync.
 
     Buffers are numpy arrays reused (and handed on to the next file at a roll), so the batch
     encoder writes into memory that is already mapped: a fresh 1 MiB buffer per flush costs
@@ -67,6 +77,7 @@ class CurrentFile:
         self.size = size
         self.flushed = size
         self.synced = size
+        self.writeback_from = size         # write-back not yet started from here on
         self.buffer_limit = buffer_limit
         self._spare = buffers or []
         self.buf = self._fresh(buffer_limit)
@@ -135,6 +146,24 @@ class CurrentFile:
         needs no lock: nobody changes a sealed buffer, and ``flushed`` does not move yet."""
         for pos, buf, n in sealed:
             _write_all(self.fd, buf[:n], pos)
+
+    def writeback_due(self) -> tuple[int, int] | None:
+        """The stretch ``(start, end)`` of bytes the OS has whose write-back should start
+        now, once ``WRITEBACK_BUFFERS`` buffers' worth of whole pages came since the last one
+        (the page still being filled is left out: a page under write-back could hold up the
+        next ``pwrite`` into it). Server thread, after ``sealed_written``."""
+        end = self.flushed - self.flushed % PAGE
+        start = self.writeback_from
+        if end - start < WRITEBACK_BUFFERS * self.buffer_limit:
+            return None
+        self.writeback_from = end
+        return start, end
+
+    def start_writeback(self, start: int, end: int) -> None:
+        """Ask the kernel to start writing ``[start, end)`` to disk (the sync thread, which
+        alone closes a rolled file: never a closed descriptor)."""
+        if self.fd >= 0:
+            file_ops().start_writeback(self.path, self.fd, start, end - start)
 
     def sealed_written(self, sealed: list[tuple[int, np.ndarray, int]]) -> None:
         """``write_sealed(sealed)`` returned: the OS has those bytes (store lock held)."""

@@ -316,6 +316,9 @@ class RefStore:
                     cur.write_sealed(pending)
                     with lock:
                         cur.sealed_written(pending)
+                        stretch = cur.writeback_due()
+                    if stretch is not None:   # start its write-back, off this thread
+                        self._syncer.start_writeback(cur, *stretch)
                 if sync:        # fdatasync and confirms on the sync thread, in order
                     self._syncer.submit(SyncJob(rolled, dir_unsynced, cur, cur.flushed,
                                                 confirms, waiters))
