@@ -98,14 +98,20 @@ def dd_limit(directory: str, total_bytes: int) -> tuple[float, float | None] | N
 
 class CountingFileOps(FileOps):
     """The production FileOps, counting fdatasyncs and write-back starts (a stream's figures:
-    how many syncs it took, whether the write-back hint was given)."""
+    how many syncs it took, how long they waited in all and the last one alone — the one the
+    final ``sync()`` waits for —, whether the write-back hint was given)."""
 
     def __init__(self) -> None:
-        self.counts = {"fdatasync": 0, "start_writeback": 0}
+        self.counts = {"fdatasync": 0, "fdatasync_s": 0.0, "last_fdatasync_s": 0.0,
+                       "start_writeback": 0}
 
     def fdatasync(self, path, fd: int) -> None:
-        self.counts["fdatasync"] += 1
+        t0 = time.perf_counter()
         super().fdatasync(path, fd)
+        dt = time.perf_counter() - t0
+        self.counts["fdatasync"] += 1
+        self.counts["fdatasync_s"] = round(self.counts["fdatasync_s"] + dt, 4)
+        self.counts["last_fdatasync_s"] = round(dt, 4)
 
     def start_writeback(self, path, fd: int, offset: int, length: int) -> bool:
         self.counts["start_writeback"] += 1

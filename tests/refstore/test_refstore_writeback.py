@@ -179,3 +179,59 @@ def test_start_writeback_is_a_hint_that_never_raises(tmp_path):
     finally:
         os.close(r)
         os.close(w)
+
+
+def _allocated(path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_the_current_file_has_its_blocks_reserved_and_gives_back_the_rest_when_done(
+        open_store, tmp_path):
+    limit = 512 * 1024
+    s = open_store(file_size_limit=limit, write_buffer_size=BUFFER, sync_interval=60,
+                   auto_gc=False)
+    c = s.client()
+    first = layout.data_path(s.directory, 0)
+    c.write_batch([(mid(i), body(i, 300)) for i in range(100)])
+    s.sync()
+    assert os.path.getsize(first) == 100 * 325           # the size is what was written
+    assert _allocated(first) >= limit                    # the blocks up to the limit are its
+    for start in range(100, 4000, 100):                  # roll through a few files
+        c.write_batch([(mid(i), body(i, 300)) for i in range(start, start + 100)])
+    s.sync()
+    numbers = sorted({s.locate(mid(i))[1] for i in range(4000)})
+    assert len(numbers) >= 3
+    for n in numbers[:-1]:                               # rolled: only what it holds
+        path = layout.data_path(s.directory, n)
+        assert _allocated(path) < os.path.getsize(path) + 2 * PAGE
+    newest = layout.data_path(s.directory, numbers[-1])
+    assert _allocated(newest) >= limit
+    s.close()
+    assert _allocated(newest) < os.path.getsize(newest) + 2 * PAGE
+    s2 = open_store(file_size_limit=limit, auto_gc=False)   # reopened: reserved again, and
+    c2 = s2.client()                                         # nothing read past the end
+    assert _allocated(newest) >= limit
+    assert [c2.read(mid(i)) for i in range(0, 4000, 9)] == [body(i, 300)
+                                                            for i in range(0, 4000, 9)]
+    c2.write_batch([(mid(5000 + i), body(i, 300)) for i in range(50)])
+    s2.sync()
+    assert [c2.read(mid(5000 + i)) for i in range(50)] == [body(i, 300) for i in range(50)]
+
+
+def test_reserve_beyond_end_keeps_the_size_and_never_raises(tmp_path):
+    ops = FileOps()
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"abc")
+        assert ops.reserve_beyond_end(path, fd, 3, 64 * PAGE) is True
+        assert os.fstat(fd).st_size == 3 and _allocated(path) >= 64 * PAGE
+        assert ops.reserve_beyond_end(path, fd, 3, 0) is False
+    finally:
+        os.close(fd)
+    r, w = os.pipe()
+    try:
+        assert ops.reserve_beyond_end(path, w, 0, PAGE) is False
+    finally:
+        os.close(r)
+        os.close(w)

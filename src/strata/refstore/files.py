@@ -68,12 +68,16 @@ class CurrentFile:
     """
 
     def __init__(self, directory: str, number: int, size: int, buffer_limit: int,
-                 buffers: list[np.ndarray] | None = None) -> None:
+                 buffers: list[np.ndarray] | None = None, reserve_to: int = 0) -> None:
+        self.directory = directory
         self.number = number
         self.path = layout.data_path(directory, number)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self.fd).st_size != size:
             os.ftruncate(self.fd, size)
+        self.reserve_to = reserve_to       # blocks reserved beyond the end up to here
+        self._reserved = size < reserve_to and file_ops().reserve_beyond_end(
+            self.path, self.fd, size, reserve_to - size)
         self.size = size
         self.flushed = size
         self.synced = size
@@ -181,13 +185,23 @@ class CurrentFile:
         self.write_sealed(pending)
         self.sealed_written(pending)
 
-    def take_buffers(self) -> list[np.ndarray]:
-        """The (flushed) buffers, for the next current file to reuse."""
+    def successor(self) -> "CurrentFile":
+        """The next current file (number + 1), taking over this one's buffers once every byte
+        of this one is written and its unwritten reserved blocks are given back (at the roll,
+        before the GC may take this file up)."""
         self.flush()
+        self._release_reserve()
         self._mv.release()
-        out = self._spare + [self.buf]
+        buffers = self._spare + [self.buf]
         self._spare = []
-        return out
+        return CurrentFile(self.directory, self.number + 1, 0, self.buffer_limit, buffers,
+                           self.reserve_to)
+
+    def _release_reserve(self) -> None:
+        """Give back the blocks reserved past the end (a same-size ``ftruncate``)."""
+        if self._reserved:
+            os.ftruncate(self.fd, self.size)
+            self._reserved = False
 
     def sync(self) -> None:
         """Make everything flushed durable (fdatasync)."""
@@ -218,6 +232,7 @@ class CurrentFile:
     def close(self) -> None:
         if self.fd >= 0:
             self.flush()
+            self._release_reserve()
             self.sync()
             os.close(self.fd)
             self.fd = -1
