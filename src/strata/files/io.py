@@ -285,47 +285,26 @@ def _fs_type(directory: Path) -> str:
         return ""
 
 
-def _load_madvise():
+def _libc(name: str, *argtypes):
+    """libc's function ``name`` (returning an int, errno kept), None where there is none:
+    called through ctypes, which releases the GIL for the call."""
     try:
-        fn = ctypes.CDLL(None, use_errno=True).madvise
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fn.argtypes = argtypes
     fn.restype = ctypes.c_int
     return fn
 
 
-_MADVISE = _load_madvise()
+_MADVISE = _libc("madvise", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 SYNC_FILE_RANGE_WRITE = 2      # <linux/fs.h>: start write-out of dirty pages, do not wait
-
-
-def _load_sync_file_range():
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNC_FILE_RANGE = _load_sync_file_range()
+_SYNC_FILE_RANGE = _libc("sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                        ctypes.c_uint)
 
 FALLOC_FL_KEEP_SIZE = 1        # <linux/falloc.h>: allocate, leave the size alone
-
-
-def _load_fallocate():
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_FALLOCATE = _load_fallocate()
+_FALLOCATE = _libc("fallocate", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 
 
 def _address(mm: mmap.mmap) -> int | None:
