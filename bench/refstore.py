@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import threading
 import time
 
 import strata.refstore as rs
+from strata.files.io import FileOps, install, uninstall
 from strata.format.refstore_record import OVERHEAD
 
 
@@ -72,22 +74,48 @@ def disk_limit(directory: str, total_bytes: int, chunk: int = 1 << 20) -> float:
     return dt
 
 
-def dd_limit(directory: str, total_bytes: int) -> float | None:
+def dd_limit(directory: str, total_bytes: int) -> tuple[float, float | None] | None:
     """Seconds for ``dd if=/dev/zero bs=1M conv=fdatasync`` of ``total_bytes`` (rounded up to
-    whole MiB) into a fresh file; None if dd is not there."""
+    whole MiB, scaled back to ``total_bytes``) into a fresh file in ``directory``: measured
+    around the process (its start included) and as dd itself reports it (its copy and the
+    fdatasync only; None if not found in its output); None if dd is not there."""
     path = os.path.join(directory, "dd.bin")
     count = -(-total_bytes // (1 << 20))
     t0 = time.perf_counter()
     try:
-        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={count}",
-                        "conv=fdatasync"], check=True, capture_output=True)
+        done = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={count}",
+                               "conv=fdatasync"], check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError):
         return None
     finally:
         dt = time.perf_counter() - t0
         if os.path.exists(path):
             os.unlink(path)
-    return dt * total_bytes / (count << 20)
+    own = re.search(r"copied, ([0-9.]+) s", done.stderr)
+    scale = total_bytes / (count << 20)
+    return dt * scale, None if own is None else float(own.group(1)) * scale
+
+
+class CountingFileOps(FileOps):
+    """The production FileOps, counting fdatasyncs and write-back starts (a stream's figures:
+    how many syncs it took, how long they waited in all and the last one alone — the one the
+    final ``sync()`` waits for —, whether the write-back hint was given)."""
+
+    def __init__(self) -> None:
+        self.counts = {"fdatasync": 0, "fdatasync_s": 0.0, "last_fdatasync_s": 0.0,
+                       "start_writeback": 0}
+
+    def fdatasync(self, path, fd: int) -> None:
+        t0 = time.perf_counter()
+        super().fdatasync(path, fd)
+        dt = time.perf_counter() - t0
+        self.counts["fdatasync"] += 1
+        self.counts["fdatasync_s"] = round(self.counts["fdatasync_s"] + dt, 4)
+        self.counts["last_fdatasync_s"] = round(dt, 4)
+
+    def start_writeback(self, path, fd: int, offset: int, length: int) -> bool:
+        self.counts["start_writeback"] += 1
+        return super().start_writeback(path, fd, offset, length)
 
 
 def bench_throughput(base: str, n: int, batch: int, size: int) -> None:
@@ -100,11 +128,13 @@ def bench_throughput(base: str, n: int, batch: int, size: int) -> None:
     emit(bench="disk_limit", what="os.write 1 MiB chunks + fdatasync", bytes=total,
          seconds=round(limit_s, 4), mb_per_s=round(total / limit_s / 1e6, 1),
          msgs_per_s_equiv=round(n / limit_s), cpu_us_per_msg=round(limit_cpu / n * 1e6, 3))
-    dd_s = dd_limit(base, total)
-    if dd_s is not None:
+    dd = dd_limit(base, total)
+    dd_s = None if dd is None else dd[0]
+    if dd is not None:
         emit(bench="dd_limit", what="dd if=/dev/zero bs=1M conv=fdatasync", bytes=total,
              seconds=round(dd_s, 4), mb_per_s=round(total / dd_s / 1e6, 1),
-             msgs_per_s_equiv=round(n / dd_s))
+             msgs_per_s_equiv=round(n / dd_s),
+             dd_reported_s=None if dd[1] is None else round(dd[1], 4))
 
     # the batches are built before the clock starts: the figure is the store's (dd and the
     # os.write loop do not make their bytes either); the row "write_building_batches" below
@@ -116,13 +146,19 @@ def bench_throughput(base: str, n: int, batch: int, size: int) -> None:
     c.write(mid(n), body)    # untimed: the first write waits for the compiled encoder to load
     s.sync()
     threads0 = thread_cpu()
-    t0 = time.perf_counter()
-    cpu0 = time.process_time()
-    for pairs in batches:
-        c.write_batch(pairs)
-    s.sync()
-    dt = time.perf_counter() - t0
-    cpu = time.process_time() - cpu0
+    counting = CountingFileOps()
+    install(counting)
+    try:
+        t0 = time.perf_counter()
+        cpu0 = time.process_time()
+        for pairs in batches:
+            c.write_batch(pairs)
+        t_last = time.perf_counter()
+        s.sync()
+        dt = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+    finally:
+        uninstall(counting)
     threads = {name: round((v - threads0[name]) / n * 1e6, 2)
                for name, v in thread_cpu().items() if name in threads0}
     emit(bench="write", messages=n, body_bytes=size, batch=batch, seconds=round(dt, 4),
@@ -130,7 +166,9 @@ def bench_throughput(base: str, n: int, batch: int, size: int) -> None:
          thread_cpu_us_per_msg=threads,
          msgs_per_s=round(n / dt), mb_per_s=round(total / dt / 1e6, 1),
          vs_disk_limit=round(limit_s / dt, 3),
-         vs_dd=None if dd_s is None else round(dd_s / dt, 3), target_vs_disk_limit=0.7)
+         vs_dd=None if dd_s is None else round(dd_s / dt, 3),
+         vs_dd_reported=None if dd is None or dd[1] is None else round(dd[1] / dt, 3),
+         tail_s=round(dt - (t_last - t0), 4), **counting.counts, target_vs_disk_limit=0.7)
 
     t0 = time.perf_counter()
     for pairs in batches:

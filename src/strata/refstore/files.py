@@ -10,7 +10,7 @@ import numpy as np
 from crc32c import crc32c
 
 from strata.errors import DiskFullError
-from strata.files.io import file_ops
+from strata.files.io import PAGE, file_ops
 from strata.files.lock import DirectoryLock
 from strata.format import refstore_record as rec
 
@@ -41,6 +41,11 @@ def _write_all(fd: int, data, pos: int) -> None:
         view.release()
 
 
+WRITEBACK_BUFFERS = 4
+"""Every this many write buffers' worth of bytes handed to the OS, the current file asks the
+kernel to start writing them to disk (``FileOps.start_writeback``)."""
+
+
 class CurrentFile:
     """The file new records are appended to, with write buffers in front of it.
 
@@ -52,21 +57,31 @@ class CurrentFile:
     moves past it. Readers copy a record from the active or a sealed buffer under the store
     lock while it is at or past ``flushed``: they never ``pread`` bytes the OS does not have.
 
+    Every ``WRITEBACK_BUFFERS`` buffers' worth of written bytes, ``writeback_due`` names a
+    stretch whose write-back to disk the sync thread then starts (a hint, not a sync): the
+    page cache would otherwise keep them dirty until the fdatasync of the next sync point,
+    which then writes them all. Confirms still wait for that fdatasync.
+
     Buffers are numpy arrays reused (and handed on to the next file at a roll), so the batch
     encoder writes into memory that is already mapped: a fresh 1 MiB buffer per flush costs
     a page fault per 4 KiB, about as much as the encoding itself.
     """
 
     def __init__(self, directory: str, number: int, size: int, buffer_limit: int,
-                 buffers: list[np.ndarray] | None = None) -> None:
+                 buffers: list[np.ndarray] | None = None, reserve_to: int = 0) -> None:
+        self.directory = directory
         self.number = number
         self.path = layout.data_path(directory, number)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self.fd).st_size != size:
             os.ftruncate(self.fd, size)
+        self.reserve_to = reserve_to       # blocks reserved beyond the end up to here
+        self._reserved = size < reserve_to and file_ops().reserve_beyond_end(
+            self.path, self.fd, size, reserve_to - size)
         self.size = size
         self.flushed = size
         self.synced = size
+        self.writeback_from = size         # write-back not yet started from here on
         self.buffer_limit = buffer_limit
         self._spare = buffers or []
         self.buf = self._fresh(buffer_limit)
@@ -136,6 +151,24 @@ class CurrentFile:
         for pos, buf, n in sealed:
             _write_all(self.fd, buf[:n], pos)
 
+    def writeback_due(self) -> tuple[int, int] | None:
+        """The stretch ``(start, end)`` of bytes the OS has whose write-back should start
+        now, once ``WRITEBACK_BUFFERS`` buffers' worth of whole pages came since the last one
+        (the page still being filled is left out: a page under write-back could hold up the
+        next ``pwrite`` into it). Server thread, after ``sealed_written``."""
+        end = self.flushed - self.flushed % PAGE
+        start = self.writeback_from
+        if end - start < WRITEBACK_BUFFERS * self.buffer_limit:
+            return None
+        self.writeback_from = end
+        return start, end
+
+    def start_writeback(self, start: int, end: int) -> None:
+        """Ask the kernel to start writing ``[start, end)`` to disk (the sync thread, which
+        alone closes a rolled file: never a closed descriptor)."""
+        if self.fd >= 0:
+            file_ops().start_writeback(self.path, self.fd, start, end - start)
+
     def sealed_written(self, sealed: list[tuple[int, np.ndarray, int]]) -> None:
         """``write_sealed(sealed)`` returned: the OS has those bytes (store lock held)."""
         if not sealed:
@@ -152,13 +185,23 @@ class CurrentFile:
         self.write_sealed(pending)
         self.sealed_written(pending)
 
-    def take_buffers(self) -> list[np.ndarray]:
-        """The (flushed) buffers, for the next current file to reuse."""
+    def successor(self) -> "CurrentFile":
+        """The next current file (number + 1), taking over this one's buffers once every byte
+        of this one is written and its unwritten reserved blocks are given back (at the roll,
+        before the GC may take this file up)."""
         self.flush()
+        self._release_reserve()
         self._mv.release()
-        out = self._spare + [self.buf]
+        buffers = self._spare + [self.buf]
         self._spare = []
-        return out
+        return CurrentFile(self.directory, self.number + 1, 0, self.buffer_limit, buffers,
+                           self.reserve_to)
+
+    def _release_reserve(self) -> None:
+        """Give back the blocks reserved past the end (a same-size ``ftruncate``)."""
+        if self._reserved:
+            os.ftruncate(self.fd, self.size)
+            self._reserved = False
 
     def sync(self) -> None:
         """Make everything flushed durable (fdatasync)."""
@@ -189,6 +232,7 @@ class CurrentFile:
     def close(self) -> None:
         if self.fd >= 0:
             self.flush()
+            self._release_reserve()
             self.sync()
             os.close(self.fd)
             self.fd = -1

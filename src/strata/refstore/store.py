@@ -124,7 +124,8 @@ class RefStore:
         newest = self._summary.newest()
         if newest is None:
             newest = self._summary.add(0)
-        self._cur = CurrentFile(self.directory, newest.number, newest.size, write_buffer_size)
+        self._cur = CurrentFile(self.directory, newest.number, newest.size, write_buffer_size,
+                                reserve_to=file_size_limit)
         if newest.size >= file_size_limit:
             self._roll()
         self._syncer = Syncer(self.directory, self._callback, self._sync_failed)
@@ -316,6 +317,9 @@ class RefStore:
                     cur.write_sealed(pending)
                     with lock:
                         cur.sealed_written(pending)
+                        stretch = cur.writeback_due()
+                    if stretch is not None:   # start its write-back, off this thread
+                        self._syncer.start_writeback(cur, *stretch)
                 if sync:        # fdatasync and confirms on the sync thread, in order
                     self._syncer.submit(SyncJob(rolled, dir_unsynced, cur, cur.flushed,
                                                 confirms, waiters))
@@ -385,11 +389,9 @@ class RefStore:
     def _roll(self) -> None:
         """Close the current file and start the next one (lock held, server thread)."""
         old = self._cur
-        old.flush()
         self._unsynced.append(old)     # fsynced and closed by the next sync, off the lock
-        number = old.number + 1
-        self._summary.add(number)
-        self._cur = CurrentFile(self.directory, number, 0, old.buffer_limit, old.take_buffers())
+        self._summary.add(old.number + 1)
+        self._cur = old.successor()    # old's bytes all written, its spare blocks given back
         self._dir_unsynced = True      # the new file's name: fsynced by the next sync
         self._maybe_gc(self._summary.files[old.number].valid == 0)
 

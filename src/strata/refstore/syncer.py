@@ -14,6 +14,12 @@ Jobs that queue up while a sync runs are taken together: one fdatasync per file 
 them, then their confirms in order. A job with no confirms and no waiters (a roll nobody
 waits on) only closes its rolled files: it does not fdatasync the current file, whose bytes
 the next job that has someone to tell covers — one fdatasync less per roll.
+
+Every few MiB the server also hands it a write-back hint (``CurrentFile.writeback_due``):
+this thread asks the kernel to start writing those bytes (``FileOps.start_writeback``) so
+that they are not all still dirty when a fdatasync comes, and so that the kernel's work of
+queueing them for the disk is not done on the server thread. A hint makes nothing durable
+and confirms nothing.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ class Syncer:
         self._callback = callback
         self._on_failure = on_failure
         self._jobs: collections.deque[SyncJob] = collections.deque()
+        self._writebacks: list[tuple["CurrentFile", int, int]] = []
         self._cond = threading.Condition()
         self._stop = False
         self.failure: BaseException | None = None
@@ -71,6 +78,14 @@ class Syncer:
             self._jobs.append(job)
             self._cond.notify()
 
+    def start_writeback(self, f: "CurrentFile", start: int, end: int) -> None:
+        """Have this thread start the write-back of ``f``'s bytes ``[start, end)`` (a hint
+        run before the next jobs: it keeps the kernel's work of queueing the pages for the
+        disk off the server thread, and confirms nothing)."""
+        with self._cond:
+            self._writebacks.append((f, start, end))
+            self._cond.notify()
+
     def stop(self, timeout: float | None = None, drop_pending: bool = False) -> list[SyncJob]:
         """Run every job submitted so far, then end the thread. With ``drop_pending`` (a
         crash) the jobs not started are dropped instead, and returned."""
@@ -79,6 +94,7 @@ class Syncer:
             dropped = list(self._jobs) if drop_pending else []
             if drop_pending:
                 self._jobs.clear()
+                self._writebacks.clear()
             self._cond.notify()
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(timeout)
@@ -87,13 +103,16 @@ class Syncer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._jobs and not self._stop:
+                while not self._jobs and not self._writebacks and not self._stop:
                     self._cond.wait()
-                if not self._jobs:
+                if not self._jobs and not self._writebacks:
                     return
                 jobs = list(self._jobs)
                 self._jobs.clear()
+                writebacks, self._writebacks = self._writebacks, []
             try:
+                for f, start, end in writebacks:
+                    f.start_writeback(start, end)
                 _make_durable(self.directory, jobs)
             except BaseException as exc:   # an I/O failure: no confirm, say why, stop
                 log.exception("ref store %s: sync thread failed", self.directory)
