@@ -263,3 +263,23 @@ def test_messages_made_with_or_without_the_collector_are_alike(monkeypatch, dire
     assert sys.getrefcount(BatchMessage) == types_refs + 800
     del got
     assert sys.getrefcount(BatchMessage) == types_refs
+
+
+def test_batch_message_items_are_read_only_slots_of_the_tuple():
+    """``topic``, ``body`` and the message's rows and column are member descriptors over the
+    tuple's items (what the interpreter reads at a fixed offset): they read the items the
+    message was made with, and can be neither set nor deleted."""
+    from strata.format.batch_message import BatchRows
+
+    rows = BatchRows(b"", np.zeros((rk.FIELDS, 1), np.int64))
+    body = b"a body"
+    m = BatchMessage.of("topic-x", body, rows, 7)
+    assert (m.topic, m.body, m._rows, m._column) == ("topic-x", body, rows, 7)
+    assert m.body is tuple.__getitem__(m, 1) and m._rows is rows
+    for name in ("topic", "body", "_rows", "_column"):
+        assert type(BatchMessage.__dict__[name]).__name__ == "member_descriptor"
+        with pytest.raises(AttributeError):
+            setattr(m, name, b"other")
+        with pytest.raises(AttributeError):
+            delattr(m, name)
+    assert (m.topic, m.body) == ("topic-x", body)
