@@ -6,10 +6,10 @@ two int objects of its own (queue and commit-log offsets differ from message to 
 about two thirds of the cost of the body it wanted. A ``BatchMessage`` is a 4-item tuple —
 topic, body, the batch's ``BatchRows`` and the message's column in it (an int from a shared
 cache) — made in compiled code (``record_objects.make_lazy``): its own objects are the tuple
-and the body's bytes. ``topic`` and ``body`` are read as fast as a ``StoredMessage``'s (the
-same C descriptor); every other field is read from the field table on access (the column
-turned into a list of ints once per batch, at its first read), the properties and hosts
-sliced from the batch's buffer.
+and the body's bytes. ``topic`` and ``body`` are read faster than a ``StoredMessage``'s
+(member descriptors of the tuple's items: ``_item_member``); every other field is read from
+the field table on access (the column turned into a list of ints once per batch, at its
+first read), the properties and hosts sliced from the batch's buffer.
 
 It is a ``StoredMessage`` in every other respect: ``isinstance``, the same attributes,
 equal to and hashed like the ``StoredMessage`` of the same values, indexed, iterated and
