@@ -31,8 +31,8 @@ import sys
 
 from numba import cfunc, njit, types
 
-from strata.format.record_objects import _GC_HEAD, _ITEMS_AT, _c_api, _decref, load_i64, \
-    store_i64
+from strata.format.record_objects import _GC_HEAD, _ITEMS_AT, FREE_WIDTH, _c_api, _decref, \
+    free_list, load_i64, store_i64
 
 _gc_untrack = _c_api("PyObject_GC_UnTrack", "void", "obj")   # a no-op when not linked
 _gc_del = _c_api("PyObject_GC_Del", "void", "obj")
@@ -58,14 +58,25 @@ def _release(o):
 @cfunc(types.void(types.int64), cache=True)
 def _dealloc(m):
     """``tp_dealloc`` of a ``BatchMessage`` at address ``m`` (its refcount reached 0)."""
-    if load_i64(m - _GC_HEAD) != 0:            # linked in the collector's list (_gc_next)
+    linked = load_i64(m - _GC_HEAD) != 0       # linked in the collector's list (_gc_next)
+    if linked:
         _gc_untrack(m)
-    for i in range(load_i64(m + 16)):          # ob_size: the tuple's item count
+    n = load_i64(m + 16)                       # ob_size: the tuple's item count
+    for i in range(n):
         o = load_i64(m + _ITEMS_AT + 8 * i)
         if o != 0:
             _release(o)
     t = load_i64(m + 8)                        # ob_type, released after the memory
-    _gc_del(m)
+    fl = free_list()
+    k = load_i64(fl)
+    if not linked and n == FREE_WIDTH and k < load_i64(fl + 8):
+        # made untracked: its memory to the free list, for the next message made
+        # (``record_objects._new_untracked``); one made tracked went through the collector's
+        # count, which only PyObject_GC_Del takes back
+        store_i64(fl + 8 * (k + 2), m - _GC_HEAD)
+        store_i64(fl, k + 1)
+    else:
+        _gc_del(m)
     _decref(t)
 
 

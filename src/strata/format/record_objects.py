@@ -36,6 +36,7 @@ import gc
 import sys
 
 import numpy as np
+from llvmlite import binding as _llvm_binding
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -145,17 +146,79 @@ _err_clear = _c_api("PyErr_Clear", "void")
 # layout on this interpreter before it is used; else PyType_GenericAlloc and untrack.
 _GC_HEAD = 16
 
+# The free list of message memory: a freed ``BatchMessage`` that was made untracked leaves its
+# memory here (``message_dealloc``) for the next one made, up to FREE_CAP of them — what
+# CPython's own free lists do for tuples of up to 20 items, which a tuple subclass does not
+# get. Why: a read that hands out every message spent ~10 ns a message in PyObject_Malloc and
+# PyObject_Free for the tuple alone, and memory just freed is still in the cache. The list is
+# an int64 array — how many blocks it holds, how many it may hold (0 unless ``direct_ok``: a
+# block is set up the way ``_new_untracked`` sets up its own), then the blocks' addresses, each
+# the collector's header and a 4-item tuple's object — that the compiled code finds through an
+# external symbol bound in this process (``llvmlite.binding.add_symbol``), so code loaded from
+# numba's cache finds this process's list. Only ever touched holding the GIL (making and
+# freeing messages both do).
+FREE_CAP = 1 << 13
+FREE_SYMBOL = "strata_batch_message_free_list"
+_FREE_LIST = (ctypes.c_int64 * (FREE_CAP + 2))()
+_llvm_binding.add_symbol(FREE_SYMBOL, ctypes.addressof(_FREE_LIST))
+FREE_WIDTH = 4   # the items of the tuples the list holds (a BatchMessage's)
+
+
+@intrinsic
+def free_list(typingctx):
+    """The address of the free list (the external symbol, bound when the code is loaded)."""
+    def codegen(context, builder, signature, args):
+        g = builder.module.globals.get(FREE_SYMBOL)
+        if g is None:
+            g = ir.GlobalVariable(builder.module, _I64, FREE_SYMBOL)   # a declaration
+            g.linkage = "external"
+        return builder.ptrtoint(g, _I64)
+    return types.int64(), codegen
+
+
+def free_list_held() -> int:
+    """How many blocks the free list holds now."""
+    return _FREE_LIST[0]
+
+
+_py_free = ctypes.pythonapi.PyObject_Free
+_py_free.argtypes, _py_free.restype = (ctypes.c_void_p,), None
+
+
+def release_free_list(keep: bool = True) -> int:
+    """Give the free list's blocks back to CPython's allocator (and, unless ``keep``, stop
+    keeping freed messages' memory: what a process whose layout check failed has); returns
+    how many there were. Call holding the GIL, as any Python code does."""
+    n = _FREE_LIST[0]
+    for i in range(n):
+        _py_free(_FREE_LIST[2 + i])
+    _FREE_LIST[0] = 0
+    if not keep:
+        _FREE_LIST[1] = 0
+    return n
+
+
+def keep_free_list() -> None:
+    """Keep freed messages' memory again (where ``direct_ok``)."""
+    _FREE_LIST[1] = FREE_CAP if direct_ok() else 0
+
 
 @njit(cache=True, inline="always")
 def _new_untracked(cls, n, direct):
-    if not direct:
+    fl = free_list()
+    k = load_i64(fl)
+    if n == FREE_WIDTH and k > 0:   # the block freed last (still in the cache)
+        p = load_i64(fl + 8 * (k + 1))
+        store_i64(fl, k - 1)
+    elif not direct:
         m = _alloc(cls, n)
         if m != 0:
             _untrack(m)
         return m
-    p = _malloc(_GC_HEAD + _ITEMS_AT + 8 * n)
-    if p == 0:
-        return 0
+    else:
+        p = _malloc(_GC_HEAD + _ITEMS_AT + 8 * n)
+        if p == 0:
+            return 0
     store_i64(p, 0)
     store_i64(p + 8, 0)
     m = p + _GC_HEAD
@@ -413,3 +476,4 @@ def direct_ok() -> bool:
 
 
 DIRECT = 1 if direct_ok() else 0
+_FREE_LIST[1] = FREE_CAP if DIRECT else 0   # (only where blocks are made directly)
