@@ -295,3 +295,41 @@ def test_batch_message_items_are_read_only_slots_of_the_tuple():
         with pytest.raises(AttributeError):
             delattr(m, name)
     assert (m.topic, m.body) == ("topic-x", body)
+
+
+def test_bodies_made_directly_are_whole_bytes_objects():
+    """``new_body`` (bodies made without PyBytes_FromStringAndSize): of every length, equal to
+    the bytes they were copied from, hashed and compared as bytes, NUL-terminated as CPython
+    keeps them, the 0- and 1-byte ones CPython's shared objects; freed with their message
+    (the compiled dealloc frees a body nobody else holds) or kept by whoever holds them."""
+    from strata.format.batch_message import BatchRows
+
+    sizes = [0, 1, 2, 7, 8, 100, 4096, 70000]
+    buf = bytes(range(256)) * (sum(sizes) // 256 + 1)
+    fields = np.zeros((rk.FIELDS, len(sizes)), np.int64)
+    fields[rk.F_BODY_AT] = np.cumsum([0] + sizes[:-1])
+    fields[rk.F_BODY_END] = fields[rk.F_BODY_AT] + sizes
+    want = [buf[a:b] for a, b in zip(fields[rk.F_BODY_AT].tolist(),
+                                     fields[rk.F_BODY_END].tolist())]
+    data = np.frombuffer(buf, np.uint8)
+    out = [None] * len(sizes)
+    assert ro.make_bodies(data.ctypes.data, fields, 0, len(sizes), id(out)) == len(sizes)
+    assert out == want and all(type(b) is bytes for b in out)
+    assert [hash(b) for b in out] == [hash(w) for w in want] and {out[5]: 1}[want[5]] == 1
+    assert out[0] is b"" and out[1] is bytes([buf[0]])
+    assert all(ctypes_nul(b) for b in out[2:])
+    rows = BatchRows(buf, fields)
+    ms = [None] * len(sizes)
+    assert ro.make_lazy(data.ctypes.data, fields, 0, len(sizes), id(BatchMessage), id("t"), 0,
+                        id(rows), ro.column_ids(len(sizes)), id(ms), ro.DIRECT) == len(sizes)
+    kept = ms[6].body
+    refs = sys.getrefcount(kept)
+    assert [m.body for m in ms] == want
+    del ms
+    assert sys.getrefcount(kept) == refs - 1 and kept == want[6]   # the message's ref only
+
+
+def ctypes_nul(b: bytes) -> bool:
+    """Whether the byte after ``b``'s last is NUL (CPython's bytes always end so)."""
+    import ctypes
+    return ctypes.string_at(id(b) + ro.BYTES_DATA_AT + len(b), 1) == b"\0"

@@ -31,11 +31,12 @@ import sys
 
 from numba import cfunc, njit, types
 
-from strata.format.record_objects import _GC_HEAD, _ITEMS_AT, FREE_WIDTH, _c_api, _decref, \
-    free_list, load_i64, store_i64
+from strata.format.record_objects import _GC_HEAD, _ITEMS_AT, FREE_WIDTH, _c_api, \
+    bytes_type, free_list, load_i64, store_i64
 
 _gc_untrack = _c_api("PyObject_GC_UnTrack", "void", "obj")   # a no-op when not linked
 _gc_del = _c_api("PyObject_GC_Del", "void", "obj")
+_object_free = _c_api("PyObject_Free", "void", "obj")
 
 # offsets in CPython 3.11's PyTypeObject: ob_refcnt, ob_type, ob_size, tp_name, then these
 _TP_NAME_AT, _TP_BASICSIZE_AT, _TP_ITEMSIZE_AT, _TP_DEALLOC_AT = 24, 32, 40, 48
@@ -64,7 +65,11 @@ def _dealloc(m):
     n = load_i64(m + 16)                       # ob_size: the tuple's item count
     for i in range(n):
         o = load_i64(m + _ITEMS_AT + 8 * i)
-        if o != 0:
+        if o == 0:
+            continue
+        if load_i64(o) == 1 and load_i64(o + 8) == bytes_type():
+            _object_free(o)   # its body, freed as bytes' dealloc frees it (no call through it)
+        else:
             _release(o)
     t = load_i64(m + 8)                        # ob_type, released after the memory
     fl = free_list()
@@ -77,7 +82,7 @@ def _dealloc(m):
         store_i64(fl, k + 1)
     else:
         _gc_del(m)
-    _decref(t)
+    _release(t)
 
 
 _installed = False

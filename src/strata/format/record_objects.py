@@ -176,6 +176,36 @@ def free_list(typingctx):
     return types.int64(), codegen
 
 
+# bytes objects made here directly (``new_body``), as PyBytes_FromStringAndSize makes them:
+# PyObject_Malloc of the object's fixed part and its bytes, the count 1, the type (static: no
+# reference taken), the size, the hash not taken yet (-1), the bytes and a closing NUL. The
+# type's address is found as the free list is (an external symbol bound per process).
+BYTES_TYPE_SYMBOL = "strata_bytes_type"
+_llvm_binding.add_symbol(BYTES_TYPE_SYMBOL, id(bytes))
+
+
+@intrinsic
+def bytes_type(typingctx):
+    """The address of ``bytes`` (PyBytes_Type)."""
+    def codegen(context, builder, signature, args):
+        g = builder.module.globals.get(BYTES_TYPE_SYMBOL)
+        if g is None:
+            g = ir.GlobalVariable(builder.module, ir.IntType(8), BYTES_TYPE_SYMBOL)
+            g.linkage = "external"
+        return builder.ptrtoint(g, _I64)
+    return types.int64(), codegen
+
+
+@intrinsic
+def store_u8(typingctx, addr, value):
+    """``*(uint8_t *)addr = value``."""
+    def codegen(context, builder, signature, args):
+        builder.store(builder.trunc(args[1], ir.IntType(8)),
+                      builder.inttoptr(args[0], ir.IntType(8).as_pointer()))
+        return context.get_dummy_value()
+    return types.none(types.int64, types.int64), codegen
+
+
 def free_list_held() -> int:
     """How many blocks the free list holds now."""
     return _FREE_LIST[0]
@@ -229,6 +259,25 @@ def _new_untracked(cls, n, direct):
     for j in range(n):
         store_i64(m + _ITEMS_AT + 8 * j, 0)
     return m
+
+
+@njit(cache=True, inline="always")
+def new_body(src, n):
+    """A new bytes object of the ``n`` bytes at ``src`` (0, no error set, if there is no
+    memory): made here, not by a call (PyBytes_FromStringAndSize), but for the 0- and 1-byte
+    ones, which CPython shares."""
+    if n < 2:
+        return _bytes(src, n)
+    b = _malloc(_BYTES_DATA_AT + 1 + n)
+    if b == 0:
+        return 0
+    store_i64(b, 1)
+    store_i64(b + 8, bytes_type())
+    store_i64(b + 16, n)
+    store_i64(b + 24, -1)
+    memcpy(b + _BYTES_DATA_AT, src, n)
+    store_u8(b + _BYTES_DATA_AT + n, 0)
+    return b
 
 
 @intrinsic
@@ -312,7 +361,8 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
             name = own_topic
         _hold(name)
         _tuple_set(m, 0, name)
-        body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
+        body = new_body(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] -
+                        fields[F_BODY_AT, c])
         if body == 0:
             break
         _tuple_set(m, 1, body)
@@ -420,7 +470,8 @@ def make_bodies(base, fields, first, count, out):
     objects. Returns ``count``, or -1 if one could not be made (the Python error cleared)."""
     for k in range(count):
         c = first + k
-        body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
+        body = new_body(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] -
+                        fields[F_BODY_AT, c])
         if body == 0 or _list_set(out, k, body) != 0:
             _err_clear()
             return -1
