@@ -11,8 +11,10 @@ depth twice. Side by side (2-core VM, 1000 messages of 100 B made and freed) tha
 what a read that hands out every body spends per message. A ``BatchMessage`` holds a str, a
 bytes object, the batch's ``BatchRows`` and an int, and nothing can subclass it to add more
 (``__init_subclass__``), so none of those checks can ever find anything: this dealloc does
-what is left — unlink it from the collector if it is linked, release its four items, free
-its memory (``PyObject_GC_Del``, as tuple's dealloc does for a subclass) and release the
+what is left — unlink it from the collector if it is linked, release its four items (a body
+nobody else holds goes straight to ``PyObject_Free``, as bytes' own dealloc would send it),
+free its memory (``PyObject_GC_Del``, as tuple's dealloc does for a subclass; or, for one made
+untracked, onto ``record_objects``' free list for the next message) and release the
 reference to its type.
 
 ``install`` writes the function into the type's ``tp_dealloc`` slot (offset 48 of
