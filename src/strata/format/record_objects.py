@@ -166,16 +166,23 @@ _llvm_binding.add_symbol(FREE_SYMBOL, ctypes.addressof(_FREE_LIST))
 FREE_WIDTH = 4   # the items of the tuples the list holds (a BatchMessage's)
 
 
-@intrinsic
-def free_list(typingctx):
-    """The address of the free list (the external symbol, bound when the code is loaded)."""
-    def codegen(context, builder, signature, args):
-        g = builder.module.globals.get(FREE_SYMBOL)
-        if g is None:
-            g = ir.GlobalVariable(builder.module, _I64, FREE_SYMBOL)   # a declaration
-            g.linkage = "external"
-        return builder.ptrtoint(g, _I64)
-    return types.int64(), codegen
+def _bound_address(symbol: str):
+    """A compiled ``address()`` of external ``symbol``: a declaration the code is linked
+    against when it is loaded (from numba's cache too), to what this process bound the name to
+    (``add_symbol``), never an address of the process that compiled it."""
+    @intrinsic
+    def address(typingctx):
+        def codegen(context, builder, signature, args):
+            g = builder.module.globals.get(symbol)
+            if g is None:
+                g = ir.GlobalVariable(builder.module, ir.IntType(8), symbol)
+                g.linkage = "external"
+            return builder.ptrtoint(g, _I64)
+        return types.int64(), codegen
+    return address
+
+
+free_list = _bound_address(FREE_SYMBOL)   # the free list's address
 
 
 # bytes objects made here directly (``new_body``), as PyBytes_FromStringAndSize makes them:
@@ -186,16 +193,7 @@ BYTES_TYPE_SYMBOL = "strata_bytes_type"
 _llvm_binding.add_symbol(BYTES_TYPE_SYMBOL, id(bytes))
 
 
-@intrinsic
-def bytes_type(typingctx):
-    """The address of ``bytes`` (PyBytes_Type)."""
-    def codegen(context, builder, signature, args):
-        g = builder.module.globals.get(BYTES_TYPE_SYMBOL)
-        if g is None:
-            g = ir.GlobalVariable(builder.module, ir.IntType(8), BYTES_TYPE_SYMBOL)
-            g.linkage = "external"
-        return builder.ptrtoint(g, _I64)
-    return types.int64(), codegen
+bytes_type = _bound_address(BYTES_TYPE_SYMBOL)   # the address of ``bytes`` (PyBytes_Type)
 
 
 @intrinsic
