@@ -161,7 +161,11 @@ _GC_HEAD = 16
 # freeing messages both do).
 FREE_CAP = 1 << 13
 FREE_SYMBOL = "strata_batch_message_free_list"
-_FREE_LIST = (ctypes.c_int64 * (FREE_CAP + 2))()
+# (raw memory, never freed: messages may be freed until the very end of the process, after this
+# module's objects are gone)
+_raw_calloc = ctypes.pythonapi.PyMem_RawCalloc
+_raw_calloc.argtypes, _raw_calloc.restype = (ctypes.c_size_t, ctypes.c_size_t), ctypes.c_void_p
+_FREE_LIST = (ctypes.c_int64 * (FREE_CAP + 2)).from_address(_raw_calloc(FREE_CAP + 2, 8))
 _llvm_binding.add_symbol(FREE_SYMBOL, ctypes.addressof(_FREE_LIST))
 FREE_WIDTH = 4   # the items of the tuples the list holds (a BatchMessage's)
 
