@@ -316,7 +316,7 @@ def test_bodies_made_directly_are_whole_bytes_objects():
     assert ro.make_bodies(data.ctypes.data, fields, 0, len(sizes), id(out)) == len(sizes)
     assert out == want and all(type(b) is bytes for b in out)
     assert [hash(b) for b in out] == [hash(w) for w in want] and {out[5]: 1}[want[5]] == 1
-    assert out[0] is b"" and out[1] is bytes([buf[0]])
+    assert out[0] is bytes() and out[1] is bytes([buf[0]])
     assert all(ctypes_nul(b) for b in out[2:])
     rows = BatchRows(buf, fields)
     ms = [None] * len(sizes)
