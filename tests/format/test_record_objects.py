@@ -176,6 +176,9 @@ def test_no_reference_is_leaked_or_lost():
             assert [m.queue_offset for m in kept[:600]] == [m.queue_offset for m in kept[600:]]
         del kept
         gc.collect()
+        held = ro.free_list_held()   # messages' memory kept for the next ones (bounded) ...
+        assert 0 < held <= ro.FREE_CAP
+        ro.release_free_list()       # ... given back: what is left would be a leak
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
@@ -245,6 +248,15 @@ def test_messages_made_with_or_without_the_collector_are_alike(monkeypatch, dire
     PyType_GenericAlloc; either way untracked, equal and freed."""
     assert ro.direct_ok() and ro.DIRECT == 1
     monkeypatch.setattr(ro, "DIRECT", direct)
+    if not direct:   # as in a process whose layout check failed: no free list
+        ro.release_free_list(keep=False)
+    try:
+        _made_alike(direct)
+    finally:
+        ro.keep_free_list()
+
+
+def _made_alike(direct: int) -> None:
     kws = [dict(queue_id=0, flag=0, queue_offset=i, physical_offset=0, sys_flag=0, born_ts=i,
                 store_ts=i, tx_offset=0, reconsume=0, born_host=("10.0.0.1", 1),
                 store_host=("10.0.0.2", 2), topic="t", body=b"b%d" % i) for i in range(800)]
@@ -263,3 +275,61 @@ def test_messages_made_with_or_without_the_collector_are_alike(monkeypatch, dire
     assert sys.getrefcount(BatchMessage) == types_refs + 800
     del got
     assert sys.getrefcount(BatchMessage) == types_refs
+
+
+def test_batch_message_items_are_read_only_slots_of_the_tuple():
+    """``topic``, ``body`` and the message's rows and column are member descriptors over the
+    tuple's items (what the interpreter reads at a fixed offset): they read the items the
+    message was made with, and can be neither set nor deleted."""
+    from strata.format.batch_message import BatchRows
+
+    rows = BatchRows(b"", np.zeros((rk.FIELDS, 1), np.int64))
+    body = b"a body"
+    m = BatchMessage.of("topic-x", body, rows, 7)
+    assert (m.topic, m.body, m._rows, m._column) == ("topic-x", body, rows, 7)
+    assert m.body is tuple.__getitem__(m, 1) and m._rows is rows
+    for name in ("topic", "body", "_rows", "_column"):
+        assert type(BatchMessage.__dict__[name]).__name__ == "member_descriptor"
+        with pytest.raises(AttributeError):
+            setattr(m, name, b"other")
+        with pytest.raises(AttributeError):
+            delattr(m, name)
+    assert (m.topic, m.body) == ("topic-x", body)
+
+
+def test_bodies_made_directly_are_whole_bytes_objects():
+    """``new_body`` (bodies made without PyBytes_FromStringAndSize): of every length, equal to
+    the bytes they were copied from, hashed and compared as bytes, NUL-terminated as CPython
+    keeps them, the 0- and 1-byte ones CPython's shared objects; freed with their message
+    (the compiled dealloc frees a body nobody else holds) or kept by whoever holds them."""
+    from strata.format.batch_message import BatchRows
+
+    sizes = [0, 1, 2, 7, 8, 100, 4096, 70000]
+    buf = bytes(range(256)) * (sum(sizes) // 256 + 1)
+    fields = np.zeros((rk.FIELDS, len(sizes)), np.int64)
+    fields[rk.F_BODY_AT] = np.cumsum([0] + sizes[:-1])
+    fields[rk.F_BODY_END] = fields[rk.F_BODY_AT] + sizes
+    want = [buf[a:b] for a, b in zip(fields[rk.F_BODY_AT].tolist(),
+                                     fields[rk.F_BODY_END].tolist())]
+    data = np.frombuffer(buf, np.uint8)
+    out = [None] * len(sizes)
+    assert ro.make_bodies(data.ctypes.data, fields, 0, len(sizes), id(out)) == len(sizes)
+    assert out == want and all(type(b) is bytes for b in out)
+    assert [hash(b) for b in out] == [hash(w) for w in want] and {out[5]: 1}[want[5]] == 1
+    assert out[0] is bytes() and out[1] is bytes([buf[0]])
+    assert all(ctypes_nul(b) for b in out[2:])
+    rows = BatchRows(buf, fields)
+    ms = [None] * len(sizes)
+    assert ro.make_lazy(data.ctypes.data, fields, 0, len(sizes), id(BatchMessage), id("t"), 0,
+                        id(rows), ro.column_ids(len(sizes)), id(ms), ro.DIRECT) == len(sizes)
+    kept = ms[6].body
+    refs = sys.getrefcount(kept)
+    assert [m.body for m in ms] == want
+    del ms
+    assert sys.getrefcount(kept) == refs - 1 and kept == want[6]   # the message's ref only
+
+
+def ctypes_nul(b: bytes) -> bool:
+    """Whether the byte after ``b``'s last is NUL (CPython's bytes always end so)."""
+    import ctypes
+    return ctypes.string_at(id(b) + ro.BYTES_DATA_AT + len(b), 1) == b"\0"

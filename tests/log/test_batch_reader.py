@@ -124,6 +124,35 @@ def test_scan_batches_and_damage(tmp_store_dir):
         assert len(list(store.scan(0))) == 300   # without CRC checks the bit goes unseen
 
 
+@pytest.mark.parametrize("body,run_bytes", [
+    (10, 1 << 20),      # small records: the runs grow past the first 1024 rows, up to rows
+    (4000, 64 << 10),   # large ones: ~64 KiB of records a run once their size is seen
+])
+def test_scan_batches_sized_by_bytes(tmp_path, body, run_bytes):
+    """``scan_batches`` with ``run_bytes``: the first run of a segment has at most
+    ``WALK_ROWS`` records, the next ones about ``run_bytes`` of them (up to ``rows``); the
+    messages are those of fixed-size runs, in order, whatever the sizes."""
+    n = 5000 if body < 100 else 1200
+    store = strata.open(tmp_path / "s", strata.StoreConfig(segment_size=64 << 20,
+                                                           flush="async"))
+    store.create_topic("t", 1)
+    for start in range(0, n, 500):
+        store.put_batch([strata.Message("t", bytes([i % 251]) * body)
+                         for i in range(start, min(n, start + 500))])
+    limit = store.confirmed_offset()
+    want = [m.body for b in store.log.scan_batches(0, limit, verify_crc=True, rows=256,
+                                                  run_bytes=None) for m in b]
+    sizes = [len(b) for b in store.log.scan_batches(0, limit, verify_crc=True, rows=3000,
+                                                    run_bytes=run_bytes)]
+    got = list(store.scan(0))
+    later = min(3000, run_bytes // got[0].size)   # every record the same size here
+    assert sizes[0] == 1024 and sum(sizes) == n == len(want)
+    assert set(sizes[1:-1]) == {later} and 0 < sizes[-1] <= later
+    assert [m.body for m in got] == want and [m.queue_offset for m in got] == list(range(n))
+    assert all(m.body == bytes([i % 251]) * body for i, m in enumerate(got))
+    store.close()
+
+
 def test_a_topic_that_is_no_name_is_damage(tmp_store_dir):
     store, results = _store(tmp_store_dir, queues=1)
     store.close()

@@ -11,8 +11,10 @@ depth twice. Side by side (2-core VM, 1000 messages of 100 B made and freed) tha
 what a read that hands out every body spends per message. A ``BatchMessage`` holds a str, a
 bytes object, the batch's ``BatchRows`` and an int, and nothing can subclass it to add more
 (``__init_subclass__``), so none of those checks can ever find anything: this dealloc does
-what is left — unlink it from the collector if it is linked, release its four items, free
-its memory (``PyObject_GC_Del``, as tuple's dealloc does for a subclass) and release the
+what is left — unlink it from the collector if it is linked, release its four items (a body
+nobody else holds goes straight to ``PyObject_Free``, as bytes' own dealloc would send it),
+free its memory (``PyObject_GC_Del``, as tuple's dealloc does for a subclass; or, for one made
+untracked, onto ``record_objects``' free list for the next message) and release the
 reference to its type.
 
 ``install`` writes the function into the type's ``tp_dealloc`` slot (offset 48 of
@@ -31,11 +33,12 @@ import sys
 
 from numba import cfunc, njit, types
 
-from strata.format.record_objects import _GC_HEAD, _ITEMS_AT, _c_api, _decref, load_i64, \
-    store_i64
+from strata.format.record_objects import _GC_HEAD, _ITEMS_AT, FREE_WIDTH, _c_api, \
+    bytes_type, free_list, load_i64, store_i64
 
 _gc_untrack = _c_api("PyObject_GC_UnTrack", "void", "obj")   # a no-op when not linked
 _gc_del = _c_api("PyObject_GC_Del", "void", "obj")
+_object_free = _c_api("PyObject_Free", "void", "obj")
 
 # offsets in CPython 3.11's PyTypeObject: ob_refcnt, ob_type, ob_size, tp_name, then these
 _TP_NAME_AT, _TP_BASICSIZE_AT, _TP_ITEMSIZE_AT, _TP_DEALLOC_AT = 24, 32, 40, 48
@@ -58,15 +61,30 @@ def _release(o):
 @cfunc(types.void(types.int64), cache=True)
 def _dealloc(m):
     """``tp_dealloc`` of a ``BatchMessage`` at address ``m`` (its refcount reached 0)."""
-    if load_i64(m - _GC_HEAD) != 0:            # linked in the collector's list (_gc_next)
+    linked = load_i64(m - _GC_HEAD) != 0       # linked in the collector's list (_gc_next)
+    if linked:
         _gc_untrack(m)
-    for i in range(load_i64(m + 16)):          # ob_size: the tuple's item count
+    n = load_i64(m + 16)                       # ob_size: the tuple's item count
+    for i in range(n):
         o = load_i64(m + _ITEMS_AT + 8 * i)
-        if o != 0:
+        if o == 0:
+            continue
+        if load_i64(o) == 1 and load_i64(o + 8) == bytes_type():
+            _object_free(o)   # its body, freed as bytes' dealloc frees it (no call through it)
+        else:
             _release(o)
     t = load_i64(m + 8)                        # ob_type, released after the memory
-    _gc_del(m)
-    _decref(t)
+    fl = free_list()
+    k = load_i64(fl)
+    if not linked and n == FREE_WIDTH and k < load_i64(fl + 8):
+        # made untracked: its memory to the free list, for the next message made
+        # (``record_objects._new_untracked``); one made tracked went through the collector's
+        # count, which only PyObject_GC_Del takes back
+        store_i64(fl + 8 * (k + 2), m - _GC_HEAD)
+        store_i64(fl, k + 1)
+    else:
+        _gc_del(m)
+    _release(t)
 
 
 _installed = False

@@ -3,10 +3,12 @@ checked records: what a read costs per message once the records are found and ch
 
 ``make_lazy`` makes the ``BatchMessage``s (``strata.format.batch_message``) of a batch with
 CPython's C API — the calls ``tuple.__new__(BatchMessage, ...)`` would end in:
-``PyType_GenericAlloc`` for the 4-item tuple, ``PyBytes_FromStringAndSize`` for the body
-straight from the buffer, the topic name shared (one per distinct topic, learnt in a dict), the
-batch's rows and the message's column (an int from a cache this module keeps) referenced, and
-the items stored the way ``PyTuple_SET_ITEM`` stores them (no call per item). The fixed fields
+``PyType_GenericAlloc`` for the 4-item tuple (here: memory from a free list of freed
+messages' when it has some), ``PyBytes_FromStringAndSize`` for the body straight from the
+buffer (here: the same steps without the call, ``new_body``), the topic name shared (one per
+distinct topic, learnt in a dict), the batch's rows and the message's column (an int from a
+cache this module keeps) referenced, and the items stored the way ``PyTuple_SET_ITEM``
+stores them (no call per item). The fixed fields
 stay in the table until read. Side by side (2-core VM, 1000 × 100 B, made and freed) a
 ``BatchMessage`` costs ~60 ns against ~15 ns for its body alone; the 14-item
 ``StoredMessage`` with its own int objects that this maker replaced cost ~2.5× as much. The
@@ -36,6 +38,7 @@ import gc
 import sys
 
 import numpy as np
+from llvmlite import binding as _llvm_binding
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -145,17 +148,111 @@ _err_clear = _c_api("PyErr_Clear", "void")
 # layout on this interpreter before it is used; else PyType_GenericAlloc and untrack.
 _GC_HEAD = 16
 
+# The free list of message memory: a freed ``BatchMessage`` that was made untracked leaves its
+# memory here (``message_dealloc``) for the next one made, up to FREE_CAP of them — what
+# CPython's own free lists do for tuples of up to 20 items, which a tuple subclass does not
+# get. Why: a read that hands out every message spent ~10 ns a message in PyObject_Malloc and
+# PyObject_Free for the tuple alone, and memory just freed is still in the cache. The list is
+# an int64 array — how many blocks it holds, how many it may hold (0 unless ``direct_ok``: a
+# block is set up the way ``_new_untracked`` sets up its own), then the blocks' addresses, each
+# the collector's header and a 4-item tuple's object — that the compiled code finds through an
+# external symbol bound in this process (``llvmlite.binding.add_symbol``), so code loaded from
+# numba's cache finds this process's list. Only ever touched holding the GIL (making and
+# freeing messages both do).
+FREE_CAP = 1 << 13
+FREE_SYMBOL = "strata_batch_message_free_list"
+# (raw memory, never freed: messages may be freed until the very end of the process, after this
+# module's objects are gone)
+_raw_calloc = ctypes.pythonapi.PyMem_RawCalloc
+_raw_calloc.argtypes, _raw_calloc.restype = (ctypes.c_size_t, ctypes.c_size_t), ctypes.c_void_p
+_FREE_LIST = (ctypes.c_int64 * (FREE_CAP + 2)).from_address(_raw_calloc(FREE_CAP + 2, 8))
+_llvm_binding.add_symbol(FREE_SYMBOL, ctypes.addressof(_FREE_LIST))
+FREE_WIDTH = 4   # the items of the tuples the list holds (a BatchMessage's)
+
+
+def _bound_address(symbol: str):
+    """A compiled ``address()`` of external ``symbol``: a declaration the code is linked
+    against when it is loaded (from numba's cache too), to what this process bound the name to
+    (``add_symbol``), never an address of the process that compiled it."""
+    @intrinsic
+    def address(typingctx):
+        def codegen(context, builder, signature, args):
+            g = builder.module.globals.get(symbol)
+            if g is None:
+                g = ir.GlobalVariable(builder.module, ir.IntType(8), symbol)
+                g.linkage = "external"
+            return builder.ptrtoint(g, _I64)
+        return types.int64(), codegen
+    return address
+
+
+free_list = _bound_address(FREE_SYMBOL)   # the free list's address
+
+
+# bytes objects made here directly (``new_body``), as PyBytes_FromStringAndSize makes them:
+# PyObject_Malloc of the object's fixed part and its bytes, the count 1, the type (static: no
+# reference taken), the size, the hash not taken yet (-1), the bytes and a closing NUL. The
+# type's address is found as the free list is (an external symbol bound per process).
+BYTES_TYPE_SYMBOL = "strata_bytes_type"
+_llvm_binding.add_symbol(BYTES_TYPE_SYMBOL, id(bytes))
+
+
+bytes_type = _bound_address(BYTES_TYPE_SYMBOL)   # the address of ``bytes`` (PyBytes_Type)
+
+
+@intrinsic
+def store_u8(typingctx, addr, value):
+    """``*(uint8_t *)addr = value``."""
+    def codegen(context, builder, signature, args):
+        builder.store(builder.trunc(args[1], ir.IntType(8)),
+                      builder.inttoptr(args[0], ir.IntType(8).as_pointer()))
+        return context.get_dummy_value()
+    return types.none(types.int64, types.int64), codegen
+
+
+def free_list_held() -> int:
+    """How many blocks the free list holds now."""
+    return _FREE_LIST[0]
+
+
+_py_free = ctypes.pythonapi.PyObject_Free
+_py_free.argtypes, _py_free.restype = (ctypes.c_void_p,), None
+
+
+def release_free_list(keep: bool = True) -> int:
+    """Give the free list's blocks back to CPython's allocator (and, unless ``keep``, stop
+    keeping freed messages' memory: what a process whose layout check failed has); returns
+    how many there were. Call holding the GIL, as any Python code does."""
+    n = _FREE_LIST[0]
+    for i in range(n):
+        _py_free(_FREE_LIST[2 + i])
+    _FREE_LIST[0] = 0
+    if not keep:
+        _FREE_LIST[1] = 0
+    return n
+
+
+def keep_free_list() -> None:
+    """Keep freed messages' memory again (where ``direct_ok``)."""
+    _FREE_LIST[1] = FREE_CAP if direct_ok() else 0
+
 
 @njit(cache=True, inline="always")
 def _new_untracked(cls, n, direct):
-    if not direct:
+    fl = free_list()
+    k = load_i64(fl)
+    if n == FREE_WIDTH and k > 0:   # the block freed last (still in the cache)
+        p = load_i64(fl + 8 * (k + 1))
+        store_i64(fl, k - 1)
+    elif not direct:
         m = _alloc(cls, n)
         if m != 0:
             _untrack(m)
         return m
-    p = _malloc(_GC_HEAD + _ITEMS_AT + 8 * n)
-    if p == 0:
-        return 0
+    else:
+        p = _malloc(_GC_HEAD + _ITEMS_AT + 8 * n)
+        if p == 0:
+            return 0
     store_i64(p, 0)
     store_i64(p + 8, 0)
     m = p + _GC_HEAD
@@ -166,6 +263,25 @@ def _new_untracked(cls, n, direct):
     for j in range(n):
         store_i64(m + _ITEMS_AT + 8 * j, 0)
     return m
+
+
+@njit(cache=True, inline="always")
+def new_body(src, n):
+    """A new bytes object of the ``n`` bytes at ``src`` (0, no error set, if there is no
+    memory): made here, not by a call (PyBytes_FromStringAndSize), but for the 0- and 1-byte
+    ones, which CPython shares."""
+    if n < 2:
+        return _bytes(src, n)
+    b = _malloc(_BYTES_DATA_AT + 1 + n)
+    if b == 0:
+        return 0
+    store_i64(b, 1)
+    store_i64(b + 8, bytes_type())
+    store_i64(b + 16, n)
+    store_i64(b + 24, -1)
+    memcpy(b + _BYTES_DATA_AT, src, n)
+    store_u8(b + _BYTES_DATA_AT + n, 0)
+    return b
 
 
 @intrinsic
@@ -249,7 +365,8 @@ def make_lazy(base, fields, first, count, cls, topic, topics, rows, column_ids, 
             name = own_topic
         _hold(name)
         _tuple_set(m, 0, name)
-        body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
+        body = new_body(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] -
+                        fields[F_BODY_AT, c])
         if body == 0:
             break
         _tuple_set(m, 1, body)
@@ -357,7 +474,8 @@ def make_bodies(base, fields, first, count, out):
     objects. Returns ``count``, or -1 if one could not be made (the Python error cleared)."""
     for k in range(count):
         c = first + k
-        body = _bytes(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] - fields[F_BODY_AT, c])
+        body = new_body(base + fields[F_BODY_AT, c], fields[F_BODY_END, c] -
+                        fields[F_BODY_AT, c])
         if body == 0 or _list_set(out, k, body) != 0:
             _err_clear()
             return -1
@@ -413,3 +531,4 @@ def direct_ok() -> bool:
 
 
 DIRECT = 1 if direct_ok() else 0
+_FREE_LIST[1] = FREE_CAP if DIRECT else 0   # (only where blocks are made directly)

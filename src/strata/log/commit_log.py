@@ -30,7 +30,8 @@ from strata.format.record_table import F_PHYS, GOOD, OTHER
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
 from strata.log.batch_reader import OffsetsRead, read_columns, read_offsets, read_views
 from strata.log.record_fields import check_offsets
-from strata.log.record_walk import WALK_ROWS, Run, record_start, walk_log, walk_runs
+from strata.log.record_walk import SCAN_ROWS, SCAN_RUN_BYTES, Run, record_start, walk_log, \
+    walk_runs
 
 log = logging.getLogger(__name__)
 
@@ -475,14 +476,16 @@ class CommitLog:
 
     def scan_batches(self, from_offset: int, limit: int, *, verify_crc: bool,
                      on_damage: Callable[[int, str], None] | None = None,
-                     rows: int = WALK_ROWS, stop: int | None = None) -> Iterator[MessageBatch]:
-        """``scan`` a batch at a time: ``MessageBatch``es of up to ``rows`` messages, checked
+                     rows: int = SCAN_ROWS, stop: int | None = None,
+                     run_bytes: int | None = SCAN_RUN_BYTES) -> Iterator[MessageBatch]:
+        """``scan`` a batch at a time: ``MessageBatch``es of up to ``rows`` messages (about
+        ``run_bytes`` of records each once the walk knows their size), checked
         in one compiled pass (``strata.log.record_walk.walk_runs``), damage as ``scan``. With
         ``stop`` (which may fall inside a record) only what starts below ``stop`` is yielded,
         damage too; the walk still reads to ``limit``, so a record that ``stop`` cuts is whole,
         not taken for a torn one."""
         for item in walk_runs(self.segments, from_offset, limit, verify_crc=verify_crc,
-                                 rows=rows):
+                              rows=rows, run_bytes=run_bytes):
             if isinstance(item, Run):
                 if stop is not None and item.fields[F_PHYS, -1] >= stop:
                     k = int(np.searchsorted(item.fields[F_PHYS], stop))
