@@ -43,7 +43,9 @@ from numba import cfunc, njit, types
 
 from strata.format.property_kernels import scan_properties
 from strata.format.record_kernels import memcpy
-from strata.format.record_table import V_BORN_TS, V_PHYS, V_QUEUE_OFFSET, V_STORE_TS
+from strata.format.record_table import (
+    V_BORN_TS, V_PHYS, V_QUEUE_OFFSET, V_STORE_TS, VIEW_FIELDS)
+from strata.format.view_kernels import read_in_place
 
 _W = 10                      # words of an ArrowArray
 _STRUCTS = 9                 # the batch, its 7 columns, the keys' strings
@@ -73,7 +75,17 @@ def fill_views_batch(block, table, body_views, prop_views, span, list_off, str_o
     batch's release function's address and ``key`` its ``private_data``; ``child`` the
     columns' release (``child_release.address``). Returns the block's address (the
     ``ArrowArray*`` to import)."""
-    n = table.shape[1]
+    return _fill(block, table.shape[1], table.ctypes.data, body_views.ctypes.data,
+                 prop_views.ctypes.data, span.ctypes.data, len(span), list_off.ctypes.data,
+                 str_off.ctypes.data, strs.ctypes.data, n_strs, key, release, child)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fill(block, n, t, body_views, prop_views, s0, span_len, list_off, str_off, strs, n_strs,
+          key, release, child):
+    """``fill_views_batch`` over addresses: the views table at ``t`` (rows ``n`` apart), the
+    views at ``body_views`` / ``prop_views``, the span at ``s0`` (``span_len`` bytes), the
+    keys' buffers at ``list_off``, ``str_off``, ``strs``."""
     b = block.ctypes.data
     block[:] = 0
     at = _BUFFERS
@@ -92,24 +104,64 @@ def fill_views_batch(block, table, body_views, prop_views, span, list_off, str_o
     block[6 * _W + _N_CHILD] = 1
     block[6 * _W + _CHILD] = b + 8 * (_CHILDREN + 7)
     block[_CHILDREN + 7] = b + 8 * _W * 8
-    block[_SIZES] = len(span)
-    t, s0 = table.ctypes.data, span.ctypes.data
+    block[_SIZES] = span_len
     at = _BUFFERS + 1                  # (each list's first address: no validity bitmap)
     for r in range(4):
         block[at + 1] = t + 8 * n * _INT_ROWS[r]
         at += 2
-    block[at + 1] = body_views.ctypes.data
+    block[at + 1] = body_views
     block[at + 2] = s0
     block[at + 3] = b + 8 * _SIZES
-    block[at + 5] = list_off.ctypes.data   # the keys' lists (struct 6 follows the bodies)
+    block[at + 5] = list_off           # the keys' lists (struct 6 follows the bodies)
     at += 6
-    block[at + 1] = prop_views.ctypes.data
+    block[at + 1] = prop_views
     block[at + 2] = s0
     block[at + 3] = b + 8 * _SIZES
     at += 4
-    block[at + 1] = str_off.ctypes.data   # the keys' strings: offsets and bytes
-    block[at + 2] = strs.ctypes.data
+    block[at + 1] = str_off            # the keys' strings: offsets and bytes
+    block[at + 2] = strs
     return b
+
+
+def call_words(n: int) -> int:
+    """The int64 words of ``views_call``'s ``out`` for ``n`` records: the batch's structs
+    (``WORDS``), the views table (``VIEW_FIELDS`` rows of ``n``), the two rows of views (``4 n``
+    words) and the empty key lists' int32 offsets (``n + 1``, zeros)."""
+    return WORDS + (VIEW_FIELDS + 4) * n + (n + 2) // 2
+
+
+@njit(cache=True, nogil=True)
+def views_call(units, unit_at, n, data, delta, limit, crc, topic, queue_id, first_offset,
+               out, key, release, child):
+    """A ``get_columns`` read of records lying back to back, in ONE compiled call: the ``n``
+    consume-queue units at byte ``unit_at`` of ``units`` (the consume-queue file's map, read
+    where they lie) are read by ``view_kernels.read_in_place`` over ``data`` (the commit-log
+    segment's map; a record's position is its offset less ``delta``, readable below byte
+    ``limit``; with ``crc`` the CRC32C checked), the views table and views written into
+    ``out`` (``call_words(n)`` int64, laid out as that says) and, when no record has
+    properties (so none has keys), the batch's ``ArrowArray`` structs too (``out[:WORDS]``:
+    ``fill_views_batch``'s block, ``key``, ``release`` and ``child`` as there). Returns (how
+    many records were read: n, fewer if one is not as it must be, -2 if they do not lie back
+    to back in ``data`` — the caller then takes the general path —; the bytes of all
+    properties sections: when not 0 the structs are NOT written, the caller finds the keys
+    first; where the span starts in ``data``; its length)."""
+    t0 = WORDS
+    v0 = t0 + VIEW_FIELDS * n
+    z0 = v0 + 4 * n
+    table = out[t0:v0].reshape((VIEW_FIELDS, n))
+    views = out[v0:z0]
+    at = np.empty(n, np.int64)
+    good, _empty, props, start, own = read_in_place(
+        data.ctypes.data, len(data), units.ctypes.data + unit_at, n, at, delta,
+        min(limit, len(data)), crc, topic, queue_id, first_offset, table, views)
+    if good < n or props != 0:
+        return good, props, start, own
+    out[z0:] = 0
+    o = out.ctypes.data
+    z = o + 8 * z0
+    _fill(out[:WORDS], n, o + 8 * t0, o + 8 * v0, o + 8 * v0 + 16 * n,
+          data.ctypes.data + start, own, z, z, z, 0, key, release, child)
+    return n, 0, start, own
 
 
 @njit(cache=True, nogil=True)

@@ -286,6 +286,31 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     return ViewsRead(table, span, views[0], views[1], prop_bytes)
 
 
+_CALL = None
+
+
+def views_in_place(seg: MappedSegment, units: np.ndarray, at: int, n: int, limit: int, *,
+                   verify_crc: bool, topic: str, queue_id: int, first_offset: int,
+                   out: np.ndarray, key: int, release: int, child: int
+                   ) -> tuple[tuple[int, int, int, int], np.ndarray] | None:
+    """``read_views`` in place in ONE compiled call (``arrow_c.views_call``): the ``n``
+    units at byte ``at`` of ``units`` (a consume-queue file's map, read where they lie) —
+    messages ``first_offset``, ... of the queue — read in segment ``seg``, the views table,
+    views and (without properties) the Arrow structs written into ``out``. Returns
+    (``views_call``'s answer, the segment's map the views point into: it must outlive
+    them), or None if the segment is gone."""
+    global _CALL
+    mapped = _mapped(seg, limit)
+    if mapped is None:
+        return None
+    if _CALL is None:
+        from strata.format.arrow_c import views_call
+        _CALL = views_call
+    data = mapped[0]
+    return _CALL(units, at, n, data, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
+                 _topic_array(topic), queue_id, first_offset, out, key, release, child), data
+
+
 _TOPICS: dict[str, np.ndarray] = {}
 
 

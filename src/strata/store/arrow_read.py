@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from strata.errors import StrataError
 from strata.format import record_table as rk
+from strata.log import batch_reader as br
 from strata.store.message import GetStatus
 
 # The columns of ``ColumnsResult.batch``, in order.
@@ -206,6 +208,45 @@ def _c_batch(pa, read):
                                key, release, child)
     _ALIVE[key] = (block, read, keys, f)
     return pa.RecordBatch._import_from_c(addr, schema(True))
+
+
+_PHYS = struct.Struct("<q")     # a consume-queue unit's first field: the commit-log offset
+
+
+def in_place_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, topic: str,
+                   queue_id: int, first_offset: int) -> object | None:
+    """The record batch (views schema) of ``n`` > 0 consume-queue units at byte ``at`` of
+    file ``useg`` (``ConsumeQueue.unit_span``) whose records lie back to back in one segment
+    of commit log ``log``: units, records, views and the batch's C structs in one compiled
+    call (``batch_reader.views_in_place``), then imported; the keys (with properties) as in
+    ``_c_batch``. None if they are not such records (the caller takes the general path,
+    which copies, or reads across segments, or says what is wrong)."""
+    ac, release, child, _cb = _C or _c_parts()
+    try:
+        units = np.frombuffer(useg.mm, np.uint8)
+    except ValueError:   # retention closed that file just now
+        return None
+    seg = log.segments.find(_PHYS.unpack_from(units, at)[0])
+    if seg is None:
+        return None
+    out = np.empty(ac.call_words(n), np.int64)
+    key = next(_KEYS)
+    got = br.views_in_place(seg, units, at, n, limit, verify_crc=verify_crc, topic=topic,
+                            queue_id=queue_id, first_offset=first_offset, out=out, key=key,
+                            release=release, child=child)
+    if got is None:
+        return None
+    (good, props, start, own), data = got
+    if good < n:
+        return None
+    if props:   # the keys first: the views read as ``read_views`` hands it out
+        v0 = ac.WORDS + rk.VIEW_FIELDS * n
+        views = out[v0:v0 + 4 * n].view(np.int32)
+        return _c_batch(pyarrow(), br.ViewsRead(
+            out[ac.WORDS:v0].reshape(rk.VIEW_FIELDS, n), data[start:start + own],
+            views[:4 * n], views[4 * n:], props))
+    _ALIVE[key] = (out, data)
+    return pyarrow().RecordBatch._import_from_c(out.ctypes.data, schema(True))
 
 
 def views_batch(read) -> object | None:

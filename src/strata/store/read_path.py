@@ -168,12 +168,20 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     if cq is not None and store.history.all_local(topic, queue_id, cq):
         mn, mx = cq.min_offset(), cq.max_offset()   # the local files alone hold the queue
         if mn <= offset < mx:
+            verify, limit = store.config.verify_crc_on_read, store.confirmed_offset()
+            span = cq.unit_span(offset, max_messages) if views else None
+            if span is not None and span[2]:   # records back to back: one compiled call
+                batch = arrow_read.in_place_batch(
+                    store.log, span[0], span[1], span[2], limit, verify_crc=verify,
+                    topic=topic, queue_id=queue_id, first_offset=offset)
+                if batch is not None:
+                    return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + span[2],
+                                                    mn, mx)
             try:
                 units = cq.read_unit_bytes(offset, max_messages)
             except ValueError:   # retention deleted that file just now
                 units = None
             if units is not None and len(units):
-                verify, limit = store.config.verify_crc_on_read, store.confirmed_offset()
                 seen = store.log.read_views(units, limit, verify_crc=verify, topic=topic,
                                             queue_id=queue_id, first_offset=offset) \
                     if views else True
