@@ -144,7 +144,8 @@ def views_call(units, unit_at, n, data, delta, limit, crc, topic, queue_id, firs
     many records were read: n, fewer if one is not as it must be, -2 if they do not lie back
     to back in ``data`` — the caller then takes the general path —; the bytes of all
     properties sections: when not 0 the structs are NOT written, the caller finds the keys
-    first; where the span starts in ``data``; its length)."""
+    first; where the span starts in ``data``; its length; ``out``'s address: the
+    ``ArrowArray*`` to import)."""
     t0 = WORDS
     v0 = t0 + VIEW_FIELDS * n
     z0 = v0 + 4 * n
@@ -154,14 +155,14 @@ def views_call(units, unit_at, n, data, delta, limit, crc, topic, queue_id, firs
     good, _empty, props, start, own = read_in_place(
         data.ctypes.data, len(data), units.ctypes.data + unit_at, n, at, delta,
         min(limit, len(data)), crc, topic, queue_id, first_offset, table, views)
-    if good < n or props != 0:
-        return good, props, start, own
-    out[z0:] = 0
     o = out.ctypes.data
+    if good < n or props != 0:
+        return good, props, start, own, o
+    out[z0:] = 0
     z = o + 8 * z0
     _fill(out[:WORDS], n, o + 8 * t0, o + 8 * v0, o + 8 * v0 + 16 * n,
           data.ctypes.data + start, own, z, z, z, 0, key, release, child)
-    return n, 0, start, own
+    return n, 0, start, own, o
 
 
 @njit(cache=True, nogil=True)

@@ -292,7 +292,7 @@ _CALL = None
 def views_in_place(seg: MappedSegment, units: np.ndarray, at: int, n: int, limit: int, *,
                    verify_crc: bool, topic: str, queue_id: int, first_offset: int,
                    out: np.ndarray, key: int, release: int, child: int
-                   ) -> tuple[tuple[int, int, int, int], np.ndarray] | None:
+                   ) -> tuple[tuple[int, int, int, int, int], np.ndarray] | None:
     """``read_views`` in place in ONE compiled call (``arrow_c.views_call``): the ``n``
     units at byte ``at`` of ``units`` (a consume-queue file's map, read where they lie) —
     messages ``first_offset``, ... of the queue — read in segment ``seg``, the views table,
