@@ -246,9 +246,8 @@ def in_place_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, 
     ``_c_batch``. None if they are not such records (the caller takes the general path,
     which copies, or reads across segments, or says what is wrong)."""
     ac, release, child, _cb, import_batch, views_schema = _C or _c_parts()
-    try:
-        units = np.frombuffer(useg.mm, np.uint8)
-    except ValueError:   # retention closed that file just now
+    units = useg.array   # the file's map as uint8 (None once closed: retention just now)
+    if units is None:
         return None
     seg = log.segments.find(_PHYS.unpack_from(units, at)[0])
     if seg is None:
