@@ -1,5 +1,5 @@
 """``get_columns`` of records lying back to back in one segment takes ONE compiled call
-(``arrow_read.in_place_batch``: the consume-queue units read in their file's map, the records
+(``arrow_read.units_batch``: the consume-queue units read in their file's map, the records
 checked in place, the Arrow structs written) and hands out what ``get`` hands out. Every other
 read — across a commit-log segment's end, across a consume-queue file's end, a damaged record,
 interleaved queues — falls back to the general path with the same answer."""
@@ -17,16 +17,16 @@ from test_get_columns_in_place import in_segment
 
 @pytest.fixture
 def one_call(monkeypatch) -> list:
-    """What each ``in_place_batch`` call answered: True (a batch) or False (None: the
-    general path then reads)."""
+    """What each ``units_batch`` call answered: True (a batch) or False (True, False or None:
+    the general path then reads)."""
     seen: list[bool] = []
-    real = arrow_read.in_place_batch
+    real = arrow_read.units_batch
 
     def spy(*args, **kwargs):
         got = real(*args, **kwargs)
-        seen.append(got is not None)
+        seen.append(got is not None and not isinstance(got, bool))
         return got
-    monkeypatch.setattr(arrow_read, "in_place_batch", spy)
+    monkeypatch.setattr(arrow_read, "units_batch", spy)
     return seen
 
 

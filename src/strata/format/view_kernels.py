@@ -171,8 +171,8 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
     n = len(units) // _UNIT
     at = np.empty(n, np.int64)   # each record's place in the span
     if in_place:
-        got = read_in_place(base, len(data), ub, n, at, delta, limit, crc, topic, queue_id,
-                            first_offset, table, views)
+        got = _in_place(base, len(data), ub, n, at, delta, limit, crc, topic, queue_id,
+                        first_offset, table, views)
         if got[0] != -2:
             return got
     return _copied(base, ub, n, at, delta, limit, crc, topic, queue_id, first_offset, table,
@@ -180,8 +180,8 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
 
 
 @njit(cache=True, nogil=True, inline="always")
-def read_in_place(base, size, ub, n, at, delta, limit, crc, topic, queue_id, first_offset,
-                  table, views):
+def _in_place(base, size, ub, n, at, delta, limit, crc, topic, queue_id, first_offset, table,
+              views):
     """``views_at`` in place (the map at ``base``, ``size`` bytes; ``n`` units at ``ub``):
     the span laid out from the units' sizes (no record byte read for it: ``_checked``
     compares each record's own length); (-2, ...) when the records do not lie back to back or

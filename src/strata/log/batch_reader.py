@@ -257,8 +257,9 @@ def _load_views():
 
 
 def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc: bool,
-               topic: str, queue_id: int, first_offset: int,
-               in_place: bool = True) -> ViewsRead | bool:
+               topic: str, queue_id: int, first_offset: int, in_place: bool = True,
+               table: np.ndarray | None = None, views: np.ndarray | None = None
+               ) -> ViewsRead | bool:
     """``read_columns`` for a reader that takes ``binary_view`` columns: the records of
     consume-queue ``units`` (their bytes, a copy) — messages ``first_offset``, ``first_offset
     + 1``, ... of the queue — all in segment ``seg``, checked in one compiled pass
@@ -267,14 +268,17 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     span handed out is a numpy view of it that keeps the map alive (past the segment's
     close or deletion). Others are copied once and the views written over the copy. True
     if they add up to more than int32 views reach (``read_columns`` can read them), False
-    if some record is not as it must be (the per-record path says why)."""
+    if some record is not as it must be (the per-record path says why). ``table`` (int64,
+    ``VIEW_FIELDS`` × n) and ``views`` (int32, 2 × 4n) are where the views table and views
+    go (made here if not given: ``get_columns`` gives slices of its one buffer)."""
     vk = _VIEWS or _load_views()
     mapped = _mapped(seg, limit)
     if mapped is None:
         return False
     n = len(units) // UNIT_SIZE
-    table = np.empty((rk.VIEW_FIELDS, n), np.int64)
-    views = np.empty((2, 4 * n), np.int32)
+    if table is None:
+        table = np.empty((rk.VIEW_FIELDS, n), np.int64)
+        views = np.empty((2, 4 * n), np.int32)
     data = mapped[0]
     good, span, prop_bytes, start, own = vk.views_at(
         data, units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
@@ -284,31 +288,6 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     if start >= 0:   # the records where they lie: a view of the map keeps the map alive
         span = data[start:start + own]
     return ViewsRead(table, span, views[0], views[1], prop_bytes)
-
-
-_CALL = None
-
-
-def views_in_place(seg: MappedSegment, units: np.ndarray, at: int, n: int, limit: int, *,
-                   verify_crc: bool, topic: str, queue_id: int, first_offset: int,
-                   out: np.ndarray, key: int, release: int, child: int
-                   ) -> tuple[tuple[int, int, int, int, int], np.ndarray] | None:
-    """``read_views`` in place in ONE compiled call (``arrow_c.views_call``): the ``n``
-    units at byte ``at`` of ``units`` (a consume-queue file's map, read where they lie) —
-    messages ``first_offset``, ... of the queue — read in segment ``seg``, the views table,
-    views and (without properties) the Arrow structs written into ``out``. Returns
-    (``views_call``'s answer, the segment's map the views point into: it must outlive
-    them), or None if the segment is gone."""
-    global _CALL
-    mapped = _mapped(seg, limit)
-    if mapped is None:
-        return None
-    if _CALL is None:
-        from strata.format.arrow_c import views_call
-        _CALL = views_call
-    data = mapped[0]
-    return _CALL(units, at, n, data, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
-                 _topic_array(topic), queue_id, first_offset, out, key, release, child), data
 
 
 _TOPICS: dict[str, np.ndarray] = {}

@@ -22,6 +22,7 @@ import numpy as np
 
 from strata.errors import StrataError
 from strata.format import record_table as rk
+from strata.format.consume_queue import UNIT_SIZE
 from strata.log import batch_reader as br
 from strata.store.message import GetStatus
 
@@ -237,38 +238,38 @@ def _c_batch(pa, read):
 _PHYS = struct.Struct("<q")     # a consume-queue unit's first field: the commit-log offset
 
 
-def in_place_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, topic: str,
-                   queue_id: int, first_offset: int) -> object | None:
-    """The record batch (views schema) of ``n`` > 0 consume-queue units at byte ``at`` of
-    file ``useg`` (``ConsumeQueue.unit_span``) whose records lie back to back in one segment
-    of commit log ``log``: units, records, views and the batch's C structs in one compiled
-    call (``batch_reader.views_in_place``), then imported; the keys (with properties) as in
-    ``_c_batch``. None if they are not such records (the caller takes the general path,
-    which copies, or reads across segments, or says what is wrong)."""
+def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, topic: str,
+                queue_id: int, first_offset: int) -> object | bool | None:
+    """The record batch (views schema) of the ``n`` > 0 consume-queue units at byte ``at`` of
+    file ``useg`` (``ConsumeQueue.unit_span``: read in the file's map, not copied), messages
+    ``first_offset``, ... of the queue, when their records lie in one segment of commit log
+    ``log``: the views table and views written by ``batch_reader.read_views`` into ONE buffer
+    that also takes the batch's C structs (``arrow_c.fill_read``; the keys, with properties,
+    as ``_c_batch`` finds them), then imported. As ``read_views``: True if the records are
+    not in one segment or add up to more than views reach (``read_columns`` reads them),
+    False if one is not as it must be; None if a file is gone (retention, just now)."""
     ac, release, child, _cb, import_batch, views_schema = _C or _c_parts()
-    units = useg.array   # the file's map as uint8 (None once closed: retention just now)
+    units = useg.array   # the file's map as uint8 (None once closed)
     if units is None:
         return None
-    seg = log.segments.find(_PHYS.unpack_from(units, at)[0])
-    if seg is None:
-        return None
+    first = _PHYS.unpack_from(units, at)[0]
+    seg = log.segments.find(first)
+    if seg is None or _PHYS.unpack_from(units, at + UNIT_SIZE * (n - 1))[0] >= seg.end_offset:
+        return True
     out = np.empty(ac.call_words(n), np.int64)
+    v0 = ac.WORDS + rk.VIEW_FIELDS * n
+    read = br.read_views(seg, units[at:at + UNIT_SIZE * n], limit, verify_crc=verify_crc,
+                         topic=topic, queue_id=queue_id, first_offset=first_offset,
+                         table=out[ac.WORDS:v0].reshape(rk.VIEW_FIELDS, n),
+                         views=out[v0:v0 + 4 * n].view(np.int32).reshape(2, 4 * n))
+    if read is True or read is False:
+        return read
+    if read.prop_bytes:   # the keys first
+        return _c_batch(pyarrow(), read)
     key = next(_KEYS)
-    got = br.views_in_place(seg, units, at, n, limit, verify_crc=verify_crc, topic=topic,
-                            queue_id=queue_id, first_offset=first_offset, out=out, key=key,
-                            release=release, child=child)
-    if got is None:
-        return None
-    (good, props, start, own, address), data = got
-    if good < n:
-        return None
-    if props:   # the keys first: the views read as ``read_views`` hands it out
-        v0 = ac.WORDS + rk.VIEW_FIELDS * n
-        views = out[v0:v0 + 4 * n].view(np.int32)
-        return _c_batch(pyarrow(), br.ViewsRead(
-            out[ac.WORDS:v0].reshape(rk.VIEW_FIELDS, n), data[start:start + own],
-            views[:4 * n], views[4 * n:], props))
-    _ALIVE[key] = (out, data)
+    span = read.span
+    address = ac.fill_read(out, n, span, 0, len(span), key, release, child)
+    _ALIVE[key] = (out, span)
     return import_batch(address, views_schema)
 
 
