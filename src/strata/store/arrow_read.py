@@ -2,13 +2,15 @@
 wants arrays (the Kafka listener's Fetch, Spark, analytics) gets without a Python object per
 message.
 
-The columns come from ``strata.log.batch_reader.read_columns`` (each record checked in one
-compiled pass, its body and properties copied once into one buffer per column); Arrow wraps
-those buffers without copying them again. A views read becomes its record batch through the Arrow C data interface: one compiled call writes
-every ``ArrowArray`` struct (``strata.format.arrow_c``) and pyarrow imports them, ~3× cheaper
-a call than an ``Array.from_buffers`` per column; what the buffers point into is kept here
-(``_ALIVE``) until Arrow releases the batch. pyarrow is imported on first use (the ``spark``
-extra installs it).
+A views read (``units_batch``, the usual one) allocates ONE buffer a call: the compiled pass
+(``batch_reader.read_views``) writes the views table and the views into it, one more compiled
+call (``arrow_c.fill_read``) the batch's ``ArrowArray`` structs, and pyarrow imports them
+through the Arrow C data interface (~3× cheaper a call than an ``Array.from_buffers`` per
+column); what the buffers point into (that buffer, the segment's map or the copy) is kept
+here (``_ALIVE``) until Arrow releases the batch. ``binary`` columns come from
+``strata.log.batch_reader.read_columns`` (each record checked in one compiled pass, its body
+and properties copied once into one buffer per column), which Arrow wraps without copying
+again. pyarrow is imported on first use (the ``spark`` extra installs it) and kept.
 """
 
 from __future__ import annotations

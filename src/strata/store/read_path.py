@@ -150,11 +150,12 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     queue and commit-log offsets, store and born timestamps, body, keys, the encoded
     properties), with ``get``'s status and offsets. Each record is checked as ``get``
     checks it (CRC32C with ``verify_crc_on_read``). With ``views`` (the default) the body
-    and properties columns are ``binary_view`` arrays, checked in one compiled call: over
-    the segment's map itself when the records lie back to back (zero-copy: the arrays keep
-    the map alive, past a close or the segment's deletion), else over ONE copy of them; ``views=False`` gives ``binary`` arrays (each body copied
-    once more, into a packed buffer) for consumers and Arrow functions that do not take
-    views. Records ``get`` would pass over as damaged are left out the same way (that case,
+    and properties columns are ``binary_view`` arrays, the units read in the consume-queue
+    file's map and the records checked in one compiled call: over the segment's map itself
+    when the records lie back to back (zero-copy: the arrays keep the map alive, past a
+    close or the segment's deletion), else over ONE copy of them (``arrow_read.units_batch``);
+    ``views=False`` gives ``binary`` arrays (each body copied once more, into a packed
+    buffer) for consumers and Arrow functions that do not take views. Records ``get`` would pass over as damaged are left out the same way (that case,
     and reads from a tier, go through ``get``'s messages). Needs pyarrow."""
     store._check_open()
     if not isinstance(offset, int) or isinstance(offset, bool):
