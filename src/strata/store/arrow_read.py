@@ -263,7 +263,7 @@ def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, top
     read = br.read_views(seg, units[at:at + UNIT_SIZE * n], limit, verify_crc=verify_crc,
                          topic=topic, queue_id=queue_id, first_offset=first_offset,
                          table=out[ac.WORDS:v0].reshape(rk.VIEW_FIELDS, n),
-                         views=out[v0:v0 + 4 * n].view(np.int32).reshape(2, 4 * n))
+                         views=np.ndarray((2, 4 * n), np.int32, out, 8 * v0))
     if read is True or read is False:
         return read
     if read.prop_bytes:   # the keys first
