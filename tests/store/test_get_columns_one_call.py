@@ -1,8 +1,9 @@
-"""``get_columns`` of records lying back to back in one segment takes ONE compiled call
+"""``get_columns`` of records in one segment takes the one-buffer route
 (``arrow_read.units_batch``: the consume-queue units read in their file's map, the records
-checked in place, the Arrow structs written) and hands out what ``get`` hands out. Every other
-read — across a commit-log segment's end, across a consume-queue file's end, a damaged record,
-interleaved queues — falls back to the general path with the same answer."""
+checked by one compiled pass into the call's one buffer, the Arrow structs written by one
+more) and hands out what ``get`` hands out. Every other read — across a commit-log segment's
+end, across a consume-queue file's end, a damaged record — falls back to the general path
+with the same answer."""
 
 from __future__ import annotations
 

@@ -33,6 +33,9 @@ caller's key); the children's ``release`` is ``child_release``, which only marks
 released (the C data interface has a consumer release the batch alone; its children live in
 the same block).
 
+``fill_read`` writes the same block for ``get_columns``' one buffer a call (``call_words``: the
+structs, then the views table, the views and the empty key lists' offsets), over addresses.
+
 Pure functions over numpy arrays. Compiled on first use and cached beside this file.
 """
 

@@ -155,8 +155,9 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     when the records lie back to back (zero-copy: the arrays keep the map alive, past a
     close or the segment's deletion), else over ONE copy of them (``arrow_read.units_batch``);
     ``views=False`` gives ``binary`` arrays (each body copied once more, into a packed
-    buffer) for consumers and Arrow functions that do not take views. Records ``get`` would pass over as damaged are left out the same way (that case,
-    and reads from a tier, go through ``get``'s messages). Needs pyarrow."""
+    buffer) for consumers and Arrow functions that do not take views. Records ``get`` would
+    pass over as damaged are left out the same way (that case, and reads from a tier, go
+    through ``get``'s messages). Needs pyarrow."""
     store._check_open()
     if not isinstance(offset, int) or isinstance(offset, bool):
         raise InvalidInputError(f"offset must be an int, got {offset!r}")
