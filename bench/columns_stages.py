@@ -13,6 +13,8 @@ call, every stage over the whole queue, best of R rounds by ``time.thread_time()
   wrapper) reading the records where they lie (zero-copy: what ``get_columns`` does) or
   copying them first (what it did before), each with and without the CRC32C;
 - ``arrow``: ``arrow_read.views_batch``, the Arrow arrays and the record batch;
+- ``one_call``: ``arrow_read.units_batch``, what ``whole`` runs for records lying back to
+  back: the units read in place, the compiled pass and the C structs in one call, the import;
 - ``fixed_call``: ``get_columns`` of ONE message, per call (the per-call part of ``whole``).
 
 ``sqlite`` is ``read_cpu.py``'s range read; ``x10_budget`` is a tenth of it: what ``whole`` must
@@ -77,6 +79,13 @@ def stages(c, s, n: int) -> dict:
         for r in reads:
             arrow_read.views_batch(r)
 
+    spans = [cq.unit_span(o, 1000) for o in offs]
+
+    def one_call():
+        for o, (useg, at, k) in zip(offs, spans):
+            arrow_read.units_batch(s.log, useg, at, k, lim, verify_crc=True, topic="t",
+                                      queue_id=0, first_offset=o)
+
     def fixed():
         for o in offs:
             s.get_columns("t", 0, o, 1)
@@ -84,7 +93,7 @@ def stages(c, s, n: int) -> dict:
     return {"sqlite": cases(c, s, n)["sqlite"], "whole": whole, "queue": queue,
             "kernel_in_place": kernel(True, True), "kernel_in_place_no_crc": kernel(True, False),
             "kernel_copy": kernel(False, True), "kernel_copy_no_crc": kernel(False, False),
-            "arrow": arrow, "fixed_call": fixed}
+            "arrow": arrow, "one_call": one_call, "fixed_call": fixed}
 
 
 def main() -> None:

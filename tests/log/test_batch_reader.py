@@ -29,6 +29,21 @@ def test_crc32c_kernels_agree_with_the_crc32c_package(start, length):
     assert rk.crc32c_table(data.ctypes.data + start, length) == want   # the portable one
 
 
+def test_crc32c_of_every_tail_length_and_of_three_chains_agree_with_the_package():
+    """The last 0-7 bytes go in 4-, 2- and 1-byte steps: every remainder, at every
+    alignment, alone and as ``crc3``'s three chains of different lengths."""
+    data = np.frombuffer(os.urandom(512), np.uint8)
+    base = data.ctypes.data
+    for length in range(0, 41):
+        for start in range(8):
+            want = crc32c(data[start:start + length].tobytes())
+            assert rk.crc32c_of(data, start, start + length) == want, (start, length)
+    for n0, n1, n2 in ((181, 181, 181), (0, 5, 13), (7, 6, 3), (200, 17, 9), (1, 0, 2)):
+        got = rk.crc3(base + 1, n0, base + 230, n1, base + 3, n2)
+        assert got == tuple(crc32c(data[a:a + n].tobytes())
+                            for a, n in ((1, n0), (230, n1), (3, n2)))
+
+
 def _store(tmp_store_dir, n=20, queues=2):
     store = strata.open(tmp_store_dir, small_store_config())
     store.create_topic("t", queues)

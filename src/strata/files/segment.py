@@ -65,6 +65,9 @@ class MappedSegment:
         self.fd = fd
         self.mm = mm
         self.mv = memoryview(mm)  # whole-file view for zero-copy slices; released at close
+        # ... and as uint8 for the compiled readers (``record_walk.segment_map``: made once,
+        # not a ``np.frombuffer`` a read); let go at close as ``mv`` is
+        self.array: np.ndarray | None = np.frombuffer(mm, np.uint8)
         self.readonly = readonly
         self.file_ops = file_ops
         self.wrote = 0
@@ -395,6 +398,7 @@ class MappedSegment:
         with self._reserve_lock:   # not while a background reserve() uses the fd
             self.closed = True
         self.mv.release()
+        self.array = None   # (a reader holding it keeps the map, as below)
         try:
             self.mm.close()
         except BufferError:

@@ -33,6 +33,9 @@ caller's key); the children's ``release`` is ``child_release``, which only marks
 released (the C data interface has a consumer release the batch alone; its children live in
 the same block).
 
+``fill_read`` writes the same block for ``get_columns``' one buffer a call (``call_words``: the
+structs, then the views table, the views and the empty key lists' offsets), over addresses.
+
 Pure functions over numpy arrays. Compiled on first use and cached beside this file.
 """
 
@@ -43,7 +46,8 @@ from numba import cfunc, njit, types
 
 from strata.format.property_kernels import scan_properties
 from strata.format.record_kernels import memcpy
-from strata.format.record_table import V_BORN_TS, V_PHYS, V_QUEUE_OFFSET, V_STORE_TS
+from strata.format.record_table import (
+    V_BORN_TS, V_PHYS, V_QUEUE_OFFSET, V_STORE_TS, VIEW_FIELDS)
 
 _W = 10                      # words of an ArrowArray
 _STRUCTS = 9                 # the batch, its 7 columns, the keys' strings
@@ -73,7 +77,17 @@ def fill_views_batch(block, table, body_views, prop_views, span, list_off, str_o
     batch's release function's address and ``key`` its ``private_data``; ``child`` the
     columns' release (``child_release.address``). Returns the block's address (the
     ``ArrowArray*`` to import)."""
-    n = table.shape[1]
+    return _fill(block, table.shape[1], table.ctypes.data, body_views.ctypes.data,
+                 prop_views.ctypes.data, span.ctypes.data, len(span), list_off.ctypes.data,
+                 str_off.ctypes.data, strs.ctypes.data, n_strs, key, release, child)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fill(block, n, t, body_views, prop_views, s0, span_len, list_off, str_off, strs, n_strs,
+          key, release, child):
+    """``fill_views_batch`` over addresses: the views table at ``t`` (rows ``n`` apart), the
+    views at ``body_views`` / ``prop_views``, the span at ``s0`` (``span_len`` bytes), the
+    keys' buffers at ``list_off``, ``str_off``, ``strs``."""
     b = block.ctypes.data
     block[:] = 0
     at = _BUFFERS
@@ -92,24 +106,48 @@ def fill_views_batch(block, table, body_views, prop_views, span, list_off, str_o
     block[6 * _W + _N_CHILD] = 1
     block[6 * _W + _CHILD] = b + 8 * (_CHILDREN + 7)
     block[_CHILDREN + 7] = b + 8 * _W * 8
-    block[_SIZES] = len(span)
-    t, s0 = table.ctypes.data, span.ctypes.data
+    block[_SIZES] = span_len
     at = _BUFFERS + 1                  # (each list's first address: no validity bitmap)
     for r in range(4):
         block[at + 1] = t + 8 * n * _INT_ROWS[r]
         at += 2
-    block[at + 1] = body_views.ctypes.data
+    block[at + 1] = body_views
     block[at + 2] = s0
     block[at + 3] = b + 8 * _SIZES
-    block[at + 5] = list_off.ctypes.data   # the keys' lists (struct 6 follows the bodies)
+    block[at + 5] = list_off           # the keys' lists (struct 6 follows the bodies)
     at += 6
-    block[at + 1] = prop_views.ctypes.data
+    block[at + 1] = prop_views
     block[at + 2] = s0
     block[at + 3] = b + 8 * _SIZES
     at += 4
-    block[at + 1] = str_off.ctypes.data   # the keys' strings: offsets and bytes
-    block[at + 2] = strs.ctypes.data
+    block[at + 1] = str_off            # the keys' strings: offsets and bytes
+    block[at + 2] = strs
     return b
+
+
+def call_words(n: int) -> int:
+    """The int64 words of ``get_columns``' one buffer for ``n`` records (``fill_read``): the
+    batch's structs (``WORDS``), the views table (``VIEW_FIELDS`` rows of ``n``), the two rows
+    of views (``4 n`` words) and the empty key lists' int32 offsets (``n + 1``, zeros)."""
+    return WORDS + (VIEW_FIELDS + 4) * n + (n + 2) // 2
+
+
+@njit(cache=True, nogil=True)
+def fill_read(out, n, span, start, own, key, release, child):
+    """``fill_views_batch`` for a read without properties (so without keys) whose views table
+    and views ``view_kernels.views_at`` wrote into ``out`` (``call_words(n)`` int64: the
+    structs, the table, the views, then the key lists' offsets, zeroed here), over the ``own``
+    bytes at ``start`` of ``span`` (the segment's map read in place, or the copy at 0).
+    Returns ``out``'s address: the ``ArrowArray*`` to import. (The pass itself stays a call of
+    its own: called from this function, 1 KiB records read ~25 % slower.)"""
+    t0 = WORDS
+    v0 = t0 + VIEW_FIELDS * n
+    z0 = v0 + 4 * n
+    out[z0:] = 0
+    o = out.ctypes.data
+    z = o + 8 * z0
+    return _fill(out[:WORDS], n, o + 8 * t0, o + 8 * v0, o + 8 * v0 + 16 * n,
+                 span.ctypes.data + start, own, z, z, z, 0, key, release, child)
 
 
 @njit(cache=True, nogil=True)

@@ -245,16 +245,25 @@ class ConsumeQueue:
         units = _units(seg, first, n)
         return _copy_units(units) if copy else units
 
+    def unit_span(self, start: int, max_units: int) -> tuple[MappedSegment, int, int] | None:
+        """Where up to ``max_units`` units from ``start`` lie within one file, for a compiled
+        reader that reads them in the file's map (``get_columns``): (the file, unit
+        ``start``'s byte position in its map, how many units); None if no file holds it."""
+        seg = self.segments.find(start * UNIT_SIZE)
+        if seg is None:
+            return None
+        first = start - seg.base_offset // UNIT_SIZE
+        n = max(0, min(max_units, seg.committed // UNIT_SIZE - first))
+        return seg, HEADER_AREA + first * UNIT_SIZE, n
+
     def read_unit_bytes(self, start: int, max_units: int) -> np.ndarray:
         """``read_units``' copy as plain bytes (uint8, ``UNIT_SIZE`` a unit): for a compiled
         reader that parses the units itself (``get_columns``), without numpy's structured
         views."""
-        seg = self.segments.find(start * UNIT_SIZE)
-        if seg is None:
+        got = self.unit_span(start, max_units)
+        if got is None:
             return np.empty(0, np.uint8)
-        first = start - seg.base_offset // UNIT_SIZE
-        n = max(0, min(max_units, seg.committed // UNIT_SIZE - first))
-        at = HEADER_AREA + first * UNIT_SIZE
+        seg, at, n = got
         return np.frombuffer(seg.mm, np.uint8, n * UNIT_SIZE, at).copy()
 
     def data_end(self, n0: int, most: int) -> int:

@@ -257,8 +257,9 @@ def _load_views():
 
 
 def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc: bool,
-               topic: str, queue_id: int, first_offset: int,
-               in_place: bool = True) -> ViewsRead | bool:
+               topic: str, queue_id: int, first_offset: int, in_place: bool = True,
+               table: np.ndarray | None = None, views: np.ndarray | None = None
+               ) -> ViewsRead | bool:
     """``read_columns`` for a reader that takes ``binary_view`` columns: the records of
     consume-queue ``units`` (their bytes, a copy) — messages ``first_offset``, ``first_offset
     + 1``, ... of the queue — all in segment ``seg``, checked in one compiled pass
@@ -267,14 +268,17 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     span handed out is a numpy view of it that keeps the map alive (past the segment's
     close or deletion). Others are copied once and the views written over the copy. True
     if they add up to more than int32 views reach (``read_columns`` can read them), False
-    if some record is not as it must be (the per-record path says why)."""
+    if some record is not as it must be (the per-record path says why). ``table`` (int64,
+    ``VIEW_FIELDS`` × n) and ``views`` (int32, 2 × 4n) are where the views table and views
+    go (made here if not given: ``get_columns`` gives slices of its one buffer)."""
     vk = _VIEWS or _load_views()
     mapped = _mapped(seg, limit)
     if mapped is None:
         return False
     n = len(units) // UNIT_SIZE
-    table = np.empty((rk.VIEW_FIELDS, n), np.int64)
-    views = np.empty((2, 4 * n), np.int32)
+    if table is None:
+        table = np.empty((rk.VIEW_FIELDS, n), np.int64)
+        views = np.empty((2, 4 * n), np.int32)
     data = mapped[0]
     good, span, prop_bytes, start, own = vk.views_at(
         data, units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,

@@ -9,7 +9,6 @@ is sealed (footer written) by the flush thread.
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 from itertools import chain
 from pathlib import Path
@@ -24,18 +23,16 @@ from strata.files.segment import MappedSegment
 from strata.files.segment_queue import SegmentQueue
 from strata.format import key_index_kernels as kk
 from strata.format import record as rec
-from strata.format.consume_queue import UNIT_SIZE
 from strata.format.record_batch import MessageBatch, seal_records
 from strata.format.record_table import F_PHYS, GOOD, OTHER
 from strata.format.segment import HEADER_AREA, KIND_COMMIT_LOG
-from strata.log.batch_reader import OffsetsRead, read_columns, read_offsets, read_views
+from strata.log.batch_reader import OffsetsRead, read_columns, read_offsets
 from strata.log.record_fields import check_offsets
 from strata.log.record_walk import SCAN_ROWS, SCAN_RUN_BYTES, Run, record_start, walk_log, \
     walk_runs
 
 log = logging.getLogger(__name__)
 
-_PHYS = struct.Struct("<q")   # a consume-queue unit's first field: the commit-log offset
 BLANK_MIN = rec.BLANK_MIN_SIZE
 # Batches whose offsets are kept for the dispatcher: enough to cover the dispatch lag that
 # back-pressure allows (64 MiB by default is ~0.5 M small records, ~500 batches of 1024), so a
@@ -422,21 +419,6 @@ class CommitLog:
         return read_columns(list(self.segments.segments), offsets, limit,
                             verify_crc=verify_crc, topic=topic, queue_id=queue_id,
                             queue_offsets=queue_offsets)
-
-    def read_views(self, units: np.ndarray, limit: int, *, verify_crc: bool, topic: str,
-                   queue_id: int, first_offset: int):
-        """The records of consume-queue ``units`` (their bytes) as Arrow views over the
-        segment's map where they lie back to back, else over one copy of them
-        (``strata.log.batch_reader.read_views``). True: they are not in one segment,
-        read them with ``read_columns``; False: not each is that queue's intact message of
-        that offset."""
-        first, = _PHYS.unpack_from(units, 0)
-        last, = _PHYS.unpack_from(units, len(units) - UNIT_SIZE)
-        seg = self.segments.find(first)
-        if seg is None or seg.base_offset > first or last >= seg.end_offset:
-            return True
-        return read_views(seg, units, limit, verify_crc=verify_crc, topic=topic,
-                          queue_id=queue_id, first_offset=first_offset)
 
     def check_offsets(self, offsets: np.ndarray, limit: int, *, topic: bytes, queue_id: int,
                       queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -150,8 +150,11 @@ def resync_span(seg: MappedSegment, pos: int, end: int) -> tuple[int, int]:
 
 def segment_map(seg: MappedSegment) -> np.ndarray:
     """The whole mapping of ``seg`` as uint8 (pins the map while it lives; ValueError if the
-    segment was closed)."""
-    return np.frombuffer(seg.mm, np.uint8)
+    segment was closed): the segment's own array, made when it was opened."""
+    data = seg.array
+    if data is None:
+        raise ValueError(f"segment {seg.path.name} is closed")
+    return data
 
 
 @dataclass

@@ -2,25 +2,30 @@
 wants arrays (the Kafka listener's Fetch, Spark, analytics) gets without a Python object per
 message.
 
-The columns come from ``strata.log.batch_reader.read_columns`` (each record checked in one
-compiled pass, its body and properties copied once into one buffer per column); Arrow wraps
-those buffers without copying them again. A views read becomes its record batch through the Arrow C data interface: one compiled call writes
-every ``ArrowArray`` struct (``strata.format.arrow_c``) and pyarrow imports them, ~3× cheaper
-a call than an ``Array.from_buffers`` per column; what the buffers point into is kept here
-(``_ALIVE``) until Arrow releases the batch. pyarrow is imported on first use (the ``spark``
-extra installs it).
+A views read (``units_batch``, the usual one) allocates ONE buffer a call: the compiled pass
+(``batch_reader.read_views``) writes the views table and the views into it, one more compiled
+call (``arrow_c.fill_read``) the batch's ``ArrowArray`` structs, and pyarrow imports them
+through the Arrow C data interface (~3× cheaper a call than an ``Array.from_buffers`` per
+column); what the buffers point into (that buffer, the segment's map or the copy) is kept
+here (``_ALIVE``) until Arrow releases the batch. ``binary`` columns come from
+``strata.log.batch_reader.read_columns`` (each record checked in one compiled pass, its body
+and properties copied once into one buffer per column), which Arrow wraps without copying
+again. pyarrow is imported on first use (the ``spark`` extra installs it) and kept.
 """
 
 from __future__ import annotations
 
 import ctypes
 import itertools
+import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from strata.errors import StrataError
 from strata.format import record_table as rk
+from strata.format.consume_queue import UNIT_SIZE
+from strata.log import batch_reader as br
 from strata.store.message import GetStatus
 
 # The columns of ``ColumnsResult.batch``, in order.
@@ -28,25 +33,43 @@ COLUMNS = ("queue_offset", "commitlog_offset", "store_timestamp", "born_timestam
            "keys", "properties")
 
 
+_PA = None
+
+
 def pyarrow():
+    """The pyarrow module, imported on first use (a StrataError saying how to install it if
+    it is not there) and kept (an import statement a call cost ~0.2 µs)."""
+    global _PA
+    if _PA is not None:
+        return _PA
     try:
         import pyarrow as pa
     except ImportError:  # pragma: no cover - pyarrow comes with the spark extra
         raise StrataError("get_columns needs pyarrow: pip install 'strata[spark]'") from None
+    _PA = pa
     return pa
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ColumnsResult:
     """Messages of one queue from an offset as one Arrow record batch (``batch``; schema:
     ``schema()``), with ``get``'s status and offsets: ``next_offset`` is where to continue.
-    ``batch`` has no rows unless ``status`` is FOUND."""
+    ``batch`` has no rows unless ``status`` is FOUND. Frozen; made a call, so its fields are
+    set through their slots (a frozen dataclass's own ``__init__`` cost twice as much)."""
 
     status: GetStatus
     batch: object          # pyarrow.RecordBatch
     next_offset: int
     min_offset: int
     max_offset: int
+
+    def __init__(self, status: GetStatus, batch: object, next_offset: int, min_offset: int,
+                 max_offset: int) -> None:
+        _SET_STATUS(self, status)
+        _SET_BATCH(self, batch)
+        _SET_NEXT(self, next_offset)
+        _SET_MIN(self, min_offset)
+        _SET_MAX(self, max_offset)
 
     @property
     def found(self) -> bool:
@@ -55,6 +78,10 @@ class ColumnsResult:
     def __len__(self) -> int:
         return self.batch.num_rows
 
+
+_SET_STATUS, _SET_BATCH, _SET_NEXT, _SET_MIN, _SET_MAX = (
+    ColumnsResult.__dict__[name].__set__
+    for name in ("status", "batch", "next_offset", "min_offset", "max_offset"))
 
 _SCHEMAS: dict[bool, object] = {}
 
@@ -170,11 +197,13 @@ _C: tuple = ()
 
 def _c_parts() -> tuple:
     """(the kernel module, the batch's release address, the columns' release address, the
-    callback object that must outlive every batch), made once."""
+    callback object that must outlive every batch, ``RecordBatch._import_from_c``, the views
+    schema), made once."""
     global _C
     from strata.format import arrow_c
     cb = _RELEASE_T(_release)
-    _C = (arrow_c, ctypes.cast(cb, ctypes.c_void_p).value, arrow_c.child_release.address, cb)
+    _C = (arrow_c, ctypes.cast(cb, ctypes.c_void_p).value, arrow_c.child_release.address, cb,
+          pyarrow().RecordBatch._import_from_c, schema(True))
     return _C
 
 
@@ -184,7 +213,7 @@ def _c_batch(pa, read):
     ``Array.from_buffers`` per column and ``RecordBatch.from_arrays``); the keys' buffers
     from ``key_parts`` (none without properties). None if some properties section does not
     parse."""
-    ac, release, child, _cb = _C or _c_parts()
+    ac, release, child, _cb, _imp, _schema = _C or _c_parts()
     f = read.fields
     n = f.shape[1]
     if f.strides != (8 * n, 8):        # the int columns are read as rows n apart
@@ -206,6 +235,44 @@ def _c_batch(pa, read):
                                key, release, child)
     _ALIVE[key] = (block, read, keys, f)
     return pa.RecordBatch._import_from_c(addr, schema(True))
+
+
+_PHYS = struct.Struct("<q")     # a consume-queue unit's first field: the commit-log offset
+
+
+def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, topic: str,
+                queue_id: int, first_offset: int) -> object | bool | None:
+    """The record batch (views schema) of the ``n`` > 0 consume-queue units at byte ``at`` of
+    file ``useg`` (``ConsumeQueue.unit_span``: read in the file's map, not copied), messages
+    ``first_offset``, ... of the queue, when their records lie in one segment of commit log
+    ``log``: the views table and views written by ``batch_reader.read_views`` into ONE buffer
+    that also takes the batch's C structs (``arrow_c.fill_read``; the keys, with properties,
+    as ``_c_batch`` finds them), then imported. As ``read_views``: True if the records are
+    not in one segment or add up to more than views reach (``read_columns`` reads them),
+    False if one is not as it must be; None if a file is gone (retention, just now)."""
+    ac, release, child, _cb, import_batch, views_schema = _C or _c_parts()
+    units = useg.array   # the file's map as uint8 (None once closed)
+    if units is None:
+        return None
+    first = _PHYS.unpack_from(units, at)[0]
+    seg = log.segments.find(first)
+    if seg is None or _PHYS.unpack_from(units, at + UNIT_SIZE * (n - 1))[0] >= seg.end_offset:
+        return True
+    out = np.empty(ac.call_words(n), np.int64)
+    v0 = ac.WORDS + rk.VIEW_FIELDS * n
+    read = br.read_views(seg, units[at:at + UNIT_SIZE * n], limit, verify_crc=verify_crc,
+                         topic=topic, queue_id=queue_id, first_offset=first_offset,
+                         table=out[ac.WORDS:v0].reshape(rk.VIEW_FIELDS, n),
+                         views=np.ndarray((2, 4 * n), np.int32, out, 8 * v0))
+    if read is True or read is False:
+        return read
+    if read.prop_bytes:   # the keys first
+        return _c_batch(pyarrow(), read)
+    key = next(_KEYS)
+    span = read.span
+    address = ac.fill_read(out, n, span, 0, len(span), key, release, child)
+    _ALIVE[key] = (out, span)
+    return import_batch(address, views_schema)
 
 
 def views_batch(read) -> object | None:

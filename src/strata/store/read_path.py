@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 from strata.errors import CorruptRecordError, IndexRebuildingError, InvalidInputError
 from strata.format import record as rec
-from strata.format.consume_queue import BLANK_SIZE, UNIT_DTYPE, UNIT_SIZE
+from strata.format.consume_queue import BLANK_SIZE, UNIT_DTYPE
 from strata.index import key_index_rebuild
 from strata.store import arrow_read, time_search
 from strata.store.lifecycle import writer_alive  # noqa: F401 (re-exported)
@@ -150,12 +150,14 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     queue and commit-log offsets, store and born timestamps, body, keys, the encoded
     properties), with ``get``'s status and offsets. Each record is checked as ``get``
     checks it (CRC32C with ``verify_crc_on_read``). With ``views`` (the default) the body
-    and properties columns are ``binary_view`` arrays, checked in one compiled call: over
-    the segment's map itself when the records lie back to back (zero-copy: the arrays keep
-    the map alive, past a close or the segment's deletion), else over ONE copy of them; ``views=False`` gives ``binary`` arrays (each body copied
-    once more, into a packed buffer) for consumers and Arrow functions that do not take
-    views. Records ``get`` would pass over as damaged are left out the same way (that case,
-    and reads from a tier, go through ``get``'s messages). Needs pyarrow."""
+    and properties columns are ``binary_view`` arrays, the units read in the consume-queue
+    file's map and the records checked in one compiled call: over the segment's map itself
+    when the records lie back to back (zero-copy: the arrays keep the map alive, past a
+    close or the segment's deletion), else over ONE copy of them (``arrow_read.units_batch``);
+    ``views=False`` gives ``binary`` arrays (each body copied once more, into a packed
+    buffer) for consumers and Arrow functions that do not take views. Records ``get`` would
+    pass over as damaged are left out the same way (that case, and reads from a tier, go
+    through ``get``'s messages). Needs pyarrow."""
     store._check_open()
     if not isinstance(offset, int) or isinstance(offset, bool):
         raise InvalidInputError(f"offset must be an int, got {offset!r}")
@@ -168,27 +170,26 @@ def get_columns(store, topic: str, queue_id: int, offset: int, max_messages: int
     if cq is not None and store.history.all_local(topic, queue_id, cq):
         mn, mx = cq.min_offset(), cq.max_offset()   # the local files alone hold the queue
         if mn <= offset < mx:
-            try:
-                units = cq.read_unit_bytes(offset, max_messages)
-            except ValueError:   # retention deleted that file just now
-                units = None
-            if units is not None and len(units):
-                verify, limit = store.config.verify_crc_on_read, store.confirmed_offset()
-                seen = store.log.read_views(units, limit, verify_crc=verify, topic=topic,
-                                            queue_id=queue_id, first_offset=offset) \
-                    if views else True
-                n = len(units) // UNIT_SIZE
-                if seen is True or seen is False:
-                    units = units.view(UNIT_DTYPE)
-                    if seen is True and units["size"].max() != BLANK_SIZE:
-                        read = store.log.read_columns(
-                            units["offset"], limit, verify_crc=verify, topic=topic,
-                            queue_id=queue_id, queue_offsets=offset + every_row(n))
-                else:
-                    batch = arrow_read.views_batch(seen)
-                    if batch is not None:
-                        return arrow_read.ColumnsResult(GetStatus.FOUND, batch, offset + n,
-                                                        mn, mx)
+            verify, limit = store.config.verify_crc_on_read, store.confirmed_offset()
+            span = cq.unit_span(offset, max_messages)
+            n = 0 if span is None else span[2]
+            seen = None
+            if n and views:   # the units read where they lie, the records as views
+                seen = arrow_read.units_batch(store.log, span[0], span[1], n, limit,
+                                              verify_crc=verify, topic=topic,
+                                              queue_id=queue_id, first_offset=offset)
+                if seen is not None and seen is not True and seen is not False:
+                    return arrow_read.ColumnsResult(GetStatus.FOUND, seen, offset + n, mn, mx)
+            if n and seen is not False:   # binary columns, or views cannot: read_columns
+                try:
+                    units = cq.read_unit_bytes(offset, n).view(UNIT_DTYPE)
+                except ValueError:   # retention deleted that file just now
+                    units = None
+                if units is not None and len(units) and units["size"].max() != BLANK_SIZE:
+                    n = len(units)
+                    read = store.log.read_columns(
+                        units["offset"], limit, verify_crc=verify, topic=topic,
+                        queue_id=queue_id, queue_offsets=offset + every_row(n))
     if read is not None:
         batch = arrow_read.arrow_batch(read, views)
         if batch is not None:
