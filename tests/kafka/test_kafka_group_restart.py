@@ -38,11 +38,15 @@ class Member:
     waited for with a condition (woken by each line)."""
 
     def __init__(self, name: str, server, topic: str, group: str, stop: Path, *,
-                 instance: str | None = None, session: int = 30000, crash: bool = False):
+                 instance: str | None = None, session: int = 30000, crash: bool = False,
+                 log: Path | None = None):
         cmd = [sys.executable, SCRIPT, name, server.bootstrap, topic, group,
                "--stop", str(stop), "--session", str(session)]
         if instance:
             cmd += ["--instance", instance]
+        if log is not None:         # the client's DEBUG log, shown when a wait fails
+            cmd += ["--log", str(log)]
+        self.log = log
         if crash:
             cmd.append("--crash")
         self.name = name

@@ -17,6 +17,12 @@ Rules, following Kafka's classic coordinator:
 - A join completes when every known member has rejoined (and no member id handed out with
   MEMBER_ID_REQUIRED is still expected), or when the rebalance timeout (the largest of the
   members') passes: members that did not rejoin by then are removed.
+- Initial rebalance delay (Kafka's ``group.initial.rebalance.delay.ms``): a rebalance that
+  starts from Empty does not complete before the delay has passed, even if every member
+  joined, so that members starting together form one first generation instead of a leader
+  alone (which may assign before it knows the topics' partitions, and rejoin at once). Each
+  member new to the group's first generation (generation 0) extends the wait by another delay,
+  for at most the rebalance timeout in all; then the join completes as above.
 - JoinGroup v4+ with an empty member id gets MEMBER_ID_REQUIRED and a new id to join with.
 - Heartbeat answers REBALANCE_IN_PROGRESS while the group prepares a rebalance, which makes
   members rejoin; a member that neither heartbeats nor waits in a join or sync for its session
@@ -62,6 +68,7 @@ from strata.broker.kafka.group_model import (Group, GroupView, JoinResult, Membe
 
 MIN_SESSION_TIMEOUT_MS = 6_000        # Kafka's group.min.session.timeout.ms
 MAX_SESSION_TIMEOUT_MS = 1_800_000    # Kafka's group.max.session.timeout.ms
+INITIAL_REBALANCE_DELAY_MS = 3_000    # Kafka's group.initial.rebalance.delay.ms
 
 
 class Coordinator:
@@ -70,10 +77,12 @@ class Coordinator:
 
     def __init__(self, *, min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
                  max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
+                 initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS,
                  new_member_id: Callable[[str], str] | None = None) -> None:
         self.groups: dict[str, Group] = {}
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self._new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
         self.rebalances = 0     # completed joins (for metrics and tests)
         self.dirty: set[str] = set()    # groups whose image is to be stored (``image``)
@@ -154,6 +163,8 @@ class Coordinator:
         m.join = waiter = Pending()
         if group.state is not State.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now_ms)
+        elif group.initial_delay and group.generation_id == 0:
+            group.new_member_added = True
         self._maybe_complete_join(group, now_ms)
         return waiter
 
@@ -212,8 +223,35 @@ class Coordinator:
     def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
         if group.state is State.COMPLETING_REBALANCE:
             self._fail_syncs(group, REBALANCE_IN_PROGRESS)
+        delay = self.initial_rebalance_delay_ms
+        if group.state is State.EMPTY and delay > 0:
+            # the initial delay (see the module's docstring): the join waits for it alone
+            group.initial_delay, group.new_member_added = True, False
+            group.initial_step_ms = delay
+            group.initial_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
+            group.state = State.PREPARING_REBALANCE
+            group.rebalance_deadline_ms = now_ms + delay
+            return
         group.state = State.PREPARING_REBALANCE
         group.rebalance_deadline_ms = now_ms + group.rebalance_timeout_ms()
+
+    def _initial_delay_over(self, group: Group, now_ms: int) -> None:
+        """The initial delay's step ended: another step if a member new to the first
+        generation came meanwhile and time remains, else the join waits as any rebalance
+        does, until the rest of the rebalance timeout (completing at once if all joined)."""
+        if group.new_member_added and group.initial_remaining_ms > 0:
+            step = min(self.initial_rebalance_delay_ms, group.initial_remaining_ms)
+            group.initial_remaining_ms = max(group.initial_remaining_ms - group.initial_step_ms,
+                                             0)
+            group.initial_step_ms, group.new_member_added = step, False
+            group.rebalance_deadline_ms = now_ms + step
+            return
+        group.initial_delay = group.new_member_added = False
+        group.rebalance_deadline_ms = now_ms + group.initial_remaining_ms
+        if group.initial_remaining_ms > 0:
+            self._maybe_complete_join(group, now_ms)
+        else:                           # the rebalance timeout is spent too
+            self._complete_join(group, now_ms)
 
     def _fail_syncs(self, group: Group, error: int) -> None:
         for m in group.members.values():
@@ -223,10 +261,12 @@ class Coordinator:
 
     def _maybe_complete_join(self, group: Group, now_ms: int) -> None:
         if (group.state is State.PREPARING_REBALANCE and not group.pending
+                and (not group.initial_delay or not group.members)     # all left: no wait
                 and all(m.join is not None for m in group.members.values())):
             self._complete_join(group, now_ms)
 
     def _complete_join(self, group: Group, now_ms: int) -> None:
+        group.initial_delay = group.new_member_added = False
         for m in [m for m in group.members.values()
                   if m.join is None and m.group_instance_id is None]:
             self._remove(group, m, now_ms, rebalance=False)      # did not rejoin in time
@@ -410,7 +450,10 @@ class Coordinator:
                 if m.member_id in group.members and not m.kept_alive and now_ms >= m.expires_ms:
                     self._remove(group, m, now_ms)
             if group.state is State.PREPARING_REBALANCE:
-                if now_ms >= group.rebalance_deadline_ms:
+                if group.initial_delay:
+                    if now_ms >= group.rebalance_deadline_ms:
+                        self._initial_delay_over(group, now_ms)
+                elif now_ms >= group.rebalance_deadline_ms:
                     self._complete_join(group, now_ms)
                 else:
                     self._maybe_complete_join(group, now_ms)
