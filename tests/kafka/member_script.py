@@ -7,7 +7,7 @@ members): confluent-kafka or kafka-python, unchanged, against ``strata serve --k
 Prints JSON lines: {"member": id} once it holds an assignment (again if the id changes),
 {"assigned": [...]}, {"revoked": [...]}, {"msg": value, "p": partition}, and {"error": ...}
 (then exits 3). ``--log FILE``: the client library's own DEBUG log (kafka-python's logging,
-librdkafka's ``debug=cgrp,protocol``) into FILE, for a test to show when a member stalls;
+librdkafka's ``debug=cgrp``) into FILE, for a test to show when a member stalls;
 SIGUSR1 dumps every thread's stack to stderr (faulthandler). When FILE exists it closes the consumer and prints {"closed": true}; with
 ``--crash`` it exits at once instead, without closing or leaving (a killed consumer).
 """
@@ -39,7 +39,7 @@ def confluent(a) -> None:
     if a.instance:
         conf["group.instance.id"] = a.instance
     if a.log:
-        conf["debug"] = "cgrp,protocol"
+        conf["debug"] = "cgrp"
         conf["logger"] = logging.getLogger("librdkafka")
     c = Consumer(conf)
     c.subscribe([a.topic],
@@ -119,6 +119,8 @@ def main() -> None:
     if a.log:
         logging.basicConfig(filename=a.log, level=logging.DEBUG,
                             format="%(asctime)s %(threadName)s %(name)s %(message)s")
+        for h in logging.getLogger().handlers:      # kafka-python says this at every poll
+            h.addFilter(lambda r: not str(r.msg).startswith("need_rejoin"))
     try:
         (confluent if a.client == "confluent" else kafka_python)(a)
     except Exception as exc:        # noqa: BLE001 - the test reads what went wrong

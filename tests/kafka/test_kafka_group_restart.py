@@ -33,9 +33,15 @@ WAIT_S = 90.0
 STATIC_SESSION_MS = 60000
 
 
+# one condition for every member's events: a wait's predicate may look at other members'
+# events too, so any member's line must wake it (with one condition per member a wait slept
+# to its timeout when the line it needed came from another member)
+EVENTS = threading.Condition()
+
+
 class Member:
     """A member_script.py process; its JSON lines are collected by a reader thread and
-    waited for with a condition (woken by each line)."""
+    waited for with ``EVENTS`` (woken by every member's line)."""
 
     def __init__(self, name: str, server, topic: str, group: str, stop: Path, *,
                  instance: str | None = None, session: int = 30000, crash: bool = False,
@@ -51,7 +57,7 @@ class Member:
             cmd.append("--crash")
         self.name = name
         self.events: list[dict] = []
-        self.cond = threading.Condition()
+        self.cond = EVENTS
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -73,7 +79,17 @@ class Member:
         if not ok:
             raise AssertionError(f"{self.name} member: waited {seconds} s in vain; events "
                                  f"{self.events[-20:]}; stderr "
-                                 f"{self.proc.stderr.read()[-3000:] if self.proc.poll() is not None else ''}")
+                                 f"{self.proc.stderr.read()[-3000:] if self.proc.poll() is not None else ''}"
+                                 f"{self.log_tail()}")
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The end of the client's own log (``log=``), for a failure's message."""
+        if self.log is None or not self.log.exists():
+            return ""
+        with open(self.log, errors="replace") as f:
+            tail = f.readlines()[-lines:]
+        return f"\n--- {self.log.name} (last {len(tail)} lines)\n" + "".join(
+            line[:400] for line in tail)
 
     def kinds(self, key: str, since: int = 0) -> list:
         with self.cond:
@@ -192,18 +208,20 @@ def test_static_member_restarts_without_a_rebalance_also_after_a_broker_restart(
     members: list[Member] = []
     try:
         create_topic(s, "t", 4)
-        a = Member(name, s, "t", "g", stop, instance="inst-a", session=STATIC_SESSION_MS)
+        # the clients' own logs, shown if a wait fails
+        a = Member(name, s, "t", "g", stop, instance="inst-a", session=STATIC_SESSION_MS,
+                   log=tmp_path / "inst-a.log")
         b_stop = tmp_path / "b-stop"
         b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True,
-                   session=STATIC_SESSION_MS)
+                   session=STATIC_SESSION_MS, log=tmp_path / "inst-b-0.log")
         members = [a, b]
         try:
             for m in members:
                 m.wait_for(lambda ev, m=m: holds(m) and sorted(a.assigned() + b.assigned())
                            == [0, 1, 2, 3])
-        except AssertionError as exc:   # both members' events, for the rare formation stall
-            raise AssertionError(f"{exc}\nmember a: {a.events[-20:]}\n"
-                                 f"member b: {b.events[-20:]}") from None
+        except AssertionError as exc:   # both members' events and logs, should it stall
+            raise AssertionError(f"{exc}\nmember a: {a.events[-20:]}{a.log_tail()}\n"
+                                 f"member b: {b.events[-20:]}{b.log_tail()}") from None
         a_id, a_share, b_share = a.kinds("member")[-1], a.assigned(), b.assigned()
         a_mark = a.mark
         for round_ in range(2):
@@ -212,7 +230,7 @@ def test_static_member_restarts_without_a_rebalance_also_after_a_broker_restart(
             b.close()
             b_stop.unlink()
             b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True,
-                       session=STATIC_SESSION_MS)
+                       session=STATIC_SESSION_MS, log=tmp_path / f"inst-b-{round_ + 1}.log")
             members.append(b)
             b.wait_for(lambda ev: holds(b))
             assert b.assigned() == b_share            # the old incarnation's partitions
