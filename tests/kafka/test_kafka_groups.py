@@ -367,6 +367,40 @@ def test_static_leader_replaced_is_not_told_to_assign():
     assert c.describe("G").state is State.STABLE
 
 
+def test_a_replaced_leader_told_it_follows_rejoins_as_a_follower():
+    """The sequence that failed the static restart test with kafka-python (issue 23): the
+    leader's instance restarts, is answered as a follower (no rebalance), syncs, and then
+    sends its JoinGroup again (kafka-python dropped its first answer). That member was never
+    told it leads this generation: a follower's repeated join, no rebalance. A member told it
+    leads (after the next rebalance) still makes the group rebalance by rejoining."""
+    c = coord()
+    ida, idb = static_pair(c)
+    before = c.rebalances
+    r = sjoin(c, "i1", now=100).result
+    assert r.leader == ida != r.member_id
+    assert c.sync("G", 2, r.member_id, {}, 101, group_instance_id="i1").result.assignment \
+        == b"p0"
+    again = sjoin(c, "i1", r.member_id, now=102)
+    assert again.done and again.result.error == g.NONE
+    assert again.result.generation_id == 2 and again.result.leader == ida
+    assert again.result.members == ()                       # not told to assign
+    assert c.rebalances == before and c.describe("G").state is State.STABLE
+    assert c.heartbeat("G", 2, idb, 103) == g.NONE          # the other member never noticed
+    # restarted again: still not the leader it was told of
+    r2 = sjoin(c, "i1", now=104).result
+    assert r2.leader == ida and c.describe("G").state is State.STABLE
+    # a rebalance (i2's metadata changes) makes i1's incarnation the leader it is told it is
+    p = sjoin(c, "i2", idb, now=105, protos=[("range", b"other-topics")])
+    lead = sjoin(c, "i1", r2.member_id, now=106)
+    assert lead.result.generation_id == p.result.generation_id == 3
+    assert lead.result.leader == r2.member_id and len(lead.result.members) == 2
+    c.sync("G", 3, idb, {}, 107)
+    c.sync("G", 3, r2.member_id, {r2.member_id: b"x", idb: b"y"}, 108)
+    assert c.describe("G").state is State.STABLE
+    assert not sjoin(c, "i1", r2.member_id, now=109).done   # the leader's join: rebalance
+    assert c.describe("G").state is State.PREPARING_REBALANCE
+
+
 def test_static_member_with_changed_metadata_triggers_a_rebalance():
     c = coord()
     ida, idb = static_pair(c)

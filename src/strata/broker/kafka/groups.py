@@ -37,7 +37,12 @@ without MEMBER_ID_REQUIRED; one that joins with an empty member id while the gro
 member of its instance id *replaces* it (a new member id, the old one's assignment): in a
 Stable group whose chosen protocol and the member's metadata for it are unchanged this is no
 rebalance at all (the group's image is stored again, and the answer names the current leader,
-so the member does not assign); otherwise the group rebalances. A request naming an instance
+so the member does not assign); otherwise the group rebalances. A replaced leader's new
+incarnation was told it does not lead: its repeated JoinGroup (unchanged metadata, same
+generation) is a follower's — answered at once, naming the same leader, no rebalance. (Kafka
+rebalances there, as for any leader's JoinGroup; but a member never told that it leads is not
+asking for a new assignment, and kafka-python 3.0.12 sends such a JoinGroup when it drops the
+answer of its first join — see docs/kafka.md.) A request naming an instance
 id with another member id than the group has for it gets FENCED_INSTANCE_ID; LeaveGroup v3+
 may name a member by its instance id alone. Static members that do not rejoin a rebalance in
 time are kept (they are expected back under their instance id) until their session expires.
@@ -142,8 +147,9 @@ class Coordinator:
             self._maybe_complete_join(group, now_ms)
             return waiter
         unchanged = protocols == m.protocols
+        told_follower = member_id != (group.told_leader or group.leader_id)
         if unchanged and (group.state is State.COMPLETING_REBALANCE
-                          or (group.state is State.STABLE and member_id != group.leader_id)):
+                          or (group.state is State.STABLE and told_follower)):
             return Pending.resolved(self._join_result(group, m))     # a repeated join
         m.protocols = protocols
         m.join = waiter = Pending()
@@ -181,7 +187,7 @@ class Coordinator:
             m = Member(new_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                        protocols, instance_id, expires_ms=now_ms + session_timeout_ms)
             return self._add_member(group, m, protocol_type, now_ms)
-        leader_before = group.leader_id or ""
+        leader_before = group.told_leader or group.leader_id or ""   # whom the others were told
         for w in (old.join, old.sync):          # the old incarnation is fenced
             if w is not None:
                 w._resolve(JoinResult(FENCED_INSTANCE_ID, member_id=old_id)
@@ -200,6 +206,8 @@ class Coordinator:
         if group.state is State.STABLE:
             if same_metadata and group.select_protocol() == group.protocol_name:
                 self.dirty.add(group.group_id)
+                if group.leader_id == new_id:
+                    group.told_leader = leader_before
                 return Pending.resolved(JoinResult(
                     NONE, group.generation_id, group.protocol_type, group.protocol_name,
                     leader_before, new_id, replaced=True))
@@ -213,12 +221,13 @@ class Coordinator:
         return waiter
 
     def _join_result(self, group: Group, m: Member) -> JoinResult:
+        leader = group.told_leader or group.leader_id or ""
         members: tuple[tuple[str, str | None, bytes], ...] = ()
-        if m.member_id == group.leader_id:
+        if m.member_id == leader:
             members = tuple((o.member_id, o.group_instance_id, o.metadata(group.protocol_name))
                             for o in group.members.values())
         return JoinResult(NONE, group.generation_id, group.protocol_type, group.protocol_name,
-                          group.leader_id or "", m.member_id, members)
+                          leader, m.member_id, members)
 
     def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
         if group.state is State.COMPLETING_REBALANCE:
@@ -267,6 +276,7 @@ class Coordinator:
 
     def _complete_join(self, group: Group, now_ms: int) -> None:
         group.initial_delay = group.new_member_added = False
+        group.told_leader = None            # a new generation tells everyone who leads
         for m in [m for m in group.members.values()
                   if m.join is None and m.group_instance_id is None]:
             self._remove(group, m, now_ms, rebalance=False)      # did not rejoin in time
