@@ -6,10 +6,11 @@ members): confluent-kafka or kafka-python, unchanged, against ``strata serve --k
 
 Prints JSON lines: {"member": id} once it holds an assignment (again if the id changes),
 {"assigned": [...]}, {"revoked": [...]}, {"msg": value, "p": partition}, and {"error": ...}
-(then exits 3). ``--log FILE``: the client library's own DEBUG log (kafka-python's logging,
-librdkafka's ``debug=cgrp``) into FILE, for a test to show when a member stalls;
-SIGUSR1 dumps every thread's stack to stderr (faulthandler). When FILE exists it closes the consumer and prints {"closed": true}; with
-``--crash`` it exits at once instead, without closing or leaving (a killed consumer).
+(then exits 3). When the --stop FILE exists it closes the consumer and prints
+{"closed": true}; with ``--crash`` it exits at once instead, without closing or leaving (a
+killed consumer). ``--log FILE``: the client library's own DEBUG log (kafka-python's logging,
+librdkafka's ``debug=cgrp``) into FILE, for a test to show when a member stalls; SIGUSR1
+dumps every thread's stack to stderr (faulthandler).
 """
 
 from __future__ import annotations
