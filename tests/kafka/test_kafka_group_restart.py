@@ -31,8 +31,8 @@ WAIT_S = 90.0
 # static members' session: a restarted instance must be back within it for no rebalance to
 # be the right answer; kept well above a slow process start on a loaded machine
 STATIC_SESSION_MS = 60000
-# these tests assert that nothing rebalances once a group formed: their servers wait Kafka's
-# default initial rebalance delay (3 s), so that kafka-python leads the first generation only
+# the static members' tests assert that nothing rebalances once a group formed: their servers
+# wait Kafka's default initial rebalance delay (3 s), so that kafka-python leads the first generation only
 # once it knows the topic's partitions (docs/kafka.md, issue 23)
 GROUP_DELAY_MS = 3000
 
@@ -133,13 +133,13 @@ def msgs(members: list[Member], since: list[int]) -> list[str]:
 def restart(server: KafkaServer, directory: Path, sig: int) -> KafkaServer:
     port = server.port
     server.stop(sig)
-    return KafkaServer(directory, group_delay_ms=GROUP_DELAY_MS).start(port=port)
+    return KafkaServer(directory, group_delay_ms=server.group_delay_ms).start(port=port)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_members_keep_ids_and_assignments_across_a_broker_restart(tmp_path, sig):
     directory = tmp_path / "store"
-    s = KafkaServer(directory, group_delay_ms=GROUP_DELAY_MS).start()
+    s = KafkaServer(directory).start()
     stop = tmp_path / "stop"
     members: list[Member] = []
     try:
