@@ -35,21 +35,32 @@ def out(**kw):
 '''
 
 
-class KafkaServer(StrataProcess):
-    """A running `strata serve --kafka` process (and gRPC too with ``grpc=True``)."""
+# the initial rebalance delay of the tests' servers: a third of Kafka's 3000 ms (strata's
+# default), which keeps group tests quick and is still far above the time kafka-python takes to
+# learn a topic's partitions after it joins (tens of ms, some hundreds on a loaded machine;
+# docs/kafka.md says why that matters)
+GROUP_DELAY_MS = 1000
 
-    def __init__(self, directory: Path, *args: str, grpc: bool = False) -> None:
+
+class KafkaServer(StrataProcess):
+    """A running `strata serve --kafka` process (and gRPC too with ``grpc=True``);
+    ``group_delay_ms`` is its ``--kafka-initial-rebalance-delay-ms``."""
+
+    def __init__(self, directory: Path, *args: str, grpc: bool = False,
+                 group_delay_ms: int = GROUP_DELAY_MS) -> None:
         super().__init__()
         self.directory = directory
         self.args = args
         self.grpc = grpc
+        self.group_delay_ms = group_delay_ms
         self.bootstrap = ""
         self.endpoint = ""          # the gRPC endpoint, with grpc=True
 
     def start(self, port: int = 0) -> "KafkaServer":
         cmd = [sys.executable, "-X", "faulthandler", "-m", "strata.cli.main", "serve",
                str(self.directory),
-               "--kafka", f"127.0.0.1:{port}", "--exit-with-parent", *self.args]
+               "--kafka", f"127.0.0.1:{port}", "--exit-with-parent",
+               "--kafka-initial-rebalance-delay-ms", str(self.group_delay_ms), *self.args]
         if self.grpc:
             cmd += ["--listen", "127.0.0.1:0"]
         for opt in SMALL_STORE:

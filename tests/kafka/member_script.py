@@ -2,21 +2,26 @@
 members): confluent-kafka or kafka-python, unchanged, against ``strata serve --kafka``.
 
     member_script.py CLIENT BOOTSTRAP TOPIC GROUP --stop FILE [--instance ID]
-                     [--session MS] [--crash]
+                     [--session MS] [--crash] [--log FILE]
 
 Prints JSON lines: {"member": id} once it holds an assignment (again if the id changes),
 {"assigned": [...]}, {"revoked": [...]}, {"msg": value, "p": partition}, and {"error": ...}
-(then exits 3). When FILE exists it closes the consumer and prints {"closed": true}; with
-``--crash`` it exits at once instead, without closing or leaving (a killed consumer).
+(then exits 3). When the --stop FILE exists it closes the consumer and prints
+{"closed": true}; with ``--crash`` it exits at once instead, without closing or leaving (a
+killed consumer). ``--log FILE``: the client library's own DEBUG log (kafka-python's logging,
+librdkafka's ``debug=cgrp``) into FILE, for a test to show when a member stalls; SIGUSR1
+dumps every thread's stack to stderr (faulthandler).
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
+import logging
 import os
+import signal
 import sys
-import time
 
 
 def say(**kw) -> None:
@@ -34,6 +39,9 @@ def confluent(a) -> None:
             "error_cb": lambda err: errors.append(f"{err.code()}: {err}")}
     if a.instance:
         conf["group.instance.id"] = a.instance
+    if a.log:
+        conf["debug"] = "cgrp"
+        conf["logger"] = logging.getLogger("librdkafka")
     c = Consumer(conf)
     c.subscribe([a.topic],
                 on_assign=lambda _c, ps: say(assigned=sorted(p.partition for p in ps)),
@@ -106,7 +114,14 @@ def main() -> None:
     ap.add_argument("--instance")
     ap.add_argument("--session", type=int, default=30000)
     ap.add_argument("--crash", action="store_true")
+    ap.add_argument("--log")
     a = ap.parse_args()
+    faulthandler.register(signal.SIGUSR1)
+    if a.log:
+        logging.basicConfig(filename=a.log, level=logging.DEBUG,
+                            format="%(asctime)s %(threadName)s %(name)s %(message)s")
+        for h in logging.getLogger().handlers:      # kafka-python says this at every poll
+            h.addFilter(lambda r: not str(r.msg).startswith("need_rejoin"))
     try:
         (confluent if a.client == "confluent" else kafka_python)(a)
     except Exception as exc:        # noqa: BLE001 - the test reads what went wrong

@@ -42,7 +42,8 @@ class Harness:
         self.store.create_topic("t", 3)
         self.groups = ConsumerGroups(tmp_path / "b")
         self.svc = gh.GroupService(self.store, self.groups, flush_sync=False,
-                                   coordinator=Coordinator(min_session_timeout_ms=1))
+                                   coordinator=Coordinator(min_session_timeout_ms=1,
+                                                           initial_rebalance_delay_ms=0))
         self.broker = SimpleNamespace(store=self.store, groups=self.groups, acl=acl,
                                       host="127.0.0.1", port=9092, node_id=0,
                                       flush_sync=False, state={"groups": self.svc})
@@ -337,7 +338,8 @@ def test_static_membership_on_the_wire_and_the_stored_image(tmp_path):
 
         # a restart: a new service over the same journal state loads the group
         svc2 = gh.GroupService(h.store, ConsumerGroups(tmp_path / "b"), flush_sync=False,
-                               coordinator=Coordinator(min_session_timeout_ms=1))
+                               coordinator=Coordinator(min_session_timeout_ms=1,
+                                                       initial_rebalance_delay_ms=0))
         h.broker.state["groups"] = svc2
         h.groups = svc2.groups
         assert svc2.loaded == 1

@@ -31,23 +31,37 @@ WAIT_S = 90.0
 # static members' session: a restarted instance must be back within it for no rebalance to
 # be the right answer; kept well above a slow process start on a loaded machine
 STATIC_SESSION_MS = 60000
+# the static members' tests assert that nothing rebalances once a group formed: their
+# servers wait Kafka's default initial rebalance delay (3 s), so that kafka-python leads the
+# first generation only once it knows the topic's partitions (docs/kafka.md, issue 23)
+GROUP_DELAY_MS = 3000
+
+
+# one condition for every member's events: a wait's predicate may look at other members'
+# events too, so any member's line must wake it (with one condition per member a wait slept
+# to its timeout when the line it needed came from another member)
+EVENTS = threading.Condition()
 
 
 class Member:
     """A member_script.py process; its JSON lines are collected by a reader thread and
-    waited for with a condition (woken by each line)."""
+    waited for with ``EVENTS`` (woken by every member's line)."""
 
     def __init__(self, name: str, server, topic: str, group: str, stop: Path, *,
-                 instance: str | None = None, session: int = 30000, crash: bool = False):
+                 instance: str | None = None, session: int = 30000, crash: bool = False,
+                 log: Path | None = None):
         cmd = [sys.executable, SCRIPT, name, server.bootstrap, topic, group,
                "--stop", str(stop), "--session", str(session)]
         if instance:
             cmd += ["--instance", instance]
+        if log is not None:         # the client's DEBUG log, shown when a wait fails
+            cmd += ["--log", str(log)]
+        self.log = log
         if crash:
             cmd.append("--crash")
         self.name = name
         self.events: list[dict] = []
-        self.cond = threading.Condition()
+        self.cond = EVENTS
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -69,7 +83,17 @@ class Member:
         if not ok:
             raise AssertionError(f"{self.name} member: waited {seconds} s in vain; events "
                                  f"{self.events[-20:]}; stderr "
-                                 f"{self.proc.stderr.read()[-3000:] if self.proc.poll() is not None else ''}")
+                                 f"{self.proc.stderr.read()[-3000:] if self.proc.poll() is not None else ''}"
+                                 f"{self.log_tail()}")
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The end of the client's own log (``log=``), for a failure's message."""
+        if self.log is None or not self.log.exists():
+            return ""
+        with open(self.log, errors="replace") as f:
+            tail = f.readlines()[-lines:]
+        return f"\n--- {self.log.name} (last {len(tail)} lines)\n" + "".join(
+            line[:400] for line in tail)
 
     def kinds(self, key: str, since: int = 0) -> list:
         with self.cond:
@@ -109,7 +133,7 @@ def msgs(members: list[Member], since: list[int]) -> list[str]:
 def restart(server: KafkaServer, directory: Path, sig: int) -> KafkaServer:
     port = server.port
     server.stop(sig)
-    return KafkaServer(directory).start(port=port)
+    return KafkaServer(directory, group_delay_ms=server.group_delay_ms).start(port=port)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -153,7 +177,7 @@ def test_members_keep_ids_and_assignments_across_a_broker_restart(tmp_path, sig)
 
 def test_a_member_gone_while_the_broker_was_down_expires_after_the_restart(tmp_path):
     directory = tmp_path / "store"
-    s = KafkaServer(directory).start()
+    s = KafkaServer(directory, group_delay_ms=GROUP_DELAY_MS).start()
     stop, gone = tmp_path / "stop", tmp_path / "gone"
     members: list[Member] = []
     try:
@@ -167,7 +191,7 @@ def test_a_member_gone_while_the_broker_was_down_expires_after_the_restart(tmp_p
         s.stop(signal.SIGKILL)
         gone.touch()                                  # dies without leaving
         members[1].wait_for(lambda ev: {"exit": True} in ev)
-        s = KafkaServer(directory).start(port=port)
+        s = KafkaServer(directory, group_delay_ms=GROUP_DELAY_MS).start(port=port)
         # the loaded group holds the dead member until its session (restarted at load)
         # ends; then the survivor gets both partitions
         members[0].wait_for(lambda ev: members[0].assigned() == [0, 1], 30)
@@ -183,23 +207,25 @@ def test_a_member_gone_while_the_broker_was_down_expires_after_the_restart(tmp_p
 def test_static_member_restarts_without_a_rebalance_also_after_a_broker_restart(tmp_path,
                                                                                  name):
     directory = tmp_path / "store"
-    s = KafkaServer(directory).start()
+    s = KafkaServer(directory, group_delay_ms=GROUP_DELAY_MS).start()
     stop = tmp_path / "stop"
     members: list[Member] = []
     try:
         create_topic(s, "t", 4)
-        a = Member(name, s, "t", "g", stop, instance="inst-a", session=STATIC_SESSION_MS)
+        # the clients' own logs, shown if a wait fails
+        a = Member(name, s, "t", "g", stop, instance="inst-a", session=STATIC_SESSION_MS,
+                   log=tmp_path / "inst-a.log")
         b_stop = tmp_path / "b-stop"
         b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True,
-                   session=STATIC_SESSION_MS)
+                   session=STATIC_SESSION_MS, log=tmp_path / "inst-b-0.log")
         members = [a, b]
         try:
             for m in members:
                 m.wait_for(lambda ev, m=m: holds(m) and sorted(a.assigned() + b.assigned())
                            == [0, 1, 2, 3])
-        except AssertionError as exc:   # both members' events, for the rare formation stall
-            raise AssertionError(f"{exc}\nmember a: {a.events[-20:]}\n"
-                                 f"member b: {b.events[-20:]}") from None
+        except AssertionError as exc:   # both members' events and logs, should it stall
+            raise AssertionError(f"{exc}\nmember a: {a.events[-20:]}{a.log_tail()}\n"
+                                 f"member b: {b.events[-20:]}{b.log_tail()}") from None
         a_id, a_share, b_share = a.kinds("member")[-1], a.assigned(), b.assigned()
         a_mark = a.mark
         for round_ in range(2):
@@ -208,7 +234,7 @@ def test_static_member_restarts_without_a_rebalance_also_after_a_broker_restart(
             b.close()
             b_stop.unlink()
             b = Member(name, s, "t", "g", b_stop, instance="inst-b", crash=True,
-                       session=STATIC_SESSION_MS)
+                       session=STATIC_SESSION_MS, log=tmp_path / f"inst-b-{round_ + 1}.log")
             members.append(b)
             b.wait_for(lambda ev: holds(b))
             assert b.assigned() == b_share            # the old incarnation's partitions
@@ -230,7 +256,7 @@ def test_static_member_restarts_without_a_rebalance_also_after_a_broker_restart(
 
 
 def test_an_older_incarnation_of_a_static_member_is_fenced(tmp_path):
-    s = KafkaServer(tmp_path / "store").start()
+    s = KafkaServer(tmp_path / "store", group_delay_ms=GROUP_DELAY_MS).start()
     stop, stop2 = tmp_path / "stop", tmp_path / "stop2"
     members: list[Member] = []
     try:

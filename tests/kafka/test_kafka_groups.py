@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,9 +17,12 @@ REBALANCE = 30_000
 PROTOS = [("range", b"sub-a"), ("roundrobin", b"sub-b")]
 
 
-def coord() -> Coordinator:
+def coord(initial_delay: int = 0) -> Coordinator:
+    """A coordinator with predictable member ids; without the initial rebalance delay unless
+    asked (the rules other than the delay are tested without it)."""
     ids = itertools.count(1)
-    return Coordinator(new_member_id=lambda client: f"{client}-{next(ids)}")
+    return Coordinator(new_member_id=lambda client: f"{client}-{next(ids)}",
+                       initial_rebalance_delay_ms=initial_delay)
 
 
 def join(c: Coordinator, member: str = "", now: int = 0, *, client: str = "c",
@@ -235,13 +239,14 @@ OPS = st.lists(st.tuples(st.sampled_from(["join", "rejoin", "sync", "beat", "lea
                          st.integers(0, 3), st.integers(1, 40_000)), max_size=60)
 
 
+@pytest.mark.parametrize("delay", [0, 3_000], ids=["no-initial-delay", "initial-delay"])
 @settings(max_examples=150, deadline=None)
-@given(OPS)
-def test_random_runs_keep_the_invariants(ops):
+@given(ops=OPS)
+def test_random_runs_keep_the_invariants(delay, ops):
     """Whatever the order of requests and time steps: each waiter is resolved once, at
     most one generation is live, a Stable group's members all hold the leader's assignment,
     the leader is a member, and ``next_deadline`` never lies in the past after a tick."""
-    c = coord()
+    c = coord(delay)
     now = 0
     members: list[str] = []
     waiting: list[g.Pending] = []
@@ -362,6 +367,40 @@ def test_static_leader_replaced_is_not_told_to_assign():
     assert c.describe("G").state is State.STABLE
 
 
+def test_a_replaced_leader_told_it_follows_rejoins_as_a_follower():
+    """The sequence that failed the static restart test with kafka-python (issue 23): the
+    leader's instance restarts, is answered as a follower (no rebalance), syncs, and then
+    sends its JoinGroup again (kafka-python dropped its first answer). That member was never
+    told it leads this generation: a follower's repeated join, no rebalance. A member told it
+    leads (after the next rebalance) still makes the group rebalance by rejoining."""
+    c = coord()
+    ida, idb = static_pair(c)
+    before = c.rebalances
+    r = sjoin(c, "i1", now=100).result
+    assert r.leader == ida != r.member_id
+    assert c.sync("G", 2, r.member_id, {}, 101, group_instance_id="i1").result.assignment \
+        == b"p0"
+    again = sjoin(c, "i1", r.member_id, now=102)
+    assert again.done and again.result.error == g.NONE
+    assert again.result.generation_id == 2 and again.result.leader == ida
+    assert again.result.members == ()                       # not told to assign
+    assert c.rebalances == before and c.describe("G").state is State.STABLE
+    assert c.heartbeat("G", 2, idb, 103) == g.NONE          # the other member never noticed
+    # restarted again: still not the leader it was told of
+    r2 = sjoin(c, "i1", now=104).result
+    assert r2.leader == ida and c.describe("G").state is State.STABLE
+    # a rebalance (i2's metadata changes) makes i1's incarnation the leader it is told it is
+    p = sjoin(c, "i2", idb, now=105, protos=[("range", b"other-topics")])
+    lead = sjoin(c, "i1", r2.member_id, now=106)
+    assert lead.result.generation_id == p.result.generation_id == 3
+    assert lead.result.leader == r2.member_id and len(lead.result.members) == 2
+    c.sync("G", 3, idb, {}, 107)
+    c.sync("G", 3, r2.member_id, {r2.member_id: b"x", idb: b"y"}, 108)
+    assert c.describe("G").state is State.STABLE
+    assert not sjoin(c, "i1", r2.member_id, now=109).done   # the leader's join: rebalance
+    assert c.describe("G").state is State.PREPARING_REBALANCE
+
+
 def test_static_member_with_changed_metadata_triggers_a_rebalance():
     c = coord()
     ida, idb = static_pair(c)
@@ -439,3 +478,82 @@ def test_image_of_an_empty_group_and_a_bad_image():
     assert c2.describe("G").state is State.EMPTY and c2.describe("G").generation_id == 2
     with pytest.raises(StrataError, match="group 'G'"):
         gi.decode(gi.encode(img) + b"x", "G")
+
+
+# ---------------------------------------------------------------------- initial rebalance delay
+
+
+def test_members_starting_together_form_the_first_generation_together():
+    """The sequence that stalled kafka-python (issue 23): instance i1 joins a new group and
+    i2 24 ms later. Without the delay i1 led a generation of its own at once (assigning
+    before it knew the topic's partitions, so it rejoined at once); with it, the first
+    generation waits the delay, is extended once for i2, and holds both."""
+    c = coord(3_000)
+    a = sjoin(c, "i1", now=0)
+    assert not a.done and c.describe("G").state is State.PREPARING_REBALANCE
+    assert c.next_deadline() == 3_000
+    b = sjoin(c, "i2", now=24)
+    c.tick(2_999)
+    assert not a.done and not b.done               # everyone joined, still within the delay
+    c.tick(3_000)                                  # i2 came during the delay: one step more
+    assert not a.done and not b.done and c.next_deadline() == 6_000
+    c.tick(6_000)
+    ra, rb = a.result, b.result
+    assert ra.error == rb.error == g.NONE and ra.generation_id == rb.generation_id == 1
+    assert ra.leader == ra.member_id and rb.leader == ra.member_id
+    assert sorted(m for m, _i, _meta in ra.members) == sorted([ra.member_id, rb.member_id])
+    assert rb.members == ()
+    assert c.describe("G").state is State.COMPLETING_REBALANCE
+
+
+def test_a_lone_first_member_waits_one_delay():
+    c = coord(3_000)
+    a = join(c, now=100)
+    c.tick(3_099)
+    assert not a.done
+    c.tick(3_100)
+    assert a.result.error == g.NONE and a.result.generation_id == 1
+
+
+def test_the_initial_delay_ends_within_the_rebalance_timeout():
+    """Members arriving all the time extend the delay by a step each time, but no further
+    than the rebalance timeout after the first join."""
+    c = coord(3_000)
+    waiters = [join(c, now=0, rebalance=5_000)]
+    waiters.append(join(c, now=100, rebalance=5_000))
+    c.tick(3_000)                                  # extended by min(3000, 5000 - 3000)
+    assert c.next_deadline() == 5_000
+    waiters.append(join(c, now=4_000, rebalance=5_000))
+    c.tick(5_000)                                  # nothing remains: complete now
+    assert [w.result.error for w in waiters] == [g.NONE] * 3
+    assert {w.result.generation_id for w in waiters} == {1}
+
+
+def test_a_two_step_join_during_the_delay_is_waited_for():
+    """A member with MEMBER_ID_REQUIRED in hand when the delay ends is waited for (not
+    left to cause a second rebalance), as any known member of a rebalance is."""
+    c = coord(3_000)
+    a = join(c, now=0)
+    first = join(c, now=10, known=True)
+    assert first.result.error == g.MEMBER_ID_REQUIRED
+    c.tick(3_000)
+    assert not a.done
+    b = join(c, first.result.member_id, now=3_500)   # the delay is over: all joined now
+    assert a.result.generation_id == b.result.generation_id == 1
+    assert len(a.result.members) == 2
+
+
+def test_leaving_during_the_delay_and_rebalances_of_a_formed_group():
+    c = coord(3_000)
+    a = join(c, now=0)
+    c.leave("G", a.result.member_id if a.done else next(iter(c.groups["G"].members)), 10)
+    assert a.result.error == g.UNKNOWN_MEMBER_ID
+    assert c.describe("G").state is State.EMPTY and c.next_deadline() is None
+    # a group formed (generation > 0) rebalances without the delay when a member joins
+    a = join(c, now=20)
+    c.tick(3_020)
+    ida = a.result.member_id
+    c.sync("G", a.result.generation_id, ida, {ida: b"all"}, 3_021)
+    b = join(c, now=3_030)
+    a2 = join(c, ida, now=3_031)
+    assert a2.result.error == b.result.error == g.NONE

@@ -64,6 +64,8 @@ class ServeConfig:
     renew_slice_s: float = 60.0                # auto_renew: invisible time per renewal
     renew_max_s: float = 10800.0               # auto_renew: renewed for at most this long
     kafka: tuple[str, int] | None = None       # --kafka HOST:PORT: the Kafka listener
+    # --kafka-initial-rebalance-delay-ms: a new Kafka group's first join waits this long
+    kafka_initial_rebalance_delay_ms: int = 3000
     http: tuple[str, int] | None = None        # --http HOST:PORT: the web console (strata.console)
 
 

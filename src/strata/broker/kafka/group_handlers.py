@@ -170,8 +170,10 @@ def service(ctx: RequestContext) -> GroupService:
     broker = ctx.broker
     svc = broker.state.get("groups")
     if svc is None:
-        svc = broker.state["groups"] = GroupService(broker.store, broker.groups,
-                                                    flush_sync=broker.flush_sync)
+        delay = broker.cfg.kafka_initial_rebalance_delay_ms
+        svc = broker.state["groups"] = GroupService(
+            broker.store, broker.groups, flush_sync=broker.flush_sync,
+            coordinator=Coordinator(initial_rebalance_delay_ms=delay))
     return svc
 
 

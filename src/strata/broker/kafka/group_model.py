@@ -154,6 +154,16 @@ class Group:
     rebalance_deadline_ms: int = 0
     sync_deadline_ms: int = 0
     static: dict[str, str] = field(default_factory=dict)    # group instance id -> member id
+    # the leader id this generation's members were told, when a static replacement of the
+    # leader made ``leader_id`` a member that was told it does not lead (None otherwise)
+    told_leader: str | None = None
+    # the initial rebalance delay of a group formed from Empty (``Coordinator``): the join
+    # completes only at ``rebalance_deadline_ms`` while ``initial_delay``; a member new to a
+    # first generation (``new_member_added``) extends it, out of ``initial_remaining_ms``
+    initial_delay: bool = False
+    initial_step_ms: int = 0
+    initial_remaining_ms: int = 0
+    new_member_added: bool = False
 
     def fenced(self, group_instance_id: str | None, member_id: str) -> bool:
         """A request naming ``group_instance_id`` with another member id than the group has

@@ -17,6 +17,12 @@ Rules, following Kafka's classic coordinator:
 - A join completes when every known member has rejoined (and no member id handed out with
   MEMBER_ID_REQUIRED is still expected), or when the rebalance timeout (the largest of the
   members') passes: members that did not rejoin by then are removed.
+- Initial rebalance delay (Kafka's ``group.initial.rebalance.delay.ms``): a rebalance that
+  starts from Empty does not complete before the delay has passed, even if every member
+  joined, so that members starting together form one first generation instead of a leader
+  alone (which may assign before it knows the topics' partitions, and rejoin at once). Each
+  member new to the group's first generation (generation 0) extends the wait by another delay,
+  for at most the rebalance timeout in all; then the join completes as above.
 - JoinGroup v4+ with an empty member id gets MEMBER_ID_REQUIRED and a new id to join with.
 - Heartbeat answers REBALANCE_IN_PROGRESS while the group prepares a rebalance, which makes
   members rejoin; a member that neither heartbeats nor waits in a join or sync for its session
@@ -31,7 +37,12 @@ without MEMBER_ID_REQUIRED; one that joins with an empty member id while the gro
 member of its instance id *replaces* it (a new member id, the old one's assignment): in a
 Stable group whose chosen protocol and the member's metadata for it are unchanged this is no
 rebalance at all (the group's image is stored again, and the answer names the current leader,
-so the member does not assign); otherwise the group rebalances. A request naming an instance
+so the member does not assign); otherwise the group rebalances. A replaced leader's new
+incarnation was told it does not lead: its repeated JoinGroup (unchanged metadata, same
+generation) is a follower's — answered at once, naming the same leader, no rebalance. (Kafka
+rebalances there, as for any leader's JoinGroup; but a member never told that it leads is not
+asking for a new assignment, and kafka-python 3.0.12 sends such a JoinGroup when it drops the
+answer of its first join — see docs/kafka.md.) A request naming an instance
 id with another member id than the group has for it gets FENCED_INSTANCE_ID; LeaveGroup v3+
 may name a member by its instance id alone. Static members that do not rejoin a rebalance in
 time are kept (they are expected back under their instance id) until their session expires.
@@ -62,6 +73,7 @@ from strata.broker.kafka.group_model import (Group, GroupView, JoinResult, Membe
 
 MIN_SESSION_TIMEOUT_MS = 6_000        # Kafka's group.min.session.timeout.ms
 MAX_SESSION_TIMEOUT_MS = 1_800_000    # Kafka's group.max.session.timeout.ms
+INITIAL_REBALANCE_DELAY_MS = 3_000    # Kafka's group.initial.rebalance.delay.ms
 
 
 class Coordinator:
@@ -70,10 +82,12 @@ class Coordinator:
 
     def __init__(self, *, min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
                  max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
+                 initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS,
                  new_member_id: Callable[[str], str] | None = None) -> None:
         self.groups: dict[str, Group] = {}
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self._new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
         self.rebalances = 0     # completed joins (for metrics and tests)
         self.dirty: set[str] = set()    # groups whose image is to be stored (``image``)
@@ -133,8 +147,9 @@ class Coordinator:
             self._maybe_complete_join(group, now_ms)
             return waiter
         unchanged = protocols == m.protocols
+        told_follower = member_id != (group.told_leader or group.leader_id)
         if unchanged and (group.state is State.COMPLETING_REBALANCE
-                          or (group.state is State.STABLE and member_id != group.leader_id)):
+                          or (group.state is State.STABLE and told_follower)):
             return Pending.resolved(self._join_result(group, m))     # a repeated join
         m.protocols = protocols
         m.join = waiter = Pending()
@@ -154,6 +169,8 @@ class Coordinator:
         m.join = waiter = Pending()
         if group.state is not State.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now_ms)
+        elif group.initial_delay and group.generation_id == 0:
+            group.new_member_added = True
         self._maybe_complete_join(group, now_ms)
         return waiter
 
@@ -170,7 +187,7 @@ class Coordinator:
             m = Member(new_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                        protocols, instance_id, expires_ms=now_ms + session_timeout_ms)
             return self._add_member(group, m, protocol_type, now_ms)
-        leader_before = group.leader_id or ""
+        leader_before = group.told_leader or group.leader_id or ""   # whom the others were told
         for w in (old.join, old.sync):          # the old incarnation is fenced
             if w is not None:
                 w._resolve(JoinResult(FENCED_INSTANCE_ID, member_id=old_id)
@@ -189,6 +206,8 @@ class Coordinator:
         if group.state is State.STABLE:
             if same_metadata and group.select_protocol() == group.protocol_name:
                 self.dirty.add(group.group_id)
+                if group.leader_id == new_id:
+                    group.told_leader = leader_before
                 return Pending.resolved(JoinResult(
                     NONE, group.generation_id, group.protocol_type, group.protocol_name,
                     leader_before, new_id, replaced=True))
@@ -202,18 +221,46 @@ class Coordinator:
         return waiter
 
     def _join_result(self, group: Group, m: Member) -> JoinResult:
+        leader = group.told_leader or group.leader_id or ""
         members: tuple[tuple[str, str | None, bytes], ...] = ()
-        if m.member_id == group.leader_id:
+        if m.member_id == leader:
             members = tuple((o.member_id, o.group_instance_id, o.metadata(group.protocol_name))
                             for o in group.members.values())
         return JoinResult(NONE, group.generation_id, group.protocol_type, group.protocol_name,
-                          group.leader_id or "", m.member_id, members)
+                          leader, m.member_id, members)
 
     def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
         if group.state is State.COMPLETING_REBALANCE:
             self._fail_syncs(group, REBALANCE_IN_PROGRESS)
+        delay = self.initial_rebalance_delay_ms
+        if group.state is State.EMPTY and delay > 0:
+            # the initial delay (see the module's docstring): the join waits for it alone
+            group.initial_delay, group.new_member_added = True, False
+            group.initial_step_ms = delay
+            group.initial_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
+            group.state = State.PREPARING_REBALANCE
+            group.rebalance_deadline_ms = now_ms + delay
+            return
         group.state = State.PREPARING_REBALANCE
         group.rebalance_deadline_ms = now_ms + group.rebalance_timeout_ms()
+
+    def _initial_delay_over(self, group: Group, now_ms: int) -> None:
+        """The initial delay's step ended: another step if a member new to the first
+        generation came meanwhile and time remains, else the join waits as any rebalance
+        does, until the rest of the rebalance timeout (completing at once if all joined)."""
+        if group.new_member_added and group.initial_remaining_ms > 0:
+            step = min(self.initial_rebalance_delay_ms, group.initial_remaining_ms)
+            group.initial_remaining_ms = max(group.initial_remaining_ms - group.initial_step_ms,
+                                             0)
+            group.initial_step_ms, group.new_member_added = step, False
+            group.rebalance_deadline_ms = now_ms + step
+            return
+        group.initial_delay = group.new_member_added = False
+        group.rebalance_deadline_ms = now_ms + group.initial_remaining_ms
+        if group.initial_remaining_ms > 0:
+            self._maybe_complete_join(group, now_ms)
+        else:                           # the rebalance timeout is spent too
+            self._complete_join(group, now_ms)
 
     def _fail_syncs(self, group: Group, error: int) -> None:
         for m in group.members.values():
@@ -223,10 +270,13 @@ class Coordinator:
 
     def _maybe_complete_join(self, group: Group, now_ms: int) -> None:
         if (group.state is State.PREPARING_REBALANCE and not group.pending
+                and (not group.initial_delay or not group.members)     # all left: no wait
                 and all(m.join is not None for m in group.members.values())):
             self._complete_join(group, now_ms)
 
     def _complete_join(self, group: Group, now_ms: int) -> None:
+        group.initial_delay = group.new_member_added = False
+        group.told_leader = None            # a new generation tells everyone who leads
         for m in [m for m in group.members.values()
                   if m.join is None and m.group_instance_id is None]:
             self._remove(group, m, now_ms, rebalance=False)      # did not rejoin in time
@@ -410,7 +460,10 @@ class Coordinator:
                 if m.member_id in group.members and not m.kept_alive and now_ms >= m.expires_ms:
                     self._remove(group, m, now_ms)
             if group.state is State.PREPARING_REBALANCE:
-                if now_ms >= group.rebalance_deadline_ms:
+                if group.initial_delay:
+                    if now_ms >= group.rebalance_deadline_ms:
+                        self._initial_delay_over(group, now_ms)
+                elif now_ms >= group.rebalance_deadline_ms:
                     self._complete_join(group, now_ms)
                 else:
                     self._maybe_complete_join(group, now_ms)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 from dataclasses import dataclass, field
@@ -29,6 +30,12 @@ if TYPE_CHECKING:
     from strata.broker.process import Node, ServeConfig
 
 log = logging.getLogger(__name__)
+# every group-membership request and its answer, per connection (off unless DEBUG is on for
+# this logger; ``STRATA_KAFKA_TRACE=FILE`` turns it on into FILE): what a coordinator
+# problem is diagnosed from
+trace = logging.getLogger("strata.broker.kafka.trace")
+# Metadata, FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, SyncGroup
+TRACED = frozenset((3, 10, 11, 12, 13, 14))
 
 MAX_FRAME = 100 << 20          # a request larger than this closes the connection
 MAX_IN_FLIGHT = 32             # requests read ahead of their responses, per connection
@@ -144,6 +151,7 @@ class KafkaListener:
         self._conns: set[asyncio.Task] = set()
         self.fsyncs = 0              # the store's sync-flush fsyncs, counted at stop
         api.load_handlers()
+        _trace_to_file(os.environ.get("STRATA_KAFKA_TRACE"))
 
     def bind(self) -> int:
         host, port = self.cfg.kafka
@@ -227,12 +235,25 @@ class KafkaListener:
             name = f"{peer[0]}:{peer[1]}" if peer else "?"
             conn = KafkaConnection(name)
             self.broker.live.add(conn)
+            trace.debug("%s connected", name)
             try:
                 await serve_connection(self.broker, conn, reader, writer)
             finally:
                 self.broker.live.discard(conn)
+                trace.debug("%s closed", name)
         finally:
             self._conns.discard(task)
+
+
+def _trace_to_file(path: str | None) -> None:
+    """``STRATA_KAFKA_TRACE=FILE``: the trace logger at DEBUG, into FILE (appended)."""
+    if not path or trace.handlers:
+        return
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d %(message)s", "%H:%M:%S"))
+    trace.addHandler(handler)
+    trace.setLevel(logging.DEBUG)
+    trace.propagate = False
 
 
 async def _read_frames(broker: KafkaBroker, conn: KafkaConnection,
@@ -273,6 +294,9 @@ async def _read_frames(broker: KafkaBroker, conn: KafkaConnection,
             return
         conn.requests += 1
         broker.requests += 1
+        if header.api_key in TRACED and trace.isEnabledFor(logging.DEBUG):
+            trace.debug("%s <- #%d %s v%d %r", conn.peer, header.correlation_id,
+                        reg.request.name, header.api_version, request)
         ctx = api.RequestContext(header.api_key, header.api_version, header.correlation_id,
                                  header.client_id, conn.peer, conn.principal, conn, broker)
         # authorize.call: the handler, as --acl allows (the gate before SASL, topic rights)
@@ -321,6 +345,8 @@ async def serve_connection(broker: KafkaBroker, conn: KafkaConnection,
                 broker.count(name, "ERROR")
                 break
             broker.count(name, "OK")
+            if ctx.api_key in TRACED and trace.isEnabledFor(logging.DEBUG):
+                trace.debug("%s -> #%d %r", conn.peer, ctx.correlation_id, response)
             if response is not None:
                 writer.write(api.encode_response(response, ctx.api_version,
                                                  ctx.correlation_id))
