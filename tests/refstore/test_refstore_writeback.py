@@ -185,17 +185,21 @@ def _allocated(path) -> int:
     return os.stat(path).st_blocks * 512
 
 
-def test_the_current_file_has_its_blocks_reserved_and_gives_back_the_rest_when_done(
+def test_the_current_file_reserves_blocks_ahead_of_its_bytes_and_gives_back_the_rest(
         open_store, tmp_path):
     limit = 512 * 1024
     s = open_store(file_size_limit=limit, write_buffer_size=BUFFER, sync_interval=60,
                    auto_gc=False)
     c = s.client()
     first = layout.data_path(s.directory, 0)
+    s.sync()
+    assert _allocated(first) == 0                        # nothing written: no blocks taken
     c.write_batch([(mid(i), body(i, 300)) for i in range(100)])
     s.sync()
-    assert os.path.getsize(first) == 100 * 325           # the size is what was written
-    assert _allocated(first) >= limit                    # the blocks up to the limit are its
+    size = os.path.getsize(first)
+    assert size == 100 * 325                             # the size is what was written
+    ahead = _allocated(first) - size                     # blocks reserved past the end
+    assert PAGE <= ahead <= files.RESERVE_BUFFERS * BUFFER + PAGE
     for start in range(100, 4000, 100):                  # roll through a few files
         c.write_batch([(mid(i), body(i, 300)) for i in range(start, start + 100)])
     s.sync()
@@ -205,16 +209,17 @@ def test_the_current_file_has_its_blocks_reserved_and_gives_back_the_rest_when_d
         path = layout.data_path(s.directory, n)
         assert _allocated(path) < os.path.getsize(path) + 2 * PAGE
     newest = layout.data_path(s.directory, numbers[-1])
-    assert _allocated(newest) >= limit
+    assert os.path.getsize(newest) + PAGE <= _allocated(newest) <= limit
     s.close()
     assert _allocated(newest) < os.path.getsize(newest) + 2 * PAGE
-    s2 = open_store(file_size_limit=limit, auto_gc=False)   # reopened: reserved again, and
-    c2 = s2.client()                                         # nothing read past the end
-    assert _allocated(newest) >= limit
-    assert [c2.read(mid(i)) for i in range(0, 4000, 9)] == [body(i, 300)
+    s2 = open_store(file_size_limit=limit, write_buffer_size=BUFFER, auto_gc=False)
+    c2 = s2.client()                                     # reopened: nothing read past the end,
+    assert [c2.read(mid(i)) for i in range(0, 4000, 9)] == [body(i, 300)  # and blocks are
                                                             for i in range(0, 4000, 9)]
+    assert _allocated(newest) < os.path.getsize(newest) + 2 * PAGE   # reserved once written
     c2.write_batch([(mid(5000 + i), body(i, 300)) for i in range(50)])
     s2.sync()
+    assert os.path.getsize(newest) + PAGE <= _allocated(newest) <= limit
     assert [c2.read(mid(5000 + i)) for i in range(50)] == [body(i, 300) for i in range(50)]
 
 

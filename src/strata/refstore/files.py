@@ -45,6 +45,12 @@ WRITEBACK_BUFFERS = 4
 """Every this many write buffers' worth of bytes handed to the OS, the current file asks the
 kernel to start writing them to disk (``FileOps.start_writeback``)."""
 
+RESERVE_BUFFERS = 8
+"""How many write buffers' worth of disk blocks the current file reserves ahead of its
+written bytes (``FileOps.reserve_beyond_end``), a stretch at a time as the bytes reach the
+reserved end: writes into reserved blocks skip the file system's block reservation page by
+page, and a file nothing is written to takes no blocks."""
+
 
 class CurrentFile:
     """The file new records are appended to, with write buffers in front of it.
@@ -75,9 +81,11 @@ class CurrentFile:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self.fd).st_size != size:
             os.ftruncate(self.fd, size)
-        self.reserve_to = reserve_to       # blocks reserved beyond the end up to here
-        self._reserved = size < reserve_to and file_ops().reserve_beyond_end(
-            self.path, self.fd, size, reserve_to - size)
+        # disk blocks are reserved ahead of the written bytes, a stretch at a time (``write_
+        # sealed``), never past ``reserve_to``: a file nothing is written to takes no blocks
+        self.reserve_to = reserve_to
+        self._reserved_end = size          # blocks reserved up to here
+        self._reserved = False             # some past the size (given back at roll and close)
         self.size = size
         self.flushed = size
         self.synced = size
@@ -147,9 +155,29 @@ class CurrentFile:
 
     def write_sealed(self, sealed: list[tuple[int, np.ndarray, int]]) -> None:
         """pwrite sealed buffers (a prefix of ``self.sealed``, in order). Server thread only;
-        needs no lock: nobody changes a sealed buffer, and ``flushed`` does not move yet."""
+        needs no lock: nobody changes a sealed buffer, and ``flushed`` does not move yet.
+        Reserves the file's next ``RESERVE_BUFFERS`` buffers' worth of blocks first when the
+        bytes reach past what is reserved."""
+        if sealed:
+            pos, _buf, n = sealed[-1]
+            self._reserve_ahead(pos + n)
         for pos, buf, n in sealed:
             _write_all(self.fd, buf[:n], pos)
+
+    def _reserve_ahead(self, end: int) -> None:
+        """Once the bytes reach ``end`` past what is reserved, reserve the blocks from there
+        to ``RESERVE_BUFFERS`` buffers past ``end`` (at most ``reserve_to``). Where that cannot
+        be done (a full disk, no ``fallocate``) this file stops trying: its writes allocate as
+        they go, and report a full disk themselves."""
+        if end <= self._reserved_end or self._reserved_end >= self.reserve_to:
+            return
+        stop = min(self.reserve_to, end + RESERVE_BUFFERS * self.buffer_limit)
+        if file_ops().reserve_beyond_end(self.path, self.fd, self._reserved_end,
+                                         stop - self._reserved_end):
+            self._reserved = True
+            self._reserved_end = stop
+        else:
+            self._reserved_end = self.reserve_to
 
     def writeback_due(self) -> tuple[int, int] | None:
         """The stretch ``(start, end)`` of bytes the OS has whose write-back should start
