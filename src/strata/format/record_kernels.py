@@ -86,7 +86,7 @@ def _crc_intrinsic(width: int):
                     f"llvm.x86.sse42.crc32.{'64' if width == 64 else '32'}.{width}", fnty=fnty)
                 out = builder.call(fn, [builder.zext(c, acc) if width == 64 else c, v])
                 out = builder.trunc(out, i32) if width == 64 else out
-            else:   # armv8: crc32cb / crc32cx
+            else:   # armv8: crc32cb / crc32ch / crc32cw / crc32cx
                 arg = ir.IntType(64) if width == 64 else i32
                 fnty = ir.FunctionType(i32, [i32, arg])
                 name = "llvm.aarch64.crc32c" + {8: "b", 16: "h", 32: "w", 64: "x"}[width]

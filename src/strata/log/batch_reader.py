@@ -278,6 +278,7 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     n = len(units) // UNIT_SIZE
     if table is None:
         table = np.empty((rk.VIEW_FIELDS, n), np.int64)
+    if views is None:
         views = np.empty((2, 4 * n), np.int32)
     data = mapped[0]
     good, span, prop_bytes, start, own = vk.views_at(
