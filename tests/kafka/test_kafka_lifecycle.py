@@ -142,3 +142,27 @@ def test_sync_flush_produce_goes_through_the_send_batcher(kafka_factory, tmp_pat
     fsyncs = int(re.search(r"([\d,]+) fsyncs", s.log).group(1).replace(",", ""))
     assert stored == n                      # all of them through the batcher
     assert 1 <= fsyncs <= batches < n // 4  # partitions of a request share a put and fsync
+
+
+def test_kafka_read_threads_reach_the_listener(kafka_factory, tmp_path):
+    """``--kafka-read-threads N`` sizes the Kafka listener's read lanes: the start line gives
+    the pool the listener built (default 4), and a consumer reads through it."""
+    s = kafka_factory("--kafka-read-threads", "2", directory=tmp_path / "two")
+    assert re.search(r", kafka read threads 2[,)]", s.log), s.log
+    assert run_client(PRODUCE, s.bootstrap, dict(n=10)) == dict(left=0, acked=10)
+    got = run_client(CONSUME, s.bootstrap, dict(topic="durable", parts=[0, 1], n=10))["got"]
+    assert sum(map(len, got.values())) == 10
+    d = kafka_factory(directory=tmp_path / "default")
+    assert re.search(r", kafka read threads 4[,)]", d.log), d.log
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "257", "many"])
+def test_a_bad_kafka_read_threads_value_is_refused_naming_the_option(tmp_path, value):
+    """As any other bad option: exit code 2, a line naming it, no traceback, no store made."""
+    p = subprocess.run([sys.executable, "-m", "strata.cli.main", "serve",
+                        str(tmp_path / "store"), "--kafka", "127.0.0.1:0",
+                        "--kafka-read-threads", value],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "--kafka-read-threads" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "store").exists()

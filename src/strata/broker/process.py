@@ -29,6 +29,7 @@ from strata.broker.group_state import ConsumerGroups
 from strata.broker.group_worker import GroupWorker
 from strata.broker.warm import warm_quietly
 from strata.broker.held import HeldMessages
+from strata.broker.kafka import defaults as kafka_defaults
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.receipt import ReceiptSigner, load_or_create_secret
 from strata.broker.send import SendBatcher
@@ -65,8 +66,18 @@ class ServeConfig:
     renew_max_s: float = 10800.0               # auto_renew: renewed for at most this long
     kafka: tuple[str, int] | None = None       # --kafka HOST:PORT: the Kafka listener
     # --kafka-initial-rebalance-delay-ms: a new Kafka group's first join waits this long
-    kafka_initial_rebalance_delay_ms: int = 3000
+    kafka_initial_rebalance_delay_ms: int = kafka_defaults.INITIAL_REBALANCE_DELAY_MS
+    # --kafka-read-threads: the Kafka listener's Fetch read threads (broker/kafka/read_lanes)
+    kafka_read_threads: int = kafka_defaults.READ_THREADS
     http: tuple[str, int] | None = None        # --http HOST:PORT: the web console (strata.console)
+
+    def __post_init__(self) -> None:
+        # the CLI checks these too; a config built in code gets the same clear error
+        kafka_defaults.check_range("--kafka-initial-rebalance-delay-ms",
+                                   self.kafka_initial_rebalance_delay_ms, 0,
+                                   kafka_defaults.MAX_INITIAL_REBALANCE_DELAY_MS)
+        kafka_defaults.check_range("--kafka-read-threads", self.kafka_read_threads, 1,
+                                   kafka_defaults.MAX_READ_THREADS)
 
 
 @dataclass
@@ -327,7 +338,9 @@ async def serve(cfg: ServeConfig) -> None:
                       f", acl {cfg.acl} ({len(acl.accounts)} accounts)" if acl else "",
                       f", metrics http://{cfg.metrics[0]}:{metrics_port}/metrics"
                       if node.metrics is not None else "",
-                      f", console http://{cfg.http[0]}:{http_port}/" if console else ""])
+                      f", console http://{cfg.http[0]}:{http_port}/" if console else "",
+                      *(f", kafka read threads {lst.broker.reader.threads}"
+                        for lst in listeners if lst.name == "kafka")])
     where = ", ".join(_address(cfg, lst) for lst in listeners)
     report = store.recovery_report      # a mistyped DIR makes a new, empty store: say so
     new = ", a NEW store: there was none" if report is not None and report.new_store else ""

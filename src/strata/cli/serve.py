@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from strata.broker.kafka import defaults as kafka_defaults
 from strata.store.config import StoreConfig
 
 
@@ -52,12 +53,19 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
               help="Address to serve the Kafka wire protocol on (port 0: any free port, "
                    "printed at start); TLS and --acl (SASL) apply to it too.")
 @click.option("--kafka-initial-rebalance-delay-ms", "kafka_initial_delay_ms",
-              type=click.IntRange(0, 1_800_000), default=3000, show_default=True,
+              type=click.IntRange(0, kafka_defaults.MAX_INITIAL_REBALANCE_DELAY_MS),
+              default=kafka_defaults.INITIAL_REBALANCE_DELAY_MS, show_default=True,
               metavar="MS",
               help="A Kafka consumer group forming from empty waits this long (more for each "
                    "member arriving meanwhile, within the rebalance timeout) before its "
                    "first generation, so members starting together join it together "
                    "(Kafka's group.initial.rebalance.delay.ms).")
+@click.option("--kafka-read-threads", "kafka_read_threads",
+              type=click.IntRange(1, kafka_defaults.MAX_READ_THREADS),
+              default=kafka_defaults.READ_THREADS, show_default=True, metavar="N",
+              help="Threads for the Kafka listener's Fetch reads: up to N connections' reads "
+                   "may wait at once (on a cold or tiered segment) before the others' wait "
+                   "too; each connection's reads run one at a time.")
 @click.option("--flush", type=click.Choice(["async", "sync"]), default="async",
               show_default=True, help="sync: a send is acknowledged after an fsync covers it.")
 @click.option("--no-auto-create", is_flag=True,
@@ -105,7 +113,7 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
               help="Serve the web console at http://HOST:PORT/ (docs/console.md; port 0: any "
                    "free port, printed at start).")
 def serve_command(directory: str, listen: str | None, kafka: str | None,
-                  kafka_initial_delay_ms: int, flush: str, no_auto_create: bool,
+                  kafka_initial_delay_ms: int, kafka_read_threads: int, flush: str, no_auto_create: bool,
                   exit_with_parent: bool, max_delivery_attempts: int,
                   transaction_check_interval: float, transaction_max_checks: int,
                   renew_slice: float, renew_max: float,
@@ -147,4 +155,5 @@ def serve_command(directory: str, listen: str | None, kafka: str | None,
                     transaction_check_interval_s=transaction_check_interval,
                     transaction_max_checks=transaction_max_checks, gather_ms=gather_ms,
                     renew_slice_s=renew_slice, renew_max_s=renew_max, kafka=kafka_at,
-                    kafka_initial_rebalance_delay_ms=kafka_initial_delay_ms, http=http_at))
+                    kafka_initial_rebalance_delay_ms=kafka_initial_delay_ms,
+                    kafka_read_threads=kafka_read_threads, http=http_at))

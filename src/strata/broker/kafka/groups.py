@@ -62,6 +62,7 @@ from __future__ import annotations
 import uuid
 from typing import Callable
 
+from strata.broker.kafka.defaults import INITIAL_REBALANCE_DELAY_MS
 from strata.broker.kafka.errors import (FENCED_INSTANCE_ID, ILLEGAL_GENERATION,
                                        INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
                                        INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE,
@@ -73,7 +74,6 @@ from strata.broker.kafka.group_model import (Group, GroupView, JoinResult, Membe
 
 MIN_SESSION_TIMEOUT_MS = 6_000        # Kafka's group.min.session.timeout.ms
 MAX_SESSION_TIMEOUT_MS = 1_800_000    # Kafka's group.max.session.timeout.ms
-INITIAL_REBALANCE_DELAY_MS = 3_000    # Kafka's group.initial.rebalance.delay.ms
 
 
 class Coordinator:

@@ -27,7 +27,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Hashable
 
-READ_THREADS = 4          # connections whose reads can wait at once before others wait too
+# connections whose reads can wait at once before others wait too (--kafka-read-threads)
+from strata.broker.kafka.defaults import READ_THREADS
 
 
 class ReadLanes:

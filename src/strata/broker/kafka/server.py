@@ -86,7 +86,7 @@ class KafkaBroker:
         # the store reads of Fetch (which can reach S3 through the tier) and their encoding:
         # off the event loop, on a small pool, one lane per connection (read_lanes: its reads
         # in order, on one thread at a time; a slow read holds its own connection only)
-        self.reader = ReadLanes()
+        self.reader = ReadLanes(cfg.kafka_read_threads)
         self.fetch_ahead_served = 0      # Fetches answered by an answer prepared ahead
         self.fetch_ahead_dropped = 0     # prepared answers the next Fetch did not match
 
