@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_support import KafkaServer
+from clients import RAW
+from kafka_support import KafkaServer, run_client
 from test_kafka_group_clients import client, create_topic
 
 pytestmark = pytest.mark.broker
@@ -275,4 +276,63 @@ def test_an_older_incarnation_of_a_static_member_is_fenced(tmp_path):
         stop2.touch()
         for m in members:
             m.close()
+        s.stop()
+
+
+REPLACED_LEADER = RAW + '''
+raw = Raw(BOOTSTRAP)
+J = REQ[11]
+A = REQ[14].SyncGroupRequestAssignment
+
+def join(member):
+    return raw.call(11, 5, group_id="g", session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                    member_id=member, group_instance_id="i1", protocol_type="consumer",
+                    protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"sub")])
+
+def sync(gen, member, assignments):
+    r = raw.call(14, 3, group_id="g", generation_id=gen, member_id=member,
+                 group_instance_id="i1",
+                 assignments=[A(member_id=k, assignment=v) for k, v in assignments.items()])
+    return r.error_code, bytes(r.assignment).decode()
+
+def state():
+    return raw.call(15, 0, groups=["g"]).groups[0].group_state
+
+if ARGS["step"] == 1:
+    first = join("")                          # the instance's first incarnation leads
+    assert first.error_code == 0 and first.leader == first.member_id, first
+    s1 = sync(first.generation_id, first.member_id, {first.member_id: b"p0"})
+    second = join("")                         # the instance restarts: replaced, no rebalance
+    s2 = sync(second.generation_id, second.member_id, {})
+    out(first=first.member_id, gen=first.generation_id, s1=list(s1),
+        second=second.member_id, second_gen=second.generation_id, told=second.leader,
+        second_members=len(second.members), s2=list(s2), state=state())
+else:
+    again = join(ARGS["second"])              # its repeated JoinGroup, after the restart
+    out(error=again.error_code, gen=again.generation_id, leader=again.leader,
+        members=len(again.members), state=state(), sync=list(sync(again.generation_id,
+                                                                  ARGS["second"], {})))
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_replaced_leader_told_it_follows_still_follows_after_a_broker_restart(tmp_path,
+                                                                                sig):
+    """The replaced static leader's repeated JoinGroup (kafka-python drops a join's answer
+    now and then and joins again; docs/kafka.md) with a broker restart between the answer
+    and the repeated join: still a follower's answer, in the same generation, no rebalance
+    (the "told it does not lead" state is kept with the group's stored image)."""
+    s = KafkaServer(tmp_path / "store", group_delay_ms=0).start()
+    try:
+        one = run_client(REPLACED_LEADER, s.bootstrap, dict(step=1))
+        assert one["s1"] == [0, "p0"]
+        assert one["second"] != one["first"] and one["second_gen"] == one["gen"]
+        assert one["told"] == one["first"] and one["second_members"] == 0   # a follower
+        assert one["s2"] == [0, "p0"] and one["state"] == "Stable"   # the old one's
+        s = restart(s, tmp_path / "store", sig)
+        two = run_client(REPLACED_LEADER, s.bootstrap, dict(step=2, second=one["second"]))
+        assert two["error"] == 0 and two["gen"] == one["gen"]       # no new generation
+        assert two["leader"] == one["first"] and two["members"] == 0
+        assert two["state"] == "Stable" and two["sync"] == [0, "p0"]
+    finally:
         s.stop()

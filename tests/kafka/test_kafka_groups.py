@@ -480,6 +480,60 @@ def test_image_of_an_empty_group_and_a_bad_image():
         gi.decode(gi.encode(img) + b"x", "G")
 
 
+def test_a_replaced_leader_told_it_follows_still_follows_after_a_broker_restart():
+    """The "told it does not lead" state is stored with the group's image: a broker restart
+    between the replaced static leader's answer and its repeated JoinGroup (kafka-python's
+    dropped answer, issue 23) still answers that join as a follower's, with no rebalance;
+    the next real rebalance makes it the leader it is then told it is."""
+    from strata.broker.kafka import group_image as gi
+    c = coord()
+    ida, idb = static_pair(c)
+    r = sjoin(c, "i1", now=100).result              # the leader's instance restarts
+    assert r.replaced and r.leader == ida != r.member_id and c.take_dirty() == ["G"]
+    data = gi.encode(c.image("G"))                  # what the replacement stored
+    assert data[0] == gi.TOLD_LEADER_VERSION
+    c2 = coord()                                    # the broker restarts
+    c2.load("G", gi.decode(data, "G"), now_ms=1_000)
+    again = sjoin(c2, "i1", r.member_id, now=1_001)
+    assert again.done and again.result.error == g.NONE
+    assert again.result.generation_id == 2 and again.result.leader == ida
+    assert again.result.members == ()               # not told to assign
+    assert c2.rebalances == 0 and c2.describe("G").state is State.STABLE
+    assert c2.sync("G", 2, r.member_id, {}, 1_002, group_instance_id="i1").result         .assignment == b"p0"
+    assert c2.heartbeat("G", 2, idb, 1_003) == g.NONE      # the other member never noticed
+    # a rebalance tells everyone who leads: the image no longer carries a told leader
+    p = sjoin(c2, "i2", idb, now=1_004, protos=[("range", b"other-topics")])
+    lead = sjoin(c2, "i1", r.member_id, now=1_005)
+    assert lead.result.leader == r.member_id and p.result.generation_id == 3
+    c2.sync("G", 3, idb, {}, 1_006)
+    c2.sync("G", 3, r.member_id, {r.member_id: b"x", idb: b"y"}, 1_007)
+    assert c2.image("G").told_leader is None and gi.encode(c2.image("G"))[0] == 1
+
+
+def test_image_versions_1_and_2():
+    """Version 1 (no told leader) is written byte for byte as before and loads with none;
+    version 2 carries the told leader; another version is refused naming the group."""
+    import struct
+
+    import pytest
+    from strata.broker.kafka import group_image as gi
+    from strata.errors import StrataError
+    m = gi.MemberImage("m-2", "i1", "c", "/h", 10_000, 30_000, b"meta", b"asg")
+    plain = gi.GroupImage(4, "consumer", "range", "m-2", (m,))
+    # the version 1 layout of docs/format.md, written out by hand
+    s = lambda t: struct.pack("<H", len(t)) + t.encode()      # noqa: E731
+    head = s("consumer") + s("range") + s("m-2")
+    member = (s("m-2") + s("i1") + s("c") + s("/h") + struct.pack("<ii", 10_000, 30_000)
+              + struct.pack("<I", 4) + b"meta" + struct.pack("<I", 3) + b"asg")
+    v1 = struct.pack("<BiI", 1, 4, 1) + head + member
+    assert gi.encode(plain) == v1 and gi.decode(v1) == plain and plain.told_leader is None
+    told = gi.GroupImage(4, "consumer", "range", "m-2", (m,), told_leader="m-1")
+    v2 = struct.pack("<BiI", 2, 4, 1) + head + s("m-1") + member
+    assert gi.encode(told) == v2 and gi.decode(v2) == told
+    with pytest.raises(StrataError, match="group 'G'.*version 3"):
+        gi.decode(b"\x03" + v1[1:], "G")
+
+
 # ---------------------------------------------------------------------- initial rebalance delay
 
 

@@ -9,6 +9,13 @@ assignment is complete (the leader's SyncGroup), when the group empties, and whe
 member is replaced without a rebalance; a broker that restarts loads each group Stable (or
 Empty) with its members, whose session timeouts start again at load, so consumers that keep
 heartbeating with their member id go on without a rebalance.
+
+Versions: 1 is the image above; 2 adds, after the leader, the leader the members were told
+when a static replacement of the leader answered its new incarnation as a follower
+(``Group.told_leader``; kept so that its repeated JoinGroup after a broker restart is still a
+follower's, no rebalance). An image is written as version 1 whenever it has no told leader
+(byte for byte as before), so only a group in that state needs a strata that reads 2; both
+versions load.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from dataclasses import dataclass
 
 from strata.broker.errors import CorruptJournalError
 
-IMAGE_VERSION = 1
+IMAGE_VERSION = 1                    # an image without a told leader
+TOLD_LEADER_VERSION = 2              # one with it (a string after the leader)
 _HEAD = struct.Struct("<BiI")        # image version, generation id, member count
 _STR = struct.Struct("<H")           # string length; 0xFFFF: null
 _BYTES = struct.Struct("<I")         # byte-string length
@@ -45,6 +53,9 @@ class GroupImage:
     protocol_name: str | None
     leader_id: str | None
     members: tuple[MemberImage, ...] = ()
+    # the leader id the members were told, when it is not ``leader_id`` (a replaced static
+    # leader's new incarnation was told it follows); None otherwise
+    told_leader: str | None = None
 
 
 def _str(s: str | None) -> bytes:
@@ -62,8 +73,12 @@ def _bytes(b: bytes) -> bytes:
 
 def encode(image: GroupImage) -> bytes:
     """The image's bytes (never empty: an empty image means a deleted group)."""
-    out = [_HEAD.pack(IMAGE_VERSION, image.generation_id, len(image.members)),
+    told = image.told_leader is not None
+    out = [_HEAD.pack(TOLD_LEADER_VERSION if told else IMAGE_VERSION, image.generation_id,
+                      len(image.members)),
            _str(image.protocol_type), _str(image.protocol_name), _str(image.leader_id)]
+    if told:
+        out.append(_str(image.told_leader))
     for m in image.members:
         out += [_str(m.member_id), _str(m.group_instance_id), _str(m.client_id),
                 _str(m.client_host), _TIMEOUTS.pack(m.session_timeout_ms,
@@ -104,9 +119,10 @@ def decode(data: bytes, group: str = "") -> GroupImage:
     try:
         r = _Reader(data)
         version, generation, n = r.take(_HEAD)
-        if version != IMAGE_VERSION:
+        if version not in (IMAGE_VERSION, TOLD_LEADER_VERSION):
             raise ValueError(f"image version {version} is not one this strata reads")
         ptype, pname, leader = r.str(), r.str(), r.str()
+        told = r.str() if version == TOLD_LEADER_VERSION else None
         members = []
         for _ in range(n):
             mid, iid, cid, host = r.str(), r.str(), r.str(), r.str()
@@ -118,4 +134,4 @@ def decode(data: bytes, group: str = "") -> GroupImage:
     except (ValueError, struct.error, UnicodeDecodeError) as exc:
         raise CorruptJournalError(f"membership image of group {group!r} does not parse: "
                                   f"{exc}") from None
-    return GroupImage(generation, ptype, pname, leader, tuple(members))
+    return GroupImage(generation, ptype, pname, leader, tuple(members), told)

@@ -146,16 +146,30 @@ class Coordinator:
             m.join = waiter = Pending()
             self._maybe_complete_join(group, now_ms)
             return waiter
-        unchanged = protocols == m.protocols
         told_follower = member_id != (group.told_leader or group.leader_id)
-        if unchanged and (group.state is State.COMPLETING_REBALANCE
-                          or (group.state is State.STABLE and told_follower)):
+        if ((group.state is State.COMPLETING_REBALANCE and protocols == m.protocols)
+                or (group.state is State.STABLE and told_follower
+                    and self._keeps_protocol(group, m, protocols))):
             return Pending.resolved(self._join_result(group, m))     # a repeated join
         m.protocols = protocols
         m.join = waiter = Pending()
         self._prepare_rebalance(group, now_ms)
         self._maybe_complete_join(group, now_ms)
         return waiter
+
+    @staticmethod
+    def _keeps_protocol(group: Group, m: Member, protocols: list[tuple[str, bytes]]) -> bool:
+        """Does ``m`` joining again with ``protocols`` keep its metadata for the group's
+        chosen protocol and that choice? Then ``m`` takes them (and True). The whole lists
+        are not compared: a member loaded from an image knows only the chosen protocol's."""
+        if m.metadata(group.protocol_name) != Member.metadata_of(protocols,
+                                                                 group.protocol_name):
+            return False
+        before, m.protocols = m.protocols, protocols
+        if group.select_protocol() == group.protocol_name:
+            return True
+        m.protocols = before
+        return False
 
     def _add_member(self, group: Group, m: Member, protocol_type: str,
                     now_ms: int) -> Pending[JoinResult]:
@@ -507,7 +521,7 @@ class Coordinator:
                                           m.client_host, m.session_timeout_ms,
                                           m.rebalance_timeout_ms,
                                           m.metadata(group.protocol_name), m.assignment)
-                              for m in group.members.values()))
+                              for m in group.members.values()), group.told_leader)
 
     def take_dirty(self) -> list[str]:
         """The groups whose image changed since the last call (to be stored)."""
@@ -533,6 +547,8 @@ class Coordinator:
             group.protocol_name = image.protocol_name
             group.leader_id = (image.leader_id if image.leader_id in group.members
                                else next(iter(group.members)))
+            # a replaced leader's incarnation told it follows still is after the restart
+            group.told_leader = image.told_leader
 
     def rebalance_unstored(self, group_id: str, now_ms: int) -> None:
         """The group's image could not be stored (a full disk): a Stable group rebalances,
