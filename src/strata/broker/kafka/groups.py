@@ -38,8 +38,10 @@ member of its instance id *replaces* it (a new member id, the old one's assignme
 Stable group whose chosen protocol and the member's metadata for it are unchanged this is no
 rebalance at all (the group's image is stored again, and the answer names the current leader,
 so the member does not assign); otherwise the group rebalances. A replaced leader's new
-incarnation was told it does not lead: its repeated JoinGroup (unchanged metadata, same
-generation) is a follower's — answered at once, naming the same leader, no rebalance. (Kafka
+incarnation was told it does not lead: its repeated JoinGroup (same generation, and
+metadata that would not have rebalanced its replacement) is a follower's — answered at once,
+naming the same leader, no rebalance, also after a broker restart (the leader it was told is
+part of the stored image). (Kafka
 rebalances there, as for any leader's JoinGroup; but a member never told that it leads is not
 asking for a new assignment, and kafka-python 3.0.12 sends such a JoinGroup when it drops the
 answer of its first join — see docs/kafka.md.) A request naming an instance
@@ -51,7 +53,8 @@ Durable membership: ``dirty`` collects the groups whose image (``strata.broker.k
 group_image``) must be stored — when the leader's assignment makes a group Stable, when a
 group empties, and when a static member is replaced without a rebalance; the I/O layer stores
 them and answers those requests once stored. ``load`` brings a stored image back after a
-restart: the group is Stable (Empty without members) and its members' sessions start then.
+restart: the group is Stable (Empty without members) and its members' sessions start then;
+the leader a replaced leader's incarnation was told (``Group.told_leader``) comes back too.
 
 Waiting (JoinGroup, SyncGroup) is a ``Pending`` the coordinator resolves later; the I/O layer
 calls ``tick(now_ms)`` at ``next_deadline()`` and after each request.
@@ -146,10 +149,14 @@ class Coordinator:
             m.join = waiter = Pending()
             self._maybe_complete_join(group, now_ms)
             return waiter
+        unchanged = protocols == m.protocols
         told_follower = member_id != (group.told_leader or group.leader_id)
-        if ((group.state is State.COMPLETING_REBALANCE and protocols == m.protocols)
-                or (group.state is State.STABLE and told_follower
-                    and self._keeps_protocol(group, m, protocols))):
+        if group.state is State.STABLE and told_follower and member_id == group.leader_id:
+            # the replaced leader's incarnation, told it follows: the replacement's own test
+            # (after a restart it is a loaded member, which knows only the chosen protocol)
+            unchanged = self._keeps_protocol(group, m, protocols)
+        if unchanged and (group.state is State.COMPLETING_REBALANCE
+                          or (group.state is State.STABLE and told_follower)):
             return Pending.resolved(self._join_result(group, m))     # a repeated join
         m.protocols = protocols
         m.join = waiter = Pending()
@@ -159,9 +166,10 @@ class Coordinator:
 
     @staticmethod
     def _keeps_protocol(group: Group, m: Member, protocols: list[tuple[str, bytes]]) -> bool:
-        """Does ``m`` joining again with ``protocols`` keep its metadata for the group's
-        chosen protocol and that choice? Then ``m`` takes them (and True). The whole lists
-        are not compared: a member loaded from an image knows only the chosen protocol's."""
+        """Would ``m`` joining with ``protocols`` keep its metadata for the group's chosen
+        protocol and that choice (a static replacement without a rebalance)? Then ``m``
+        takes them (and True). The whole lists are not compared: a member loaded from an
+        image knows only the chosen protocol's metadata."""
         if m.metadata(group.protocol_name) != Member.metadata_of(protocols,
                                                                  group.protocol_name):
             return False
@@ -206,9 +214,9 @@ class Coordinator:
             if w is not None:
                 w._resolve(JoinResult(FENCED_INSTANCE_ID, member_id=old_id)
                            if w is old.join else SyncResult(FENCED_INSTANCE_ID))
-        same_metadata = (group.protocol_name is not None
-                         and old.metadata(group.protocol_name)
-                         == Member.metadata_of(protocols, group.protocol_name))
+        # no rebalance: Stable, and the new incarnation's protocols keep the old one's
+        # metadata for the chosen protocol and the choice (tried on the old member)
+        quiet = group.state is State.STABLE and self._keeps_protocol(group, old, protocols)
         m = Member(new_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                    protocols, instance_id, expires_ms=now_ms + session_timeout_ms,
                    assignment=old.assignment)
@@ -218,7 +226,7 @@ class Coordinator:
         if group.leader_id == old_id:
             group.leader_id = new_id
         if group.state is State.STABLE:
-            if same_metadata and group.select_protocol() == group.protocol_name:
+            if quiet:
                 self.dirty.add(group.group_id)
                 if group.leader_id == new_id:
                     group.told_leader = leader_before
