@@ -499,7 +499,8 @@ def test_a_replaced_leader_told_it_follows_still_follows_after_a_broker_restart(
     assert again.result.generation_id == 2 and again.result.leader == ida
     assert again.result.members == ()               # not told to assign
     assert c2.rebalances == 0 and c2.describe("G").state is State.STABLE
-    assert c2.sync("G", 2, r.member_id, {}, 1_002, group_instance_id="i1").result         .assignment == b"p0"
+    synced = c2.sync("G", 2, r.member_id, {}, 1_002, group_instance_id="i1")
+    assert synced.result.assignment == b"p0"
     assert c2.heartbeat("G", 2, idb, 1_003) == g.NONE      # the other member never noticed
     # a rebalance tells everyone who leads: the image no longer carries a told leader
     p = sjoin(c2, "i2", idb, now=1_004, protos=[("range", b"other-topics")])

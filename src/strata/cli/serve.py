@@ -113,8 +113,8 @@ def _store_options(pairs: tuple[str, ...]) -> dict:
               help="Serve the web console at http://HOST:PORT/ (docs/console.md; port 0: any "
                    "free port, printed at start).")
 def serve_command(directory: str, listen: str | None, kafka: str | None,
-                  kafka_initial_delay_ms: int, kafka_read_threads: int, flush: str, no_auto_create: bool,
-                  exit_with_parent: bool, max_delivery_attempts: int,
+                  kafka_initial_delay_ms: int, kafka_read_threads: int, flush: str,
+                  no_auto_create: bool, exit_with_parent: bool, max_delivery_attempts: int,
                   transaction_check_interval: float, transaction_max_checks: int,
                   renew_slice: float, renew_max: float,
                   gather_ms: float, store_options: tuple[str, ...], acl: Path | None,
