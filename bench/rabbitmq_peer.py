@@ -307,9 +307,9 @@ def consume_one(port: int, stream: str, n: int) -> None:
     print(json.dumps(dict(times, cpu=time.process_time() - c0)), flush=True)
 
 
-def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
-    """Streams: ``a.messages`` produced into ``k`` streams (one producer, one stream after
-    the other), then read by ``k`` consumer processes, one stream each."""
+def stream_fill(node: Node, a, size: int, body: bytes, k: int) -> tuple[list[str], dict]:
+    """``a.messages`` produced into ``k`` streams (one producer, one stream after the other);
+    emits the produce row, returns the streams' names and the rows' common fields."""
     names = [f"bench-stream-{size}-{k}-{i}" for i in range(k)]
     each = a.messages // k
     tag = dict(system="rabbitmq-stream", size=size, window=a.window,
@@ -322,14 +322,52 @@ def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
     emit(dict(tag, op="produce", messages=n, seconds=round(el, 3), msgs_per_s=round(n / el),
               broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
               client_cpu_us_per_msg=round(mine / n * 1e6, 2)))
+    return names, tag
+
+
+def stream_read(node: Node, names: list[str], each: int, tag: dict, **extra) -> dict:
+    """One consume of every stream of ``names`` (``each`` messages each), a consumer process
+    per stream, once the node is idle; emits and returns its row (``extra`` added to it)."""
     settled = settle(node.cpu)
     cpu0 = node.cpu()
     r = stream_consumers(node, names, each)
     cpu = node.cpu() - cpu0
-    emit(dict(tag, op="consume", messages=n, seconds=round(r["seconds"], 3),
-              msgs_per_s=round(n / r["seconds"]), first_ms=r["first_ms"], settle_s=settled,
-              msgs_per_s_from_first=r["from_first"], broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
-              client_cpu_us_per_msg=round(r["cpu"] / n * 1e6, 2)))
+    n = each * len(names)
+    row = dict(tag, **extra, op="consume", messages=n, seconds=round(r["seconds"], 3),
+               msgs_per_s=round(n / r["seconds"]), first_ms=r["first_ms"], settle_s=settled,
+               msgs_per_s_from_first=r["from_first"],
+               broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
+               client_cpu_us_per_msg=round(r["cpu"] / n * 1e6, 2))
+    emit(row)
+    return row
+
+
+def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
+    """Streams: ``a.messages`` produced into ``k`` streams, then read once by ``k`` consumer
+    processes, one stream each."""
+    names, tag = stream_fill(node, a, size, body, k)
+    stream_read(node, names, a.messages // k, tag)
+
+
+def serve_streams(node: Node, a) -> None:
+    """The stream peer held open beside another broker (``kafka_broker.py --peers rabbitmq``
+    alternates its consumes with this one's): fills the streams of every size and consumer
+    count, prints ``READY``, then answers each stdin line ``consume SIZE K [ROUND]`` with one
+    consume row of the K streams of that size, until ``quit`` or the end of stdin."""
+    streams = {}
+    for size in map(int, a.sizes.split(",")):
+        body = os.urandom(size)
+        for k in map(int, a.consumers.split(",")):
+            streams[size, k] = stream_fill(node, a, size, body, k)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] != "consume":
+            break
+        size, k = int(words[1]), int(words[2])
+        names, tag = streams[size, k]
+        stream_read(node, names, a.messages // k, tag,
+                    **({"round": int(words[3])} if len(words) > 3 else {}))
 
 
 def emit(row: dict) -> None:
@@ -354,6 +392,9 @@ def main() -> None:
                          "one stream each, as N Kafka consumers read disjoint partitions")
     ap.add_argument("--consume-stream", help=argparse.SUPPRESS)   # a consumer process
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--serve", action="store_true",
+                    help="fill the streams, print READY, then one consume per stdin line "
+                         "`consume SIZE K [ROUND]` (how kafka_broker.py alternates with it)")
     a = ap.parse_args()
     if a.consume_stream:
         consume_one(a.port, a.consume_stream, a.messages)
@@ -363,6 +404,9 @@ def main() -> None:
     node = None
     try:
         node = Node(root / "node")
+        if a.serve:
+            serve_streams(node, a)
+            return
         for size in map(int, a.sizes.split(",")):
             body = os.urandom(size)
             for kind in a.kinds.split(","):
