@@ -6,7 +6,7 @@
                           [--cprofile] [--pace MSGS_PER_S] [--peers rabbitmq,nats]
                           [--partition-fetch-bytes B] [--consume-api batch|poll]
                           [--partitioner librdkafka|explicit] [--fetch-queue-backoff-ms MS,..]
-                          [--consumers 1,2] [--consume-batch N]
+                          [--consumers 1,2] [--consume-batch N] [--rounds N]
 
 For each flush mode, size and producer count a fresh store is served on 127.0.0.1; after
 an untimed warm-up (20,000 messages produced and consumed on another topic: numba's cached
@@ -33,9 +33,13 @@ client CPU per message) and, under ``--flush sync``, the store's ``fsyncs`` and
 ``msgs_per_fsync``; p50/p99 produce latency only with ``--pace`` (unpaced, each producer
 enqueues its whole share at once and asks librdkafka for error-only delivery reports).
 
-``--peers rabbitmq,nats`` runs, in the same run after strata's cases, RabbitMQ classic and
-streams (``bench/rabbitmq_peer.py``: its own node, pika with persistent messages and
-confirms; ``rstream``) and NATS JetStream (the shared peer script
+``--peers rabbitmq`` holds a RabbitMQ stream peer open through strata's cases
+(``bench/rabbitmq_peer.py --serve``: its own node, the streams filled first) and runs one of
+its consumes right beside each of strata's (``--rounds N``: N consumes of each, strata first
+in even rounds and the stream first in odd ones); the ``op: ratio`` consume rows pair them
+round by round (``rounds``: each round's ratio; ``ratio``: their median; ``best_ratio``:
+best ÷ best). ``--peers rabbitmq,nats`` also runs, after strata's cases, RabbitMQ classic
+(pika with persistent messages and confirms) and NATS JetStream (the shared peer script
 /work/shared/peers/bench_nats_jetstream.py: Debian's nats-server, nats-py, 1,000,000
 messages), relays their rows (``system`` rabbitmq-classic / rabbitmq-stream /
 nats-jetstream) and ends with ``op: ratio`` rows: strata's best async rate ÷ each peer's, with
@@ -164,24 +168,56 @@ def consumer_config(part_bytes: int, queue_backoff_ms: str) -> dict:
     return conf
 
 
-def consume(boot: str, topic: str, n: int, parts: int, consumers: int, spec: dict) -> dict:
-    """``consumers`` consumer processes, consumer i assigned the partitions p with
-    p % consumers == i (one reads them all); the rate is every message over the wall time
+WATERMARKS = r'''
+import sys, json
+from confluent_kafka import Consumer, TopicPartition
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "bench"})
+print(json.dumps([c.get_watermark_offsets(TopicPartition(sys.argv[2], p), 10)[1]
+                  for p in range(int(sys.argv[3]))]))
+c.close()
+'''
+
+
+def spread(held: list[int], consumers: int) -> list[list[int]]:
+    """The partitions of each of ``consumers`` consumers, so that each holds about as many
+    of the messages as the others (``held``: the messages of each partition): the fullest
+    partition first, each to the consumer with the fewest messages so far. A keyless
+    producer's sticky partitioner fills partitions unevenly (38 % and 62 % for two halves
+    of 1,000,000 messages), and the fuller consumer bounds the wall time; the stream peer's
+    N streams each hold exactly 1/N."""
+    load = [0] * consumers
+    out: list[list[int]] = [[] for _ in range(consumers)]
+    for p in sorted(range(len(held)), key=lambda q: -held[q]):
+        i = load.index(min(load))
+        out[i].append(p)
+        load[i] += held[p]
+    return [sorted(x) for x in out]
+
+
+def consume(boot: str, topic: str, n: int, parts: int, consumers: int, spec: dict,
+            held: list[int] | None = None) -> dict:
+    """``consumers`` consumer processes, each assigned the partitions ``spread`` gives it
+    (by the messages each partition ``held``; without it, consumer i reads the partitions
+    p % consumers == i; one reads them all); the rate is every message over the wall time
     from the first one's start to the last one's end; ``first_ms``: from the start to the
     first message (connection, metadata, first Fetch), the slowest consumer's;
     ``from_first``: the messages after the first ones each consumer got over the time from
     the first of those to the end (the rate once connected; the stream peer's rows carry
-    the same)."""
+    the same); ``each``: [messages, seconds] of each consumer (a sticky partitioner
+    fills the partitions unevenly, and the fuller half bounds the wall time)."""
+    split = spread(held, consumers) if held else [
+        [p for p in range(parts) if p % consumers == i] for i in range(consumers)]
     procs = [subprocess.Popen(
         [sys.executable, "-c", CONSUMER, boot, topic, json.dumps(dict(
             spec, n=n if consumers == 1 else -1,
-            partitions=[p for p in range(parts) if p % consumers == i]))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(consumers)]
+            partitions=mine))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for mine in split]
     res = [result(p) for p in procs]
     t0, t1 = min(r["t0"] for r in res), max(r["t1"] for r in res)
     first = min(r["first"] for r in res)
     after = sum(r["n"] - r["first_n"] for r in res)
     return dict(t0=t0, t1=t1, n=sum(r["n"] for r in res), cpu=sum(r["cpu"] for r in res),
+                each=[[r["n"], round(r["t1"] - r["t0"], 3)] for r in res],
                 first_ms=round(1e3 * max(r["first"] - r["t0"] for r in res), 1),
                 from_first=round(after / (t1 - first)) if t1 > first else None)
 
@@ -352,6 +388,9 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     ceiling(produce_row)
     spy_report(spy, tag, "produce")
     consume_rows = []
+    held = json.loads(subprocess.run([sys.executable, "-c", WATERMARKS, boot, topic, str(parts)],
+                                     check=True, capture_output=True, text=True,
+                                     timeout=60).stdout)
 
     def one_consume(consumers: int, backoff: str, rnd: int) -> None:
         spec = dict(config=consumer_config(part_bytes, backoff), api=consume_api,
@@ -360,7 +399,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
         cpu0 = cpu_seconds(server.pid)
         spy = spy_on(root, server.pid, profile,
                      f"consume-{flush}-{size}-{producers}-{consumers}-{backoff}-{rnd}")
-        r = consume(boot, topic, sent, parts, consumers, spec)
+        r = consume(boot, topic, sent, parts, consumers, spec, held)
         cpu1 = cpu_seconds(server.pid)
         spy_report(spy, dict(tag, consumers=consumers), "consume")
         el = r["t1"] - r["t0"]
@@ -370,7 +409,7 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
                    broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
                    client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
                    first_ms=r["first_ms"], msgs_per_s_from_first=r["from_first"],
-                   settle_s=settled,
+                   per_consumer=r["each"], partition_messages=held, settle_s=settled,
                    partition_fetch_bytes=part_bytes,
                    consume_api=consume_api, consume_batch=consume_batch,
                    fetch_queue_backoff_ms=int(backoff or 1000),

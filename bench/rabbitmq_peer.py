@@ -8,14 +8,19 @@ then, per size,
   consumer (prefetch 2000, manual ack of every 1000th message with ``multiple``);
 * ``stream``: a stream over RabbitMQ's native stream protocol (the ``rstream`` client):
   ``send_batch`` of 500 messages with at most ``--window`` unconfirmed, then a consumer from
-  the first offset;
+  the first offset (a process per stream, ``--consumers N``: N streams; a plain callback,
+  ``initial_credit`` 20 chunks);
 
-and the node is stopped (SIGTERM to its processes, by pid) and its directory removed. Prints
+and the node is stopped (SIGTERM to its processes, by pid) and its directory removed. With
+``--serve`` the node stays up after filling the streams: each stdin line ``consume SIZE K
+[ROUND]`` runs one consume (how ``kafka_broker.py --peers rabbitmq`` puts a stream consume
+beside each of strata's). Prints
 JSON lines ``{"system": "rabbitmq-classic"|"rabbitmq-stream", "op": "produce"|"consume",
 "size", "messages", "msgs_per_s", "broker_cpu_us_per_msg", "client_cpu_us_per_msg"}`` (the
 client's: this process's CPU over the phase).
 
     python bench/rabbitmq_peer.py --messages 200000 --sizes 100 [--kinds classic,stream]
+                                  [--consumers 1,2] [--serve]
 """
 
 from __future__ import annotations
