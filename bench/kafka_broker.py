@@ -630,7 +630,9 @@ def paired(rows: list[dict], size: int, k: int) -> None:
     """The consume ratio with ``k`` consumers against the stream, round by round: in each
     round of each async case, strata's best consume (over the backoffs) ÷ the stream consume
     that ran right beside it; emits every round's ratio (wall and from the first message),
-    their medians, and the best strata rate ÷ the best stream rate of the whole run."""
+    their medians, and the best strata rate ÷ the best stream rate of the whole run;
+    ``rounds_cpu``: the stream's CPU per message (broker + clients) ÷ strata's, round by
+    round (what a busy machine disturbs least)."""
     def mine(system: str) -> list[dict]:
         return [r for r in rows if r.get("system") == system and r.get("size") == size and
                 r.get("op") == "consume" and r.get("consumers") == k and
@@ -638,7 +640,8 @@ def paired(rows: list[dict], size: int, k: int) -> None:
     ours, theirs = mine("strata"), mine("rabbitmq-stream")
     if not ours or not theirs:
         return
-    each, steady = [], []
+    each, steady, cpu = [], [], []
+    per = lambda r: r["broker_cpu_us_per_msg"] + r["client_cpu_us_per_msg"]   # noqa: E731
     for t in theirs:
         if "round" not in t:
             continue
@@ -648,6 +651,7 @@ def paired(rows: list[dict], size: int, k: int) -> None:
             continue
         best = max(o, key=lambda r: r["msgs_per_s"])
         each.append(round(best["msgs_per_s"] / t["msgs_per_s"], 2))
+        cpu.append(round(per(t) / per(best), 2) if per(best) > 0 else None)
         f = [x.get("msgs_per_s_from_first") for x in (best, t)]
         if all(f):
             steady.append(round(f[0] / f[1], 2))
@@ -656,7 +660,8 @@ def paired(rows: list[dict], size: int, k: int) -> None:
     emit(dict(op="ratio", what="consume", size=size, consumers=k, peer="rabbitmq-stream",
               ratio=round(median, 2), rounds=each, met_rounds=sum(x >= 2.0 for x in each),
               ratio_from_first=round(statistics.median(steady), 2) if steady else None,
-              rounds_from_first=steady, goal=GOALS["rabbitmq-stream"], met=median >= 2.0,
+              rounds_from_first=steady, rounds_cpu=cpu,
+              goal=GOALS["rabbitmq-stream"], met=median >= 2.0,
               best_strata=o["msgs_per_s"], best_peer=t["msgs_per_s"],
               best_ratio=round(o["msgs_per_s"] / t["msgs_per_s"], 2),
               strata_backoff_ms=o.get("fetch_queue_backoff_ms")))
