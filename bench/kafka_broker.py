@@ -468,8 +468,9 @@ class StreamPeer:
             self._relay(line)
         raise RuntimeError("the RabbitMQ stream peer did not start (its rows above)")
 
-    def _relay(self, line: str) -> dict | None:
+    def _relay(self, line: str, **extra) -> dict | None:
         for row in json_lines(line):
+            row.update(extra)
             emit(row)
             self.rows.append(row)
             return row
@@ -480,10 +481,9 @@ class StreamPeer:
         strata's case with ``beside`` producers."""
         self.proc.stdin.write(f"consume {size} {consumers} {rnd}\n")
         self.proc.stdin.flush()
-        row = self._relay(self.proc.stdout.readline())
+        row = self._relay(self.proc.stdout.readline(), beside_producers=beside)
         if row is None or "error" in row:
             raise RuntimeError(f"the RabbitMQ stream peer failed: {row}")
-        row["beside_producers"] = beside
 
     def close(self) -> None:
         try:
