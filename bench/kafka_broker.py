@@ -35,10 +35,11 @@ enqueues its whole share at once and asks librdkafka for error-only delivery rep
 
 ``--peers rabbitmq`` holds a RabbitMQ stream peer open through strata's cases
 (``bench/rabbitmq_peer.py --serve``: its own node, the streams filled first) and runs one of
-its consumes right beside each of strata's (``--rounds N``: N consumes of each, strata first
-in even rounds and the stream first in odd ones); the ``op: ratio`` consume rows pair them
-round by round (``rounds``: each round's ratio; ``ratio``: their median; ``best_ratio``:
-best ÷ best). ``--peers rabbitmq,nats`` also runs, after strata's cases, RabbitMQ classic
+its consumes right beside each of strata's consumes of an async, unpaced case
+(``--rounds N``: N consumes of each, strata first in even rounds and the stream first in
+odd ones; ``beside_producers`` in the stream's rows names the case); the ``op: ratio``
+consume rows pair them round by round (``rounds``: each round's ratio; ``ratio``: their
+median; ``best_ratio``: best ÷ best). ``--peers rabbitmq,nats`` also runs, after strata's cases, RabbitMQ classic
 (pika with persistent messages and confirms) and NATS JetStream (the shared peer script
 /work/shared/peers/bench_nats_jetstream.py: Debian's nats-server, nats-py, 1,000,000
 messages), relays their rows (``system`` rabbitmq-classic / rabbitmq-stream /
