@@ -41,9 +41,8 @@ odd ones; ``beside_producers`` in the stream's rows names the case); the ``op: r
 consume rows pair them round by round (``rounds``: each round's ratio; ``ratio``: their
 median; ``best_ratio``: best ÷ best). ``--peers rabbitmq,nats`` also runs, after strata's
 cases, RabbitMQ classic (pika with persistent messages and confirms) and NATS JetStream (the
-shared peer script
-/work/shared/peers/bench_nats_jetstream.py: Debian's nats-server, nats-py, 1,000,000
-messages), relays their rows (``system`` rabbitmq-classic / rabbitmq-stream /
+shared peer script /work/shared/peers/bench_nats_jetstream.py: Debian's nats-server, nats-py,
+1,000,000 messages), relays their rows (``system`` rabbitmq-classic / rabbitmq-stream /
 nats-jetstream) and ends with ``op: ratio`` rows: strata's best async rate ÷ each peer's, with
 the issue's goal (×2 stream, ×2 NATS, ×10 classic).
 """
