@@ -129,6 +129,8 @@ parts = [TopicPartition(topic, p, 0) for p in spec["partitions"]]
 # what its partitions hold
 held = sum(hi - lo for lo, hi in (c.get_watermark_offsets(tp, 10) for tp in parts))
 n = spec["n"] if spec["n"] >= 0 else held
+print("READY", flush=True)     # every consumer connected: all start together on "go"
+sys.stdin.readline()
 c.assign(parts)
 api, batch = spec["api"], spec["batch"]
 got = 0
@@ -212,7 +214,9 @@ def consume(boot: str, topic: str, n: int, parts: int, consumers: int, spec: dic
         [sys.executable, "-c", CONSUMER, boot, topic, json.dumps(dict(
             spec, n=n if consumers == 1 else -1,
             partitions=mine))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for mine in split]
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True) for mine in split]
+    go(procs)
     res = [result(p) for p in procs]
     t0, t1 = min(r["t0"] for r in res), max(r["t1"] for r in res)
     first = min(r["first"] for r in res)
@@ -298,6 +302,19 @@ def spy_report(spy, tag: dict, phase: str) -> None:
 
 def emit(row: dict) -> None:
     print(json.dumps(row), flush=True)
+
+
+def go(procs: list[subprocess.Popen]) -> None:
+    """Start client processes together: wait until each has said READY (connected, set up),
+    then tell them all "go" (without it, N processes that take 0.1-0.7 s each to start under
+    load read one after the other, and the wall time of all counts the stagger)."""
+    for p in procs:
+        line = p.stdout.readline()
+        if not line.startswith("READY"):
+            raise RuntimeError(f"client failed before READY: {line} {p.stderr.read()[-2000:]}")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
 
 
 def result(proc: subprocess.Popen) -> dict:

@@ -262,13 +262,14 @@ async def stream_produce(node: Node, stream: str, n: int, body: bytes, window: i
 
 
 async def stream_consume(node: Node, stream: str, n: int, times: dict | None = None,
-                         credit: int = 20, sync: bool = True) -> float:
+                         credit: int = 20, sync: bool = True, gate=None) -> float:
     """Read ``n`` messages of ``stream`` from its first offset; the seconds from subscribing
     to the last message (``times``: the wall clock at subscribing, at the first message and
     at the last, before the consumer is closed). ``credit``: chunks the server may send
     ahead (rstream's ``initial_credit``; it grants one more per chunk received); ``sync``: a
     plain callback (rstream awaits the callback's result only when it is a coroutine, so a
-    plain one saves a coroutine per message: the client's best), else ``async def``."""
+    plain one saves a coroutine per message: the client's best), else ``async def``;
+    ``gate``: awaited once connected, before the clock starts (all consumers start together)."""
     times = times if times is not None else {}
     from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
     got = [0]
@@ -286,6 +287,8 @@ async def stream_consume(node: Node, stream: str, n: int, times: dict | None = N
         on_msg(msg, ctx)
 
     async with Consumer("127.0.0.1", node.stream, username="guest", password="guest") as c:
+        if gate is not None:
+            await gate()
         t0 = time.perf_counter()
         times["t0"] = time.time()
         await c.subscribe(stream, on_msg if sync else on_msg_async, initial_credit=credit,
@@ -302,7 +305,14 @@ def stream_consumers(node: Node, streams: list[str], each: int, credit: int = 20
     procs = [subprocess.Popen([sys.executable, __file__, "--consume-stream", name,
                                "--port", str(node.stream), "--messages", str(each),
                                "--stream-credit", str(credit), "--stream-callback", callback],
-                              stdout=subprocess.PIPE, text=True) for name in streams]
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for name in streams]
+    for p in procs:                  # all connected: then all start together
+        if not p.stdout.readline().startswith("READY"):
+            raise RuntimeError("a stream consumer failed before it was connected")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     res = [json.loads(p.communicate(timeout=900)[0].splitlines()[-1]) for p in procs]
     t0, t1, first = (f(r[k] for r in res) for f, k in ((min, "t0"), (max, "t1"),
                                                         (min, "first")))
@@ -313,12 +323,19 @@ def stream_consumers(node: Node, streams: list[str], each: int, credit: int = 20
 
 def consume_one(port: int, stream: str, n: int, credit: int = 20,
                 callback: str = "sync") -> None:
-    """A consumer process: read ``n`` messages of ``stream``, print its times and CPU."""
+    """A consumer process: connect, print READY, wait for "go" on stdin (as the Kafka
+    consumers do), read ``n`` messages of ``stream``, print its times and CPU from "go"."""
     import rstream  # noqa: F401 - loaded before the clock starts, as the Kafka consumer's
     node = type("N", (), {"stream": port})()
-    c0 = time.process_time()
     times: dict = {}
-    asyncio.run(stream_consume(node, stream, n, times, credit, callback == "sync"))
+
+    async def gate() -> None:
+        print("READY", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        times["c0"] = time.process_time()
+
+    asyncio.run(stream_consume(node, stream, n, times, credit, callback == "sync", gate))
+    c0 = times.pop("c0")
     print(json.dumps(dict(times, cpu=time.process_time() - c0)), flush=True)
 
 
