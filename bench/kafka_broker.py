@@ -494,7 +494,7 @@ class StreamPeer:
             return row
         return None
 
-    def consume(self, size: int, consumers: int, rnd: int, beside: int) -> None:
+    def consume(self, size: int, consumers: int, rnd: int, beside: int | None) -> None:
         """One stream consume with ``consumers`` consumer processes, round ``rnd``, beside
         strata's case with ``beside`` producers."""
         self.proc.stdin.write(f"consume {size} {consumers} {rnd}\n")
@@ -573,6 +573,12 @@ def main() -> None:
             if "rabbitmq" in peers else None
         try:
             strata_cases(a, Path(tmp), consumes, rows, stream)
+            if stream is not None and not any(r.get("system") == "rabbitmq-stream" and
+                                              r.get("op") == "consume" for r in rows):
+                # no async unpaced case had one beside it (--flush sync, --pace): once each
+                for size, k in itertools.product(map(int, a.sizes.split(",")),
+                                                 dict.fromkeys(map(int, a.consumers.split(",")))):
+                    stream.consume(size, k, 0, None)
         finally:
             if stream is not None:
                 stream.close()
