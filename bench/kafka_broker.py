@@ -6,7 +6,7 @@
                           [--cprofile] [--pace MSGS_PER_S] [--peers rabbitmq,nats]
                           [--partition-fetch-bytes B] [--consume-api batch|poll]
                           [--partitioner librdkafka|explicit] [--fetch-queue-backoff-ms MS,..]
-                          [--consumers 1,2] [--consume-batch N]
+                          [--consumers 1,2] [--consume-batch N] [--rounds N]
 
 For each flush mode, size and producer count a fresh store is served on 127.0.0.1; after
 an untimed warm-up (20,000 messages produced and consumed on another topic: numba's cached
@@ -33,11 +33,16 @@ client CPU per message) and, under ``--flush sync``, the store's ``fsyncs`` and
 ``msgs_per_fsync``; p50/p99 produce latency only with ``--pace`` (unpaced, each producer
 enqueues its whole share at once and asks librdkafka for error-only delivery reports).
 
-``--peers rabbitmq,nats`` runs, in the same run after strata's cases, RabbitMQ classic and
-streams (``bench/rabbitmq_peer.py``: its own node, pika with persistent messages and
-confirms; ``rstream``) and NATS JetStream (the shared peer script
-/work/shared/peers/bench_nats_jetstream.py: Debian's nats-server, nats-py, 1,000,000
-messages), relays their rows (``system`` rabbitmq-classic / rabbitmq-stream /
+``--peers rabbitmq`` holds a RabbitMQ stream peer open through strata's cases
+(``bench/rabbitmq_peer.py --serve``: its own node, the streams filled first) and runs one of
+its consumes right beside each of strata's consumes of an async, unpaced case
+(``--rounds N``: N consumes of each, strata first in even rounds and the stream first in
+odd ones; ``beside_producers`` in the stream's rows names the case); the ``op: ratio``
+consume rows pair them round by round (``rounds``: each round's ratio; ``ratio``: their
+median; ``best_ratio``: best ÷ best). ``--peers rabbitmq,nats`` also runs, after strata's
+cases, RabbitMQ classic (pika with persistent messages and confirms) and NATS JetStream (the
+shared peer script /work/shared/peers/bench_nats_jetstream.py: Debian's nats-server, nats-py,
+1,000,000 messages), relays their rows (``system`` rabbitmq-classic / rabbitmq-stream /
 nats-jetstream) and ends with ``op: ratio`` rows: strata's best async rate ÷ each peer's, with
 the issue's goal (×2 stream, ×2 NATS, ×10 classic).
 """
@@ -49,6 +54,7 @@ import itertools
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -123,6 +129,8 @@ parts = [TopicPartition(topic, p, 0) for p in spec["partitions"]]
 # what its partitions hold
 held = sum(hi - lo for lo, hi in (c.get_watermark_offsets(tp, 10) for tp in parts))
 n = spec["n"] if spec["n"] >= 0 else held
+print("READY", flush=True)     # every consumer connected: all start together on "go"
+sys.stdin.readline()
 c.assign(parts)
 api, batch = spec["api"], spec["batch"]
 got = 0
@@ -163,24 +171,58 @@ def consumer_config(part_bytes: int, queue_backoff_ms: str) -> dict:
     return conf
 
 
-def consume(boot: str, topic: str, n: int, parts: int, consumers: int, spec: dict) -> dict:
-    """``consumers`` consumer processes, consumer i assigned the partitions p with
-    p % consumers == i (one reads them all); the rate is every message over the wall time
+WATERMARKS = r'''
+import sys, json
+from confluent_kafka import Consumer, TopicPartition
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "bench"})
+print(json.dumps([c.get_watermark_offsets(TopicPartition(sys.argv[2], p), 10)[1]
+                  for p in range(int(sys.argv[3]))]))
+c.close()
+'''
+
+
+def spread(held: list[int], consumers: int) -> list[list[int]]:
+    """The partitions of each of ``consumers`` consumers, so that each holds about as many
+    of the messages as the others (``held``: the messages of each partition): the fullest
+    partition first, each to the consumer with the fewest messages so far. A keyless
+    producer's sticky partitioner fills partitions unevenly (38 % and 62 % for two halves
+    of 1,000,000 messages), and the fuller consumer bounds the wall time; the stream peer's
+    N streams each hold exactly 1/N."""
+    load = [0] * consumers
+    out: list[list[int]] = [[] for _ in range(consumers)]
+    for p in sorted(range(len(held)), key=lambda q: -held[q]):
+        i = load.index(min(load))
+        out[i].append(p)
+        load[i] += held[p]
+    return [sorted(x) for x in out]
+
+
+def consume(boot: str, topic: str, n: int, parts: int, consumers: int, spec: dict,
+            held: list[int] | None = None) -> dict:
+    """``consumers`` consumer processes, each assigned the partitions ``spread`` gives it
+    (by the messages each partition ``held``; without it, consumer i reads the partitions
+    p % consumers == i; one reads them all); the rate is every message over the wall time
     from the first one's start to the last one's end; ``first_ms``: from the start to the
     first message (connection, metadata, first Fetch), the slowest consumer's;
     ``from_first``: the messages after the first ones each consumer got over the time from
     the first of those to the end (the rate once connected; the stream peer's rows carry
-    the same)."""
+    the same); ``each``: [messages, seconds] of each consumer (a sticky partitioner
+    fills the partitions unevenly, and the fuller half bounds the wall time)."""
+    split = spread(held, consumers) if held else [
+        [p for p in range(parts) if p % consumers == i] for i in range(consumers)]
     procs = [subprocess.Popen(
         [sys.executable, "-c", CONSUMER, boot, topic, json.dumps(dict(
             spec, n=n if consumers == 1 else -1,
-            partitions=[p for p in range(parts) if p % consumers == i]))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(consumers)]
+            partitions=mine))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True) for mine in split]
+    go(procs)
     res = [result(p) for p in procs]
     t0, t1 = min(r["t0"] for r in res), max(r["t1"] for r in res)
     first = min(r["first"] for r in res)
     after = sum(r["n"] - r["first_n"] for r in res)
     return dict(t0=t0, t1=t1, n=sum(r["n"] for r in res), cpu=sum(r["cpu"] for r in res),
+                each=[[r["n"], round(r["t1"] - r["t0"], 3)] for r in res],
                 first_ms=round(1e3 * max(r["first"] - r["t0"] for r in res), 1),
                 from_first=round(after / (t1 - first)) if t1 > first else None)
 
@@ -262,6 +304,19 @@ def emit(row: dict) -> None:
     print(json.dumps(row), flush=True)
 
 
+def go(procs: list[subprocess.Popen]) -> None:
+    """Start client processes together: wait until each has said READY (connected, set up),
+    then tell them all "go" (without it, N processes that take 0.1-0.7 s each to start under
+    load read one after the other, and the wall time of all counts the stagger)."""
+    for p in procs:
+        line = p.stdout.readline()
+        if not line.startswith("READY"):
+            raise RuntimeError(f"client failed before READY: {line} {p.stderr.read()[-2000:]}")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+
+
 def result(proc: subprocess.Popen) -> dict:
     out, err = proc.communicate(timeout=600)
     for line in out.splitlines():
@@ -274,11 +329,13 @@ def case(root: Path, flush: str, size: int, producers: int, messages: int, parts
          profile: float, extra_env: dict | None = None, pace: float = 0,
          part_bytes: int = 1 << 20, consume_api: str = "batch",
          partitioner: str = "librdkafka", consumes: tuple = ((1, ""),),
-         consume_batch: int = 1000) -> list[dict]:
+         consume_batch: int = 1000, rounds: int = 1, peer=None) -> list[dict]:
     """One strata case: produce (``pace`` msgs/s in all, 0: as fast as the producers go)
-    then, for each (consumer processes, fetch.queue.backoff.ms or "" for librdkafka's
-    default) of ``consumes`` in turn, consume everything from offset 0; returns (and
-    prints) its rows."""
+    then, ``rounds`` times, for each (consumer processes, fetch.queue.backoff.ms or "" for
+    librdkafka's default) of ``consumes`` in turn, consume everything from offset 0; with a
+    ``peer`` (``StreamPeer``), its consume with as many consumers runs right beside each
+    consumer count's (strata first in even rounds, the peer first in odd ones: ABBA);
+    returns (and prints) its rows."""
     extra_env = dict(extra_env or {})
     rows: list[dict] = []
     store = root / f"store-{flush}-{size}-{producers}-{pace:g}-{part_bytes}"
@@ -349,30 +406,46 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
     ceiling(produce_row)
     spy_report(spy, tag, "produce")
     consume_rows = []
-    for consumers, backoff in consumes:     # each reads the whole topic again, from offset 0
+    held = json.loads(subprocess.run([sys.executable, "-c", WATERMARKS, boot, topic, str(parts)],
+                                     check=True, capture_output=True, text=True,
+                                     timeout=60).stdout)
+
+    def one_consume(consumers: int, backoff: str, rnd: int) -> None:
         spec = dict(config=consumer_config(part_bytes, backoff), api=consume_api,
                     batch=consume_batch)
         settled = settle(lambda: cpu_seconds(server.pid))
         cpu0 = cpu_seconds(server.pid)
         spy = spy_on(root, server.pid, profile,
-                     f"consume-{flush}-{size}-{producers}-{consumers}-{backoff}")
-        r = consume(boot, topic, sent, parts, consumers, spec)
+                     f"consume-{flush}-{size}-{producers}-{consumers}-{backoff}-{rnd}")
+        r = consume(boot, topic, sent, parts, consumers, spec, held)
         cpu1 = cpu_seconds(server.pid)
         spy_report(spy, dict(tag, consumers=consumers), "consume")
         el = r["t1"] - r["t0"]
-        row = dict(tag, op="consume", consumers=consumers, messages=r["n"],
+        row = dict(tag, op="consume", consumers=consumers, round=rnd, messages=r["n"],
                    seconds=round(el, 3), msgs_per_s=round(r["n"] / el),
                    mib_per_s=round(r["n"] * size / el / 2**20, 1),
                    broker_cpu_us_per_msg=round((cpu1 - cpu0) / max(1, r["n"]) * 1e6, 2),
                    client_cpu_us_per_msg=round(r["cpu"] / max(1, r["n"]) * 1e6, 2),
                    first_ms=r["first_ms"], msgs_per_s_from_first=r["from_first"],
-                   settle_s=settled,
+                   per_consumer=r["each"], partition_messages=held, settle_s=settled,
                    partition_fetch_bytes=part_bytes,
                    consume_api=consume_api, consume_batch=consume_batch,
                    fetch_queue_backoff_ms=int(backoff or 1000),
                    consumer_config=spec["config"])
         ceiling(row)
         consume_rows.append(row)
+
+    counts = list(dict.fromkeys(k for k, _b in consumes))
+    for rnd in range(rounds):
+        for consumers in counts:     # each consume reads the whole topic again, from 0
+            beside = peer is not None and not pace and flush == "async"
+            if beside and rnd % 2:
+                peer.consume(size, consumers, rnd, producers)
+            for k, backoff in consumes:
+                if k == consumers:
+                    one_consume(consumers, backoff, rnd)
+            if beside and not rnd % 2:
+                peer.consume(size, consumers, rnd, producers)
     server.terminate()
     server.wait(timeout=60)
     log_file.close()
@@ -396,9 +469,59 @@ a = AdminClient({{"bootstrap.servers": "{boot}"}})
 GOALS = {"rabbitmq-stream": 2.0, "nats-jetstream": 2.0, "rabbitmq-classic": 10.0}
 
 
+class StreamPeer:
+    """The RabbitMQ stream peer held open through strata's cases (``rabbitmq_peer.py
+    --serve``: its own node, the streams filled once per size and consumer count), so that
+    each strata consume has a stream consume right beside it; its rows go to ``rows``."""
+
+    def __init__(self, messages: int, sizes: str, consumers: str, rows: list) -> None:
+        self.rows = rows
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("rabbitmq_peer.py")), "--serve",
+             "--messages", str(messages), "--sizes", sizes, "--consumers", consumers],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for line in self.proc.stdout:
+            if line.startswith("READY"):
+                return
+            self._relay(line)
+        raise RuntimeError("the RabbitMQ stream peer did not start (its rows above)")
+
+    def _relay(self, line: str, **extra) -> dict | None:
+        for row in json_lines(line):
+            row.update(extra)
+            emit(row)
+            self.rows.append(row)
+            return row
+        return None
+
+    def consume(self, size: int, consumers: int, rnd: int, beside: int | None) -> None:
+        """One stream consume with ``consumers`` consumer processes, round ``rnd``, beside
+        strata's case with ``beside`` producers."""
+        self.proc.stdin.write(f"consume {size} {consumers} {rnd}\n")
+        self.proc.stdin.flush()
+        row = self._relay(self.proc.stdout.readline(), beside_producers=beside)
+        if row is None or "error" in row:
+            raise RuntimeError(f"the RabbitMQ stream peer failed: {row}")
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        for line in self.proc.stdout:    # anything it still says (an error row)
+            self._relay(line)
+        self.proc.wait(timeout=120)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--messages", type=int, default=1_000_000,
+                    help="messages per case (1,000,000: a consume lasts ~0.5-1 s, so the "
+                         "connection and first Fetch are a small part of its rate)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="consumes per case over the same messages, each beside a RabbitMQ "
+                         "stream consume (with --peers rabbitmq), in ABBA order; the ratio "
+                         "rows give every round's ratio and their median")
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--producers", default="1,4")
     ap.add_argument("--flush", default="async,sync")
@@ -443,30 +566,49 @@ def main() -> None:
     rows: list[dict] = []
     backoffs = ["" if b in ("", "default") else b for b in a.fetch_queue_backoff_ms.split(",")]
     consumes = tuple(itertools.product(map(int, a.consumers.split(",")), backoffs))
+    peers = a.peers.split(",") if a.peers else []
     with tempfile.TemporaryDirectory(prefix="strata-kafka-bench-") as tmp:
-        for flush in a.flush.split(","):
-            for size in map(int, a.sizes.split(",")):
-                for producers, part_bytes in itertools.product(
-                        map(int, a.producers.split(",")),
-                        map(int, a.partition_fetch_bytes.split(","))):
-                    env = {}
-                    if a.cprofile:
-                        env["STRATA_CPROFILE"] = str(
-                            Path(tmp) / f"cprofile-{flush}-{size}-{producers}.pstats")
-                    rows += case(Path(tmp), flush, size, producers, a.messages,
-                                 a.partitions, a.profile, env, a.pace,
-                                 part_bytes, a.consume_api, a.partitioner, consumes,
-                                 a.consume_batch)
-                    if a.cprofile:
-                        emit(dict(system="strata", flush=flush, size=size,
-                                  producers=producers, op="cprofile",
-                                  top=cprofile_top(Path(env["STRATA_CPROFILE"]))))
-        peers = a.peers.split(",") if a.peers else []
+        # the stream peer first, held open: its consumes alternate with strata's
+        stream = StreamPeer(a.messages, a.sizes, a.consumers, rows) \
+            if "rabbitmq" in peers else None
+        try:
+            strata_cases(a, Path(tmp), consumes, rows, stream)
+            if stream is not None and not any(r.get("system") == "rabbitmq-stream" and
+                                              r.get("op") == "consume" for r in rows):
+                # no async unpaced case had one beside it (--flush sync, --pace): once each
+                for size, k in itertools.product(map(int, a.sizes.split(",")),
+                                                 dict.fromkeys(map(int, a.consumers.split(",")))):
+                    stream.consume(size, k, 0, None)
+        finally:
+            if stream is not None:
+                stream.close()
         if "rabbitmq" in peers:
-            rows += rabbitmq_peer(a.messages, a.sizes, a.consumers)
+            rows += rabbitmq_peer(a.messages, a.sizes, a.consumers, kinds="classic")
         if "nats" in peers:
             rows += nats_peer(Path(tmp), a.sizes)
     ratios(rows)
+
+
+def strata_cases(a, tmp: Path, consumes: tuple, rows: list, stream) -> None:
+    """Every strata case of the command line, in order (flush, size, producers, fetch
+    bytes), each consume beside the stream peer's when there is one."""
+    for flush in a.flush.split(","):
+        for size in map(int, a.sizes.split(",")):
+            for producers, part_bytes in itertools.product(
+                    map(int, a.producers.split(",")),
+                    map(int, a.partition_fetch_bytes.split(","))):
+                env = {}
+                if a.cprofile:
+                    env["STRATA_CPROFILE"] = str(
+                        tmp / f"cprofile-{flush}-{size}-{producers}.pstats")
+                rows += case(tmp, flush, size, producers, a.messages,
+                             a.partitions, a.profile, env, a.pace,
+                             part_bytes, a.consume_api, a.partitioner, consumes,
+                             a.consume_batch, a.rounds, stream)
+                if a.cprofile:
+                    emit(dict(system="strata", flush=flush, size=size,
+                              producers=producers, op="cprofile",
+                              top=cprofile_top(Path(env["STRATA_CPROFILE"]))))
 
 
 def cprofile_top(path: Path, n: int = 40) -> list:
@@ -505,21 +647,48 @@ def ratios(rows: list[dict]) -> None:
         ks = sorted({r["consumers"] for r in rows if r.get("op") == "consume" and
                      r.get("system") == "rabbitmq-stream" and "consumers" in r})
         for k in ks:
-            ours, theirs = ([r for r in rows if r.get("system") == s and r.get("size") == size
-                             and r.get("op") == "consume" and r.get("consumers") == k and
-                             r.get("flush", "async") == "async" and not r.get("pace")]
-                            for s in ("strata", "rabbitmq-stream"))
-            if ours and theirs:
-                o, t = (max(x, key=lambda r: r["msgs_per_s"]) for x in (ours, theirs))
-                ratio = o["msgs_per_s"] / t["msgs_per_s"]
-                steady = [x.get("msgs_per_s_from_first") for x in (o, t)]
-                emit(dict(op="ratio", what="consume", size=size, consumers=k,
-                          strata=o["msgs_per_s"], peer="rabbitmq-stream",
-                          peer_msgs_per_s=t["msgs_per_s"], ratio=round(ratio, 2),
-                          goal=GOALS["rabbitmq-stream"], met=ratio >= 2.0,
-                          strata_backoff_ms=o.get("fetch_queue_backoff_ms"),
-                          ratio_from_first=round(steady[0] / steady[1], 2)
-                          if all(steady) else None))
+            paired(rows, size, k)
+
+
+def paired(rows: list[dict], size: int, k: int) -> None:
+    """The consume ratio with ``k`` consumers against the stream, round by round: in each
+    round of each async case, strata's best consume (over the backoffs) ÷ the stream consume
+    that ran right beside it; emits every round's ratio (wall and from the first message),
+    their medians, and the best strata rate ÷ the best stream rate of the whole run;
+    ``rounds_cpu``: the stream's CPU per message (broker + clients) ÷ strata's, round by
+    round (what a busy machine disturbs least)."""
+    def mine(system: str) -> list[dict]:
+        return [r for r in rows if r.get("system") == system and r.get("size") == size and
+                r.get("op") == "consume" and r.get("consumers") == k and
+                r.get("flush", "async") == "async" and not r.get("pace")]
+    ours, theirs = mine("strata"), mine("rabbitmq-stream")
+    if not ours or not theirs:
+        return
+    each, steady, cpu = [], [], []
+    per = lambda r: r["broker_cpu_us_per_msg"] + r["client_cpu_us_per_msg"]   # noqa: E731
+    for t in theirs:
+        if "round" not in t:
+            continue
+        o = [r for r in ours if r.get("round") == t["round"] and
+             r.get("producers") == t.get("beside_producers")]
+        if not o:
+            continue
+        best = max(o, key=lambda r: r["msgs_per_s"])
+        each.append(round(best["msgs_per_s"] / t["msgs_per_s"], 2))
+        cpu.append(round(per(t) / per(best), 2) if per(best) > 0 else None)
+        f = [x.get("msgs_per_s_from_first") for x in (best, t)]
+        if all(f):
+            steady.append(round(f[0] / f[1], 2))
+    o, t = (max(x, key=lambda r: r["msgs_per_s"]) for x in (ours, theirs))
+    median = statistics.median(each) if each else o["msgs_per_s"] / t["msgs_per_s"]
+    emit(dict(op="ratio", what="consume", size=size, consumers=k, peer="rabbitmq-stream",
+              ratio=round(median, 2), rounds=each, met_rounds=sum(x >= 2.0 for x in each),
+              ratio_from_first=round(statistics.median(steady), 2) if steady else None,
+              rounds_from_first=steady, rounds_cpu=cpu,
+              goal=GOALS["rabbitmq-stream"], met=median >= 2.0,
+              best_strata=o["msgs_per_s"], best_peer=t["msgs_per_s"],
+              best_ratio=round(o["msgs_per_s"] / t["msgs_per_s"], 2),
+              strata_backoff_ms=o.get("fetch_queue_backoff_ms")))
 
 
 def json_lines(text: str):
@@ -531,12 +700,13 @@ def json_lines(text: str):
             continue
 
 
-def rabbitmq_peer(messages: int, sizes: str, consumers: str = "1") -> list[dict]:
-    """RabbitMQ classic (pika, persistent, confirms) and streams (rstream) through
+def rabbitmq_peer(messages: int, sizes: str, consumers: str = "1",
+                  kinds: str = "classic,stream") -> list[dict]:
+    """RabbitMQ classic (pika, persistent, confirms) and/or streams (rstream) through
     bench/rabbitmq_peer.py, which starts and stops its own node."""
     p = subprocess.run([sys.executable, str(Path(__file__).with_name("rabbitmq_peer.py")),
                         "--messages", str(messages), "--sizes", sizes,
-                        "--consumers", consumers],
+                        "--consumers", consumers, "--kinds", kinds],
                        capture_output=True, text=True, timeout=1800)
     rows = []
     for row in json_lines(p.stdout):

@@ -8,14 +8,19 @@ then, per size,
   consumer (prefetch 2000, manual ack of every 1000th message with ``multiple``);
 * ``stream``: a stream over RabbitMQ's native stream protocol (the ``rstream`` client):
   ``send_batch`` of 500 messages with at most ``--window`` unconfirmed, then a consumer from
-  the first offset;
+  the first offset (a process per stream, ``--consumers N``: N streams; a plain callback,
+  ``initial_credit`` 20 chunks);
 
-and the node is stopped (SIGTERM to its processes, by pid) and its directory removed. Prints
+and the node is stopped (SIGTERM to its processes, by pid) and its directory removed. With
+``--serve`` the node stays up after filling the streams: each stdin line ``consume SIZE K
+[ROUND]`` runs one consume (how ``kafka_broker.py --peers rabbitmq`` puts a stream consume
+beside each of strata's). Prints
 JSON lines ``{"system": "rabbitmq-classic"|"rabbitmq-stream", "op": "produce"|"consume",
 "size", "messages", "msgs_per_s", "broker_cpu_us_per_msg", "client_cpu_us_per_msg"}`` (the
 client's: this process's CPU over the phase).
 
     python bench/rabbitmq_peer.py --messages 200000 --sizes 100 [--kinds classic,stream]
+                                  [--consumers 1,2] [--serve]
 """
 
 from __future__ import annotations
@@ -256,16 +261,21 @@ async def stream_produce(node: Node, stream: str, n: int, body: bytes, window: i
         return time.perf_counter() - t0
 
 
-async def stream_consume(node: Node, stream: str, n: int, times: dict | None = None) -> float:
+async def stream_consume(node: Node, stream: str, n: int, times: dict | None = None,
+                         credit: int = 20, sync: bool = True, gate=None) -> float:
     """Read ``n`` messages of ``stream`` from its first offset; the seconds from subscribing
     to the last message (``times``: the wall clock at subscribing, at the first message and
-    at the last, before the consumer is closed)."""
+    at the last, before the consumer is closed). ``credit``: chunks the server may send
+    ahead (rstream's ``initial_credit``; it grants one more per chunk received); ``sync``: a
+    plain callback (rstream awaits the callback's result only when it is a coroutine, so a
+    plain one saves a coroutine per message: the client's best), else ``async def``;
+    ``gate``: awaited once connected, before the clock starts (all consumers start together)."""
     times = times if times is not None else {}
     from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
     got = [0]
     done = asyncio.Event()
 
-    async def on_msg(_msg, _ctx):
+    def on_msg(_msg, _ctx):
         if not got[0]:
             times["first"] = time.time()
         got[0] += 1
@@ -273,22 +283,36 @@ async def stream_consume(node: Node, stream: str, n: int, times: dict | None = N
             times["t1"] = time.time()
             done.set()
 
+    async def on_msg_async(msg, ctx):
+        on_msg(msg, ctx)
+
     async with Consumer("127.0.0.1", node.stream, username="guest", password="guest") as c:
+        if gate is not None:
+            await gate()
         t0 = time.perf_counter()
         times["t0"] = time.time()
-        await c.subscribe(stream, on_msg, initial_credit=20,
+        await c.subscribe(stream, on_msg if sync else on_msg_async, initial_credit=credit,
                           offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST))
         await asyncio.wait_for(done.wait(), 600)
         return time.perf_counter() - t0
 
 
-def stream_consumers(node: Node, streams: list[str], each: int) -> dict:
+def stream_consumers(node: Node, streams: list[str], each: int, credit: int = 20,
+                     callback: str = "sync") -> dict:
     """One consumer process per stream (``--consume-stream``), each reading ``each``
     messages of its own; the wall time from the first one's start to the last one's end
     and their CPU, summed."""
     procs = [subprocess.Popen([sys.executable, __file__, "--consume-stream", name,
-                               "--port", str(node.stream), "--messages", str(each)],
-                              stdout=subprocess.PIPE, text=True) for name in streams]
+                               "--port", str(node.stream), "--messages", str(each),
+                               "--stream-credit", str(credit), "--stream-callback", callback],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for name in streams]
+    for p in procs:                  # all connected: then all start together
+        if not p.stdout.readline().startswith("READY"):
+            raise RuntimeError("a stream consumer failed before it was connected")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     res = [json.loads(p.communicate(timeout=900)[0].splitlines()[-1]) for p in procs]
     t0, t1, first = (f(r[k] for r in res) for f, k in ((min, "t0"), (max, "t1"),
                                                         (min, "first")))
@@ -297,23 +321,32 @@ def stream_consumers(node: Node, streams: list[str], each: int) -> dict:
                 from_first=round((each - 1) * len(res) / (t1 - first)) if t1 > first else None)
 
 
-def consume_one(port: int, stream: str, n: int) -> None:
-    """A consumer process: read ``n`` messages of ``stream``, print its times and CPU."""
+def consume_one(port: int, stream: str, n: int, credit: int = 20,
+                callback: str = "sync") -> None:
+    """A consumer process: connect, print READY, wait for "go" on stdin (as the Kafka
+    consumers do), read ``n`` messages of ``stream``, print its times and CPU from "go"."""
     import rstream  # noqa: F401 - loaded before the clock starts, as the Kafka consumer's
     node = type("N", (), {"stream": port})()
-    c0 = time.process_time()
     times: dict = {}
-    asyncio.run(stream_consume(node, stream, n, times))
+
+    async def gate() -> None:
+        print("READY", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        times["c0"] = time.process_time()
+
+    asyncio.run(stream_consume(node, stream, n, times, credit, callback == "sync", gate))
+    c0 = times.pop("c0")
     print(json.dumps(dict(times, cpu=time.process_time() - c0)), flush=True)
 
 
-def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
-    """Streams: ``a.messages`` produced into ``k`` streams (one producer, one stream after
-    the other), then read by ``k`` consumer processes, one stream each."""
+def stream_fill(node: Node, a, size: int, body: bytes, k: int) -> tuple[list[str], dict]:
+    """``a.messages`` produced into ``k`` streams (one producer, one stream after the other);
+    emits the produce row, returns the streams' names and the rows' common fields."""
     names = [f"bench-stream-{size}-{k}-{i}" for i in range(k)]
     each = a.messages // k
     tag = dict(system="rabbitmq-stream", size=size, window=a.window,
-               stream_batch=a.stream_batch, consumers=k, streams=k)
+               stream_batch=a.stream_batch, consumers=k, streams=k,
+               stream_credit=a.stream_credit, stream_callback=a.stream_callback)
     cpu0, mine0 = node.cpu(), time.process_time()
     el = sum(asyncio.run(stream_produce(node, name, each, body, a.window * 10,
                                         a.stream_batch)) for name in names)
@@ -322,14 +355,52 @@ def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
     emit(dict(tag, op="produce", messages=n, seconds=round(el, 3), msgs_per_s=round(n / el),
               broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
               client_cpu_us_per_msg=round(mine / n * 1e6, 2)))
+    return names, tag
+
+
+def stream_read(node: Node, a, names: list[str], each: int, tag: dict, **extra) -> dict:
+    """One consume of every stream of ``names`` (``each`` messages each), a consumer process
+    per stream, once the node is idle; emits and returns its row (``extra`` added to it)."""
     settled = settle(node.cpu)
     cpu0 = node.cpu()
-    r = stream_consumers(node, names, each)
+    r = stream_consumers(node, names, each, a.stream_credit, a.stream_callback)
     cpu = node.cpu() - cpu0
-    emit(dict(tag, op="consume", messages=n, seconds=round(r["seconds"], 3),
-              msgs_per_s=round(n / r["seconds"]), first_ms=r["first_ms"], settle_s=settled,
-              msgs_per_s_from_first=r["from_first"], broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
-              client_cpu_us_per_msg=round(r["cpu"] / n * 1e6, 2)))
+    n = each * len(names)
+    row = dict(tag, **extra, op="consume", messages=n, seconds=round(r["seconds"], 3),
+               msgs_per_s=round(n / r["seconds"]), first_ms=r["first_ms"], settle_s=settled,
+               msgs_per_s_from_first=r["from_first"],
+               broker_cpu_us_per_msg=round(cpu / n * 1e6, 2),
+               client_cpu_us_per_msg=round(r["cpu"] / n * 1e6, 2))
+    emit(row)
+    return row
+
+
+def stream_case(node: Node, a, size: int, body: bytes, k: int) -> None:
+    """Streams: ``a.messages`` produced into ``k`` streams, then read once by ``k`` consumer
+    processes, one stream each."""
+    names, tag = stream_fill(node, a, size, body, k)
+    stream_read(node, a, names, a.messages // k, tag)
+
+
+def serve_streams(node: Node, a) -> None:
+    """The stream peer held open beside another broker (``kafka_broker.py --peers rabbitmq``
+    alternates its consumes with this one's): fills the streams of every size and consumer
+    count, prints ``READY``, then answers each stdin line ``consume SIZE K [ROUND]`` with one
+    consume row of the K streams of that size, until ``quit`` or the end of stdin."""
+    streams = {}
+    for size in map(int, a.sizes.split(",")):
+        body = os.urandom(size)
+        for k in map(int, a.consumers.split(",")):
+            streams[size, k] = stream_fill(node, a, size, body, k)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] != "consume":
+            break
+        size, k = int(words[1]), int(words[2])
+        names, tag = streams[size, k]
+        stream_read(node, a, names, a.messages // k, tag,
+                    **({"round": int(words[3])} if len(words) > 3 else {}))
 
 
 def emit(row: dict) -> None:
@@ -352,17 +423,28 @@ def main() -> None:
                     help="stream consumers, one case each (e.g. 1,2): with N, the messages "
                          "go to N streams (N/messages each) and N consumer processes read "
                          "one stream each, as N Kafka consumers read disjoint partitions")
+    ap.add_argument("--stream-credit", type=int, default=20,
+                    help="the stream consumer's initial_credit (chunks sent ahead)")
+    ap.add_argument("--stream-callback", default="sync", choices=("sync", "async"),
+                    help="the stream consumer's message callback: a plain function (no "
+                         "coroutine per message) or an async def")
     ap.add_argument("--consume-stream", help=argparse.SUPPRESS)   # a consumer process
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--serve", action="store_true",
+                    help="fill the streams, print READY, then one consume per stdin line "
+                         "`consume SIZE K [ROUND]` (how kafka_broker.py alternates with it)")
     a = ap.parse_args()
     if a.consume_stream:
-        consume_one(a.port, a.consume_stream, a.messages)
+        consume_one(a.port, a.consume_stream, a.messages, a.stream_credit, a.stream_callback)
         return
     signal.signal(signal.SIGTERM, _stopped)   # a SIGTERM still stops the node (finally:)
     root = Path(tempfile.mkdtemp(prefix="strata-rabbit-peer-"))
     node = None
     try:
         node = Node(root / "node")
+        if a.serve:
+            serve_streams(node, a)
+            return
         for size in map(int, a.sizes.split(",")):
             body = os.urandom(size)
             for kind in a.kinds.split(","):
