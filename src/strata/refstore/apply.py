@@ -11,7 +11,7 @@ import numpy as np
 
 from strata.format import refstore_record as rec
 
-from . import encode
+from . import append, encode
 from . import hash_kernels as hk
 from .client import StoreClient
 from .index import FILE, OFFSET, REF, SIZE, keys_of
@@ -29,12 +29,14 @@ OP_WRITE, OP_REMOVE, OP_CONTAINS, OP_TERMINATE, OP_DYING, OP_DELETE, OP_SYNC = r
 
 
 def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
-                 lens: list | None = None) -> None:
+                 lens: list | None = None, nbytes: int | None = None) -> None:
     """A client's batch of writes: skip those a flying remove cancelled, take another
     reference where the message is stored, else append it to the current file.
 
     A batch of ids the store has never seen (the common case) takes the batch path
-    (``_append_new``): one compiled index insert, one compiled encoding per file it lands in;
+    (``_append_in_place``: one compiled call per file it lands in, which enters the ids in
+    the index and encodes their records; ``_append_new`` where the bodies cannot be read in
+    place: one compiled index insert, one compiled encoding per file);
     a batch of ids all stored (a fan-out write) is one compiled count update. Anything else
     goes message by message."""
     applies = st._flying.server_write_many(client.ref, ids)
@@ -43,9 +45,11 @@ def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
     confirms = st._want_confirm(client)
     batched = False
     if applies is None and client.dying_mark is None and len(ids) >= BATCH_PATH_MIN:
-        ids_raw = b"".join(ids)
-        batched = _append_new(st, ids_raw, bodies, lens) or \
-            index.incref_known(keys_of(ids_raw))
+        if append.IN_PLACE and lens is not None and nbytes is not None:
+            batched = _append_in_place(st, client, ids, bodies, lens, nbytes)
+        else:
+            batched = _append_new(st, b"".join(ids), bodies, lens)
+        batched = batched or index.incref_known(keys_of(b"".join(ids)))
     if not batched:
         _apply_one_by_one(st, client, ids, bodies, applies)
     st._cache.done_many(ids)
@@ -110,6 +114,51 @@ def _append_entered(st: "RefStore", m: bytes, b: bytes) -> None:
     info.size += total
     st._summary.sum_valid += total
     st._summary.sum_size += total
+
+
+def _append_in_place(st: "RefStore", client: StoreClient, ids: list, bodies: list,
+                     lens: list, nbytes: int) -> bool:
+    """Append a batch whose first id is new with one compiled call (``append.append_new``)
+    per file it lands in; False (nothing done) if an id of the first file's share is stored
+    or comes twice. A later share that meets such an id goes one by one (the earlier shares,
+    all new, are appended as they would have been one by one)."""
+    n = len(ids)
+    limit = st.file_size_limit
+    summary = st._summary
+    ends = None                  # the records' ends from the batch's start, if needed
+    first = done = 0             # the first message not appended, the bytes before it
+    while first < n:
+        cur = st._cur
+        room = limit - cur.size
+        if ends is None and nbytes + n * rec.OVERHEAD <= room:
+            last, span = n, nbytes + n * rec.OVERHEAD       # the common case: all fits
+        else:
+            if ends is None:
+                ends = np.cumsum(np.fromiter(lens, dtype=np.int64, count=n) + rec.OVERHEAD)
+            last = int(np.searchsorted(ends, done + room, side="right"))
+            if last == first:
+                if cur.size > 0:             # the next record does not fit: next file
+                    st._roll()
+                    continue
+                last = first + 1             # an empty file takes any record
+            span = int(ends[last - 1]) - done
+        slots, meta = st._index.table_for(last - first)
+        pos = cur.reserve(span)
+        if append.append_new(slots, meta, id(ids), id(bodies), first, last, cur.buf, pos,
+                             cur.number, cur.size) < 0:
+            if first == 0:
+                return False
+            _apply_one_by_one(st, client, ids[first:], bodies[first:], None)
+            return True
+        cur.wrote(span)
+        info = summary.files[cur.number]
+        info.valid += span
+        info.size += span
+        summary.sum_valid += span
+        summary.sum_size += span
+        first = last
+        done += span
+    return True
 
 
 def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None) -> bool:

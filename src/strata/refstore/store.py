@@ -21,7 +21,7 @@ from typing import Iterable
 from strata.errors import InvalidConfigError, StoreClosedError, StrataError
 from strata.format import refstore_record as rec
 
-from . import encode, index, opening, snapshot
+from . import append, encode, index, opening, snapshot
 from .apply import (OP_CONTAINS, OP_DELETE, OP_DYING, OP_REMOVE, OP_SYNC, OP_TERMINATE,
                     OP_WRITE, apply_contains, apply_removes, apply_writes)
 from .cache import WriteBackCache
@@ -271,6 +271,7 @@ class RefStore:
         lock = self._lock
         try:
             encode.warm()
+            append.warm()
             index.warm()
             while True:
                 with lock:
@@ -355,7 +356,7 @@ class RefStore:
     def _apply(self, op) -> None:
         code = op[0]
         if code == _W:
-            apply_writes(self, op[1], op[2], op[3], op[5])
+            apply_writes(self, op[1], op[2], op[3], op[5], op[4])
             self._in_flight -= op[4]
             self._changed.notify_all()
         elif code == _R:
