@@ -29,7 +29,7 @@ OP_WRITE, OP_REMOVE, OP_CONTAINS, OP_TERMINATE, OP_DYING, OP_DELETE, OP_SYNC = r
 
 
 def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
-                 lens: list | None = None, nbytes: int | None = None) -> None:
+                 nbytes: int) -> None:
     """A client's batch of writes: skip those a flying remove cancelled, take another
     reference where the message is stored, else append it to the current file.
 
@@ -45,10 +45,10 @@ def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
     confirms = st._want_confirm(client)
     batched = False
     if applies is None and client.dying_mark is None and len(ids) >= BATCH_PATH_MIN:
-        if append.IN_PLACE and lens is not None and nbytes is not None:
-            batched = _append_in_place(st, client, ids, bodies, lens, nbytes)
+        if append.IN_PLACE:
+            batched = _append_in_place(st, client, ids, bodies, nbytes)
         else:
-            batched = _append_new(st, b"".join(ids), bodies, lens)
+            batched = _append_new(st, b"".join(ids), bodies)
         batched = batched or index.incref_known(keys_of(b"".join(ids)))
     if not batched:
         _apply_one_by_one(st, client, ids, bodies, applies)
@@ -117,7 +117,7 @@ def _append_entered(st: "RefStore", m: bytes, b: bytes) -> None:
 
 
 def _append_in_place(st: "RefStore", client: StoreClient, ids: list, bodies: list,
-                     lens: list, nbytes: int) -> bool:
+                     nbytes: int) -> bool:
     """Append a batch whose first id is new with one compiled call (``append.append_new``)
     per file it lands in; False (nothing done) if an id of the first file's share is stored
     or comes twice. A later share that meets such an id goes one by one (the earlier shares,
@@ -134,7 +134,8 @@ def _append_in_place(st: "RefStore", client: StoreClient, ids: list, bodies: lis
             last, span = n, nbytes + n * rec.OVERHEAD       # the common case: all fits
         else:
             if ends is None:
-                ends = np.cumsum(np.fromiter(lens, dtype=np.int64, count=n) + rec.OVERHEAD)
+                ends = np.cumsum(np.fromiter(map(len, bodies), dtype=np.int64, count=n) +
+                                 rec.OVERHEAD)
             last = int(np.searchsorted(ends, done + room, side="right"))
             if last == first:
                 if cur.size > 0:             # the next record does not fit: next file
@@ -161,7 +162,7 @@ def _append_in_place(st: "RefStore", client: StoreClient, ids: list, bodies: lis
     return True
 
 
-def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None) -> bool:
+def _append_new(st: "RefStore", ids_raw: bytes, bodies: list) -> bool:
     """Append a batch of ids that are all new and distinct; False (nothing done) otherwise.
 
     Plans where each record goes (rolling to a new file where the next record does not fit),
@@ -169,9 +170,7 @@ def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None)
     an id is known or comes twice), then encodes each file's share of the batch with one
     compiled call into the write buffer."""
     n = len(bodies)
-    if lens is None:
-        lens = list(map(len, bodies))
-    sizes = np.fromiter(lens, dtype=np.int64, count=n)
+    sizes = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
     totals = sizes + rec.OVERHEAD
     ends = np.cumsum(totals)
     limit = st.file_size_limit
