@@ -109,11 +109,24 @@ def _append_entered(st: "RefStore", m: bytes, b: bytes) -> None:
     """Append the record whose index entry names the current file's end (no roll due)."""
     cur = st._cur
     _off, total = cur.append(m, b)
-    info = st._summary.files[cur.number]
-    info.valid += total
-    info.size += total
-    st._summary.sum_valid += total
-    st._summary.sum_size += total
+    _counted(st, cur.number, total)
+
+
+def _wrote(st: "RefStore", cur, span: int) -> None:
+    """``span`` bytes of new records were put in ``cur``'s buffer: count them there and in the
+    summary (live and total)."""
+    cur.wrote(span)
+    _counted(st, cur.number, span)
+
+
+def _counted(st: "RefStore", number: int, span: int) -> None:
+    """File ``number`` gained ``span`` bytes of live records: the summary counts them."""
+    summary = st._summary
+    info = summary.files[number]
+    info.valid += span
+    info.size += span
+    summary.sum_valid += span
+    summary.sum_size += span
 
 
 def _append_in_place(st: "RefStore", client: StoreClient, ids: list, bodies: list,
@@ -124,7 +137,6 @@ def _append_in_place(st: "RefStore", client: StoreClient, ids: list, bodies: lis
     all new, are appended as they would have been one by one)."""
     n = len(ids)
     limit = st.file_size_limit
-    summary = st._summary
     ends = None                  # the records' ends from the batch's start, if needed
     first = done = 0             # the first message not appended, the bytes before it
     while first < n:
@@ -151,12 +163,7 @@ def _append_in_place(st: "RefStore", client: StoreClient, ids: list, bodies: lis
                 return False
             _apply_one_by_one(st, client, ids[first:], bodies[first:], None)
             return True
-        cur.wrote(span)
-        info = summary.files[cur.number]
-        info.valid += span
-        info.size += span
-        summary.sum_valid += span
-        summary.sum_size += span
+        _wrote(st, cur, span)
         first = last
         done += span
     return True
@@ -200,7 +207,6 @@ def _append_new(st: "RefStore", ids_raw: bytes, bodies: list) -> bool:
         return False             # an id is stored, or came twice: one by one
     ids_a = np.frombuffer(ids_raw, dtype=np.uint8)
     addrs, alive = encode.body_addresses(bodies, sizes)
-    summary = st._summary
     for first, last, k, at in plan:
         if k != st._cur.number - number:
             st._roll()
@@ -208,12 +214,7 @@ def _append_new(st: "RefStore", ids_raw: bytes, bodies: list) -> bool:
         span = int(ends[last - 1]) - (int(ends[first - 1]) if first else 0)
         pos = cur.reserve(span)
         encode.encode_records(cur.buf, pos, ids_a, addrs, sizes, first, last)
-        cur.wrote(span)
-        info = summary.files[cur.number]
-        info.valid += span
-        info.size += span
-        summary.sum_valid += span
-        summary.sum_size += span
+        _wrote(st, cur, span)
     del alive                    # the bodies (or their join) outlived every encode call
     return True
 

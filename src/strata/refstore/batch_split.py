@@ -15,7 +15,6 @@ No file I/O, no threads.
 
 from __future__ import annotations
 
-import numpy as np  # noqa: F401 - numba's typing of the kernel's arithmetic
 from numba import njit
 
 from strata.format.record_objects import _decref, _hold, load_i64, store_i64
