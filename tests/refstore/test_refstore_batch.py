@@ -116,8 +116,10 @@ def test_split_pairs_takes_plain_pairs_only_and_keeps_reference_counts():
     for bad in ([(mid(1), b"x", b"y")], [[mid(1), b"x"]], [(mid(1), bytearray(b"x"))],
                 [(b"short", b"x")], [(bytearray(mid(1)), b"x")], [(mid(1), os.urandom(50))],
                 [(mid(1), "text")], [pairs[0], None]):
-        assert batch_split.split_pairs(pairs[:3] + bad, 49) is None, bad
-    assert batch_split.split_pairs([], 10) == ([], [], 0)
+        assert batch_split.split_pairs(pairs[:20] + bad, 49) is None, bad
+    assert batch_split.split_pairs(pairs[:batch_split.SPLIT_MIN - 1], 49) is None  # the loop's
+    assert batch_split.split_pairs(pairs[:batch_split.SPLIT_MIN], 49)[2] == \
+        sum(range(batch_split.SPLIT_MIN))
 
 
 def test_write_batch_takes_any_iterable_of_pairs_and_names_a_bad_one(open_store):

@@ -22,6 +22,11 @@ from strata.format.refstore_record import MSG_ID_SIZE
 
 from . import append
 
+SPLIT_MIN = 12
+"""Below this many pairs the caller's loop is as fast as the compiled call (~1 µs fixed):
+``split_pairs`` leaves such a batch to it (measured: 1 pair 0.55 µs by the loop against
+1.07 µs; 16 pairs 4.1 against 1.3 µs)."""
+
 _ITEMS = append.LIST_ITEMS_AT
 _SIZE = append.BYTES_SIZE_AT
 _TYPE_AT = 8           # PyObject.ob_type
@@ -67,11 +72,11 @@ def _split(pairs_at, n, ids_at, bodies_at, max_body, tuple_type, bytes_type):
 def split_pairs(pairs: list, max_body: int) -> tuple[list, list, int] | None:
     """``(ids, bodies, total body bytes)`` of a list of plain pairs (each a 2-tuple of a
     16-byte ``bytes`` id and a ``bytes`` body of at most ``max_body`` bytes); None if any
-    pair is not plain, or where the layouts do not hold (the caller then checks pair by
-    pair)."""
-    if not append.IN_PLACE:
-        return None
+    pair is not plain, for fewer than ``SPLIT_MIN`` pairs, or where the layouts do not hold
+    (the caller then checks pair by pair)."""
     n = len(pairs)
+    if n < SPLIT_MIN or not append.IN_PLACE:
+        return None
     ids = [None] * n
     bodies = [None] * n
     total = _split(id(pairs), n, id(ids), id(bodies), max_body, id(tuple), id(bytes))
@@ -82,4 +87,4 @@ def split_pairs(pairs: list, max_body: int) -> tuple[list, list, int] | None:
 
 def warm() -> None:
     """Load the compiled kernel now (numba's cache)."""
-    split_pairs([(bytes(16), b"")], 0)
+    split_pairs([(bytes(16), b"")] * SPLIT_MIN, 0)
