@@ -102,24 +102,25 @@ def test_a_batch_whose_later_file_meets_a_stored_id_goes_on_one_by_one(open_stor
 
 def test_split_pairs_takes_plain_pairs_only_and_keeps_reference_counts():
     ids = [mid(i) for i in range(50)]
-    bodies = [os.urandom(i) for i in range(50)]
+    bodies = [os.urandom(i + 2) for i in range(50)]   # (b"" and 1-byte bodies are
+    # shared objects: other threads' use would move their counts)
     pairs = list(zip(ids, bodies))
     counts = [sys.getrefcount(x) for x in ids + bodies]
-    got = batch_split.split_pairs(pairs, 49)
+    got = batch_split.split_pairs(pairs, 51)
     assert got is not None
     got_ids, got_bodies, total = got
-    assert got_ids == ids and got_bodies == bodies and total == sum(range(50))
+    assert got_ids == ids and got_bodies == bodies and total == sum(range(2, 52))
     assert all(a is b for a, b in zip(got_ids + got_bodies, ids + bodies))
     assert [sys.getrefcount(x) for x in ids + bodies] == [k + 1 for k in counts]
     del got, got_ids, got_bodies
     assert [sys.getrefcount(x) for x in ids + bodies] == counts
     for bad in ([(mid(1), b"x", b"y")], [[mid(1), b"x"]], [(mid(1), bytearray(b"x"))],
-                [(b"short", b"x")], [(bytearray(mid(1)), b"x")], [(mid(1), os.urandom(50))],
+                [(b"short", b"x")], [(bytearray(mid(1)), b"x")], [(mid(1), os.urandom(52))],
                 [(mid(1), "text")], [pairs[0], None]):
-        assert batch_split.split_pairs(pairs[:20] + bad, 49) is None, bad
-    assert batch_split.split_pairs(pairs[:batch_split.SPLIT_MIN - 1], 49) is None  # the loop's
-    assert batch_split.split_pairs(pairs[:batch_split.SPLIT_MIN], 49)[2] == \
-        sum(range(batch_split.SPLIT_MIN))
+        assert batch_split.split_pairs(pairs[:20] + bad, 51) is None, bad
+    assert batch_split.split_pairs(pairs[:batch_split.SPLIT_MIN - 1], 51) is None  # the loop's
+    assert batch_split.split_pairs(pairs[:batch_split.SPLIT_MIN], 51)[2] == \
+        sum(range(2, batch_split.SPLIT_MIN + 2))
 
 
 def test_write_batch_takes_any_iterable_of_pairs_and_names_a_bad_one(open_store):

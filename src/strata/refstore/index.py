@@ -27,10 +27,14 @@ ID_DTYPE = np.dtype("S16")   # byte-wise (memcmp) order; ids are always exactly 
 KEY_DTYPE = np.dtype("<u8")  # an id as two little-endian halves, as the kernels read it
 MIN_CAPACITY = 1024
 PREPARE_FROM = 1 << 16
-"""Tables of at least this many slots (2 MiB) are allocated and their pages touched ahead of
-the growth that needs them, on a thread of their own (``_Standby``), once the table is half
-way to growing: the page faults of fresh memory, 3-36 ms for a 16 MiB table in the middle
-of a write stream (against ~2 ms for the rehash itself), are then off the server thread."""
+PREPARE_UP_TO = 1 << 22
+"""Tables of ``PREPARE_FROM`` to ``PREPARE_UP_TO`` slots (2 to 128 MiB) are allocated and
+their pages touched ahead of the growth that needs them, on a thread of their own
+(``_Standby``), once the table is 5/8 full (1/8 of its slots before the 3/4 mark): the page
+faults of fresh memory, 3-36 ms for a 16 MiB table in the middle of a write stream (against
+~2 ms for the rehash itself), are then off the server thread. The memory is the growth's,
+taken that much earlier (a store that stays between 5/8 and 3/4 full keeps it unused).
+Larger tables grow in line as before: their growth is rare and a standby would be large."""
 
 Entry = tuple[int, int, int, int]
 
@@ -75,9 +79,8 @@ class MessageIndex:
     def ensure_room(self, n: int) -> None:
         """Grow (or clean of tombstones) the table so that ``n`` more entries fit under 3/4
         load; after a rehash it is at most half full. ``_room`` counts inserts known to fit
-        (every insert takes at most one slot), so most calls read no numpy scalar. Half way
-        to the 3/4 mark (3/8), a large table's successor starts being prepared (``_Standby``).
-        """
+        (every insert takes at most one slot), so most calls read no numpy scalar. At 5/8,
+        the successor of a table of the right size starts being prepared (``_Standby``)."""
         if n <= self._room:
             self._room -= n
             return
@@ -96,11 +99,11 @@ class MessageIndex:
             self._slots = new
             used = int(self._meta[hk.USED])
             slack = cap * 3 // 4 - used
-        halfway = cap * 3 // 8 - used
-        if n <= halfway:              # look again half way: the successor is prepared then
-            self._room = halfway - n
+        early = cap * 5 // 8 - used
+        if n <= early:                # look again at 5/8: the successor is prepared then
+            self._room = early - n
             return
-        if self._standby is None and 2 * cap >= PREPARE_FROM:
+        if self._standby is None and PREPARE_FROM <= 2 * cap <= PREPARE_UP_TO:
             self._standby = _Standby(2 * cap)
         self._room = slack - n
 
