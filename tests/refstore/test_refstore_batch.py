@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 
 import pytest
 
 import strata.refstore as rs
+from strata.errors import InvalidInputError, MessageTooLargeError
 from strata.format import refstore_record as rec
-from strata.refstore import encode, layout
+from strata.refstore import append, batch_split, encode, layout
 
 from refstore_support import mid
 
@@ -28,15 +30,19 @@ def expected_files(messages, limit: int) -> list[bytes]:
     return [bytes(f) for f in files]
 
 
-@pytest.mark.parametrize("in_place", [True, False])  # bodies read where they are; joined
+# one compiled call per file (``append.append_new``); the planned path with bodies read where
+# they are; the planned path with the bodies joined
+@pytest.mark.parametrize("path", ["one_call", "addresses", "joined"])
 @pytest.mark.parametrize("per_batch", [97, 5])   # the batch path; below BATCH_PATH_MIN
 def test_batches_spanning_files_write_the_same_bytes_as_record_by_record(open_store, tmp_path,
-                                                                        per_batch, in_place,
+                                                                        per_batch, path,
                                                                         monkeypatch):
-    if not in_place:
-        monkeypatch.setattr(encode, "IN_PLACE", False)
-    elif not encode.IN_PLACE:
+    if not (encode.IN_PLACE and append.IN_PLACE):
         pytest.fail("bodies are not read in place on this interpreter: the join covers it")
+    if path != "one_call":
+        monkeypatch.setattr(append, "IN_PLACE", False)
+    if path == "joined":
+        monkeypatch.setattr(encode, "IN_PLACE", False)
     limit = 6000
     rnd = random.Random(7)
     messages = [(mid(i), os.urandom(rnd.choice([0, 1, 17, 300, 1500, 5000])))
@@ -64,6 +70,74 @@ def test_batches_spanning_files_write_the_same_bytes_as_record_by_record(open_st
     assert not s.recovered_clean and s.recovery.dropped_refs == 0
     c = s.client()
     assert all(c.read(m) == b for m, b in messages)
+
+
+def test_a_batch_whose_later_file_meets_a_stored_id_goes_on_one_by_one(open_store, tmp_path):
+    """The batch rolls to a new file part way; the part after the roll holds a stored id and
+    a twin of an id of the first part: the first part is appended in one call, the rest one
+    by one, and the files are what record-by-record writes make."""
+    limit = 6000
+    s = open_store(file_size_limit=limit, write_buffer_size=4096, auto_gc=False)
+    c = s.client()
+    c.write(mid(999), b"old")
+    s.sync()
+    batch = [(mid(i), os.urandom(1000)) for i in range(12)]
+    batch[8:8] = [(mid(999), b"not stored again"), (mid(2), b"nor this")]
+    batch += [(mid(i), os.urandom(700)) for i in range(100, 110)]
+    c.write_batch(batch)
+    s.sync()
+    firsts = {}
+    for m, b in [(mid(999), b"old")] + batch:
+        firsts.setdefault(m, b)
+    want = expected_files(list(firsts.items()), limit)
+    assert [f.size for f in s.stats().files] == [len(w) for w in want]
+    assert s.locate(mid(999))[0] == 2 and s.locate(mid(2))[0] == 2
+    assert all(s.locate(m)[0] == 1 for m in firsts if m not in (mid(999), mid(2)))
+    assert all(c.read(m) == b for m, b in firsts.items())
+    s.close()
+    for number, w in enumerate(want):
+        with open(layout.data_path(str(tmp_path / "rs"), number), "rb") as f:
+            assert f.read() == w
+
+
+def test_split_pairs_takes_plain_pairs_only_and_keeps_reference_counts():
+    ids = [mid(i) for i in range(50)]
+    bodies = [os.urandom(i + 2) for i in range(50)]   # (b"" and 1-byte bodies are
+    # shared objects: other threads' use would move their counts)
+    pairs = list(zip(ids, bodies))
+    counts = [sys.getrefcount(x) for x in ids + bodies]
+    got = batch_split.split_pairs(pairs, 51)
+    assert got is not None
+    got_ids, got_bodies, total = got
+    assert got_ids == ids and got_bodies == bodies and total == sum(range(2, 52))
+    assert all(a is b for a, b in zip(got_ids + got_bodies, ids + bodies))
+    assert [sys.getrefcount(x) for x in ids + bodies] == [k + 1 for k in counts]
+    del got, got_ids, got_bodies
+    assert [sys.getrefcount(x) for x in ids + bodies] == counts
+    for bad in ([(mid(1), b"x", b"y")], [[mid(1), b"x"]], [(mid(1), bytearray(b"x"))],
+                [(b"short", b"x")], [(bytearray(mid(1)), b"x")], [(mid(1), os.urandom(52))],
+                [(mid(1), "text")], [pairs[0], None]):
+        assert batch_split.split_pairs(pairs[:20] + bad, 51) is None, bad
+    assert batch_split.split_pairs(pairs[:batch_split.SPLIT_MIN - 1], 51) is None  # the loop's
+    assert batch_split.split_pairs(pairs[:batch_split.SPLIT_MIN], 51)[2] == \
+        sum(range(2, batch_split.SPLIT_MIN + 2))
+
+
+def test_write_batch_takes_any_iterable_of_pairs_and_names_a_bad_one(open_store):
+    s = open_store()
+    c = s.client()
+    c.write_batch((mid(i), b"t%d" % i) for i in range(20))               # a generator
+    c.write_batch(tuple([mid(i), bytearray(b"l%d" % i)] for i in range(20, 40)))
+    s.sync()
+    assert [c.read(mid(i)) for i in (0, 19, 20, 39)] == [b"t0", b"t19", b"l20", b"l39"]
+    with pytest.raises(InvalidInputError, match="exactly 16 bytes"):
+        c.write_batch([(mid(50), b"ok")] * 20 + [(b"short", b"x")])
+    with pytest.raises(MessageTooLargeError):
+        c.write_batch([(mid(60), bytes(s.max_body_size + 1))])
+    with pytest.raises(InvalidInputError, match="pairs"):
+        c.write_batch([(mid(70), b"a", b"b")])
+    s.sync()
+    assert c.read(mid(50)) is None and c.read(mid(60)) is None      # nothing of them sent
 
 
 def test_an_id_twice_in_one_batch_is_stored_once_with_two_references(open_store):

@@ -6,8 +6,12 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
+from strata.format import refstore_record as rec
+from strata.refstore import append
 from strata.refstore import hash_kernels as hk
+from strata.refstore import index as index_mod
 from strata.refstore import snapshot
 from strata.refstore.index import MIN_CAPACITY, MessageIndex, keys_of
 
@@ -170,3 +174,79 @@ def test_a_dying_clients_mark_skips_entries_at_or_after_it():
                    np.full(4, 50))
     status, _, _ = idx.decref(keys_of(b"".join(ids)), (2, 100), np.zeros(0, dtype=np.int64))
     assert status.tolist() == [hk.DROPPED, hk.DROPPED, hk.PAST_MARK, hk.PAST_MARK]
+
+
+@pytest.mark.parametrize("prepare_from", [2048, index_mod.PREPARE_FROM])
+def test_growth_across_sizes_through_the_append_kernel_keeps_every_entry(monkeypatch,
+                                                                          prepare_from):
+    """Batches entered by ``append.append_new`` (index insert + encode in one call) from an
+    empty table to 40k entries: every growth keeps every entry, with the next table
+    prepared ahead (small ``PREPARE_FROM``: on every growth from 2048 slots) or not."""
+    monkeypatch.setattr(index_mod, "PREPARE_FROM", prepare_from)
+    taken = []
+    real_take = index_mod._Standby.take
+
+    def take(self, capacity):
+        table = real_take(self, capacity)
+        taken.append((capacity, table is not None))
+        return table
+
+    monkeypatch.setattr(index_mod._Standby, "take", take)
+    rnd = random.Random(5)
+    idx = MessageIndex()
+    model: dict[bytes, tuple[int, int, int, int]] = {}
+    caps = {len(idx._slots)}
+    out = np.empty(1 << 20, dtype=np.uint8)
+    off = 0
+    while len(model) < 40_000:
+        n = rnd.choice([16, 100, 1000, 3000])
+        ids = list(dict.fromkeys(rnd.randbytes(16) for _ in range(n)))
+        bodies = [rnd.randbytes(rnd.randrange(40)) for _ in ids]
+        if rnd.random() < 0.2 and model:             # a stored id last: nothing changes
+            ids[-1] = rnd.choice(list(model))
+            slots, meta = idx.table_for(len(ids))
+            before = (len(idx), int(meta[hk.ENTRIES]))
+            assert append.append_new(slots, meta, id(ids), id(bodies), 0, len(ids), out, 0,
+                                     7, off) == append.KNOWN
+            assert (len(idx), int(meta[hk.ENTRIES])) == before
+            continue
+        slots, meta = idx.table_for(len(ids))
+        span = append.append_new(slots, meta, id(ids), id(bodies), 0, len(ids), out, 0, 7, off)
+        assert span == sum(len(b) + rec.OVERHEAD for b in bodies)
+        recs = rec.scan(bytes(out[:span]))
+        for (at, total, m), want_m, b in zip(recs, ids, bodies):
+            model[m] = (1, 7, off + at, total)
+            assert m == want_m and total == len(b) + rec.OVERHEAD
+        off += span
+        caps.add(len(idx._slots))
+        probe = rnd.sample(list(model), 50)
+        assert all(idx.get(m) == model[m] for m in probe)
+    check_same(idx, model, rnd.sample(list(model), 2000) + ids_of(rnd, 50))
+    assert len(caps) >= 6                                   # it grew, table after table
+    assert int(idx._meta[hk.USED]) <= len(idx._slots) * 3 // 4
+    if prepare_from == 2048:
+        # growths took their prepared table (one that had to more than double did not)
+        assert sum(ok for _cap, ok in taken) >= 3
+    assert all(prepare_from <= cap <= index_mod.PREPARE_UP_TO for cap, _ok in taken)
+
+
+def test_a_rehash_of_tombstones_leaves_a_prepared_table_of_another_size():
+    idx = MessageIndex()
+    rnd = random.Random(6)
+    ids = [rnd.randbytes(16) for _ in range(1 << 17)]
+    for start in range(0, len(ids), 4096):                  # grow to 2**18 slots
+        chunk = ids[start:start + 4096]
+        n = len(chunk)
+        one = np.ones(n, dtype=np.int64)
+        assert idx.insert_new(keys_of(b"".join(chunk)), one, one, one * 30) == 0
+    for m in ids[:len(ids) - 1000]:                         # tombstones, few entries
+        idx.delete(m)
+    cap = len(idx._slots)
+    for k in range(200):                                    # fills the tombstones: a rehash
+        chunk = [rnd.randbytes(16) for _ in range(500)]     # in place, not a growth
+        one = np.ones(500, dtype=np.int64)
+        assert idx.insert_new(keys_of(b"".join(chunk)), one, one, one * 30) == 0
+        ids.extend(chunk)
+        assert int(idx._meta[hk.USED]) <= len(idx._slots) * 3 // 4
+    assert len(idx._slots) == cap
+    assert all(idx.get(m) is not None for m in ids[-1000:] + ids[len(ids) - 101000:][:1000])

@@ -11,7 +11,7 @@ import numpy as np
 
 from strata.format import refstore_record as rec
 
-from . import encode
+from . import append, encode
 from . import hash_kernels as hk
 from .client import StoreClient
 from .index import FILE, OFFSET, REF, SIZE, keys_of
@@ -29,12 +29,14 @@ OP_WRITE, OP_REMOVE, OP_CONTAINS, OP_TERMINATE, OP_DYING, OP_DELETE, OP_SYNC = r
 
 
 def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
-                 lens: list | None = None) -> None:
+                 nbytes: int) -> None:
     """A client's batch of writes: skip those a flying remove cancelled, take another
     reference where the message is stored, else append it to the current file.
 
     A batch of ids the store has never seen (the common case) takes the batch path
-    (``_append_new``): one compiled index insert, one compiled encoding per file it lands in;
+    (``_append_in_place``: one compiled call per file it lands in, which enters the ids in
+    the index and encodes their records; ``_append_new`` where the bodies cannot be read in
+    place: one compiled index insert, one compiled encoding per file);
     a batch of ids all stored (a fan-out write) is one compiled count update. Anything else
     goes message by message."""
     applies = st._flying.server_write_many(client.ref, ids)
@@ -43,9 +45,11 @@ def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
     confirms = st._want_confirm(client)
     batched = False
     if applies is None and client.dying_mark is None and len(ids) >= BATCH_PATH_MIN:
-        ids_raw = b"".join(ids)
-        batched = _append_new(st, ids_raw, bodies, lens) or \
-            index.incref_known(keys_of(ids_raw))
+        if append.IN_PLACE:
+            batched = _append_in_place(st, client, ids, bodies, nbytes)
+        else:
+            batched = _append_new(st, b"".join(ids), bodies)
+        batched = batched or index.incref_known(keys_of(b"".join(ids)))
     if not batched:
         _apply_one_by_one(st, client, ids, bodies, applies)
     st._cache.done_many(ids)
@@ -105,14 +109,67 @@ def _append_entered(st: "RefStore", m: bytes, b: bytes) -> None:
     """Append the record whose index entry names the current file's end (no roll due)."""
     cur = st._cur
     _off, total = cur.append(m, b)
-    info = st._summary.files[cur.number]
-    info.valid += total
-    info.size += total
-    st._summary.sum_valid += total
-    st._summary.sum_size += total
+    _counted(st, cur.number, total)
 
 
-def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None) -> bool:
+def _wrote(st: "RefStore", cur, span: int) -> None:
+    """``span`` bytes of new records were put in ``cur``'s buffer: count them there and in the
+    summary (live and total)."""
+    cur.wrote(span)
+    _counted(st, cur.number, span)
+
+
+def _counted(st: "RefStore", number: int, span: int) -> None:
+    """File ``number`` gained ``span`` bytes of live records: the summary counts them."""
+    summary = st._summary
+    info = summary.files[number]
+    info.valid += span
+    info.size += span
+    summary.sum_valid += span
+    summary.sum_size += span
+
+
+def _append_in_place(st: "RefStore", client: StoreClient, ids: list, bodies: list,
+                     nbytes: int) -> bool:
+    """Append a batch whose first id is new with one compiled call (``append.append_new``)
+    per file it lands in; False (nothing done) if an id of the first file's share is stored
+    or comes twice. A later share that meets such an id goes one by one (the earlier shares,
+    all new, are appended as they would have been one by one)."""
+    n = len(ids)
+    limit = st.file_size_limit
+    ends = None                  # the records' ends from the batch's start, if needed
+    first = done = 0             # the first message not appended, the bytes before it
+    while first < n:
+        cur = st._cur
+        room = limit - cur.size
+        if ends is None and nbytes + n * rec.OVERHEAD <= room:
+            last, span = n, nbytes + n * rec.OVERHEAD       # the common case: all fits
+        else:
+            if ends is None:
+                ends = np.cumsum(np.fromiter(map(len, bodies), dtype=np.int64, count=n) +
+                                 rec.OVERHEAD)
+            last = int(np.searchsorted(ends, done + room, side="right"))
+            if last == first:
+                if cur.size > 0:             # the next record does not fit: next file
+                    st._roll()
+                    continue
+                last = first + 1             # an empty file takes any record
+            span = int(ends[last - 1]) - done
+        slots, meta = st._index.table_for(last - first)
+        pos = cur.reserve(span)
+        if append.append_new(slots, meta, id(ids), id(bodies), first, last, cur.buf, pos,
+                             cur.number, cur.size) < 0:
+            if first == 0:
+                return False
+            _apply_one_by_one(st, client, ids[first:], bodies[first:], None)
+            return True
+        _wrote(st, cur, span)
+        first = last
+        done += span
+    return True
+
+
+def _append_new(st: "RefStore", ids_raw: bytes, bodies: list) -> bool:
     """Append a batch of ids that are all new and distinct; False (nothing done) otherwise.
 
     Plans where each record goes (rolling to a new file where the next record does not fit),
@@ -120,9 +177,7 @@ def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None)
     an id is known or comes twice), then encodes each file's share of the batch with one
     compiled call into the write buffer."""
     n = len(bodies)
-    if lens is None:
-        lens = list(map(len, bodies))
-    sizes = np.fromiter(lens, dtype=np.int64, count=n)
+    sizes = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
     totals = sizes + rec.OVERHEAD
     ends = np.cumsum(totals)
     limit = st.file_size_limit
@@ -152,7 +207,6 @@ def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None)
         return False             # an id is stored, or came twice: one by one
     ids_a = np.frombuffer(ids_raw, dtype=np.uint8)
     addrs, alive = encode.body_addresses(bodies, sizes)
-    summary = st._summary
     for first, last, k, at in plan:
         if k != st._cur.number - number:
             st._roll()
@@ -160,12 +214,7 @@ def _append_new(st: "RefStore", ids_raw: bytes, bodies: list, lens: list | None)
         span = int(ends[last - 1]) - (int(ends[first - 1]) if first else 0)
         pos = cur.reserve(span)
         encode.encode_records(cur.buf, pos, ids_a, addrs, sizes, first, last)
-        cur.wrote(span)
-        info = summary.files[cur.number]
-        info.valid += span
-        info.size += span
-        summary.sum_valid += span
-        summary.sum_size += span
+        _wrote(st, cur, span)
     del alive                    # the bodies (or their join) outlived every encode call
     return True
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from strata.format import refstore_record as rec
 
+from .batch_split import split_pairs
 from .errors import ClientTerminatedError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,9 +47,16 @@ class StoreClient:
     def write_batch(self, messages: Iterable[tuple[bytes, bytes]]) -> None:
         """Write many (msg_id, body) pairs in one step (all are checked before any is sent)."""
         self._check_open()
-        ids, bodies = _checked(messages, self._max_body)
+        if type(messages) is not list:
+            messages = list(messages)
+        split = split_pairs(messages, self._max_body)     # the plain case, compiled
+        if split is None:
+            ids, bodies = _checked(messages, self._max_body)
+            nbytes = None
+        else:
+            ids, bodies, nbytes = split
         if ids:
-            self._store._submit_writes(self, ids, bodies)
+            self._store._submit_writes(self, ids, bodies, nbytes)
 
     def read(self, msg_id: bytes) -> bytes | None:
         """The body stored under ``msg_id``, or None if the store does not hold it."""
@@ -102,9 +110,9 @@ def _as_list(msg_ids) -> list:
 
 
 def _checked(pairs, max_body: int) -> tuple[list, list]:
-    """(ids, bodies) of a batch checked pair by pair (a plain loop: faster here than set()s
-    of types and lengths over the batch); the first bad pair raises InvalidInputError or
-    MessageTooLargeError naming the problem."""
+    """(ids, bodies) of a batch checked pair by pair (where ``split_pairs`` did not take it:
+    a pair, id or body of another type, or a bad one); the first bad pair raises
+    InvalidInputError or MessageTooLargeError naming the problem."""
     ids: list[bytes] = []
     bodies: list[bytes] = []
     for pair in pairs:

@@ -371,6 +371,14 @@ def rehash(old, new, meta):
 
 
 @njit(cache=True, nogil=True)
+def touch_pages(slots):
+    """Write a zero into every 4 KiB page of a zeroed table (128 slots each), so the OS maps
+    its memory now rather than at the first inserts."""
+    for s in range(0, slots.shape[0], 128):
+        slots[s, 0] = _ZERO
+
+
+@njit(cache=True, nogil=True)
 def extract(slots, keys, vals):
     """Copy every entry out: ``keys`` (n, 2) uint64, ``vals`` (n, 4) int64 (ref, file,
     offset, size), in slot order; returns n."""

@@ -21,7 +21,7 @@ from typing import Iterable
 from strata.errors import InvalidConfigError, StoreClosedError, StrataError
 from strata.format import refstore_record as rec
 
-from . import encode, index, opening, snapshot
+from . import append, batch_split, encode, index, opening, snapshot
 from .apply import (OP_CONTAINS, OP_DELETE, OP_DYING, OP_REMOVE, OP_SYNC, OP_TERMINATE,
                     OP_WRITE, apply_contains, apply_removes, apply_writes)
 from .cache import WriteBackCache
@@ -173,11 +173,10 @@ class RefStore:
         self._work.notify()
 
     def _submit_writes(self, client: StoreClient, ids: list, bodies: list,
-                       lens: list | None = None) -> None:
-        """Queue a checked batch of writes (``lens``: the bodies' lengths, if known)."""
-        if lens is None:
-            lens = list(map(len, bodies))
-        nbytes = sum(lens)
+                       nbytes: int | None = None) -> None:
+        """Queue a checked batch of writes (``nbytes``: the bodies' total length, if known)."""
+        if nbytes is None:
+            nbytes = sum(map(len, bodies))
         with self._lock:
             self._check_usable()
             if not self._on_server_thread():
@@ -187,7 +186,7 @@ class RefStore:
             self._flying.client_write_many(client.ref, ids)
             self._cache.add_many(ids, bodies, nbytes)
             self._in_flight += nbytes
-            self._enqueue((_W, client, ids, bodies, nbytes, lens))
+            self._enqueue((_W, client, ids, bodies, nbytes))
 
     def _submit_removes(self, client: StoreClient, ids: list) -> None:
         with self._lock:
@@ -271,6 +270,8 @@ class RefStore:
         lock = self._lock
         try:
             encode.warm()
+            append.warm()
+            batch_split.warm()
             index.warm()
             while True:
                 with lock:
@@ -355,7 +356,7 @@ class RefStore:
     def _apply(self, op) -> None:
         code = op[0]
         if code == _W:
-            apply_writes(self, op[1], op[2], op[3], op[5])
+            apply_writes(self, op[1], op[2], op[3], op[4])
             self._in_flight -= op[4]
             self._changed.notify_all()
         elif code == _R:
