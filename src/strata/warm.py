@@ -61,7 +61,7 @@ MODULES = ("format/record_kernels.py", "format/column_kernels.py",
            "format/arrow_c.py",
            "format/unit_kernels.py",
            "tiered/chunk_kernels.py", "tiered/blake2b.py", "refstore/encode.py",
-           "refstore/hash_kernels.py")
+           "refstore/hash_kernels.py", "refstore/append.py", "refstore/batch_split.py")
 KAFKA_MODULES = ("broker/kafka/batch_kernels.py", "broker/kafka/batch_encode_kernels.py")
 SPARK_MODULES = ("spark/kernels.py",)
 
@@ -192,9 +192,11 @@ def _tier_reads(directory: Path) -> None:
 
 
 def _refstore() -> None:
-    from strata.refstore import encode, index
+    from strata.refstore import append, batch_split, encode, index
     encode.warm()
     index.warm()
+    append.warm()
+    batch_split.warm()
 
 
 def _spark(path: Path, ends: list[int]) -> None:
