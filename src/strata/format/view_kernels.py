@@ -179,6 +179,20 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
                    views)
 
 
+@njit(cache=True, nogil=True)
+def in_place(data, units, at, n, delta, limit, crc, topic, queue_id, first_offset, table,
+             views, pos):
+    """``views_at`` in place only, over the ``n`` units at byte ``at`` of ``units`` (the
+    consume-queue file's map, read where it lies), ``pos`` (≥ n int64) the scratch for each
+    record's place in the span: (how many records were read — -2 if they do not lie back to
+    back, so cannot be read in place —, the bytes of all properties sections, where the span
+    starts in ``data``, its length)."""
+    good, _none, props, start, own = _in_place(
+        data.ctypes.data, len(data), units.ctypes.data + at, n, pos, delta,
+        min(limit, len(data)), crc, topic, queue_id, first_offset, table, views)
+    return good, props, start, own
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _in_place(base, size, ub, n, at, delta, limit, crc, topic, queue_id, first_offset, table,
               views):

@@ -88,7 +88,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     # ``record_walk.field_table``'s (rows 8 KiB apart share one L1 set: n = 1024 ran ~25 %
     # slower than n = 1000)
     fields = np.empty((rk.FIELDS, n + 8), np.int64)[:, :n]
-    name = _EMPTY_TOPIC if topic is None else _topic_array(topic)
+    name = _EMPTY_TOPIC if topic is None else topic_array(topic)
     qid = -1 if topic is None else queue_id
     qoffs = _NO_QUEUE_OFFSETS if topic is None else np.asarray(queue_offsets, np.int64)
     parts: list[tuple[bytes, np.ndarray]] = []   # (variable parts, fields of GOOD rows)
@@ -191,14 +191,14 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     n = len(offsets)
     status = np.empty(n, np.uint8)
     fields = np.empty((rk.FIELDS, n), np.int64)
-    name = _topic_array(topic)
+    name = topic_array(topic)
     runs = offset_runs(segments, offsets)
     if len(runs) == 1:   # the usual read, within one segment: one compiled call
         _lo, _hi, seg = runs[0]
-        mapped = _mapped(seg, limit)
-        if mapped is None:
+        got_map = mapped(seg, limit)
+        if got_map is None:
             return None
-        data, end = mapped
+        data, end = got_map
         body_off = np.empty(n + 1, np.int64)
         prop_off = np.empty(n + 1, np.int64)
         good, bodies, props = ck.columns_at(
@@ -209,10 +209,10 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
         return ColumnsRead(fields, bodies, body_off, props, prop_off)
     parts = []
     for lo, hi, seg in runs:
-        mapped = _mapped(seg, limit)
-        if mapped is None:
+        got_map = mapped(seg, limit)
+        if got_map is None:
             return None
-        data, end = mapped
+        data, end = got_map
         good, _nbytes = kernels.check_at(data, offsets[lo:hi] - (seg.base_offset - HEADER_AREA),
                                          offsets[lo:hi], end, verify_crc, name, queue_id,
                                          queue_offsets[lo:hi], fields[:, lo:hi], status[lo:hi])
@@ -272,18 +272,18 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     ``VIEW_FIELDS`` × n) and ``views`` (int32, 2 × 4n) are where the views table and views
     go (made here if not given: ``get_columns`` gives slices of its one buffer)."""
     vk = _VIEWS or _load_views()
-    mapped = _mapped(seg, limit)
-    if mapped is None:
+    got_map = mapped(seg, limit)
+    if got_map is None:
         return False
     n = len(units) // UNIT_SIZE
     if table is None:
         table = np.empty((rk.VIEW_FIELDS, n), np.int64)
     if views is None:
         views = np.empty((2, 4 * n), np.int32)
-    data = mapped[0]
+    data = got_map[0]
     good, span, prop_bytes, start, own = vk.views_at(
-        data, units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
-        _topic_array(topic), queue_id, first_offset, table, views, in_place)
+        data, units, seg.base_offset - HEADER_AREA, got_map[1], verify_crc,
+        topic_array(topic), queue_id, first_offset, table, views, in_place)
     if good < n:
         return good < 0
     if start >= 0:   # the records where they lie: a view of the map keeps the map alive
@@ -294,7 +294,7 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
 _TOPICS: dict[str, np.ndarray] = {}
 
 
-def _mapped(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int] | None:
+def mapped(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int] | None:
     """A segment's map and the end (in map positions) of what may be read below commit-log
     offset ``limit``; None if the segment is gone (closed by retention just now)."""
     if seg is None or seg.closed:
@@ -306,7 +306,7 @@ def _mapped(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int] | N
     return data, HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
 
 
-def _topic_array(topic: str) -> np.ndarray:
+def topic_array(topic: str) -> np.ndarray:
     """A topic's name as uint8 (cached: a reader asks for the same few topics)."""
     a = _TOPICS.get(topic)
     if a is None:
