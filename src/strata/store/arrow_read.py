@@ -188,22 +188,54 @@ _HELD: deque = deque()
 _SWEEP = [64]      # sweep every entry once there are this many (then twice what stays)
 
 
-def _hold(block: np.ndarray, *what) -> None:
-    """Keep ``block`` and ``what`` (the arrays the batch's buffers point into) until Arrow
-    releases the batch (its FLAG word set); let go of those released before, oldest first,
+_SPARE: list = []   # released one-call buffers (``_buffer``), at most ``_SPARES``
+_SPARES = 2
+
+
+def _let_go() -> None:
+    """Let go of the batches Arrow has released, oldest first up to the first it has not,
     and of every released one once the held grow past ``_SWEEP`` (a batch kept long does not
-    keep the later ones). Thread-safe without a lock: an entry is taken off the deque (one
-    atomic step) by one thread, and put back unless it is released."""
+    keep the later ones); a released one-call buffer is kept for the next call
+    (``_buffer``). Thread-safe without a lock: an entry is taken off the deque (one atomic
+    step) by one thread, and put back unless it is released."""
     held = _HELD
     flag = _FLAG
-    held.append((block, what))
     while held:
-        first = held.popleft()
+        try:
+            first = held.popleft()
+        except IndexError:
+            return
         if not first[0][flag]:
             held.appendleft(first)
             break
+        if first[2] and len(_SPARE) < _SPARES:
+            _SPARE.append(first[0])
     if len(held) >= _SWEEP[0]:
         _SWEEP[0] = max(64, 2 * release_held())
+
+
+def _buffer(words: int) -> np.ndarray:
+    """A one-call buffer of at least ``words`` int64: a released one (``_let_go``: nothing
+    points into it any more) if one is that large, else a new one. Reusing it spares the
+    allocation and its page faults (a 4,096-message call's ~450 KB buffer is above the C
+    library's mmap threshold at first, and its pages were given back and faulted in again)
+    and finds it in the CPU's caches."""
+    spare = _SPARE
+    while spare:
+        try:
+            got = spare.pop()
+        except IndexError:
+            break
+        if len(got) >= words:
+            return got
+    return np.empty(words, np.int64)
+
+
+def _hold(block: np.ndarray, *what, reuse: bool = False) -> None:
+    """Keep ``block`` and ``what`` (the arrays the batch's buffers point into) until Arrow
+    releases the batch (its FLAG word set; ``_let_go``); ``reuse``: ``block`` is a one-call
+    buffer nothing else refers to, to be reused then."""
+    _HELD.append((block, what, reuse))
 
 
 def release_held() -> int:
@@ -224,7 +256,7 @@ def release_held() -> int:
 def held_arrays() -> list:
     """What the batches Arrow has not released yet point into, a tuple a batch (tests)."""
     release_held()
-    return [what for _block, what in list(_HELD)]
+    return [entry[1] for entry in list(_HELD)]
 
 
 _C: tuple = ()
@@ -266,6 +298,7 @@ def _c_batch(pa, read):
             return None
         list_off, val_off, values = parts
         keys = (list_off, val_off.astype(np.int32), values, len(val_off) - 1)
+    _let_go()
     block = np.empty(ac.WORDS, np.int64)
     addr = ac.fill_views_batch(block, f, read.body_views, read.prop_views, read.span, *keys,
                                release, child)
@@ -300,12 +333,13 @@ def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, top
     if mapped is None:
         return False
     data = mapped[0]
-    out = np.empty(ac.call_words(n), np.int64)
+    _let_go()
+    out = _buffer(ac.call_words(n))
     got = ac.read_batch(out, data, units, at, n, seg.base_offset - HEADER_AREA, mapped[1],
                         verify_crc, br.topic_array(topic), queue_id, first_offset, release,
                         child)
     if got > 0:
-        _hold(out, data)
+        _hold(out, data, reuse=True)
         return import_batch(got, views_schema)
     if got == 0:
         return False
@@ -326,7 +360,7 @@ def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, top
         return _c_batch(pyarrow(), read)
     span = read.span
     address = ac.fill_read(out, n, span, 0, len(span), release, child)
-    _hold(out, span)
+    _hold(out, span, reuse=True)
     return import_batch(address, views_schema)
 
 
