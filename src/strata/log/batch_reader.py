@@ -195,10 +195,10 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     runs = offset_runs(segments, offsets)
     if len(runs) == 1:   # the usual read, within one segment: one compiled call
         _lo, _hi, seg = runs[0]
-        got_map = mapped(seg, limit)
-        if got_map is None:
+        mapped = _mapped(seg, limit)
+        if mapped is None:
             return None
-        data, end = got_map
+        data, end = mapped
         body_off = np.empty(n + 1, np.int64)
         prop_off = np.empty(n + 1, np.int64)
         good, bodies, props = ck.columns_at(
@@ -209,10 +209,10 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
         return ColumnsRead(fields, bodies, body_off, props, prop_off)
     parts = []
     for lo, hi, seg in runs:
-        got_map = mapped(seg, limit)
-        if got_map is None:
+        mapped = _mapped(seg, limit)
+        if mapped is None:
             return None
-        data, end = got_map
+        data, end = mapped
         good, _nbytes = kernels.check_at(data, offsets[lo:hi] - (seg.base_offset - HEADER_AREA),
                                          offsets[lo:hi], end, verify_crc, name, queue_id,
                                          queue_offsets[lo:hi], fields[:, lo:hi], status[lo:hi])
@@ -272,17 +272,17 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     ``VIEW_FIELDS`` × n) and ``views`` (int32, 2 × 4n) are where the views table and views
     go (made here if not given: ``get_columns`` gives slices of its one buffer)."""
     vk = _VIEWS or _load_views()
-    got_map = mapped(seg, limit)
-    if got_map is None:
+    mapped = _mapped(seg, limit)
+    if mapped is None:
         return False
     n = len(units) // UNIT_SIZE
     if table is None:
         table = np.empty((rk.VIEW_FIELDS, n), np.int64)
     if views is None:
         views = np.empty((2, 4 * n), np.int32)
-    data = got_map[0]
+    data = mapped[0]
     good, span, prop_bytes, start, own = vk.views_at(
-        data, units, seg.base_offset - HEADER_AREA, got_map[1], verify_crc,
+        data, units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
         topic_array(topic), queue_id, first_offset, table, views, in_place)
     if good < n:
         return good < 0
@@ -294,7 +294,7 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
 _TOPICS: dict[str, np.ndarray] = {}
 
 
-def mapped(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int] | None:
+def _mapped(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int] | None:
     """A segment's map and the end (in map positions) of what may be read below commit-log
     offset ``limit``; None if the segment is gone (closed by retention just now)."""
     if seg is None or seg.closed:
@@ -304,6 +304,17 @@ def mapped(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int] | No
     except ValueError:   # closed by retention just now
         return None
     return data, HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
+
+
+def map_for_views(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int, int] | None:
+    """For a compiled reader over a segment's map (``get_columns``' one call,
+    ``arrow_c.read_batch``): (the map as uint8, what to take off a commit-log offset for its
+    position in the map, the end of what may be read below ``limit``); None if the segment
+    is gone."""
+    got = _mapped(seg, limit)
+    if got is None:
+        return None
+    return got[0], seg.base_offset - HEADER_AREA, got[1]
 
 
 def topic_array(topic: str) -> np.ndarray:

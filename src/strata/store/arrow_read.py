@@ -28,7 +28,6 @@ import numpy as np
 from strata.errors import StrataError
 from strata.format import record_table as rk
 from strata.format.consume_queue import UNIT_SIZE
-from strata.format.segment import HEADER_AREA
 from strata.log import batch_reader as br
 from strata.store.message import GetStatus
 
@@ -329,15 +328,14 @@ def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, top
     seg = log.segments.find(_PHYS.unpack_from(units, at)[0])
     if seg is None:
         return True
-    mapped = br.mapped(seg, limit)
+    mapped = br.map_for_views(seg, limit)
     if mapped is None:
         return False
-    data = mapped[0]
+    data, delta, end = mapped
     _let_go()
     out = _buffer(ac.call_words(n))
-    got = ac.read_batch(out, data, units, at, n, seg.base_offset - HEADER_AREA, mapped[1],
-                        verify_crc, br.topic_array(topic), queue_id, first_offset, release,
-                        child)
+    got = ac.read_batch(out, data, units, at, n, delta, end, verify_crc, br.topic_array(topic),
+                        queue_id, first_offset, release, child)
     if got > 0:
         _hold(out, data, reuse=True)
         return import_batch(got, views_schema)
