@@ -199,11 +199,7 @@ def _let_go() -> None:
     step) by one thread, and put back unless it is released."""
     held = _HELD
     flag = _FLAG
-    while held:
-        try:
-            first = held.popleft()
-        except IndexError:
-            return
+    while (first := _first(held)) is not None:
         if not first[0][flag]:
             held.appendleft(first)
             break
@@ -237,15 +233,23 @@ def _hold(block: np.ndarray, *what, reuse: bool = False) -> None:
     _HELD.append((block, what, reuse))
 
 
+def _first(held: deque) -> tuple | None:
+    """``held``'s first entry, taken off it; None if it is empty (another thread may have
+    taken the last one between a check and the take)."""
+    try:
+        return held.popleft()
+    except IndexError:
+        return None
+
+
 def release_held() -> int:
     """Let go of every batch Arrow has released; returns how many are still held (tests,
-    and ``_hold`` now and then)."""
+    the store's close, and ``_let_go`` now and then)."""
     held = _HELD
     flag = _FLAG
     for _ in range(len(held)):
-        try:
-            first = held.popleft()
-        except IndexError:
+        first = _first(held)
+        if first is None:
             break
         if not first[0][flag]:
             held.append(first)
