@@ -24,17 +24,21 @@ The block (``WORDS`` int64), structs in order: 0 the batch, 1–4 the int64 colu
 span), 6 the keys (``list<string>``: the caller's int32 list offsets), 8 the keys' strings
 (the caller's int32 offsets and bytes; for a read without properties all three are one
 array of zeros). Then the buffer address lists
-(``_BUFFERS`` words), the children address lists (7 for the batch, 1 for the keys) and the
-one variadic size (the span's length, shared by both view columns).
+(``_BUFFERS`` words), the children address lists (7 for the batch, 1 for the keys), the
+one variadic size (the span's length, shared by both view columns), the ``FLAG`` word and
+three words where ``read_batch`` says what it read (``START``, ``OWN``, ``PROPS``).
 
-Ownership: the batch's ``release`` is the caller's (it keeps the arrays the buffers point
-into, and this block, alive until Arrow calls it with the batch's ``private_data`` — the
-caller's key); the children's ``release`` is ``child_release``, which only marks them
-released (the C data interface has a consumer release the batch alone; its children live in
-the same block).
+Ownership: the batch's ``release`` is ``batch_release``, compiled code (no Python, so callable
+from any thread without the GIL) that marks the batch released and sets the block's ``FLAG``
+word (its ``private_data`` holds that word's address); the caller keeps the block and the
+arrays the buffers point into until it sees the flag. The children's ``release`` is
+``child_release``, which only marks them released (the C data interface has a consumer
+release the batch alone; its children live in the same block).
 
-``fill_read`` writes the same block for ``get_columns``' one buffer a call (``call_words``: the
-structs, then the views table, the views and the empty key lists' offsets), over addresses.
+``read_batch`` reads records back to back and writes the same block into ``get_columns``' one
+buffer a call (``call_words``: the structs, then the views table, the views, the empty key
+lists' offsets and the pass's scratch), in ONE compiled call; ``fill_read`` writes the block
+for a read done by another pass.
 
 Pure functions over numpy arrays. Compiled on first use and cached beside this file.
 """
