@@ -25,12 +25,12 @@ def plain(i: int, topic: str = "t") -> strata.Message:
 
 
 def imported(batch) -> bool:
-    """Whether ``batch`` came through the C import (its struct block is kept by key, with
-    what the views point into: the read's span, or for the one-call read in place the
-    segment's map)."""
+    """Whether ``batch`` came through the C import (its struct block is held with what the
+    views point into: the read's span, or for the one-call read in place the segment's
+    map)."""
     address = batch.column("body").buffers()[2].address
-    for entry in arrow_read._ALIVE.values():
-        span = getattr(entry[1], "span", entry[1])
+    for what in arrow_read.held_arrays():
+        span = getattr(what[0], "span", what[0])
         if span.ctypes.data <= address < span.ctypes.data + max(1, len(span)):
             return True
     return False
@@ -62,15 +62,15 @@ def test_buffers_live_until_arrow_releases_the_batch(tmp_path):
         s.put_batch([plain(i) for i in range(200)])
         settle(s)
         gc.collect()
-        before = len(arrow_read._ALIVE)
+        before = arrow_read.release_held()
         batch = s.get_columns("t", 0, 10, 100).batch
         want = as_rows(s.get("t", 0, 10, 100).messages)
-        assert len(arrow_read._ALIVE) == before + 1
+        assert arrow_read.release_held() == before + 1
         part = batch.slice(40, 30)
         table = pa.Table.from_batches([batch])
         del batch
         gc.collect()
-        assert len(arrow_read._ALIVE) == before + 1   # the slice and table hold it
+        assert arrow_read.release_held() == before + 1   # the slice and table hold it
         del table
     gc.collect()
     assert part.to_pylist() == want[40:70]            # the store closed: still readable
@@ -85,7 +85,7 @@ def test_buffers_live_until_arrow_releases_the_batch(tmp_path):
     threading.Thread(target=drop, args=(held,)).start()
     assert done.wait(10)
     gc.collect()
-    assert len(arrow_read._ALIVE) == before
+    assert arrow_read.release_held() == before
 
 
 def test_keys_and_properties_come_through_the_import_too(tmp_path):
@@ -97,13 +97,13 @@ def test_keys_and_properties_come_through_the_import_too(tmp_path):
                      for i in range(1500)])
         settle(s)
         gc.collect()
-        before = len(arrow_read._ALIVE)
+        before = arrow_read.release_held()
         r = s.get_columns("t", 0, 3, 1400)
-        assert len(arrow_read._ALIVE) == before + 1 and imported(r.batch)
+        assert arrow_read.release_held() == before + 1 and imported(r.batch)
         r.batch.validate(full=True)
         g = s.get("t", 0, 3, 1400)
         assert r.batch.to_pylist() == as_rows(g.messages)
         assert r.batch.column("keys").to_pylist()[:4] == [[], ["k4"], ["k5", "ключ"], []]
         del r
         gc.collect()
-        assert len(arrow_read._ALIVE) == before
+        assert arrow_read.release_held() == before

@@ -15,7 +15,7 @@ import strata
 from strata.format import view_kernels as vk
 from strata.format.consume_queue import UNIT_SIZE
 from strata.format.record_table import VIEW_FIELDS
-from strata.log.batch_reader import _topic_array
+from strata.log.batch_reader import topic_array
 from strata.format.segment import HEADER_AREA
 from store_helpers import config, settle
 from test_get_columns import as_rows
@@ -126,7 +126,7 @@ def test_records_at_the_very_end_of_the_map_are_copied(tmp_path):
             table = np.empty((VIEW_FIELDS, 9), np.int64)
             views = np.empty((2, 36), np.int32)
             good, span, _props, start, own = vk.views_at(
-                data, units, delta, end - first, True, _topic_array("t"), 0, 0, table, views,
+                data, units, delta, end - first, True, topic_array("t"), 0, 0, table, views,
                 True)
             assert (good, own, start) == (9, end - first, where)
             buf = pa.py_buffer(data[start:start + own] if start >= 0 else span)

@@ -19,6 +19,10 @@ checks; each record's own length must match) and the map, cold in the CPU's cach
 in ``PREFETCH`` bytes ahead of the checks. The compiled pass with CRC32C, 1000 records a call
 (2026-11-27, in one process, against ``cb50d86``'s copying pass): 100 B 28–30 ns a record
 against 43–46, 1 KiB 77–113 against 189–208 (an in-place pass without the prefetch: 167–231).
+``PREFETCH`` is 2 KiB: with the records cold (a 64 MiB array summed before each pass, 1000
+records a call, 2026-11-28) 1 KiB records took 74–83 ns at 2 KiB ahead against 100–106 at
+8 KiB, 94–115 at 4 KiB, ~100 at 1 KiB, 109–118 at 512 B and ~190 without; 100 B 24.8–25.3
+against 25.5–26.7 (further ahead, more lines are asked than the core can have in flight).
 
 When copying: why copy first and check the copy, not copy while checking: folding the CRC into a word-by-word
 copy was 1.6× slower for 1 KiB records read from memory than ``memcpy`` (which streams) and a
@@ -46,7 +50,7 @@ _CRC_START = rec.CRC_START
 _P_CRC = rec.POS_CRC
 _INLINE = 12                 # a view holds at most this many bytes itself
 PAD = 16                     # bytes after the copy's last record (inline views read words)
-PREFETCH = 8192              # read in place: how far ahead of the checks the cache is filled
+PREFETCH = 2048              # read in place: how far ahead of the checks the cache is filled
 MAX_SPAN = 2 ** 31 - 1       # a view's offset is an int32: larger reads take the binary path
 _MASK = np.uint64(0xFFFFFFFF)
 _UNIT = UNIT_SIZE            # a consume-queue unit: i64 commit-log offset, i32 size, i64 tag
@@ -177,6 +181,20 @@ def views_at(data, units, delta, limit, crc, topic, queue_id, first_offset, tabl
             return got
     return _copied(base, ub, n, at, delta, limit, crc, topic, queue_id, first_offset, table,
                    views)
+
+
+@njit(cache=True, nogil=True)
+def in_place(data, units, at, n, delta, limit, crc, topic, queue_id, first_offset, table,
+             views, pos):
+    """``views_at`` in place only, over the ``n`` units at byte ``at`` of ``units`` (the
+    consume-queue file's map, read where it lies), ``pos`` (≥ n int64) the scratch for each
+    record's place in the span: (how many records were read — -2 if they do not lie back to
+    back, so cannot be read in place —, the bytes of all properties sections, where the span
+    starts in ``data``, its length)."""
+    good, _none, props, start, own = _in_place(
+        data.ctypes.data, len(data), units.ctypes.data + at, n, pos, delta,
+        min(limit, len(data)), crc, topic, queue_id, first_offset, table, views)
+    return good, props, start, own
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -88,7 +88,7 @@ def read_offsets(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     # ``record_walk.field_table``'s (rows 8 KiB apart share one L1 set: n = 1024 ran ~25 %
     # slower than n = 1000)
     fields = np.empty((rk.FIELDS, n + 8), np.int64)[:, :n]
-    name = _EMPTY_TOPIC if topic is None else _topic_array(topic)
+    name = _EMPTY_TOPIC if topic is None else topic_array(topic)
     qid = -1 if topic is None else queue_id
     qoffs = _NO_QUEUE_OFFSETS if topic is None else np.asarray(queue_offsets, np.int64)
     parts: list[tuple[bytes, np.ndarray]] = []   # (variable parts, fields of GOOD rows)
@@ -191,7 +191,7 @@ def read_columns(segments: list[MappedSegment], offsets: np.ndarray, limit: int,
     n = len(offsets)
     status = np.empty(n, np.uint8)
     fields = np.empty((rk.FIELDS, n), np.int64)
-    name = _topic_array(topic)
+    name = topic_array(topic)
     runs = offset_runs(segments, offsets)
     if len(runs) == 1:   # the usual read, within one segment: one compiled call
         _lo, _hi, seg = runs[0]
@@ -283,7 +283,7 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     data = mapped[0]
     good, span, prop_bytes, start, own = vk.views_at(
         data, units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
-        _topic_array(topic), queue_id, first_offset, table, views, in_place)
+        topic_array(topic), queue_id, first_offset, table, views, in_place)
     if good < n:
         return good < 0
     if start >= 0:   # the records where they lie: a view of the map keeps the map alive
@@ -306,7 +306,18 @@ def _mapped(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int] | N
     return data, HEADER_AREA + max(0, min(seg.committed, limit - seg.base_offset))
 
 
-def _topic_array(topic: str) -> np.ndarray:
+def map_for_views(seg: MappedSegment | None, limit: int) -> tuple[np.ndarray, int, int] | None:
+    """For a compiled reader over a segment's map (``get_columns``' one call,
+    ``arrow_c.read_batch``): (the map as uint8, what to take off a commit-log offset for its
+    position in the map, the end of what may be read below ``limit``); None if the segment
+    is gone."""
+    got = _mapped(seg, limit)
+    if got is None:
+        return None
+    return got[0], seg.base_offset - HEADER_AREA, got[1]
+
+
+def topic_array(topic: str) -> np.ndarray:
     """A topic's name as uint8 (cached: a reader asks for the same few topics)."""
     a = _TOPICS.get(topic)
     if a is None:

@@ -2,12 +2,15 @@
 wants arrays (the Kafka listener's Fetch, Spark, analytics) gets without a Python object per
 message.
 
-A views read (``units_batch``, the usual one) allocates ONE buffer a call: the compiled pass
-(``batch_reader.read_views``) writes the views table and the views into it, one more compiled
-call (``arrow_c.fill_read``) the batch's ``ArrowArray`` structs, and pyarrow imports them
-through the Arrow C data interface (~3× cheaper a call than an ``Array.from_buffers`` per
-column); what the buffers point into (that buffer, the segment's map or the copy) is kept
-here (``_ALIVE``) until Arrow releases the batch. ``binary`` columns come from
+A views read (``units_batch``, the usual one) allocates ONE buffer a call and, for records
+that lie back to back without properties (a queue written alone), fills it in ONE compiled
+call (``arrow_c.read_batch``): the pass over the records where they lie in the segment's map
+(``view_kernels.in_place``) writes the views table and the views into it, then the batch's
+``ArrowArray`` structs; pyarrow imports them through the Arrow C data interface (~3× cheaper
+a call than an ``Array.from_buffers`` per column). The buffer and what the batch points into
+(the segment's map, or the copy) are held here (``_hold``) until Arrow releases the batch:
+its release is compiled code (``arrow_c.batch_release``) that sets a word in the buffer, seen
+by the next call. ``binary`` columns come from
 ``strata.log.batch_reader.read_columns`` (each record checked in one compiled pass, its body
 and properties copied once into one buffer per column), which Arrow wraps without copying
 again. pyarrow is imported on first use (the ``spark`` extra installs it) and kept.
@@ -16,8 +19,8 @@ again. pyarrow is imported on first use (the ``spark`` extra installs it) and ke
 from __future__ import annotations
 
 import ctypes
-import itertools
 import struct
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,35 +177,104 @@ def arrow_batch(read, views: bool = True) -> object | None:
     return batch.cast(schema(True)) if views else batch
 
 
-# Batches imported through the C data interface (``_c_batch``): what each one's buffers point
-# into, by its key, until Arrow releases it (``_release``; Arrow then holds no address in it).
-_ALIVE: dict[int, tuple] = {}
-_KEYS = itertools.count(1)
-_ZEROS = [np.zeros(1025, np.int32)]     # the empty key lists' offsets (never written)
-_RELEASE_T = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64))
+# Batches imported through the C data interface: each one's block (its structs, with the FLAG
+# word that ``arrow_c.batch_release`` sets once Arrow let the batch go) and what its buffers
+# point into, oldest first, until the flag is seen (``_hold``). Never freed itself (``_c_parts``
+# keeps a reference that is never dropped): at the interpreter's exit, batches still alive in
+# other objects may be released after this module's globals are cleared, and their flags
+# must still be memory that nothing else took.
+_HELD: deque = deque()
+_SWEEP = [64]      # sweep every entry once there are this many (then twice what stays)
 
 
-def _release(p) -> None:
-    """The batch's ``release`` (called by Arrow, with the GIL, once the last array over it
-    is gone): marks it released and lets its buffers go."""
-    key = p[9]             # private_data
-    p[8] = 0               # release: NULL (released)
-    alive = _ALIVE
-    if alive is not None:
-        alive.pop(key, None)
+_SPARE: list = []   # released one-call buffers (``_buffer``), at most ``_SPARES``
+_SPARES = 2
+
+
+def _let_go() -> None:
+    """Let go of the batches Arrow has released, oldest first up to the first it has not,
+    and of every released one once the held grow past ``_SWEEP`` (a batch kept long does not
+    keep the later ones); a released one-call buffer is kept for the next call
+    (``_buffer``). Thread-safe without a lock: an entry is taken off the deque (one atomic
+    step) by one thread, and put back unless it is released."""
+    held = _HELD
+    flag = _FLAG
+    while (first := _first(held)) is not None:
+        if not first[0][flag]:
+            held.appendleft(first)
+            break
+        if first[2] and len(_SPARE) < _SPARES:
+            _SPARE.append(first[0])
+    if len(held) >= _SWEEP[0]:
+        _SWEEP[0] = max(64, 2 * release_held())
+
+
+def _buffer(words: int) -> np.ndarray:
+    """A one-call buffer of at least ``words`` int64: a released one (``_let_go``: nothing
+    points into it any more) if one is that large, else a new one. Reusing it spares the
+    allocation and its page faults (a 4,096-message call's ~450 KB buffer is above the C
+    library's mmap threshold at first, and its pages were given back and faulted in again)
+    and finds it in the CPU's caches."""
+    spare = _SPARE
+    while spare:
+        try:
+            got = spare.pop()
+        except IndexError:
+            break
+        if len(got) >= words:
+            return got
+    return np.empty(words, np.int64)
+
+
+def _hold(block: np.ndarray, *what, reuse: bool = False) -> None:
+    """Keep ``block`` and ``what`` (the arrays the batch's buffers point into) until Arrow
+    releases the batch (its FLAG word set; ``_let_go``); ``reuse``: ``block`` is a one-call
+    buffer nothing else refers to, to be reused then."""
+    _HELD.append((block, what, reuse))
+
+
+def _first(held: deque) -> tuple | None:
+    """``held``'s first entry, taken off it; None if it is empty (another thread may have
+    taken the last one between a check and the take)."""
+    try:
+        return held.popleft()
+    except IndexError:
+        return None
+
+
+def release_held() -> int:
+    """Let go of every batch Arrow has released; returns how many are still held (tests,
+    the store's close, and ``_let_go`` now and then)."""
+    held = _HELD
+    flag = _FLAG
+    for _ in range(len(held)):
+        first = _first(held)
+        if first is None:
+            break
+        if not first[0][flag]:
+            held.append(first)
+    return len(held)
+
+
+def held_arrays() -> list:
+    """What the batches Arrow has not released yet point into, a tuple a batch (tests)."""
+    release_held()
+    return [entry[1] for entry in list(_HELD)]
 
 
 _C: tuple = ()
+_FLAG = 0
 
 
 def _c_parts() -> tuple:
-    """(the kernel module, the batch's release address, the columns' release address, the
-    callback object that must outlive every batch, ``RecordBatch._import_from_c``, the views
-    schema), made once."""
-    global _C
+    """(the kernel module, the batch's release address, the columns' release address,
+    ``RecordBatch._import_from_c``, the views schema), made once; the held deque made
+    immortal (``_HELD``)."""
+    global _C, _FLAG
     from strata.format import arrow_c
-    cb = _RELEASE_T(_release)
-    _C = (arrow_c, ctypes.cast(cb, ctypes.c_void_p).value, arrow_c.child_release.address, cb,
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_HELD))   # never freed (above)
+    _FLAG = arrow_c.FLAG
+    _C = (arrow_c, arrow_c.batch_release.address, arrow_c.child_release.address,
           pyarrow().RecordBatch._import_from_c, schema(True))
     return _C
 
@@ -213,7 +285,7 @@ def _c_batch(pa, read):
     ``Array.from_buffers`` per column and ``RecordBatch.from_arrays``); the keys' buffers
     from ``key_parts`` (none without properties). None if some properties section does not
     parse."""
-    ac, release, child, _cb, _imp, _schema = _C or _c_parts()
+    ac, release, child, import_batch, views_schema = _C or _c_parts()
     f = read.fields
     n = f.shape[1]
     if f.strides != (8 * n, 8):        # the int columns are read as rows n apart
@@ -229,14 +301,15 @@ def _c_batch(pa, read):
             return None
         list_off, val_off, values = parts
         keys = (list_off, val_off.astype(np.int32), values, len(val_off) - 1)
-    key = next(_KEYS)
+    _let_go()
     block = np.empty(ac.WORDS, np.int64)
     addr = ac.fill_views_batch(block, f, read.body_views, read.prop_views, read.span, *keys,
-                               key, release, child)
-    _ALIVE[key] = (block, read, keys, f)
-    return pa.RecordBatch._import_from_c(addr, schema(True))
+                               release, child)
+    _hold(block, read, keys, f)
+    return import_batch(addr, views_schema)
 
 
+_ZEROS = [np.zeros(1025, np.int32)]     # the empty key lists' offsets (never written)
 _PHYS = struct.Struct("<q")     # a consume-queue unit's first field: the commit-log offset
 
 
@@ -245,34 +318,59 @@ def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, top
     """The record batch (views schema) of the ``n`` > 0 consume-queue units at byte ``at`` of
     file ``useg`` (``ConsumeQueue.unit_span``: read in the file's map, not copied), messages
     ``first_offset``, ... of the queue, when their records lie in one segment of commit log
-    ``log``: the views table and views written by ``batch_reader.read_views`` into ONE buffer
-    that also takes the batch's C structs (``arrow_c.fill_read``; the keys, with properties,
-    as ``_c_batch`` finds them), then imported. As ``read_views``: True if the records are
-    not in one segment or add up to more than views reach (``read_columns`` reads them),
-    False if one is not as it must be; None if a file is gone (retention, just now)."""
-    ac, release, child, _cb, import_batch, views_schema = _C or _c_parts()
+    ``log``. Records back to back without properties (one queue written alone) take ONE
+    compiled call, ``arrow_c.read_batch``: the views table, views and C structs into ONE
+    buffer, over the segment's map; then the import. With properties the keys are found
+    (``_c_batch``); records not back to back are copied once (``batch_reader.read_views``).
+    As ``read_views``: True if the records are not in one segment or add up to more than
+    views reach (``read_columns`` reads them), False if one is not as it must be; None if a
+    file is gone (retention, just now)."""
+    ac, release, child, import_batch, views_schema = _C or _c_parts()
     units = useg.array   # the file's map as uint8 (None once closed)
     if units is None:
         return None
-    first = _PHYS.unpack_from(units, at)[0]
-    seg = log.segments.find(first)
-    if seg is None or _PHYS.unpack_from(units, at + UNIT_SIZE * (n - 1))[0] >= seg.end_offset:
+    seg = log.segments.find(_PHYS.unpack_from(units, at)[0])
+    if seg is None:
         return True
-    out = np.empty(ac.call_words(n), np.int64)
-    v0 = ac.WORDS + rk.VIEW_FIELDS * n
+    mapped = br.map_for_views(seg, limit)
+    if mapped is None:
+        return False
+    data, delta, end = mapped
+    _let_go()
+    out = _buffer(ac.call_words(n))
+    got = ac.read_batch(out, data, units, at, n, delta, end, verify_crc, br.topic_array(topic),
+                        queue_id, first_offset, release, child)
+    if got > 0:
+        _hold(out, data, reuse=True)
+        return import_batch(got, views_schema)
+    if got == 0:
+        return False
+    if got == -3:   # back to back, with properties: the keys first
+        start = int(out[ac.START])
+        table, views = _views_parts(ac, out, n)
+        return _c_batch(pyarrow(), br.ViewsRead(table, data[start:start + int(out[ac.OWN])],
+                                                 views[0], views[1], int(out[ac.PROPS])))
+    if _PHYS.unpack_from(units, at + UNIT_SIZE * (n - 1))[0] >= seg.end_offset:
+        return True
+    table, views = _views_parts(ac, out, n)
     read = br.read_views(seg, units[at:at + UNIT_SIZE * n], limit, verify_crc=verify_crc,
                          topic=topic, queue_id=queue_id, first_offset=first_offset,
-                         table=out[ac.WORDS:v0].reshape(rk.VIEW_FIELDS, n),
-                         views=np.ndarray((2, 4 * n), np.int32, out, 8 * v0))
+                         in_place=False, table=table, views=views)
     if read is True or read is False:
         return read
     if read.prop_bytes:   # the keys first
         return _c_batch(pyarrow(), read)
-    key = next(_KEYS)
     span = read.span
-    address = ac.fill_read(out, n, span, 0, len(span), key, release, child)
-    _ALIVE[key] = (out, span)
+    address = ac.fill_read(out, n, span, 0, len(span), release, child)
+    _hold(out, span, reuse=True)
     return import_batch(address, views_schema)
+
+
+def _views_parts(ac, out: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``out``'s views table (``VIEW_FIELDS`` × n int64) and views (2 × 4n int32)."""
+    v0 = ac.WORDS + rk.VIEW_FIELDS * n
+    return (out[ac.WORDS:v0].reshape(rk.VIEW_FIELDS, n),
+            np.ndarray((2, 4 * n), np.int32, out, 8 * v0))
 
 
 def views_batch(read) -> object | None:

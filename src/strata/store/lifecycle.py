@@ -16,7 +16,7 @@ from strata.errors import DiskFullError
 from strata.files.io import disk_full_or_same
 from strata.files.lock import writer_alive
 from strata.log.recovery import recover
-from strata.store import background, open_recovery
+from strata.store import arrow_read, background, open_recovery
 from strata.store.geometry import save_geometry
 from strata.store.tier_config import save_tier
 
@@ -202,7 +202,9 @@ def close(store) -> None:
 
 
 def release_files(store) -> None:
-    """Unmap and close every file; the writer also gives up the directory lock."""
+    """Unmap and close every file; the writer also gives up the directory lock. First let
+    go of the ``get_columns`` batches Arrow has released (their maps then close now)."""
+    arrow_read.release_held()
     store.history.close()
     store.queues.close()
     store.key_index.close()
