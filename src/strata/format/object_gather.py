@@ -41,6 +41,7 @@ from strata.format.record_kernels import load_i64 as _i64, load_u8 as _u8, \
     load_u32 as _u32, memcpy
 # a bytes object's inline data, as record_objects lays it out (and checks at its import)
 from strata.format.record_objects import BYTES_DATA_AT as _BYTES_AT
+from strata.format.record_objects import LIST_ITEMS_AT, VAR_SIZE_AT
 
 _I64 = ir.IntType(64)
 _OBJ = ir.IntType(8).as_pointer()
@@ -48,8 +49,8 @@ _OBJ = ir.IntType(8).as_pointer()
 # CPython 3.11 object layout (checked by _probe): the size field of a list, tuple, str and int,
 # a list's item pointer, a tuple's inline items, a str's state bits and inline ASCII data, an
 # int's 30-bit digits.
-_SIZE_AT = 16
-_ITEMS_AT = 24
+_SIZE_AT = VAR_SIZE_AT   # (record_objects' names for the shared ones)
+_ITEMS_AT = LIST_ITEMS_AT  # a list's item pointer; a tuple's inline items start there too
 _STATE_AT = 32
 _ASCII_AT = 48
 _COMPACT_ASCII = 0x60   # state bits: compact (0x20) and ascii (0x40)

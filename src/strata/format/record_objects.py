@@ -95,6 +95,36 @@ _ITEMS_AT = tuple.__basicsize__
 _BYTES_DATA_AT = bytes.__basicsize__ - 1   # a bytes object's first byte (checked below)
 BYTES_DATA_AT = _BYTES_DATA_AT
 assert tuple.__itemsize__ == 8 and rec.StoredMessage.__basicsize__ == _ITEMS_AT
+# Where kernels that read a caller's list of ``bytes`` in place find things (``object_gather``,
+# ``strata.refstore.append`` / ``batch_split``): an object's type, a variable-size object's
+# ``ob_size`` (list, tuple, bytes, int) and a list's item pointer (``ob_item``). Checked by
+# ``LISTS_OF_BYTES`` below; a kernel that needs them takes its general path where it is False.
+TYPE_AT = 8
+VAR_SIZE_AT = 16
+LIST_ITEMS_AT = 24
+
+
+def _lists_of_bytes_hold() -> bool:
+    """Whether a list of ``bytes`` and its items are laid out at ``TYPE_AT``,
+    ``VAR_SIZE_AT``, ``LIST_ITEMS_AT`` and ``BYTES_DATA_AT`` in this interpreter (read back
+    through ctypes from known objects)."""
+    try:
+        def word(addr: int) -> int:
+            return ctypes.c_int64.from_address(addr).value
+
+        body = b"probe-bytes-layout"
+        items = [body, b"x" * 16]
+        at = word(id(items) + LIST_ITEMS_AT)
+        return (word(id(items) + TYPE_AT) == id(list) and word(id(items) + VAR_SIZE_AT) == 2
+                and word(at) == id(body) and word(at + 8) == id(items[1])
+                and word(id(body) + TYPE_AT) == id(bytes)
+                and word(id(body) + VAR_SIZE_AT) == len(body)
+                and ctypes.string_at(id(body) + BYTES_DATA_AT, len(body)) == body)
+    except (ValueError, OSError):     # pragma: no cover - not CPython's layout
+        return False
+
+
+LISTS_OF_BYTES = _lists_of_bytes_hold()
 
 
 @intrinsic

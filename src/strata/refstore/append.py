@@ -11,54 +11,33 @@ over the table; side by side that was ~0.13 µs a message of the server thread's
 
 The lists and their items are the store's own (``StoreClient.write_batch`` builds them; the
 write-back cache only holds them), so nothing changes them while the GIL is released.
-``LIST_ITEMS_AT`` is checked against this interpreter at import; where it does not hold,
-``IN_PLACE`` is False and the store takes its general path.
+The layouts read are ``record_objects``' (checked there at import: ``LISTS_OF_BYTES``); where
+they do not hold, ``IN_PLACE`` is False and the store takes its general path.
 
 Pure over memory it is given: no file I/O, no threads.
 """
 
 from __future__ import annotations
 
-import ctypes
 import sys
 
 import numpy as np
 from numba import njit
 
 from strata.format.record_kernels import load_i64, load_u64
-from strata.format.record_objects import BYTES_DATA_AT
+from strata.format.record_objects import (BYTES_DATA_AT, LIST_ITEMS_AT, LISTS_OF_BYTES,
+                                          VAR_SIZE_AT)
 from strata.format.refstore_record import OVERHEAD
 
 from . import encode
 from .encode import encode_records
 from .hash_kernels import _find, _find_or_free, _kill, _store
 
-LIST_ITEMS_AT = 24    # PyListObject.ob_item: after refcount, type and size
-BYTES_SIZE_AT = 16    # PyBytesObject.ob_size (PyObject_VAR_HEAD)
-
 # outcomes of ``append_new`` other than the bytes written (>= 0)
 KNOWN = -1            # an id is stored already, or comes twice: nothing was changed
 
-
-def _layout_holds() -> bool:
-    """Whether lists keep their item pointers at ``LIST_ITEMS_AT`` and bytes their length at
-    ``BYTES_SIZE_AT`` (and their bytes at ``BYTES_DATA_AT``) in this interpreter."""
-    try:
-        body = b"probe-bytes-layout"
-        items = [body, b"x" * 16]
-        at = ctypes.c_int64.from_address(id(items) + LIST_ITEMS_AT).value
-        first = ctypes.c_int64.from_address(at).value
-        second = ctypes.c_int64.from_address(at + 8).value
-        size = ctypes.c_int64.from_address(id(body) + BYTES_SIZE_AT).value
-        data = ctypes.string_at(id(body) + BYTES_DATA_AT, len(body))
-        return first == id(body) and second == id(items[1]) and size == len(body) \
-            and data == body
-    except (ValueError, OSError):     # pragma: no cover - not CPython's layout
-        return False
-
-
 # (little-endian too: the table's keys are the ids' halves read little-endian, ``index.py``)
-IN_PLACE = encode.IN_PLACE and sys.byteorder == "little" and _layout_holds()
+IN_PLACE = encode.IN_PLACE and sys.byteorder == "little" and LISTS_OF_BYTES
 
 
 @njit(cache=True, nogil=True)
@@ -84,7 +63,7 @@ def append_new(slots, meta, ids_at, bodies_at, first, last, out, at, file, off):
         k0 = load_u64(m)
         k1 = load_u64(m + 8)
         b = load_i64(body_items + 8 * j)
-        size = load_i64(b + BYTES_SIZE_AT)
+        size = load_i64(b + VAR_SIZE_AT)
         i, found = _find_or_free(slots, k0, k1)
         if found:                      # known, or a twin earlier in the batch: undo
             for u in range(j):
