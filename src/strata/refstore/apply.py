@@ -45,11 +45,14 @@ def apply_writes(st: "RefStore", client: StoreClient, ids: list, bodies: list,
     confirms = st._want_confirm(client)
     batched = False
     if applies is None and client.dying_mark is None and len(ids) >= BATCH_PATH_MIN:
+        ids_raw = None            # the ids joined, made once if a path needs them
         if append.IN_PLACE:
             batched = _append_in_place(st, client, ids, bodies, nbytes)
         else:
-            batched = _append_new(st, b"".join(ids), bodies)
-        batched = batched or index.incref_known(keys_of(b"".join(ids)))
+            ids_raw = b"".join(ids)
+            batched = _append_new(st, ids_raw, bodies)
+        if not batched:
+            batched = index.incref_known(keys_of(ids_raw or b"".join(ids)))
     if not batched:
         _apply_one_by_one(st, client, ids, bodies, applies)
     st._cache.done_many(ids)
