@@ -166,14 +166,19 @@ def call_words(n: int) -> int:
     return WORDS + (VIEW_FIELDS + 5) * n + (n + 2) // 2
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _parts(out, n):
-    """``out``'s views table, views (2 × 4n int32) and where the key lists' offsets start."""
+def views_parts(out, n):
+    """``out``'s (``call_words(n)`` int64) views table (``VIEW_FIELDS`` × n int64), views
+    (2 × 4n int32) and the words where the views and the key lists' offsets start. One
+    definition for both callers: ``read_batch`` (compiled, ``_parts``) and ``arrow_read``
+    (numpy, for the reads that finish in Python)."""
     v0 = WORDS + VIEW_FIELDS * n
     z0 = v0 + 4 * n
     table = out[WORDS:v0].reshape((VIEW_FIELDS, n))
     views = out[v0:z0].view(np.int32).reshape((2, 4 * n))
     return table, views, v0, z0
+
+
+_parts = njit(cache=True, nogil=True, inline="always")(views_parts)
 
 
 @njit(cache=True, nogil=True)
@@ -206,8 +211,7 @@ def read_batch(out, data, units, at, n, delta, limit, crc, topic, queue_id, firs
 @njit(cache=True, nogil=True, inline="always")
 def _fill_read(out, n, s0, own, release, child):
     """``fill_read`` over the span's address ``s0``."""
-    v0 = WORDS + VIEW_FIELDS * n
-    z0 = v0 + 4 * n
+    _table, _views, v0, z0 = _parts(out, n)
     out[z0:z0 + (n + 2) // 2] = 0
     o = out.ctypes.data
     z = o + 8 * z0

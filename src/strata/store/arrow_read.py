@@ -347,12 +347,12 @@ def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, top
         return False
     if got == -3:   # back to back, with properties: the keys first
         start = int(out[ac.START])
-        table, views = _views_parts(ac, out, n)
+        table, views, _v0, _z0 = ac.views_parts(out, n)
         return _c_batch(pyarrow(), br.ViewsRead(table, data[start:start + int(out[ac.OWN])],
                                                  views[0], views[1], int(out[ac.PROPS])))
     if _PHYS.unpack_from(units, at + UNIT_SIZE * (n - 1))[0] >= seg.end_offset:
         return True
-    table, views = _views_parts(ac, out, n)
+    table, views, _v0, _z0 = ac.views_parts(out, n)
     read = br.read_views(seg, units[at:at + UNIT_SIZE * n], limit, verify_crc=verify_crc,
                          topic=topic, queue_id=queue_id, first_offset=first_offset,
                          in_place=False, table=table, views=views)
@@ -364,13 +364,6 @@ def units_batch(log, useg, at: int, n: int, limit: int, *, verify_crc: bool, top
     address = ac.fill_read(out, n, span, 0, len(span), release, child)
     _hold(out, span, reuse=True)
     return import_batch(address, views_schema)
-
-
-def _views_parts(ac, out: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``out``'s views table (``VIEW_FIELDS`` × n int64) and views (2 × 4n int32)."""
-    v0 = ac.WORDS + rk.VIEW_FIELDS * n
-    return (out[ac.WORDS:v0].reshape(rk.VIEW_FIELDS, n),
-            np.ndarray((2, 4 * n), np.int32, out, 8 * v0))
 
 
 def views_batch(read) -> object | None:
