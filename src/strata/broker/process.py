@@ -25,6 +25,7 @@ import uvloop
 
 import strata
 from strata.broker.acl import DEFAULT_WINDOW_S, AccessList, load_acl
+from strata.broker.allocator import keep_freed_memory
 from strata.broker.group_state import ConsumerGroups
 from strata.broker.group_worker import GroupWorker
 from strata.broker.warm import warm_quietly
@@ -383,6 +384,8 @@ _warming: threading.Thread | None = None
 
 
 def run(cfg: ServeConfig) -> None:
+    # freed buffers stay in the process for the next request (strata.broker.allocator)
+    keep_freed_memory()
     # uvloop: grpc.aio's per-call work is most of the broker's CPU, and on uvloop's event
     # loop a one-message send costs about a sixth less of it than on asyncio's (bench/README.md)
     uvloop.run(serve(cfg))
