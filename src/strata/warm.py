@@ -62,7 +62,8 @@ MODULES = ("format/record_kernels.py", "format/column_kernels.py",
            "format/unit_kernels.py",
            "tiered/chunk_kernels.py", "tiered/blake2b.py", "refstore/encode.py",
            "refstore/hash_kernels.py", "refstore/append.py", "refstore/batch_split.py")
-KAFKA_MODULES = ("broker/kafka/batch_kernels.py", "broker/kafka/batch_encode_kernels.py")
+KAFKA_MODULES = ("broker/kafka/batch_kernels.py", "broker/kafka/batch_encode_kernels.py",
+                 "broker/kafka/fetch_kernels.py")
 SPARK_MODULES = ("spark/kernels.py",)
 
 _SMALL = dict(segment_size=1 << 20, consume_queue_units=4096, index_slots=1024,
@@ -211,8 +212,8 @@ def _spark(path: Path, ends: list[int]) -> None:
 
 
 def _kafka() -> None:
-    from strata.broker.kafka import record_batch
-    record_batch.warm()
+    from strata.broker.kafka import fetch_read
+    fetch_read.warm()
 
 
 def kafka_available() -> bool:

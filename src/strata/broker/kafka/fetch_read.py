@@ -11,6 +11,7 @@ import numpy as np
 
 from strata.broker.kafka import batch_kernels as bk
 from strata.broker.kafka import errors as ke
+from strata.broker.kafka import fetch_kernels as fk
 from strata.broker.kafka import record_batch as rb
 from strata.broker.kafka.fetch_answer import PartitionAnswer
 from strata.broker.kafka.mapping import from_message
@@ -25,36 +26,22 @@ READ_CHUNK = 4096                  # at most this many per later store.get, as s
 RECORD_OVERHEAD = 70               # bytes of a v2 record beside its value (an estimate)
 
 
-def _plain_columns(parts: list) -> RecordColumns | None:
+def _plain_columns(part) -> RecordColumns | None:
     """Columns straight from the store's field table, without a message object each, when
-    every message is plain (no keys, tags or properties: the value and a timestamp only);
-    else None."""
-    tables = []
-    for part in parts:
-        t = part.table() if isinstance(part, MessageBatch) else None
-        if t is None:
-            return None
-        tables.append(t)
-    datas, recs = [], []
-    base = 0
-    for buf, f in tables:
-        if (f[rk.F_PROPS_AT] != f[rk.F_BODY_AT]).any():
-            return None
-        n = f.shape[1]
-        r = np.zeros((bk.R_FIELDS, n), np.int64)
-        born = f[rk.F_BORN_TS]
-        r[bk.R_TIMESTAMP] = np.where(born > 0, born, f[rk.F_STORE_TS])
-        r[bk.R_KEY_LEN] = -1
-        r[bk.R_VALUE_AT] = f[rk.F_BODY_AT] + base
-        r[bk.R_VALUE_LEN] = f[rk.F_BODY_END] - f[rk.F_BODY_AT]
-        recs.append(r)
-        datas.append(np.frombuffer(buf, np.uint8))
-        base += len(buf)
-    data = datas[0] if len(datas) == 1 else np.concatenate(datas)
-    records = recs[0] if len(recs) == 1 else np.concatenate(recs, axis=1)
-    records[bk.R_OFFSET_DELTA] = np.arange(records.shape[1])
-    return RecordColumns(data, np.zeros((bk.B_FIELDS, 0), np.int64), records,
-                         np.zeros((bk.H_FIELDS, 0), np.int64))
+    every message of ``part`` is plain (no keys, tags or properties: the value and a
+    timestamp only); else None."""
+    t = part.table() if isinstance(part, MessageBatch) else None
+    if t is None:
+        return None
+    buf, f = t
+    records = np.empty((bk.R_FIELDS, f.shape[1]), np.int64)
+    if not fk.plain_records(f, records):
+        return None
+    return RecordColumns(np.frombuffer(buf, np.uint8), _NO_BATCHES, records, _NO_HEADERS)
+
+
+_NO_BATCHES = np.zeros((bk.B_FIELDS, 0), np.int64)
+_NO_HEADERS = np.zeros((bk.H_FIELDS, 0), np.int64)
 
 
 def _columns(msgs) -> RecordColumns:
@@ -74,6 +61,7 @@ def _read(store, topic: str, part: int, offset: int, limit: int) -> tuple[list, 
     returns them (a MessageBatch makes no message object until one is asked for)."""
     parts: list = []
     size = count = 0
+    fit = np.zeros(2, np.int64)
     while size < limit:
         want = FIRST_CHUNK if not count else max(1, min(READ_CHUNK, (limit - size) // max(
             1, size // count) + 1))
@@ -85,20 +73,24 @@ def _read(store, topic: str, part: int, offset: int, limit: int) -> tuple[list, 
             break
         batch = got.messages
         t = batch.table() if isinstance(batch, MessageBatch) else None
-        if t is not None:
-            f = t[1]
-            sizes = f[rk.F_BODY_END] - f[rk.F_BODY_AT] + RECORD_OVERHEAD
+        if t is not None:          # the messages that fit, in one compiled pass
+            fk.fitting(t[1], size, limit, RECORD_OVERHEAD, fit)
+            take, taken = int(fit[0]), int(fit[1])
+            n = t[1].shape[1]
         else:
             sizes = np.fromiter((len(m.body) + RECORD_OVERHEAD for m in batch), np.int64)
-        # the messages that fit (the partition's first one always does: KIP-74)
-        ends = np.cumsum(sizes) + size
-        take = int(np.searchsorted(ends, limit, side="right"))
-        if not take and not count:
+            ends = np.cumsum(sizes) + size
+            take = int(np.searchsorted(ends, limit, side="right"))
+            taken = int(ends[take - 1]) if take else size
+            n = len(sizes)
+        if not take and not count:    # the partition's first message always fits (KIP-74)
             take = 1
+            taken = size + (int(t[1][rk.F_BODY_END, 0] - t[1][rk.F_BODY_AT, 0])
+                            if t is not None else len(batch[0].body)) + RECORD_OVERHEAD
         if not take:                  # not one more fits
             return parts, size
-        size = int(ends[take - 1])
-        if take < len(sizes):
+        size = taken
+        if take < n:
             batch = MessageBatch(t[0], t[1][:, :take], topic) if t is not None \
                 else list(batch)[:take]
             parts.append(batch)
@@ -119,7 +111,7 @@ def _pieces(parts: list) -> tuple[list[tuple], int]:
     end = -1
     for p in parts:
         t = p.table() if isinstance(p, MessageBatch) else None
-        cols = _plain_columns([p]) if t is not None else None
+        cols = _plain_columns(p) if t is not None else None
         if t is not None:
             offsets = t[1][rk.F_QUEUE_OFFSET]
         else:
@@ -172,3 +164,10 @@ def partition_answer(store, topic: str, code: int, n: int, fp,
     answer.next_offset = end
     return answer
 
+
+def warm() -> None:
+    """Load the Fetch's compiled parts: the record-batch codec and the store-side loops
+    (numba's cached machine code, 0.1-0.3 s per kernel on first use), so that the
+    listener's first Produce and Fetch do not pay for it."""
+    rb.warm()
+    fk.warm()

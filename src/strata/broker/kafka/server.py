@@ -183,11 +183,12 @@ class KafkaListener:
         # loop may already serve the other listener's clients and the store's own work
         await asyncio.get_running_loop().run_in_executor(None, sequences, self.broker)
         self.broker.start()
-        # the compiled record-batch codec loads off the loop meanwhile (a request that
-        # arrives first waits for it inside numba, as it would have loaded it itself)
-        from strata.broker.kafka.record_batch import warm
+        # the compiled record-batch codec and Fetch loops load off the loop meanwhile (a
+        # request that arrives first waits for them inside numba, as it would have loaded
+        # them itself)
+        from strata.broker.kafka.fetch_read import warm
         self._warm = asyncio.get_running_loop().run_in_executor(
-            None, quietly, warm, "the Kafka listener's compiled record-batch codec")
+            None, quietly, warm, "the Kafka listener's compiled codec and Fetch loops")
         self._server = await asyncio.start_server(self._accept, sock=self._sock,
                                                   ssl=self.ssl, limit=1 << 20)
 
