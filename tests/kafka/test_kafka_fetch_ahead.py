@@ -77,3 +77,71 @@ def test_reading_a_backlog_in_small_fetches_served_ahead(tmp_path):
     assert got["code4"] == 3 and got["fourth"] == []        # UNKNOWN_TOPIC_OR_PARTITION
     served = re.search(r"([\d,]+) fetches answered ahead \(([\d,]+) prepared", server.log)
     assert served and int(served.group(1)) >= 10, server.log[-2000:]
+
+
+ROTATING = RAW + '''
+from kafka.record import MemoryRecords
+
+def fetch_many(raw, topic, wants, limit):
+    """One Fetch of [(partition, offset)] in that order; {partition: [(offset, value)]}."""
+    F = REQ[1]
+    r = raw.call(1, 11, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                 isolation_level=0, session_id=0, session_epoch=-1,
+                 topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
+                     partition=p, current_leader_epoch=-1, fetch_offset=o,
+                     log_start_offset=-1, partition_max_bytes=limit) for p, o in wants])],
+                 forgotten_topics_data=[], rack_id="")
+    got = {}
+    for p in r.responses[0].partitions:
+        assert p.error_code == 0, p
+        got[p.partition_index] = []
+        if p.records:
+            recs = MemoryRecords(bytes(p.records))
+            while (b := recs.next_batch()) is not None:
+                got[p.partition_index] += [(m.offset, m.value.decode()) for m in b]
+    return got
+
+raw = Raw(BOOTSTRAP)
+C = REQ[19][3]
+r = raw.call(19, 3, topics=[C.CreatableTopic(name="rot", num_partitions=3,
+                                             replication_factor=1, assignments=[], configs=[])],
+             timeout_ms=10000, validate_only=False)
+assert r.topics[0].error_code == 0
+lengths = {0: 40, 1: 400, 2: 160}          # partitions that reach their ends at different times
+for p, n in lengths.items():
+    vals = [b"p%d-%04d-" % (p, i) + b"x" * 90 for i in range(n)]
+    for k in range(0, n, 100):
+        assert produce(raw, "rot", p, batch(-1, -1, -1, vals[k:k + 100]))[0] == 0
+offsets = {p: 0 for p in lengths}
+seen = {p: [] for p in lengths}
+order = [0, 1, 2]
+fetches = 0
+while any(offsets[p] < n for p, n in lengths.items()):
+    order = order[1:] + order[:1]          # each Fetch names the partitions in a new order
+    got = fetch_many(raw, "rot", [(p, offsets[p]) for p in order], 2500)
+    fetches += 1
+    for p, recs in got.items():
+        seen[p] += recs
+        if recs:
+            offsets[p] = recs[-1][0] + 1
+out(seen={str(p): v for p, v in seen.items()}, fetches=fetches)
+'''
+
+
+def test_a_client_rotating_its_partitions_is_answered_from_prepared_answers(tmp_path):
+    """librdkafka names a Fetch's partitions in a new order each time; once the partitions
+    reach their ends at different offsets, the answer prepared ahead must still carry each
+    partition's own next offset (paired by position, every other one was dropped)."""
+    server = KafkaServer(tmp_path / "store").start()
+    try:
+        got = run_client(ROTATING, server.bootstrap)
+    finally:
+        assert server.stop() == 0
+    for p, n in {0: 40, 1: 400, 2: 160}.items():
+        assert got["seen"][str(p)] == [[i, "p%d-%04d-" % (p, i) + "x" * 90]
+                                       for i in range(n)]
+    served = re.search(r"([\d,]+) fetches answered ahead \(([\d,]+) prepared", server.log)
+    assert served, server.log[-2000:]
+    ahead, dropped = (int(g.replace(",", "")) for g in served.groups())
+    assert got["fetches"] > 20
+    assert dropped == 0 and ahead >= got["fetches"] - 2, (ahead, dropped, got["fetches"])

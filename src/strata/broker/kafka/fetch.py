@@ -133,10 +133,15 @@ def _prepare_next(broker, conn, answer: FetchAnswer, topics: list, lookups: list
     if answer.has_error() or broker.stopping or not any(
             p.next_offset < p.high_watermark for _t, parts in answer.topics for p in parts):
         return
-    nxt = []
-    for (topic, wants), (_t, parts) in zip(topics, answer.topics):
-        nxt.append((topic, [w._replace(fetch_offset=p.next_offset)
-                            for w, p in zip(wants, parts)]))
+    # by partition, not by position: a prepared answer's partitions are in the order of the
+    # request it predicted, and clients rotate the order from one Fetch to the next
+    # (librdkafka does): paired by position, a partition that had reached its end swapped
+    # offsets with another, and every other prepared answer was dropped
+    after = {(t, p.partition_index): p.next_offset for t, parts in answer.topics
+             for p in parts}
+    nxt = [(topic, [w._replace(fetch_offset=after.get((topic, w.partition), w.fetch_offset))
+                    for w in wants])
+           for topic, wants in topics]
     old = conn.state.pop(AHEAD, None)       # one not taken (the client asked something else)
     if old is not None:
         old.answer.cancel()
