@@ -2,7 +2,8 @@
 small Fetches gets every record once, in order, within its byte limits, whether an answer
 was prepared ahead or read afresh; a prepared answer carries the high watermark of when it
 is sent, not of when it was read; a Fetch that asks something else (a seek back) or a topic
-deleted meanwhile is answered afresh. Raw requests (kafka-python's protocol classes), so the
+deleted meanwhile is answered afresh; a client that names the partitions in a new order each
+Fetch (as librdkafka does) is still answered from prepared answers. Raw requests (kafka-python's protocol classes), so the
 offsets and limits asked are exactly the test's."""
 
 import re
@@ -10,28 +11,34 @@ import re
 from clients import RAW
 from kafka_support import KafkaServer, run_client
 
-SCRIPT = RAW + '''
+FETCH = '''
 from kafka.record import MemoryRecords
 
-def fetch_at(raw, topic, offset, limit):
+def fetch_many(raw, topic, wants, limit):
+    """One Fetch of [(partition, offset)] in that order, each partition up to ``limit``
+    bytes: {partition: (error code, high watermark, record bytes, [(offset, value)])}."""
     F = REQ[1]
     r = raw.call(1, 11, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
                  isolation_level=0, session_id=0, session_epoch=-1,
                  topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
-                     partition=0, current_leader_epoch=-1, fetch_offset=offset,
-                     log_start_offset=-1, partition_max_bytes=limit)])],
+                     partition=p, current_leader_epoch=-1, fetch_offset=o,
+                     log_start_offset=-1, partition_max_bytes=limit) for p, o in wants])],
                  forgotten_topics_data=[], rack_id="")
-    p = r.responses[0].partitions[0]
-    got = []
-    if p.records:
-        recs = MemoryRecords(bytes(p.records))
-        while True:
-            b = recs.next_batch()
-            if b is None:
-                break
-            got += [(m.offset, m.value.decode()) for m in b]
-    return p.error_code, p.high_watermark, len(p.records or b""), got
+    out = {}
+    for p in r.responses[0].partitions:
+        got = []
+        if p.records:
+            recs = MemoryRecords(bytes(p.records))
+            while (b := recs.next_batch()) is not None:
+                got += [(m.offset, m.value.decode()) for m in b]
+        out[p.partition_index] = (p.error_code, p.high_watermark, len(p.records or b""), got)
+    return out
 
+def fetch_at(raw, topic, offset, limit):
+    return fetch_many(raw, topic, [(0, offset)], limit)[0]
+'''
+
+SCRIPT = RAW + FETCH + '''
 raw = Raw(BOOTSTRAP)
 values = [b"v%03d-" % i + b"x" * 95 for i in range(300)]
 for k in range(0, 300, 50):
@@ -79,28 +86,7 @@ def test_reading_a_backlog_in_small_fetches_served_ahead(tmp_path):
     assert served and int(served.group(1)) >= 10, server.log[-2000:]
 
 
-ROTATING = RAW + '''
-from kafka.record import MemoryRecords
-
-def fetch_many(raw, topic, wants, limit):
-    """One Fetch of [(partition, offset)] in that order; {partition: [(offset, value)]}."""
-    F = REQ[1]
-    r = raw.call(1, 11, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
-                 isolation_level=0, session_id=0, session_epoch=-1,
-                 topics=[F.FetchTopic(topic=topic, partitions=[F.FetchTopic.FetchPartition(
-                     partition=p, current_leader_epoch=-1, fetch_offset=o,
-                     log_start_offset=-1, partition_max_bytes=limit) for p, o in wants])],
-                 forgotten_topics_data=[], rack_id="")
-    got = {}
-    for p in r.responses[0].partitions:
-        assert p.error_code == 0, p
-        got[p.partition_index] = []
-        if p.records:
-            recs = MemoryRecords(bytes(p.records))
-            while (b := recs.next_batch()) is not None:
-                got[p.partition_index] += [(m.offset, m.value.decode()) for m in b]
-    return got
-
+ROTATING = RAW + FETCH + '''
 raw = Raw(BOOTSTRAP)
 C = REQ[19][3]
 r = raw.call(19, 3, topics=[C.CreatableTopic(name="rot", num_partitions=3,
@@ -120,7 +106,8 @@ while any(offsets[p] < n for p, n in lengths.items()):
     order = order[1:] + order[:1]          # each Fetch names the partitions in a new order
     got = fetch_many(raw, "rot", [(p, offsets[p]) for p in order], 2500)
     fetches += 1
-    for p, recs in got.items():
+    for p, (code, _hw, _size, recs) in got.items():
+        assert code == 0, (p, code)
         seen[p] += recs
         if recs:
             offsets[p] = recs[-1][0] + 1
