@@ -59,7 +59,9 @@ def fill(store, n: int, start: int = 0, batch: int = 50) -> None:
 
 
 def local_history(store) -> dict[tuple[str, int], list]:
-    """Every message of every queue, read locally."""
+    """Every message of every queue, read locally (once dispatch has reached every message
+    put: a queue's end is what dispatch has covered, which can lag a put just made)."""
+    assert store.wait_dispatched(timeout=30.0)
     out = {}
     for topic in store.topics():
         for q in range(store.queue_count(topic)):
