@@ -272,7 +272,7 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
     ``VIEW_FIELDS`` × n) and ``views`` (int32, 2 × 4n) are where the views table and views
     go (made here if not given: ``get_columns`` gives slices of its one buffer)."""
     vk = _VIEWS or _load_views()
-    mapped = _mapped(seg, limit)
+    mapped = map_for_views(seg, limit)
     if mapped is None:
         return False
     n = len(units) // UNIT_SIZE
@@ -280,9 +280,9 @@ def read_views(seg: MappedSegment, units: np.ndarray, limit: int, *, verify_crc:
         table = np.empty((rk.VIEW_FIELDS, n), np.int64)
     if views is None:
         views = np.empty((2, 4 * n), np.int32)
-    data = mapped[0]
+    data, base, end = mapped
     good, span, prop_bytes, start, own = vk.views_at(
-        data, units, seg.base_offset - HEADER_AREA, mapped[1], verify_crc,
+        data, units, base, end, verify_crc,
         topic_array(topic), queue_id, first_offset, table, views, in_place)
     if good < n:
         return good < 0
