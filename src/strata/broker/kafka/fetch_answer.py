@@ -11,7 +11,6 @@ import struct
 import numpy as np
 
 from strata.broker.kafka import errors as ke
-from strata.broker.kafka import frame_pool
 from strata.broker.kafka import record_batch as rb
 
 
@@ -125,7 +124,7 @@ class FetchAnswer:
                     size += 4
             size += 1 if flex else 0
         size += 1 if flex else 0
-        out = frame_pool.take(size)      # a reused buffer once nothing holds it
+        out = np.empty(size, np.uint8)
         # then write
         if version >= 7:
             _HEAD.pack_into(out, 0, size - 4, correlation_id, 0, 0)   # throttle = 0
